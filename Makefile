@@ -1,0 +1,32 @@
+# Two commands do all the set-up on a fresh machine (README.md):
+#   make demo   - the whole DAG on the embedded synthetic universe (demo profile); prints where results are
+#   make test   - the test suite
+# Both create (or reuse) the virtual environment .venv from constraints.txt.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export DAGSTER_HOME := $(CURDIR)
+
+.PHONY: demo test venv ci materialize-ci ui clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch first, alone: pip takes the exact CPU wheel on this machine's disk (seconds), not a CUDA build
+	$(BIN)/python -m pip install -q -c constraints.txt torch==2.13.0
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	touch $@
+
+demo: venv
+	KP_PROFILE=demo $(BIN)/python -m kinematic_pipeline materialize
+
+test: venv
+	$(BIN)/python -m pytest
+
+ui: venv
+	$(BIN)/dagster dev -w workspace.yaml
+
+clean:
+	rm -rf warehouse/dagster warehouse/*/ warehouse/catalog.duckdb warehouse/.catalog.lock

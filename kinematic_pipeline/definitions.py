@@ -1,0 +1,23 @@
+"""The Dagster definitions: assembly only (assets, checks, jobs, resources) for the current settings."""
+
+from __future__ import annotations
+
+import warnings
+
+import dagster as dg
+
+from kinematic_pipeline.config import Settings, load_settings
+from kinematic_pipeline.orchestration.assets_ingest import build_ingest_assets
+from kinematic_pipeline.orchestration.jobs import build_jobs
+from kinematic_pipeline.orchestration.resources import PipelineSettings
+
+
+def build_definitions(settings: Settings) -> dg.Definitions:
+    with warnings.catch_warnings():
+        # BackfillPolicy is "beta" in Dagster 1.13; single-run backfills are what trading-day assets need.
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        assets = [*build_ingest_assets(settings)]
+    return dg.Definitions(assets=assets, jobs=build_jobs(settings), resources={"settings": PipelineSettings()})
+
+
+defs = build_definitions(load_settings())

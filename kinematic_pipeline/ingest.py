@@ -1,0 +1,193 @@
+"""The raw_ohlcv data contract: validate bars, split kept rows from the quarantine, assign trading days.
+
+Every row read ends up in exactly one of two places: kept (``raw_ohlcv``) or the quarantine with its
+reasons and original values. Reasons (a row may have several, joined by ``;``):
+
+- ``missing_ticker``: empty or null ticker;
+- ``missing_value``: NaN/null open, high, low, close or volume (the text of an unparseable value is in
+  ``raw_text``);
+- ``nonpositive_price``: open, high, low or close <= 0 (ln undefined);
+- ``negative_volume``: volume < 0;
+- ``high_low_inconsistent``: high below max(open, close) or low above min(open, close), beyond a
+  relative tolerance for adjustment rounding (``IngestConfig.hl_policy = "flag"`` keeps them flagged);
+- ``non_trading_day``: dated on a day the NYSE was closed (assigned to the next session's partition);
+- ``duplicate_key``: a later row with the (ticker, date) of an earlier valid row (the first is kept);
+- ``unsorted_date``: a valid row dated before an earlier valid row of the same ticker in source order.
+
+Zero volume is kept and marked ``volume_missing`` (ln 0 is undefined: the tokenizer drops that
+measurement). Pure code: no dagster.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from kinematic_pipeline.calendar import _sessions
+from kinematic_pipeline.config import IngestConfig
+from kinematic_pipeline.sources.base import PRICE_COLUMNS, RAW_SCHEMA, VALUE_COLUMNS
+
+KEPT_SCHEMA: dict[str, pl.DataType] = {
+    "ticker": pl.String,
+    "date": pl.Date,
+    "open": pl.Float64,
+    "high": pl.Float64,
+    "low": pl.Float64,
+    "close": pl.Float64,
+    "volume": pl.Float64,
+    "adj_close": pl.Float64,
+    "volume_missing": pl.Boolean,  # volume == 0: a missing measurement, not ln(0)
+    "hl_inconsistent": pl.Boolean,  # only ever true with hl_policy = "flag"
+}
+QUARANTINE_SCHEMA: dict[str, pl.DataType] = {
+    **{k: v for k, v in RAW_SCHEMA.items() if k not in ("source_file", "source_row", "raw_text")},
+    "partition_date": pl.Date,
+    "reason": pl.String,
+    "detail": pl.String,
+    "raw_text": pl.String,
+    "source_file": pl.String,
+    "source_row": pl.Int64,
+}
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    kept: pl.DataFrame  # KEPT_SCHEMA + partition_date
+    quarantine: pl.DataFrame  # QUARANTINE_SCHEMA
+    rows_read: pl.DataFrame  # partition_date, rows_read
+
+
+def assign_partitions(dates: pl.Series) -> pl.Series:
+    """The trading-day partition of each date: the first NYSE session on or after it."""
+    sessions = _sessions()
+    values = dates.cast(pl.Date).to_numpy().astype("datetime64[D]")
+    idx = np.searchsorted(sessions, values)
+    if len(idx) and idx.max() >= len(sessions):
+        raise ValueError(f"date {dates.max()} is beyond the trading calendar")
+    return pl.Series("partition_date", sessions[idx]).cast(pl.Date)
+
+
+def _fmt(col: str) -> pl.Expr:
+    return pl.lit(f"{col}=") + pl.col(col).cast(pl.String).fill_null("null")
+
+
+def _row_reasons(cfg: IngestConfig) -> list[tuple[str, pl.Expr, pl.Expr]]:
+    """(code, condition, detail) for the checks that look at one row alone."""
+    missing = [pl.col(c).is_null() | pl.col(c).is_nan() for c in VALUE_COLUMNS]
+    nonpos = [pl.col(c) <= 0 for c in PRICE_COLUMNS]
+    hi_ref = pl.max_horizontal("open", "close") * (1 - cfg.hl_rel_tolerance)
+    lo_ref = pl.min_horizontal("open", "close") * (1 + cfg.hl_rel_tolerance)
+    hl_bad = (pl.col("high") < hi_ref) | (pl.col("low") > lo_ref) | (pl.col("high") < pl.col("low"))
+    return [
+        (
+            "missing_ticker",
+            pl.col("ticker").is_null() | (pl.col("ticker").str.strip_chars() == ""),
+            pl.lit("ticker empty"),
+        ),
+        (
+            "missing_value",
+            pl.any_horizontal(missing),
+            pl.concat_str(
+                [pl.when(m).then(pl.lit(c)) for c, m in zip(VALUE_COLUMNS, missing)], separator=",", ignore_nulls=True
+            ),
+        ),
+        (
+            "nonpositive_price",
+            pl.any_horizontal(nonpos),
+            pl.concat_str(
+                [pl.when(m).then(_fmt(c)) for c, m in zip(PRICE_COLUMNS, nonpos)], separator=",", ignore_nulls=True
+            ),
+        ),
+        ("negative_volume", pl.col("volume") < 0, _fmt("volume")),
+        ("high_low_inconsistent", hl_bad, pl.concat_str([_fmt(c) for c in PRICE_COLUMNS], separator=",")),
+    ]
+
+
+def validate_bars(raw: pl.DataFrame, cfg: IngestConfig | None = None) -> IngestResult:
+    """Split source rows (RAW_SCHEMA, in source order) into kept bars and quarantined rows."""
+    cfg = cfg or IngestConfig()
+    missing_cols = [c for c in RAW_SCHEMA if c not in raw.columns]
+    if missing_cols:
+        raise ValueError(f"source frame lacks column(s) {', '.join(missing_cols)}")
+    if raw["date"].null_count():
+        row = raw.filter(pl.col("date").is_null()).row(0, named=True)
+        raise ValueError(
+            f"{row['source_file']} row {row['source_row']} (ticker {row['ticker']}): column 'date' is null"
+        )
+
+    frame = raw.with_row_index("_order").with_columns(assign_partitions(raw["date"]))
+    frame = frame.with_columns(
+        pl.col("ticker").str.strip_chars(),
+        pl.col("volume").eq(0).fill_null(False).alias("volume_missing"),
+    )
+    reasons = [r for r in _row_reasons(cfg) if not (r[0] == "high_low_inconsistent" and cfg.hl_policy == "flag")]
+    hl = _row_reasons(cfg)[-1][1]
+    frame = frame.with_columns(
+        *[cond.fill_null(False).alias(f"_bad_{code}") for code, cond, _ in reasons],
+        *[det.alias(f"_det_{code}") for code, _, det in reasons],
+        hl.fill_null(False).alias("hl_inconsistent")
+        if cfg.hl_policy == "flag"
+        else pl.lit(False).alias("hl_inconsistent"),
+        (pl.col("date") != pl.col("partition_date")).alias("_bad_non_trading_day"),
+        pl.lit("date is not an NYSE session").alias("_det_non_trading_day"),
+    )
+    codes = [code for code, _, _ in reasons] + ["non_trading_day"]
+    row_ok = ~pl.any_horizontal([pl.col(f"_bad_{c}") for c in codes])
+
+    # Order-dependent checks run on the rows that passed the row checks, in source order.
+    frame = frame.with_columns(row_ok.alias("_row_ok"))
+    ok = frame.filter("_row_ok").select("_order", "ticker", "date")
+    ok = ok.with_columns((pl.col("_order").rank("ordinal").over("ticker", "date") > 1).alias("_bad_duplicate_key"))
+    later = ok.filter(~pl.col("_bad_duplicate_key")).with_columns(
+        (pl.col("date") < pl.col("date").cum_max().shift(1).over("ticker")).fill_null(False).alias("_bad_unsorted_date")
+    )
+    frame = (
+        frame.join(ok.select("_order", "_bad_duplicate_key"), on="_order", how="left")
+        .join(later.select("_order", "_bad_unsorted_date"), on="_order", how="left")
+        .with_columns(
+            pl.col("_bad_duplicate_key").fill_null(False),
+            pl.col("_bad_unsorted_date").fill_null(False),
+            pl.lit("repeats an earlier (ticker, date)").alias("_det_duplicate_key"),
+            pl.lit("dated before an earlier row of this ticker").alias("_det_unsorted_date"),
+        )
+        .sort("_order")
+    )
+    codes += ["duplicate_key", "unsorted_date"]
+    bad = pl.any_horizontal([pl.col(f"_bad_{c}") for c in codes])
+    frame = frame.with_columns(
+        pl.concat_str(
+            [pl.when(pl.col(f"_bad_{c}")).then(pl.lit(c)) for c in codes], separator=";", ignore_nulls=True
+        ).alias("reason"),
+        pl.concat_str(
+            [pl.when(pl.col(f"_bad_{c}")).then(pl.lit(f"{c}: ") + pl.col(f"_det_{c}")) for c in codes],
+            separator="; ",
+            ignore_nulls=True,
+        ).alias("detail"),
+        bad.alias("_bad"),
+    )
+    kept = (
+        frame.filter(~pl.col("_bad"))
+        .select([pl.col(c).cast(t) for c, t in KEPT_SCHEMA.items()] + [pl.col("partition_date")])
+        .sort("partition_date", "ticker")
+    )
+    quarantine = frame.filter(pl.col("_bad")).select([pl.col(c).cast(t) for c, t in QUARANTINE_SCHEMA.items()])
+    rows_read = frame.group_by("partition_date").agg(pl.len().cast(pl.Int64).alias("rows_read")).sort("partition_date")
+    return IngestResult(kept=kept, quarantine=quarantine, rows_read=rows_read)
+
+
+def split_by_partition(
+    result: IngestResult, days: list[dt.date]
+) -> list[tuple[dt.date, pl.DataFrame, pl.DataFrame, int]]:
+    """(day, kept rows in KEPT_SCHEMA, quarantined rows, rows read) for each trading-day partition."""
+    kept = {k[0]: v.drop("partition_date") for k, v in result.kept.partition_by("partition_date", as_dict=True).items()}
+    quarantined = dict((k[0], v) for k, v in result.quarantine.partition_by("partition_date", as_dict=True).items())
+    read = dict(result.rows_read.iter_rows())
+    empty_kept = pl.DataFrame(schema=KEPT_SCHEMA)
+    empty_q = pl.DataFrame(schema=QUARANTINE_SCHEMA)
+    outside = set(read) - set(days)
+    if outside:
+        raise ValueError(f"rows dated outside the requested partitions: {sorted(outside)[:5]}")
+    return [(d, kept.get(d, empty_kept), quarantined.get(d, empty_q), int(read.get(d, 0))) for d in days]

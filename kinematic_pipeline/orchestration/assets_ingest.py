@@ -1,0 +1,92 @@
+"""Ingest stage: ``raw_ohlcv`` (and the quarantine beside it), partitioned by trading day."""
+
+import hashlib
+
+import dagster as dg
+import polars as pl
+
+from kinematic_pipeline.config import Settings
+from kinematic_pipeline.orchestration.metadata import markdown_table
+from kinematic_pipeline.orchestration.partitions import partition_days, trading_day_partitions
+from kinematic_pipeline.orchestration.resources import PipelineSettings
+from kinematic_pipeline.stages.ingest import RAW_ASSET, materialize_raw_ohlcv, verify_raw_ohlcv
+
+INGEST_CODE_VERSION = "ingest-1"
+RAW_CHECKS = (
+    ("no_nan_in_kept_rows", "Kept rows hold no NaN or null price/volume."),
+    ("unique_ticker_date", "(ticker, date) is unique."),
+    ("no_date_after_partition", "No kept row is dated after its trading-day partition."),
+    ("kept_plus_quarantined_equals_read", "Every row read is kept or quarantined: nothing is dropped."),
+)
+
+
+def build_ingest_assets(settings: Settings) -> list[dg.AssetsDefinition]:
+    partitions = trading_day_partitions(settings)
+
+    @dg.asset(
+        name=RAW_ASSET,
+        description="Validated daily OHLCV bars, one Parquet shard per NYSE session "
+        "($KP_WAREHOUSE/raw_ohlcv/<date>.parquet; DuckDB view raw_ohlcv). Zero volume is kept and marked "
+        "volume_missing. Rows that break the data contract go to the quarantine (DuckDB view quarantine, "
+        "with reason, detail and original values); the per-day manifest is the view raw_ohlcv_manifest.",
+        partitions_def=partitions,
+        group_name="ingest",
+        code_version=INGEST_CODE_VERSION,
+        kinds={"parquet", "duckdb"},
+        check_specs=[dg.AssetCheckSpec(name, asset=RAW_ASSET, description=desc) for name, desc in RAW_CHECKS],
+        backfill_policy=dg.BackfillPolicy.single_run(),
+    )
+    def raw_ohlcv(context: dg.AssetExecutionContext, settings: PipelineSettings):
+        cfg = settings.resolve()
+        days = partition_days(context)
+        summary = materialize_raw_ohlcv(cfg, days)
+        manifest, totals = summary.manifest, summary.totals
+        context.log.info(f"ingested {len(days)} trading day(s) from {cfg.data.source}: {totals}")
+
+        if len(days) <= cfg.ingest.max_partitions_observed:
+            for row in manifest.iter_rows(named=True):
+                context.log_event(
+                    dg.AssetObservation(
+                        asset_key=RAW_ASSET,
+                        partition=row["partition_date"].isoformat(),
+                        metadata={k: row[k] for k in ("rows_read", "rows_kept", "rows_quarantined", "content_hash")},
+                    )
+                )
+        single = len(days) == 1
+        content_hash = (
+            manifest["content_hash"][0]
+            if single
+            else hashlib.sha256("".join(manifest["content_hash"]).encode()).hexdigest()
+        )
+        checks = [
+            dg.AssetCheckResult(asset_key=RAW_ASSET, check_name=name, passed=bool(passed), metadata={"detail": text})
+            for name, (passed, text) in verify_raw_ohlcv(cfg, days).items()
+        ]
+        return dg.MaterializeResult(
+            check_results=checks,
+            metadata={
+                "rows_read": totals["rows_read"],
+                "rows_kept": totals["rows_kept"],
+                "rows_quarantined": totals["rows_quarantined"],
+                "zero_volume_rows_kept": totals["zero_volume_rows"],
+                "tickers": summary.tickers,
+                "date_range": f"{days[0]} .. {days[-1]} ({len(days)} sessions)",
+                "content_hash": content_hash,
+                "content_hash_kind": "sha256 of the shard"
+                if single
+                else "sha256 over the shards' sha256s, in date order",
+                "source": cfg.data.source,
+                "warehouse_path": dg.MetadataValue.path(str(cfg.warehouse / RAW_ASSET)),
+                "dagster/row_count": totals["rows_kept"],
+                "partitions_preview": dg.MetadataValue.md(markdown_table(_preview(manifest))),
+                "quarantine_reasons": dg.MetadataValue.md(markdown_table(summary.quarantine_reasons)),
+            },
+        )
+
+    return [raw_ohlcv]
+
+
+def _preview(manifest: pl.DataFrame, rows: int = 10) -> pl.DataFrame:
+    cols = ["partition_date", "rows_read", "rows_kept", "rows_quarantined", "tickers", "content_hash"]
+    m = manifest.select(cols).with_columns(pl.col("content_hash").str.slice(0, 16))
+    return m if m.height <= 2 * rows else pl.concat([m.head(rows), m.tail(rows)])

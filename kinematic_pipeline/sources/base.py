@@ -1,0 +1,47 @@
+"""The one interface every bar source implements, and the raw frame it returns."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Protocol
+
+import polars as pl
+
+PRICE_COLUMNS = ("open", "high", "low", "close")
+VALUE_COLUMNS = (*PRICE_COLUMNS, "volume")
+
+# What a source hands to ingest: one row per input row, in source order, nothing dropped. Values that
+# could not be parsed are null (ingest quarantines them with the original text in `raw_text`).
+RAW_SCHEMA: dict[str, pl.DataType] = {
+    "ticker": pl.String,
+    "date": pl.Date,
+    "open": pl.Float64,
+    "high": pl.Float64,
+    "low": pl.Float64,
+    "close": pl.Float64,
+    "volume": pl.Float64,
+    "adj_close": pl.Float64,
+    "source_file": pl.String,
+    "source_row": pl.Int64,  # 0-based row number within source_file (data rows, header excluded)
+    "raw_text": pl.String,  # original text of unparseable values, "column=value;..."; null when all parsed
+}
+
+
+class BarSource(Protocol):
+    """Daily OHLCV bars. ``read`` returns RAW_SCHEMA rows with start <= date <= end, in source order."""
+
+    name: str
+
+    def date_range(self) -> tuple[dt.date, dt.date] | None:
+        """First and last date the source holds (None if it holds nothing)."""
+
+    def read(self, start: dt.date, end: dt.date) -> pl.DataFrame:
+        """All rows dated in [start, end] (inclusive), in source order."""
+
+
+def conform(frame: pl.DataFrame) -> pl.DataFrame:
+    """Add missing optional columns as nulls and order/cast columns as RAW_SCHEMA."""
+    for name, dtype in RAW_SCHEMA.items():
+        if name not in frame.columns:
+            frame = frame.with_columns(pl.lit(None, dtype=dtype).alias(name))
+    return frame.select([pl.col(n).cast(t) for n, t in RAW_SCHEMA.items()])

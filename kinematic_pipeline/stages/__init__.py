@@ -1,0 +1,1 @@
+"""Stages as plain functions (no dagster): what each asset body calls."""

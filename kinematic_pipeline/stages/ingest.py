@@ -1,0 +1,167 @@
+"""The ingest stage without the orchestrator: read a range of trading days, validate, write shards.
+
+``materialize_raw_ohlcv`` is what the ``raw_ohlcv`` asset (and the benchmark) calls; ``verify_raw_ohlcv``
+re-reads what was written, independently of the writer, for the asset checks.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import polars as pl
+from tqdm.auto import tqdm
+
+from kinematic_pipeline import __version__
+from kinematic_pipeline.calendar import previous_trading_day
+from kinematic_pipeline.config import Settings
+from kinematic_pipeline.ingest import KEPT_SCHEMA, QUARANTINE_SCHEMA, split_by_partition, validate_bars
+from kinematic_pipeline.sources import BarSource, make_source
+from kinematic_pipeline.storage import (
+    manifest_path,
+    refresh_view,
+    remove_if_exists,
+    shard_path,
+    write_parquet_atomic,
+)
+
+RAW_ASSET, QUARANTINE_ASSET = "raw_ohlcv", "quarantine"
+MANIFEST_VIEW = "raw_ohlcv_manifest"
+MANIFEST_SCHEMA: dict[str, pl.DataType] = {
+    "partition_date": pl.Date,
+    "rows_read": pl.Int64,
+    "rows_kept": pl.Int64,
+    "rows_quarantined": pl.Int64,
+    "zero_volume_rows": pl.Int64,
+    "tickers": pl.Int64,
+    "content_hash": pl.String,  # sha256 of the raw_ohlcv shard's bytes
+    "quarantine_hash": pl.String,  # sha256 of the quarantine shard ("" when nothing was quarantined)
+    "source": pl.String,
+    "code_version": pl.String,
+}
+
+
+@dataclass(frozen=True)
+class IngestSummary:
+    manifest: pl.DataFrame  # MANIFEST_SCHEMA, one row per partition written
+    quarantine_reasons: pl.DataFrame  # reason, rows
+    tickers: int  # distinct tickers kept over the run
+
+    @property
+    def totals(self) -> dict[str, int]:
+        m = self.manifest
+        return {k: int(m[k].sum()) for k in ("rows_read", "rows_kept", "rows_quarantined", "zero_volume_rows")}
+
+
+def read_range(source: BarSource, days: list[dt.date], tickers: tuple[str, ...] | None) -> pl.DataFrame:
+    """Source rows that belong to ``days``: dated after the session before the first day, up to the last."""
+    start = previous_trading_day(days[0]) + dt.timedelta(days=1)
+    raw = source.read(start, days[-1])
+    if tickers is not None:
+        raw = raw.filter(pl.col("ticker").is_in(list(tickers)))
+    return raw
+
+
+def materialize_raw_ohlcv(
+    settings: Settings, days: list[dt.date], source: BarSource | None = None, progress: bool = True
+) -> IngestSummary:
+    """Ingest ``days`` (sorted trading days): one kept shard and at most one quarantine shard per day.
+
+    Re-materializing a day replaces its shards (a stale quarantine shard is removed), and the same
+    input gives byte-identical files.
+    """
+    if not days:
+        raise ValueError("no trading days to ingest")
+    days = sorted(days)
+    source = source or make_source(settings)
+    result = validate_bars(read_range(source, days, settings.data.tickers), settings.ingest)
+
+    records = []
+    wh = settings.warehouse
+    for day, kept, quarantined, rows_read in tqdm(
+        split_by_partition(result, days), desc="raw_ohlcv partitions", unit="day", disable=not progress
+    ):
+        content_hash = write_parquet_atomic(kept, shard_path(wh, RAW_ASSET, day))
+        q_path = shard_path(wh, QUARANTINE_ASSET, day)
+        if quarantined.height:
+            quarantine_hash = write_parquet_atomic(quarantined.sort("source_file", "source_row"), q_path)
+        else:
+            remove_if_exists(q_path)
+            quarantine_hash = ""
+        record = {
+            "partition_date": day,
+            "rows_read": rows_read,
+            "rows_kept": kept.height,
+            "rows_quarantined": quarantined.height,
+            "zero_volume_rows": int(kept["volume_missing"].sum()),
+            "tickers": kept["ticker"].n_unique(),
+            "content_hash": content_hash,
+            "quarantine_hash": quarantine_hash,
+            "source": source.name,
+            "code_version": __version__,
+        }
+        write_parquet_atomic(pl.DataFrame([record], schema=MANIFEST_SCHEMA), manifest_path(wh, RAW_ASSET, day))
+        records.append(record)
+
+    refresh_catalog(settings)
+    reasons = (
+        result.quarantine.select(pl.col("reason").str.split(";"))
+        .explode("reason")
+        .group_by("reason")
+        .len("rows")
+        .sort("reason")
+    )
+    return IngestSummary(
+        manifest=pl.DataFrame(records, schema=MANIFEST_SCHEMA),
+        quarantine_reasons=reasons,
+        tickers=result.kept["ticker"].n_unique(),
+    )
+
+
+def refresh_catalog(settings: Settings) -> None:
+    wh = settings.warehouse
+    refresh_view(wh, RAW_ASSET, wh / RAW_ASSET, {**KEPT_SCHEMA})
+    refresh_view(wh, QUARANTINE_ASSET, wh / QUARANTINE_ASSET, QUARANTINE_SCHEMA)
+    refresh_view(wh, MANIFEST_VIEW, wh / "manifests" / RAW_ASSET, MANIFEST_SCHEMA)
+
+
+def verify_raw_ohlcv(settings: Settings, days: list[dt.date]) -> dict[str, tuple[bool, str]]:
+    """Re-read the written shards of ``days`` and check the data contract; {check: (passed, description)}."""
+    wh = settings.warehouse
+    kept_files = [shard_path(wh, RAW_ASSET, d) for d in days]
+    missing = [str(p) for p in kept_files if not p.exists()]
+    if missing:
+        return {"shards_exist": (False, f"{len(missing)} shard(s) missing, e.g. {missing[0]}")}
+    kept = pl.scan_parquet(kept_files, include_file_paths="_file").with_columns(
+        pl.col("_file").str.extract(r"(\d{4}-\d{2}-\d{2})\.parquet$").str.to_date().alias("_partition")
+    )
+    stats = (
+        kept.select(
+            pl.len().alias("rows"),
+            pl.any_horizontal(
+                [pl.col(c).is_nan() | pl.col(c).is_null() for c in ("open", "high", "low", "close", "volume")]
+            )
+            .sum()
+            .alias("nan_rows"),
+            (pl.col("date") > pl.col("_partition")).sum().alias("after_partition"),
+            (pl.struct("ticker", "date").is_duplicated()).sum().alias("duplicates"),
+        )
+        .collect()
+        .row(0, named=True)
+    )
+    manifests = pl.read_parquet([manifest_path(wh, RAW_ASSET, d) for d in days])
+    q_files = [p for p in (shard_path(wh, QUARANTINE_ASSET, d) for d in days) if p.exists()]
+    quarantined = pl.scan_parquet(q_files).select(pl.len()).collect().item() if q_files else 0
+    read = int(manifests["rows_read"].sum())
+    return {
+        "no_nan_in_kept_rows": (stats["nan_rows"] == 0, f"{stats['nan_rows']} kept row(s) with NaN/null values"),
+        "unique_ticker_date": (stats["duplicates"] == 0, f"{stats['duplicates']} row(s) share a (ticker, date)"),
+        "no_date_after_partition": (
+            stats["after_partition"] == 0,
+            f"{stats['after_partition']} row(s) dated after their partition",
+        ),
+        "kept_plus_quarantined_equals_read": (
+            stats["rows"] + quarantined == read,
+            f"kept {stats['rows']} + quarantined {quarantined} vs read {read}",
+        ),
+    }

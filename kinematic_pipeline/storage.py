@@ -1,0 +1,129 @@
+"""The warehouse: Parquet shards written atomically, content hashes, and the DuckDB catalog of views.
+
+Parquet per partition is the source of truth; ``$KP_WAREHOUSE/catalog.duckdb`` only holds views over
+the shards (and small tables), so parallel writers never contend for DuckDB's single-writer lock
+except for the brief view refresh, which is serialized by a file lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import hashlib
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+
+PARQUET_COMPRESSION = "zstd"  # fixed writer options: the same frame always gives the same bytes
+
+
+def shard_path(warehouse: Path, asset: str, day: dt.date | str) -> Path:
+    """``$KP_WAREHOUSE/<asset>/<YYYY-MM-DD>.parquet``: one shard per trading-day partition."""
+    return Path(warehouse) / asset / f"{day}.parquet"
+
+
+def manifest_path(warehouse: Path, asset: str, day: dt.date | str) -> Path:
+    return Path(warehouse) / "manifests" / asset / f"{day}.parquet"
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_parquet_atomic(frame: pl.DataFrame, path: Path) -> str:
+    """Write ``frame`` to ``path`` via a temporary file and an atomic rename; return its sha256.
+
+    Readers (DuckDB globs ``*.parquet``, the training loader) never see a partial file: the temporary
+    name does not end in ``.parquet``, and ``os.replace`` swaps the complete file in at once.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        frame.write_parquet(tmp, compression=PARQUET_COMPRESSION, statistics=True)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        digest = file_sha256(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return digest
+
+
+def remove_if_exists(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        Path(path).unlink()
+
+
+@contextlib.contextmanager
+def catalog_connection(warehouse: Path, read_only: bool = False, timeout_s: float = 120.0) -> Iterator:
+    """A DuckDB connection to the catalog; writers hold an exclusive file lock (one writer at a time)."""
+    import duckdb
+
+    warehouse = Path(warehouse)
+    warehouse.mkdir(parents=True, exist_ok=True)
+    lock = open(warehouse / ".catalog.lock", "a+")
+    try:
+        deadline = time.monotonic() + timeout_s
+        mode = fcntl.LOCK_SH if read_only else fcntl.LOCK_EX
+        while True:
+            try:
+                fcntl.flock(lock, mode | fcntl.LOCK_NB)
+                break
+            except BlockingIOError as exc:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"catalog {warehouse / 'catalog.duckdb'} stayed locked for {timeout_s:.0f}s") from exc
+                time.sleep(0.05)
+        con = duckdb.connect(str(warehouse / "catalog.duckdb"), read_only=read_only)
+        try:
+            yield con
+        finally:
+            con.close()
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
+
+
+def _sql_schema(schema: dict[str, pl.DataType]) -> str:
+    types = {
+        pl.String: "VARCHAR",
+        pl.Date: "DATE",
+        pl.Float64: "DOUBLE",
+        pl.Float32: "FLOAT",
+        pl.Int64: "BIGINT",
+        pl.Int32: "INTEGER",
+        pl.Int8: "TINYINT",
+        pl.Boolean: "BOOLEAN",
+    }
+    return ", ".join(f"CAST(NULL AS {types[t]}) AS {name}" for name, t in schema.items())
+
+
+def refresh_view(warehouse: Path, view: str, directory: Path, schema: dict[str, pl.DataType]) -> None:
+    """(Re)create ``view`` over every ``*.parquet`` in ``directory``; typed and empty when there are none."""
+    directory = Path(directory).resolve()
+    has_files = directory.is_dir() and any(directory.glob("*.parquet"))
+    if has_files:
+        glob = str(directory / "*.parquet").replace("'", "''")
+        body = f"SELECT * FROM read_parquet('{glob}', union_by_name = true)"
+    else:
+        body = f"SELECT {_sql_schema(schema)} WHERE false"
+    with catalog_connection(warehouse) as con:
+        con.execute(f'CREATE OR REPLACE VIEW "{view}" AS {body}')
+
+
+def query(warehouse: Path, sql: str) -> pl.DataFrame:
+    """Run a read-only query against the catalog and return a Polars frame."""
+    with catalog_connection(warehouse, read_only=True) as con:
+        return con.sql(sql).pl()

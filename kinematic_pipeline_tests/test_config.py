@@ -1,0 +1,49 @@
+import dataclasses
+import datetime as dt
+
+import pytest
+
+from kinematic_pipeline.config import PROFILES, load_settings, profile_settings
+
+
+def test_every_profile_resolves_with_its_defaults(tmp_path):
+    for name in PROFILES:
+        env = {"KP_SOURCE_PATH": str(tmp_path)} if profile_settings(name).data.source != "synthetic" else {}
+        settings = load_settings(name, warehouse=tmp_path, env=env)
+        assert settings.profile == name
+        assert settings.catalog_path == tmp_path.resolve() / "catalog.duckdb"
+
+
+def test_settings_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        profile_settings("ci").profile = "paper"
+
+
+def test_environment_overrides_profile_and_arguments_override_environment(tmp_path):
+    env = {
+        "KP_PROFILE": "demo",
+        "KP_SOURCE": "csv",
+        "KP_SOURCE_PATH": "/data",
+        "KP_WAREHOUSE": str(tmp_path),
+        "KP_START_DATE": "2020-01-02",
+    }
+    settings = load_settings(env=env)
+    assert (settings.profile, settings.data.source, settings.data.source_path) == ("demo", "csv", "/data")
+    assert settings.data.start_date == dt.date(2020, 1, 2)
+    assert settings.data.end_date is None  # a real source is read up to its last bar
+    assert load_settings(env=env, source="synthetic").data.source == "synthetic"
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"KP_PROFILE": "huge"}, "unknown profile"),
+        ({"KP_SOURCE": "bloomberg"}, "KP_SOURCE='bloomberg'"),
+        ({"KP_SOURCE": "parquet"}, "needs KP_SOURCE_PATH"),
+        ({"KP_START_DATE": "03/01/2021"}, "KP_START_DATE"),
+        ({"KP_START_DATE": "2022-01-03", "KP_END_DATE": "2021-01-04"}, "before start date"),
+    ],
+)
+def test_bad_operator_input_is_named_in_the_error(env, message):
+    with pytest.raises(ValueError, match=message):
+        load_settings(env=env)
