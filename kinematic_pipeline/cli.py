@@ -108,7 +108,7 @@ def materialize(settings: Settings, selection: str | None = None) -> int:
         for tags in runs:
             partition_key = tags.pop("dagster/partition", None)
             result = dg.materialize(
-                defs.assets,
+                [*defs.assets, *defs.asset_checks],
                 selection=keys,
                 instance=instance,
                 resources=defs.resources,

@@ -57,6 +57,22 @@ class IngestConfig:
 
 
 @dataclass(frozen=True)
+class TokenizeConfig:
+    """Spline enrichment (DESIGN.md): smoothing, time unit, window admission, labels."""
+
+    alpha_price: float | str = 5.0  # paper eq. (1): alpha = 5 (trading days); or "mle" (alpha_estimates)
+    alpha_volume: float | str = 5.0  # paper eq. (2), separately configurable; or "mle"
+    alpha_mle_scope: str = "corpus"  # "corpus": one pooled estimate; "ticker": one per ticker (corpus fallback)
+    time_unit: str = "session"  # "session": t_k = k; "calendar": calendar days x 252/365.25 (mean step ~1)
+    max_missing_price: int = 4  # a window is admitted with at most this many missing closes of its 65
+    min_valid_volume: int = 32  # ... and at least this many valid (non-zero) volumes of its 64
+    label_source: str = "spline"  # "spline": paper's end-of-window spline positions; "close": close-to-close
+    taus: tuple[float, ...] = (0.0025, 0.005, 0.01, 0.02)  # Buy/Sell thresholds on the next-day log return
+    block_days: int = 256  # trading days tokenized per batch (bounds memory on long backfills)
+    write_threads: int = 2  # Parquet shards compressed and written in parallel
+
+
+@dataclass(frozen=True)
 class Settings:
     """Everything a stage needs, resolved once per process."""
 
@@ -65,6 +81,7 @@ class Settings:
     data: DataConfig = field(default_factory=DataConfig)
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
     ingest: IngestConfig = field(default_factory=IngestConfig)
+    tokenize: TokenizeConfig = field(default_factory=TokenizeConfig)
 
     @property
     def catalog_path(self) -> Path:

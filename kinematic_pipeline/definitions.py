@@ -8,6 +8,8 @@ import dagster as dg
 
 from kinematic_pipeline.config import Settings, load_settings
 from kinematic_pipeline.orchestration.assets_ingest import build_ingest_assets
+from kinematic_pipeline.orchestration.assets_tokenize import build_tokenize_assets
+from kinematic_pipeline.orchestration.checks import build_ingest_checks
 from kinematic_pipeline.orchestration.jobs import build_jobs
 from kinematic_pipeline.orchestration.resources import PipelineSettings
 
@@ -16,8 +18,13 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     with warnings.catch_warnings():
         # BackfillPolicy is "beta" in Dagster 1.13; single-run backfills are what trading-day assets need.
         warnings.simplefilter("ignore", dg.BetaWarning)
-        assets = [*build_ingest_assets(settings)]
-    return dg.Definitions(assets=assets, jobs=build_jobs(settings), resources={"settings": PipelineSettings()})
+        assets = [*build_ingest_assets(settings), *build_tokenize_assets(settings)]
+    return dg.Definitions(
+        assets=assets,
+        asset_checks=[*build_ingest_checks(settings)],
+        jobs=build_jobs(settings),
+        resources={"settings": PipelineSettings()},
+    )
 
 
 defs = build_definitions(load_settings())

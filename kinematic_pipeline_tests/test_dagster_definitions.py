@@ -22,13 +22,19 @@ PURE_MODULES = [
     "kinematic_pipeline.sources.files",
     "kinematic_pipeline.storage",
     "kinematic_pipeline.stages.ingest",
+    "kinematic_pipeline.stages.tokenize",
+    "kinematic_pipeline.stages.labels",
+    "kinematic_pipeline.stages.corpus",
+    "kinematic_pipeline.stages.alpha",
+    "kinematic_pipeline.tokenize",
+    "kinematic_pipeline.labels",
 ]
 
 
 def test_definitions_load_and_every_job_resolves(ci_settings):
     defs = build_definitions(ci_settings)
     jobs = defs.resolve_all_job_defs()
-    assert {j.name for j in jobs} >= {"ingest_job"}
+    assert {j.name for j in jobs} >= {"ingest_job", "tokenize_job", "corpus_job"}
     for job in jobs:
         assert job.asset_layer is not None
     graph = defs.resolve_asset_graph()
@@ -55,7 +61,7 @@ def test_raw_ohlcv_materializes_in_process_over_a_range_of_days(ci_settings):
     from kinematic_pipeline.orchestration.resources import PipelineSettings
 
     result = dg.materialize(
-        defs.assets,
+        [*defs.assets, *defs.asset_checks],
         selection=["raw_ohlcv"],
         resources={"settings": PipelineSettings(warehouse=str(ci_settings.warehouse), profile="ci")},
         tags={
@@ -75,3 +81,31 @@ def test_raw_ohlcv_materializes_in_process_over_a_range_of_days(ci_settings):
     days = query(ci_settings.warehouse, "SELECT DISTINCT date FROM raw_ohlcv ORDER BY 1")["date"]
     assert days.len() == 23 and days.max() <= SHORT_END
     assert isinstance(days, pl.Series)
+
+
+def test_the_tokenize_and_corpus_stages_materialize_in_process(tmp_path):
+    from kinematic_pipeline.config import load_settings
+    from kinematic_pipeline.orchestration.resources import PipelineSettings
+
+    settings = load_settings("ci", warehouse=tmp_path / "wh", env={})
+    defs = build_definitions(settings)
+    resources = {"settings": PipelineSettings(warehouse=str(settings.warehouse), profile="ci")}
+    instance = dg.DagsterInstance.ephemeral()
+    span = {"dagster/asset_partition_range_start": "2021-01-04", "dagster/asset_partition_range_end": "2021-06-30"}
+    everything = [*defs.assets, *defs.asset_checks]
+    steps = [
+        (["raw_ohlcv"], span),
+        (["alpha_estimates"], {}),
+        (["spline_tokens", "fd_tokens", "raw_tokens", "labels"], span),
+        (["corpus_stats"], {}),
+    ]
+    for selection, tags in steps:
+        result = dg.materialize(everything, selection=selection, resources=resources, tags=tags, instance=instance)
+        assert result.success, selection
+    spline = instance.get_latest_materialization_event(dg.AssetKey("spline_tokens")).asset_materialization
+    assert (
+        spline.metadata["windows"].value == query(settings.warehouse, "SELECT count(*) FROM spline_tokens").item() > 0
+    )
+    stats = instance.get_latest_materialization_event(dg.AssetKey("corpus_stats")).asset_materialization
+    assert "2021-12-31" in stats.metadata["fit_window"].value
+    assert query(settings.warehouse, "SELECT count(DISTINCT tokenization) FROM corpus_stats").item() == 3

@@ -60,3 +60,22 @@ def test_a_repaired_source_removes_the_stale_quarantine_shard(tmp_path, ci_setti
     assert not q.exists()
     assert query(settings.warehouse, "SELECT count(*) FROM quarantine").item() == 0
     assert query(settings.warehouse, "SELECT close FROM raw_ohlcv").item() == 1.5
+
+
+def test_the_contract_checks_catch_a_corrupted_shard(ci_settings):
+    days = _days()
+    materialize_raw_ohlcv(ci_settings, days, progress=False)
+    path = shard_path(ci_settings.warehouse, "raw_ohlcv", days[0])
+    good = pl.read_parquet(path)
+    bad = pl.concat([good, good.head(1)]).with_columns(
+        pl.when(pl.int_range(pl.len()) == 1).then(float("nan")).otherwise(pl.col("close")).alias("close"),
+        pl.when(pl.int_range(pl.len()) == 2).then(days[1]).otherwise(pl.col("date")).alias("date"),
+    )
+    bad.write_parquet(path)
+    results = verify_raw_ohlcv(ci_settings, days)
+    assert {name for name, (passed, _) in results.items() if not passed} == {
+        "no_nan_in_kept_rows",
+        "unique_ticker_date",
+        "no_date_after_partition",
+        "kept_plus_quarantined_equals_read",
+    }

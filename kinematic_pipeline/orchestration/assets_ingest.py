@@ -9,15 +9,9 @@ from kinematic_pipeline.config import Settings
 from kinematic_pipeline.orchestration.metadata import markdown_table
 from kinematic_pipeline.orchestration.partitions import partition_days, trading_day_partitions
 from kinematic_pipeline.orchestration.resources import PipelineSettings
-from kinematic_pipeline.stages.ingest import RAW_ASSET, materialize_raw_ohlcv, verify_raw_ohlcv
+from kinematic_pipeline.stages.ingest import RAW_ASSET, materialize_raw_ohlcv
 
 INGEST_CODE_VERSION = "ingest-1"
-RAW_CHECKS = (
-    ("no_nan_in_kept_rows", "Kept rows hold no NaN or null price/volume."),
-    ("unique_ticker_date", "(ticker, date) is unique."),
-    ("no_date_after_partition", "No kept row is dated after its trading-day partition."),
-    ("kept_plus_quarantined_equals_read", "Every row read is kept or quarantined: nothing is dropped."),
-)
 
 
 def build_ingest_assets(settings: Settings) -> list[dg.AssetsDefinition]:
@@ -33,7 +27,6 @@ def build_ingest_assets(settings: Settings) -> list[dg.AssetsDefinition]:
         group_name="ingest",
         code_version=INGEST_CODE_VERSION,
         kinds={"parquet", "duckdb"},
-        check_specs=[dg.AssetCheckSpec(name, asset=RAW_ASSET, description=desc) for name, desc in RAW_CHECKS],
         backfill_policy=dg.BackfillPolicy.single_run(),
     )
     def raw_ohlcv(context: dg.AssetExecutionContext, settings: PipelineSettings):
@@ -58,12 +51,7 @@ def build_ingest_assets(settings: Settings) -> list[dg.AssetsDefinition]:
             if single
             else hashlib.sha256("".join(manifest["content_hash"]).encode()).hexdigest()
         )
-        checks = [
-            dg.AssetCheckResult(asset_key=RAW_ASSET, check_name=name, passed=bool(passed), metadata={"detail": text})
-            for name, (passed, text) in verify_raw_ohlcv(cfg, days).items()
-        ]
         return dg.MaterializeResult(
-            check_results=checks,
             metadata={
                 "rows_read": totals["rows_read"],
                 "rows_kept": totals["rows_kept"],

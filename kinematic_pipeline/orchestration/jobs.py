@@ -15,6 +15,17 @@ def build_jobs(settings: Settings) -> list[dg.UnresolvedAssetJobDefinition]:
             "ingest_job",
             selection=dg.AssetSelection.groups("ingest"),
             partitions_def=partitions,
-            description="Ingest trading days: raw_ohlcv and quarantine (single-run backfills).",
+            description="Ingest trading days: raw_ohlcv and its quarantine (single-run backfills).",
+        ),
+        dg.define_asset_job(
+            "tokenize_job",
+            selection=dg.AssetSelection.assets("spline_tokens", "fd_tokens", "raw_tokens", "labels"),
+            partitions_def=partitions,
+            description="Tokenize trading days: the three token assets and the labels.",
+        ),
+        dg.define_asset_job(
+            "corpus_job",
+            selection=dg.AssetSelection.assets("alpha_estimates", "corpus_stats"),
+            description="Fit alpha by marginal likelihood and the training-period corpus statistics.",
         ),
     ]

@@ -125,6 +125,12 @@ def refresh_catalog(settings: Settings) -> None:
     refresh_view(wh, MANIFEST_VIEW, wh / "manifests" / RAW_ASSET, MANIFEST_SCHEMA)
 
 
+def materialized_days(settings: Settings) -> list[dt.date]:
+    """Every trading day with a raw_ohlcv manifest in the warehouse."""
+    folder = settings.warehouse / "manifests" / RAW_ASSET
+    return sorted(dt.date.fromisoformat(p.stem) for p in folder.glob("*.parquet")) if folder.is_dir() else []
+
+
 def verify_raw_ohlcv(settings: Settings, days: list[dt.date]) -> dict[str, tuple[bool, str]]:
     """Re-read the written shards of ``days`` and check the data contract; {check: (passed, description)}."""
     wh = settings.warehouse

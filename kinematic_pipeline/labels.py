@@ -1,0 +1,80 @@
+"""Buy/Sell/Hold labels of the paper's "Training Objectives & Labeling" (pure numpy, no dagster).
+
+g_j = Buy (0) if r_j > tau, Sell (1) if r_j < -tau, else Hold (2); r_j == +-tau is Hold. A return that
+is not known yet (the last day: its next bar does not exist) or not defined gives the label -1.
+
+Two sources of r_j (DESIGN.md "Labels"; record which one was used):
+- "spline" (the paper's r_j = c0(t_j+1) - c0(t_j)): the end-of-window positions of two consecutive
+  causal fits, x_j+1(t_j+1) - x_j(t_j), each the fitted log price at the last knot of the window ending
+  that day (``spline_end_position``).
+- "close": the next-day close-to-close log return ln C_t+1 - ln C_t, what the backtest trades.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+TAUS = (0.0025, 0.005, 0.01, 0.02)  # the paper's tau sweep (log-return thresholds); 0.01 is its default
+CLASS_NAMES = ("Buy", "Sell", "Hold")  # label value = index
+BUY, SELL, HOLD = 0, 1, 2
+UNKNOWN = -1  # label of a NaN return
+LABEL_SOURCES = ("spline", "close")
+
+
+def label_returns_close(log_close_t, log_close_next) -> np.ndarray:
+    """r = ln C_t+1 - ln C_t, elementwise; NaN where either is missing."""
+    return _difference(log_close_next, log_close_t, "log_close_next", "log_close_t")
+
+
+def label_returns_spline(end_position_t, end_position_next) -> np.ndarray:
+    """r = x_t+1(t_t+1) - x_t(t_t) from consecutive causal fits' end positions; NaN where missing."""
+    return _difference(end_position_next, end_position_t, "end_position_next", "end_position_t")
+
+
+def spline_end_position(price_tokens, h=1.0) -> np.ndarray:
+    """Fitted log price at the window's last knot: the cubic of token 63 evaluated at s = h.
+
+    price_tokens: [n, 64, 4] Taylor coefficients (c0, c1, c2, c3) at each token's left knot.
+    h: the last interval's length (scalar or [n]; 1 trading day by default).
+    """
+    tokens = np.asarray(price_tokens, dtype=np.float64)
+    if tokens.ndim != 3 or tokens.shape[1:] != (64, 4):
+        raise ValueError(f"price_tokens must have shape [n, 64, 4], got {tokens.shape}")
+    h = np.asarray(h, dtype=np.float64)
+    if h.ndim > 1 or (h.ndim == 1 and h.shape != (tokens.shape[0],)):
+        raise ValueError(f"h must be a scalar or have shape ({tokens.shape[0]},), got {h.shape}")
+    if not (np.isfinite(h).all() and (h > 0).all()):
+        raise ValueError("h must be finite and > 0")
+    c0, c1, c2, c3 = (tokens[:, 63, j] for j in range(4))
+    return c0 + h * (c1 + h * (c2 / 2.0 + h * c3 / 6.0))
+
+
+def forward_returns(position) -> np.ndarray:
+    """r_t = position_t+1 - position_t along the last axis (one ticker's days in order); last is NaN."""
+    x = np.asarray(position, dtype=np.float64)
+    r = np.full_like(x, np.nan)
+    r[..., :-1] = x[..., 1:] - x[..., :-1]
+    return r
+
+
+def labels_from_returns(r, tau: float) -> np.ndarray:
+    """int8 labels: 0 Buy (r > tau), 1 Sell (r < -tau), 2 Hold (otherwise), -1 where r is NaN."""
+    tau = float(tau)
+    if not (np.isfinite(tau) and tau >= 0):
+        raise ValueError(f"tau must be finite and >= 0, got {tau!r}")
+    r = np.asarray(r, dtype=np.float64)
+    if np.isinf(r).any():
+        raise ValueError("r has infinite values")
+    labels = np.full(r.shape, HOLD, dtype=np.int8)
+    labels[r > tau] = BUY
+    labels[r < -tau] = SELL
+    labels[np.isnan(r)] = UNKNOWN
+    return labels
+
+
+def _difference(later, earlier, later_name: str, earlier_name: str) -> np.ndarray:
+    a = np.asarray(later, dtype=np.float64)
+    b = np.asarray(earlier, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"{later_name} has shape {a.shape}, {earlier_name} {b.shape}")
+    return a - b

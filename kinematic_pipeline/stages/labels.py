@@ -1,0 +1,138 @@
+"""The labels stage: Buy/Sell/Hold for each tau, for the windows ending on each trading day.
+
+The label of day t needs day t+1 (the paper's r_j = c0(t_j+1) - c0(t_j)), so day t's shard reads the
+spline_tokens and raw_ohlcv shards of t and of the next session only; where the next session is not
+materialized yet, returns and labels are unknown (NaN / -1) until it is. Both returns are stored
+(``r_spline``: end-of-window positions of consecutive causal fits; ``r_close``: close-to-close, what the
+backtest trades); the label columns use ``tokenize.label_source``, recorded in ``label_source``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+
+import numpy as np
+import polars as pl
+from tqdm.auto import tqdm
+
+from kinematic_pipeline import __version__
+from kinematic_pipeline.calendar import trading_day_on_or_after
+from kinematic_pipeline.config import Settings
+from kinematic_pipeline.labels import LABEL_SOURCES, labels_from_returns
+from kinematic_pipeline.storage import manifest_path, refresh_view, shard_path, write_parquet_atomic
+
+LABELS_ASSET = "labels"
+
+
+def tau_column(tau: float) -> str:
+    """``label_tau_0p0025`` for tau = 0.0025."""
+    return "label_tau_" + f"{tau:.4f}".replace(".", "p")
+
+
+def labels_schema(taus: tuple[float, ...]) -> dict[str, pl.DataType]:
+    return {
+        "ticker": pl.String,
+        "date": pl.Date,
+        "r_spline": pl.Float64,
+        "r_close": pl.Float64,
+        "label_source": pl.String,
+        **{tau_column(t): pl.Int8 for t in taus},
+    }
+
+
+MANIFEST_SCHEMA: dict[str, pl.DataType] = {
+    "partition_date": pl.Date,
+    "next_date": pl.Date,
+    "windows": pl.Int64,
+    "known": pl.Int64,  # windows whose next-day return exists
+    "content_hash": pl.String,
+    "inputs_digest": pl.String,  # content hashes of the spline_tokens and raw_ohlcv shards read
+    "code_version": pl.String,
+}
+
+
+def _read(settings: Settings, asset: str, day: dt.date, schema: dict[str, pl.DataType], required: bool) -> pl.DataFrame:
+    """The shard's columns; an empty frame when it does not exist and is not required."""
+    path = shard_path(settings.warehouse, asset, day)
+    if path.exists():
+        return pl.read_parquet(path, columns=list(schema))
+    if required:
+        raise FileNotFoundError(f"{asset} partition {day} is not materialized (no {path})")
+    return pl.DataFrame(schema=schema)
+
+
+def _hash(settings: Settings, asset: str, day: dt.date) -> str:
+    path = manifest_path(settings.warehouse, asset, day)
+    return pl.read_parquet(path, columns=["content_hash"])["content_hash"][0] if path.exists() else ""
+
+
+def day_labels(settings: Settings, day: dt.date) -> tuple[pl.DataFrame, dt.date, str]:
+    """Labels of the windows ending on ``day`` (LABELS schema), the next session, and the inputs' digest."""
+    cfg = settings.tokenize
+    if cfg.label_source not in LABEL_SOURCES:
+        raise ValueError(f"tokenize.label_source={cfg.label_source!r}: expected one of {LABEL_SOURCES}")
+    nxt = trading_day_on_or_after(day + dt.timedelta(days=1))
+    positions = {"ticker": pl.String, "end_position": pl.Float64}
+    closes = {"ticker": pl.String, "close": pl.Float64}
+    today = _read(settings, "spline_tokens", day, positions, required=True)
+    # The next session may not exist yet (the newest day): its returns stay unknown.
+    tomorrow = _read(settings, "spline_tokens", nxt, positions, required=False)
+    bars_next = _read(settings, "raw_ohlcv", nxt, closes, required=False)
+    frame = (
+        today.join(_read(settings, "raw_ohlcv", day, closes, required=True), on="ticker", how="left")
+        .join(tomorrow.rename({"end_position": "end_next"}), on="ticker", how="left")
+        .join(bars_next.rename({"close": "close_next"}), on="ticker", how="left")
+    )
+    frame = frame.with_columns(
+        (pl.col("end_next") - pl.col("end_position")).alias("r_spline"),
+        (pl.col("close_next").log() - pl.col("close").log()).alias("r_close"),
+    ).with_columns(pl.col("r_spline").fill_null(np.nan), pl.col("r_close").fill_null(np.nan))
+    r = frame["r_spline" if cfg.label_source == "spline" else "r_close"].to_numpy()
+    out = frame.select(
+        "ticker",
+        pl.lit(day).alias("date"),
+        "r_spline",
+        "r_close",
+        pl.lit(cfg.label_source).alias("label_source"),
+    ).with_columns(*[pl.Series(tau_column(t), labels_from_returns(r, t), dtype=pl.Int8) for t in cfg.taus])
+    digest_parts = [_hash(settings, a, d) for a in ("spline_tokens", "raw_ohlcv") for d in (day, nxt)]
+    return out.sort("ticker"), nxt, hashlib.sha256("".join(digest_parts).encode()).hexdigest()
+
+
+def materialize_labels(settings: Settings, days: list[dt.date], progress: bool = True) -> pl.DataFrame:
+    wh = settings.warehouse
+    records = []
+    for day in tqdm(sorted(days), desc="labels", unit="day", disable=not progress):
+        frame, nxt, digest = day_labels(settings, day)
+        record = {
+            "partition_date": day,
+            "next_date": nxt,
+            "windows": frame.height,
+            "known": int(
+                frame["r_spline" if settings.tokenize.label_source == "spline" else "r_close"].is_not_nan().sum()
+            ),
+            "content_hash": write_parquet_atomic(frame, shard_path(wh, LABELS_ASSET, day)),
+            "inputs_digest": digest,
+            "code_version": __version__,
+        }
+        write_parquet_atomic(pl.DataFrame([record], schema=MANIFEST_SCHEMA), manifest_path(wh, LABELS_ASSET, day))
+        records.append(record)
+    refresh_view(wh, LABELS_ASSET, wh / LABELS_ASSET, labels_schema(settings.tokenize.taus))
+    refresh_view(wh, f"{LABELS_ASSET}_manifest", wh / "manifests" / LABELS_ASSET, MANIFEST_SCHEMA)
+    return pl.DataFrame(records, schema=MANIFEST_SCHEMA)
+
+
+def label_distribution(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
+    """Counts of Buy/Sell/Hold/unknown per tau over ``days`` (for metadata)."""
+    frame = pl.read_parquet([shard_path(settings.warehouse, LABELS_ASSET, d) for d in days])
+    rows = []
+    for tau in settings.tokenize.taus:
+        col = frame[tau_column(tau)]
+        rows.append(
+            {
+                "tau": tau,
+                **{name: int((col == v).sum()) for name, v in (("buy", 0), ("sell", 1), ("hold", 2), ("unknown", -1))},
+            }
+        )
+    return pl.DataFrame(rows)

@@ -1,0 +1,312 @@
+"""The tokenize stage without the orchestrator: raw_ohlcv shards -> one token shard per trading day.
+
+For the window ending on session i, ticker j: price samples ln(close) on sessions i-64..i (65 knots) and
+volume measurements ln(volume) on sessions i-63..i (64 intervals). A missing bar or a zero volume is a
+missing measurement (NaN: the spline drops its term). A ticker gets a window on day i when it has a close
+on day i, at most ``max_missing_price`` missing closes and at least ``min_valid_volume`` valid volumes in
+the window. Only sessions <= i are ever read for day i's window (no look-ahead).
+
+Each shard ``$KP_WAREHOUSE/<asset>/<date>.parquet`` holds, per ticker: ``ticker``, ``date``,
+``n_missing_price``, ``n_missing_volume``, ``tokens`` (float32 [64, 9]: price c0..c3, volume c~0..c~4 for
+spline_tokens; the same shape for fd_tokens and raw_tokens) and, for spline_tokens, ``end_position``
+(float64 fitted log price at the last knot, for the paper's spline labels). Tokens are stored unanchored
+and unnormalized; anchoring and z-scoring (corpus_stats) happen where windows are consumed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+from tqdm.auto import tqdm
+
+from kinematic_pipeline import __version__
+from kinematic_pipeline.calendar import trading_days
+from kinematic_pipeline.config import Settings
+from kinematic_pipeline.labels import spline_end_position
+from kinematic_pipeline.stages.alpha import AlphaLookup
+from kinematic_pipeline.storage import manifest_path, refresh_view, shard_path, write_parquet_atomic
+from kinematic_pipeline.tokenize import fd_tokens, raw_tokens, tokenize_price_windows, tokenize_volume_windows
+
+TOKEN_ASSETS = ("spline_tokens", "fd_tokens", "raw_tokens")
+N_KNOTS, N_TOKENS, N_CHANNELS = 65, 64, 9
+LOOKBACK = N_KNOTS - 1  # sessions before the window's last day
+CALENDAR_DAYS_PER_SESSION = 365.25 / 252
+TOKEN_COMPRESSION = "lz4"  # float32 tokens barely compress (zstd saves ~4%); lz4 writes twice as fast
+SHARD_SCHEMA: dict[str, pl.DataType] = {
+    "ticker": pl.String,
+    "date": pl.Date,
+    "n_missing_price": pl.Int8,
+    "n_missing_volume": pl.Int8,
+    "tokens": pl.Array(pl.Float32, (N_TOKENS, N_CHANNELS)),
+}
+SPLINE_SCHEMA = {**SHARD_SCHEMA, "end_position": pl.Float64}
+TOKEN_MANIFEST_SCHEMA: dict[str, pl.DataType] = {
+    "partition_date": pl.Date,
+    "windows": pl.Int64,
+    "content_hash": pl.String,  # sha256 of the shard's bytes
+    "raw_inputs_digest": pl.String,  # sha256 over the content hashes of the 65 raw_ohlcv shards read
+    "alpha_price": pl.String,
+    "alpha_volume": pl.String,
+    "time_unit": pl.String,
+    "code_version": pl.String,
+}
+
+
+@dataclass(frozen=True)
+class Panel:
+    """Dense bars of a range of sessions: [session, ticker] arrays (NaN = missing measurement)."""
+
+    sessions: list[dt.date]
+    tickers: list[str]
+    log_close: np.ndarray  # float64 [S, J]
+    log_volume: np.ndarray  # float64 [S, J]; NaN where the bar is missing or its volume is 0
+    raw_hashes: list[str]  # content hash of each session's raw_ohlcv shard ("" before the history starts)
+
+
+def load_panel(settings: Settings, first_day: dt.date, last_day: dt.date) -> Panel:
+    """Bars of the sessions ``first_day - 64 sessions .. last_day`` from the raw_ohlcv shards."""
+    wh = settings.warehouse
+    history_start = settings.data.start_date
+    sessions = trading_days(max(history_start, _sessions_before(first_day, LOOKBACK)), last_day)
+    paths = [shard_path(wh, "raw_ohlcv", day) for day in sessions]
+    manifests = [manifest_path(wh, "raw_ohlcv", day) for day in sessions]
+    for day, path, manifest in zip(sessions, paths, manifests):
+        if not path.exists() or not manifest.exists():
+            raise FileNotFoundError(
+                f"raw_ohlcv partition {day} is not materialized (no {path}); materialize raw_ohlcv for it first"
+            )
+    hashes = pl.read_parquet(manifests, columns=["content_hash"])["content_hash"].to_list()
+    bars = pl.read_parquet(paths, columns=["ticker", "date", "close", "volume", "volume_missing"])
+    tickers = sorted(bars["ticker"].unique().to_list())
+    s_index = {d: k for k, d in enumerate(sessions)}
+    t_index = {t: k for k, t in enumerate(tickers)}
+    rows = np.fromiter((s_index[d] for d in bars["date"].to_list()), dtype=np.int64, count=bars.height)
+    cols = np.fromiter((t_index[t] for t in bars["ticker"].to_list()), dtype=np.int64, count=bars.height)
+    log_close = np.full((len(sessions), len(tickers)), np.nan)
+    log_volume = np.full((len(sessions), len(tickers)), np.nan)
+    log_close[rows, cols] = np.log(bars["close"].to_numpy())
+    volume = bars["volume"].to_numpy()
+    with np.errstate(divide="ignore"):
+        log_volume[rows, cols] = np.where(bars["volume_missing"].to_numpy(), np.nan, np.log(volume))
+    return Panel(sessions, tickers, log_close, log_volume, hashes)
+
+
+def _sessions_before(day: dt.date, count: int) -> dt.date:
+    """The session ``count`` sessions before ``day`` (day itself if the calendar starts later)."""
+    back = trading_days(day - dt.timedelta(days=2 * count + 30), day)
+    return back[max(0, len(back) - 1 - count)]
+
+
+@dataclass(frozen=True)
+class DayWindows:
+    day: dt.date
+    tickers: list[str]
+    log_price: np.ndarray  # [n, 65]
+    log_volume: np.ndarray  # [n, 64]
+    times: np.ndarray | None  # [n, 65] knot times (calendar time unit) or None (sessions)
+    n_missing_price: np.ndarray
+    n_missing_volume: np.ndarray
+    raw_inputs_digest: str
+
+
+def day_windows(settings: Settings, panel: Panel, day: dt.date) -> DayWindows:
+    """The admitted windows ending on ``day`` (rows in ticker order)."""
+    cfg = settings.tokenize
+    i = panel.sessions.index(day)
+    lo = i - LOOKBACK
+    price = np.full((len(panel.tickers), N_KNOTS), np.nan)
+    volume = np.full((len(panel.tickers), N_TOKENS), np.nan)
+    first = max(lo, 0)
+    price[:, first - lo :] = panel.log_close[first : i + 1].T
+    vfirst = max(lo + 1, 0)
+    volume[:, vfirst - lo - 1 :] = panel.log_volume[vfirst : i + 1].T
+    missing_p = np.isnan(price).sum(axis=1)
+    missing_v = np.isnan(volume).sum(axis=1)
+    admit = (
+        ~np.isnan(price[:, -1]) & (missing_p <= cfg.max_missing_price) & (N_TOKENS - missing_v >= cfg.min_valid_volume)
+    )
+    times = None
+    if cfg.time_unit == "calendar":
+        dates = [panel.sessions[k] for k in range(first, i + 1)]
+        if lo < 0:
+            raise ValueError(f"calendar time needs 64 sessions of history before {day}")
+        offsets = np.array([(d - dates[0]).days for d in dates], dtype=np.float64) / CALENDAR_DAYS_PER_SESSION
+        times = np.broadcast_to(offsets, (int(admit.sum()), N_KNOTS)).copy()
+    elif cfg.time_unit != "session":
+        raise ValueError(f"tokenize.time_unit={cfg.time_unit!r}: expected 'session' or 'calendar'")
+    digest = hashlib.sha256("".join(panel.raw_hashes[first : i + 1]).encode()).hexdigest()
+    idx = np.flatnonzero(admit)
+    return DayWindows(
+        day=day,
+        tickers=[panel.tickers[k] for k in idx],
+        log_price=np.ascontiguousarray(price[idx]),
+        log_volume=np.ascontiguousarray(volume[idx]),
+        times=times,
+        n_missing_price=missing_p[idx].astype(np.int8),
+        n_missing_volume=missing_v[idx].astype(np.int8),
+        raw_inputs_digest=digest,
+    )
+
+
+class Workspace:
+    """Output buffers reused from block to block: first-touch page faults of fresh multi-hundred-MB arrays
+    cost more than the kernels themselves on this VM."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[str, tuple[int, ...]], np.ndarray] = {}
+
+    def get(self, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
+        key = (name, shape[1:])
+        buf = self._buffers.get(key)
+        if buf is None or buf.shape[0] < shape[0] or buf.dtype != np.dtype(dtype):
+            buf = np.empty((max(shape[0], 1),) + tuple(shape[1:]), dtype=dtype)
+            self._buffers[key] = buf
+        return buf[: shape[0]]
+
+
+def spline_token_array(
+    windows: DayWindows,
+    alpha_price: np.ndarray | float,
+    alpha_volume: np.ndarray | float,
+    workspace: Workspace | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """float32 [n, 64, 9] spline tokens and the float64 end positions; alphas scalar or per window."""
+    ws = workspace or Workspace()
+    n = len(windows.tickers)
+    out = ws.get("tokens:spline_tokens", (n, N_TOKENS, N_CHANNELS), np.float32)
+    end = np.empty(n, dtype=np.float64)
+    a_p = np.broadcast_to(np.asarray(alpha_price, dtype=np.float64), (n,))
+    a_v = np.broadcast_to(np.asarray(alpha_volume, dtype=np.float64), (n,))
+    for ap, av in sorted(set(zip(a_p.tolist(), a_v.tolist()))):  # one kernel call per distinct alpha pair
+        every = bool((a_p == ap).all() and (a_v == av).all())
+        rows = slice(None) if every else np.flatnonzero((a_p == ap) & (a_v == av))
+        m = n if every else len(rows)
+        times = None if windows.times is None else windows.times[rows]
+        price = tokenize_price_windows(
+            windows.log_price[rows], ap, times, out=ws.get("price", (m, N_TOKENS, 4), np.float64)
+        )
+        volume = tokenize_volume_windows(
+            windows.log_volume[rows], av, times, out=ws.get("volume", (m, N_TOKENS, 5), np.float64)
+        )
+        out[rows, :, :4] = price
+        out[rows, :, 4:] = volume
+        h = 1.0 if times is None else times[:, -1] - times[:, -2]
+        end[rows] = spline_end_position(price, h)
+    return out, end
+
+
+def baseline_token_array(windows: DayWindows, kind: str, workspace: Workspace | None = None) -> np.ndarray:
+    fn = fd_tokens if kind == "fd_tokens" else raw_tokens
+    out = (workspace or Workspace()).get(f"tokens:{kind}", (len(windows.tickers), N_TOKENS, N_CHANNELS), np.float32)
+    return fn(windows.log_price, windows.log_volume, out=out)
+
+
+def shard_frame(windows: DayWindows, tokens: np.ndarray, end_position: np.ndarray | None = None) -> pl.DataFrame:
+    frame = pl.DataFrame(
+        {
+            "ticker": pl.Series(windows.tickers, dtype=pl.String),
+            "date": pl.Series([windows.day] * len(windows.tickers), dtype=pl.Date),
+            "n_missing_price": pl.Series(windows.n_missing_price, dtype=pl.Int8),
+            "n_missing_volume": pl.Series(windows.n_missing_volume, dtype=pl.Int8),
+            "tokens": pl.Series(tokens, dtype=SHARD_SCHEMA["tokens"]),
+        }
+    )
+    if end_position is not None:
+        frame = frame.with_columns(pl.Series("end_position", end_position, dtype=pl.Float64))
+    return frame
+
+
+def _concat(windows: list[DayWindows]) -> DayWindows:
+    """All windows of several days as one batch (day and digest are per-day facts: left empty)."""
+    times = None if windows[0].times is None else np.concatenate([w.times for w in windows])
+    return DayWindows(
+        day=windows[0].day,
+        tickers=[t for w in windows for t in w.tickers],
+        log_price=np.concatenate([w.log_price for w in windows]),
+        log_volume=np.concatenate([w.log_volume for w in windows]),
+        times=times,
+        n_missing_price=np.concatenate([w.n_missing_price for w in windows]),
+        n_missing_volume=np.concatenate([w.n_missing_volume for w in windows]),
+        raw_inputs_digest="",
+    )
+
+
+def _blocks(days: list[dt.date], size: int) -> Iterator[list[dt.date]]:
+    for k in range(0, len(days), size):
+        yield days[k : k + size]
+
+
+def materialize_tokens(
+    settings: Settings,
+    days: list[dt.date],
+    kinds: tuple[str, ...] = TOKEN_ASSETS,
+    alphas: AlphaLookup | None = None,
+    progress: bool = True,
+) -> dict[str, pl.DataFrame]:
+    """Write the token shards of ``days`` for each asset in ``kinds``; return each asset's manifest rows."""
+    unknown = set(kinds) - set(TOKEN_ASSETS)
+    if unknown:
+        raise ValueError(f"unknown token asset(s) {sorted(unknown)}: expected {TOKEN_ASSETS}")
+    days = sorted(days)
+    alphas = alphas or AlphaLookup.from_settings(settings)
+    wh = settings.warehouse
+    records: dict[str, list[dict]] = {k: [] for k in kinds}
+    bar = tqdm(total=len(days), desc="token shards", unit="day", disable=not progress)
+    workspaces = (Workspace(), Workspace())
+    with ThreadPoolExecutor(max_workers=settings.tokenize.write_threads) as pool:
+        pending: list = []
+        for number, block in enumerate(_blocks(days, settings.tokenize.block_days)):
+            # Two workspaces: block k is computed while block k-1's shards are still being written.
+            workspace = workspaces[number % 2]
+            panel = load_panel(settings, block[0], block[-1])
+            per_day = [day_windows(settings, panel, day) for day in block]
+            merged = _concat(per_day)  # one kernel call per block: the kernels parallelize across windows
+            bounds = np.cumsum([0] + [len(w.tickers) for w in per_day])
+            jobs = []
+            for kind in kinds:
+                end = None
+                if kind == "spline_tokens":
+                    tokens, end = spline_token_array(merged, *alphas.for_tickers(merged.tickers), workspace)
+                else:
+                    tokens = baseline_token_array(merged, kind, workspace)
+                for k, windows in enumerate(per_day):
+                    rows = slice(bounds[k], bounds[k + 1])
+                    frame = shard_frame(windows, tokens[rows], None if end is None else end[rows])
+                    meta = {
+                        "partition_date": windows.day,
+                        "windows": frame.height,
+                        "raw_inputs_digest": windows.raw_inputs_digest,
+                        "alpha_price": alphas.describe("price") if kind == "spline_tokens" else "",
+                        "alpha_volume": alphas.describe("volume") if kind == "spline_tokens" else "",
+                        "time_unit": settings.tokenize.time_unit,
+                        "code_version": __version__,
+                    }
+                    jobs.append(pool.submit(_write_shard, wh, kind, windows.day, frame, meta))
+            _collect(pending, records, bar)  # the previous block's buffers are free again
+            pending = [(len(block), jobs)]
+        _collect(pending, records, bar)
+    bar.close()
+    for kind in kinds:
+        refresh_view(wh, kind, wh / kind, SPLINE_SCHEMA if kind == "spline_tokens" else SHARD_SCHEMA)
+        refresh_view(wh, f"{kind}_manifest", wh / "manifests" / kind, TOKEN_MANIFEST_SCHEMA)
+    return {k: pl.DataFrame(v, schema=TOKEN_MANIFEST_SCHEMA).sort("partition_date") for k, v in records.items()}
+
+
+def _collect(pending: list, records: dict[str, list[dict]], bar) -> None:
+    for n_days, jobs in pending:
+        for job in jobs:
+            kind, record = job.result()
+            records[kind].append(record)
+        bar.update(n_days)
+
+
+def _write_shard(wh, kind: str, day: dt.date, frame: pl.DataFrame, meta: dict) -> tuple[str, dict]:
+    record = {**meta, "content_hash": write_parquet_atomic(frame, shard_path(wh, kind, day), TOKEN_COMPRESSION)}
+    write_parquet_atomic(pl.DataFrame([record], schema=TOKEN_MANIFEST_SCHEMA), manifest_path(wh, kind, day))
+    return kind, record

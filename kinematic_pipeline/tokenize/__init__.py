@@ -1,0 +1,37 @@
+"""Spline tokenization (DESIGN.md "Spline enrichment"): windows of log price / log volume -> tokens.
+
+- ``tokenize_price_windows(log_price[n, 65], alpha, times) -> [n, 64, 4]``: paper eq. (1), the natural
+  cubic smoothing spline; token k = (c0, c1, c2, c3), Taylor coefficients at knot t_k.
+- ``tokenize_volume_windows(log_volume[n, 64], alpha, times) -> [n, 64, 5]``: paper eq. (2), the C3
+  quartic spline fitted to interval integrals; token k = (c~0, ..., c~4).
+- alpha by maximum marginal likelihood (``alpha``) and the baseline tokens (``baselines``).
+"""
+
+from kinematic_pipeline.tokenize.alpha import (
+    AlphaEstimate,
+    estimate_alpha_price,
+    estimate_alpha_price_pooled,
+    estimate_alpha_volume,
+    estimate_alpha_volume_pooled,
+    price_profile_log_likelihood,
+    volume_profile_log_likelihood,
+)
+from kinematic_pipeline.tokenize.baselines import fd_tokens, raw_tokens
+from kinematic_pipeline.tokenize.price import N_PRICE_COEF, tokenize_price_windows
+from kinematic_pipeline.tokenize.volume import N_VOLUME_COEF, tokenize_volume_windows
+
+__all__ = [
+    "AlphaEstimate",
+    "N_PRICE_COEF",
+    "N_VOLUME_COEF",
+    "estimate_alpha_price",
+    "estimate_alpha_price_pooled",
+    "estimate_alpha_volume",
+    "estimate_alpha_volume_pooled",
+    "fd_tokens",
+    "price_profile_log_likelihood",
+    "raw_tokens",
+    "tokenize_price_windows",
+    "tokenize_volume_windows",
+    "volume_profile_log_likelihood",
+]

@@ -1,0 +1,182 @@
+"""The tokenize stage on disk: no look-ahead, byte-identical shards, zero volume as a missing measurement,
+labels, alpha by marginal likelihood, and corpus statistics that never read the test period."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+import numpy as np
+import polars as pl
+import pytest
+
+from kinematic_pipeline.calendar import trading_days
+from kinematic_pipeline.config import SyntheticConfig, load_settings
+from kinematic_pipeline.sources.synthetic import SyntheticSource
+from kinematic_pipeline.stages.alpha import materialize_alpha_estimates
+from kinematic_pipeline.stages.corpus import fit_corpus_stats, normalize_windows
+from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
+from kinematic_pipeline.stages.labels import materialize_labels, tau_column
+from kinematic_pipeline.stages.tokenize import TOKEN_ASSETS, materialize_tokens
+from kinematic_pipeline.storage import file_sha256, query, shard_path
+from kinematic_pipeline.tokenize import tokenize_price_windows, tokenize_volume_windows
+
+START, END = dt.date(2021, 1, 4), dt.date(2021, 7, 30)
+CUT = dt.date(2021, 6, 15)  # "day t" of the perturbation test, and the training cut of the corpus test
+
+
+def _bars(n_tickers: int = 4) -> pl.DataFrame:
+    source = SyntheticSource(
+        SyntheticConfig(n_tickers=n_tickers, late_listing_fraction=0.0, zero_volume_prob=0.0), START, END
+    )
+    return source.read(START, END).select("ticker", "date", "open", "high", "low", "close", "volume")
+
+
+def _settings(tmp_path, name: str, bars: pl.DataFrame, **tokenize):
+    path = tmp_path / f"{name}.parquet"
+    bars.write_parquet(path)
+    settings = load_settings(
+        "ci", source="parquet", source_path=str(path), warehouse=tmp_path / name, start_date=START, end_date=END, env={}
+    )
+    settings = dataclasses.replace(settings, data=dataclasses.replace(settings.data, train_end=CUT))
+    return dataclasses.replace(settings, tokenize=dataclasses.replace(settings.tokenize, **tokenize))
+
+
+def _run_all(settings) -> list[dt.date]:
+    days = trading_days(START, END)
+    materialize_raw_ohlcv(settings, days, progress=False)
+    materialize_tokens(settings, days, progress=False)
+    token_days = [d for d in days if shard_path(settings.warehouse, "spline_tokens", d).exists()]
+    materialize_labels(settings, token_days, progress=False)
+    return token_days
+
+
+def _perturb_after(bars: pl.DataFrame, day: dt.date, seed: int = 7) -> pl.DataFrame:
+    rng = np.random.default_rng(seed)
+    n = bars.height
+    price_factor = pl.Series(np.exp(rng.normal(0, 0.05, n)))
+    volume_factor = pl.Series(np.exp(rng.normal(0, 0.5, n)))
+    future = pl.col("date") > day
+    return bars.with_columns(
+        *[
+            pl.when(future).then(pl.col(c) * price_factor).otherwise(pl.col(c)).alias(c)
+            for c in ("open", "high", "low", "close")
+        ],
+        pl.when(future).then((pl.col("volume") * volume_factor).round()).otherwise(pl.col("volume")).alias("volume"),
+    )
+
+
+def test_tokens_and_labels_do_not_change_when_future_bars_change(tmp_path):
+    bars = _bars()
+    base = _settings(tmp_path, "base", bars)
+    other = _settings(tmp_path, "perturbed", _perturb_after(bars, CUT))
+    days = _run_all(base)
+    assert _run_all(other) == days
+    before, after = [d for d in days if d <= CUT], [d for d in days if d > CUT]
+    assert len(before) > 50 and len(after) > 20
+    for asset in TOKEN_ASSETS:
+        for day in before:  # windows ending on or before t: bit-identical shards
+            assert file_sha256(shard_path(base.warehouse, asset, day)) == file_sha256(
+                shard_path(other.warehouse, asset, day)
+            ), (asset, day)
+        changed = [
+            d
+            for d in after
+            if file_sha256(shard_path(base.warehouse, asset, d)) != file_sha256(shard_path(other.warehouse, asset, d))
+        ]
+        assert changed == after, f"{asset}: the perturbation must reach every later window"
+    for day in before[:-1]:  # labels of day t use day t+1: identical up to t-1
+        assert file_sha256(shard_path(base.warehouse, "labels", day)) == file_sha256(
+            shard_path(other.warehouse, "labels", day)
+        ), day
+    assert file_sha256(shard_path(base.warehouse, "labels", CUT)) != file_sha256(
+        shard_path(other.warehouse, "labels", CUT)
+    )
+
+
+def test_rematerializing_a_day_gives_a_byte_identical_shard(tmp_path):
+    settings = _settings(tmp_path, "wh", _bars())
+    days = _run_all(settings)
+    day = days[40]
+    before = {a: file_sha256(shard_path(settings.warehouse, a, day)) for a in (*TOKEN_ASSETS, "labels")}
+    materialize_tokens(settings, [day], progress=False)  # the nightly path: one day alone
+    materialize_labels(settings, [day], progress=False)
+    assert {a: file_sha256(shard_path(settings.warehouse, a, day)) for a in before} == before
+
+
+def test_a_zero_volume_day_is_a_missing_measurement_and_tokens_stay_finite(tmp_path):
+    bars = _bars(2)
+    zero_day = dt.date(2021, 5, 12)
+    bars = bars.with_columns(
+        pl.when((pl.col("ticker") == "SYN000") & (pl.col("date") == zero_day))
+        .then(0.0)
+        .otherwise(pl.col("volume"))
+        .alias("volume")
+    )
+    settings = _settings(tmp_path, "wh", bars)
+    _run_all(settings)
+    day = dt.date(2021, 5, 20)  # a window that contains the zero-volume day
+    shard = pl.read_parquet(shard_path(settings.warehouse, "spline_tokens", day)).filter(pl.col("ticker") == "SYN000")
+    tokens = shard["tokens"].to_numpy()[0]
+    assert np.isfinite(tokens).all() and shard["n_missing_volume"][0] == 1
+    # The same window solved directly with that measurement dropped (NaN): identical volume tokens.
+    sessions = trading_days(START, day)[-65:]
+    ticker = bars.filter(pl.col("ticker") == "SYN000").filter(pl.col("date").is_in(sessions)).sort("date")
+    log_volume = np.log(np.where(ticker["volume"].to_numpy() > 0, ticker["volume"].to_numpy(), np.nan))[1:]
+    assert np.isnan(log_volume).sum() == 1
+    expected = tokenize_volume_windows(log_volume[None, :], 5.0)[0]
+    np.testing.assert_array_equal(tokens[:, 4:], expected.astype(np.float32))
+    expected_price = tokenize_price_windows(np.log(ticker["close"].to_numpy())[None, :], 5.0)[0]
+    np.testing.assert_array_equal(tokens[:, :4], expected_price.astype(np.float32))
+
+
+def test_labels_follow_the_next_days_return(tmp_path):
+    settings = _settings(tmp_path, "wh", _bars())
+    days = _run_all(settings)
+    labels = query(settings.warehouse, "SELECT * FROM labels ORDER BY ticker, date")
+    closes = query(settings.warehouse, "SELECT ticker, date, close FROM raw_ohlcv")
+    day = labels["date"].unique().sort()[10]
+    row = labels.filter(pl.col("date") == day).row(0, named=True)
+    c = closes.filter(pl.col("ticker") == row["ticker"]).sort("date")
+    i = c["date"].to_list().index(day)
+    assert row["r_close"] == pytest.approx(np.log(c["close"][i + 1] / c["close"][i]), abs=1e-12)
+    assert row["label_source"] == "spline"
+    r = labels["r_spline"].to_numpy()
+    for tau in settings.tokenize.taus:
+        col = labels[tau_column(tau)].to_numpy()
+        known = ~np.isnan(r)
+        assert ((col[known] == 0) == (r[known] > tau)).all() and ((col[known] == 1) == (r[known] < -tau)).all()
+    last = labels.filter(pl.col("date") == days[-1])
+    assert (last[tau_column(0.01)] == -1).all()  # the newest day's next bar does not exist yet
+
+
+def test_mle_alpha_is_estimated_on_the_training_period_and_used_by_the_tokenizer(tmp_path):
+    settings = _settings(tmp_path, "wh", _bars(), alpha_price="mle", alpha_volume="mle")
+    days = trading_days(START, END)
+    materialize_raw_ohlcv(settings, days, progress=False)
+    estimates = materialize_alpha_estimates(settings)
+    corpus = estimates.filter(pl.col("scope") == "__corpus__")
+    assert corpus["fit_end"].to_list() == [CUT, CUT] and (corpus["alpha"] > 0).all()
+    manifests = materialize_tokens(settings, days[-3:], kinds=("spline_tokens",), progress=False)
+    alpha_price = corpus.filter(pl.col("kind") == "price")["alpha"][0]
+    assert manifests["spline_tokens"]["alpha_price"][0] == f"mle:corpus:corpus={alpha_price:.6g}"
+
+
+def test_corpus_stats_never_read_a_shard_after_the_training_cut(tmp_path):
+    settings = _settings(tmp_path, "wh", _bars())
+    days = _run_all(settings)
+    stats = fit_corpus_stats(settings)
+    assert (stats["fit_end"] <= CUT).all() and stats.height == 3 * 7
+    for asset in TOKEN_ASSETS:  # wreck every later shard: an honest fit cannot notice
+        for day in (d for d in days if d > CUT):
+            shard_path(settings.warehouse, asset, day).write_bytes(b"not parquet")
+    assert fit_corpus_stats(settings).equals(stats)
+    # anchored channels start at zero; z-scored spline channels are standardized on the training windows
+    tokens = pl.read_parquet([shard_path(settings.warehouse, "spline_tokens", d) for d in days if d <= CUT])[
+        "tokens"
+    ].to_numpy()
+    normalized = normalize_windows(tokens, stats, "spline")
+    assert (normalized[:, 0, [0, 4]] == 0).all()
+    z = normalized[:, :, [1, 2, 3, 5, 6, 7, 8]].reshape(-1, 7)
+    np.testing.assert_allclose(z.mean(axis=0), 0, atol=1e-3)
+    np.testing.assert_allclose(z.std(axis=0), 1, atol=1e-3)
