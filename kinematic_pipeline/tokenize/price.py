@@ -31,6 +31,7 @@ import functools
 import numpy as np
 from numba import njit, prange
 
+from kinematic_pipeline.tokenize._driver import factor_fast_system, run_tokenizer
 from kinematic_pipeline.tokenize._hermite import (
     _FMA,
     LANES,
@@ -47,11 +48,6 @@ from kinematic_pipeline.tokenize._validate import (
     STATUS_GENERAL,
     STATUS_INFINITE,
     STATUS_UNDETERMINED,
-    check_alpha,
-    check_out,
-    check_times,
-    check_windows,
-    raise_on_infinite,
 )
 
 N_PRICE_COEF = 4  # c0..c3
@@ -67,37 +63,20 @@ def tokenize_price_windows(log_price, alpha: float = 5.0, times=None, *, out_dty
     out: optional preallocated C-contiguous array [n, 64, 4] to write into (returned).
     Windows with fewer than 2 observed prices get NaN tokens. Raises ValueError on bad input.
     """
-    y = check_windows(log_price, N_KNOTS, "log_price")
-    n = y.shape[0]
-    a = check_alpha(alpha)
-    t = check_times(times, n)
-    tokens = check_out(out, n, N_PRICE_COEF, out_dtype)
-    shared = t is None or t.ndim == 1
-    M, Sinv, P, h = _fast_factor(a, None if t is None or t.ndim == 2 else tuple(t.tolist()))
-    knots = np.arange(N_KNOTS, dtype=np.float64)[None, :] if t is None else t.reshape(-1, N_KNOTS)
-    status = np.empty(n, dtype=np.int8)
-    _price_kernel(y, knots, shared, a * a, M, Sinv, P, h, tokens, status)
-    raise_on_infinite(status, "log_price")
-    return tokens
+    return run_tokenizer(
+        log_price, N_KNOTS, "log_price", alpha, times, out_dtype, out, N_PRICE_COEF, _fast_factor, _price_kernel
+    )
+
+
+def _fill_fast_system(h, A, B, alpha):
+    add_beam_stiffness(h, A, B)
+    A[:, 0] += alpha * alpha  # every knot observed
 
 
 @functools.lru_cache(maxsize=32)
 def _fast_factor(alpha: float, knots: tuple | None):
     """Factor of the fast-path matrix for (α, shared knots); knots None = 0..64. Cached per key."""
-    t = np.arange(N_KNOTS, dtype=np.float64) if knots is None else np.asarray(knots, dtype=np.float64)
-    h = np.diff(t)
-    A = np.zeros((N_KNOTS, 3))
-    B = np.zeros((N_TOKENS, 4))
-    add_beam_stiffness(h, A, B)
-    A[:, 0] += alpha * alpha  # every knot observed
-    M = np.zeros((N_KNOTS, 4))
-    Sinv = np.zeros((N_KNOTS, 3))
-    P = np.zeros((N_TOKENS, 4))
-    if not factor_block_tridiag(A, B, M, Sinv, P):
-        raise ValueError(f"alpha/times: price system not positive definite (alpha={alpha})")
-    for arr in (M, Sinv, P, h):
-        arr.flags.writeable = False
-    return M, Sinv, P, h
+    return factor_fast_system(_fill_fast_system, alpha, knots, "price")
 
 
 @njit(cache=True, parallel=True, fastmath=_FMA)

@@ -34,6 +34,7 @@ import functools
 import numpy as np
 from numba import njit, prange
 
+from kinematic_pipeline.tokenize._driver import factor_fast_system, run_tokenizer
 from kinematic_pipeline.tokenize._hermite import (
     _FMA,
     LANES,
@@ -50,11 +51,6 @@ from kinematic_pipeline.tokenize._validate import (
     STATUS_GENERAL,
     STATUS_INFINITE,
     STATUS_UNDETERMINED,
-    check_alpha,
-    check_out,
-    check_times,
-    check_windows,
-    raise_on_infinite,
 )
 
 N_VOLUME_COEF = 5  # c~0..c~4
@@ -69,37 +65,19 @@ def tokenize_volume_windows(log_volume, alpha: float = 5.0, times=None, *, out_d
     out_dtype: float64 (default) or float32. out: optional preallocated C-contiguous [n, 64, 5].
     Windows with fewer than 2 observed volumes get NaN tokens. Raises ValueError on bad input.
     """
-    y = check_windows(log_volume, N_TOKENS, "log_volume")
-    n = y.shape[0]
-    a = check_alpha(alpha)
-    t = check_times(times, n)
-    tokens = check_out(out, n, N_VOLUME_COEF, out_dtype)
-    shared = t is None or t.ndim == 1
-    M, Sinv, P, h = _fast_factor(a, None if t is None or t.ndim == 2 else tuple(t.tolist()))
-    knots = np.arange(N_KNOTS, dtype=np.float64)[None, :] if t is None else t.reshape(-1, N_KNOTS)
-    status = np.empty(n, dtype=np.int8)
-    _volume_kernel(y, knots, shared, a * a, M, Sinv, P, h, tokens, status)
-    raise_on_infinite(status, "log_volume")
-    return tokens
+    return run_tokenizer(
+        log_volume, N_TOKENS, "log_volume", alpha, times, out_dtype, out, N_VOLUME_COEF, _fast_factor, _volume_kernel
+    )
+
+
+def _fill_fast_system(h, A, B, alpha):
+    _assemble(h, np.ones(N_TOKENS), alpha * alpha, A, B, np.zeros((N_KNOTS, 2)))  # every interval observed
 
 
 @functools.lru_cache(maxsize=32)
 def _fast_factor(alpha: float, knots: tuple | None):
     """Factor of the fast-path matrix for (α, shared knots); knots None = 0..64. Cached per key."""
-    t = np.arange(N_KNOTS, dtype=np.float64) if knots is None else np.asarray(knots, dtype=np.float64)
-    h = np.diff(t)
-    A = np.zeros((N_KNOTS, 3))
-    B = np.zeros((N_TOKENS, 4))
-    observed = np.ones(N_TOKENS)
-    _assemble(h, observed, alpha * alpha, A, B, np.zeros((N_KNOTS, 2)))
-    M = np.zeros((N_KNOTS, 4))
-    Sinv = np.zeros((N_KNOTS, 3))
-    P = np.zeros((N_TOKENS, 4))
-    if not factor_block_tridiag(A, B, M, Sinv, P):
-        raise ValueError(f"alpha/times: volume system not positive definite (alpha={alpha})")
-    for arr in (M, Sinv, P, h):
-        arr.flags.writeable = False
-    return M, Sinv, P, h
+    return factor_fast_system(_fill_fast_system, alpha, knots, "volume")
 
 
 @njit(cache=True)
