@@ -17,6 +17,9 @@ from pathlib import Path
 from kinematic_pipeline.config import PROFILES, SOURCES, Settings, load_settings
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+# Dagster logs one DEBUG line per event (thousands in a backfill); the CLI shows INFO and up. The events
+# themselves are all stored in the instance and visible in `dagster dev`.
+QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
 
 
 def _ensure_dagster_home(settings: Settings) -> Path:
@@ -109,6 +112,7 @@ def materialize(settings: Settings, selection: str | None = None) -> int:
             partition_key = tags.pop("dagster/partition", None)
             result = dg.materialize(
                 [*defs.assets, *defs.asset_checks],
+                run_config=QUIET_RUN_CONFIG,
                 selection=keys,
                 instance=instance,
                 resources=defs.resources,
