@@ -138,6 +138,15 @@ def print_summary(settings: Settings) -> None:
     for view in views:
         rows = query(settings.warehouse, f'SELECT count(*) AS n FROM "{view}"')["n"][0]
         print(f"  view {view:<24} {rows:>12,} rows")
+    from kinematic_pipeline.orchestration.assets_models import model_summary
+
+    models = model_summary(settings)
+    if models["foundation"].any():
+        print(f"Models under {settings.warehouse / 'models'}/<variant>/ (foundation/model.pt, adapters/tau=*/):")
+        for row in models.iter_rows(named=True):
+            print(
+                f"  {row['variant']:<10} foundation={'yes' if row['foundation'] else 'no':<4} adapters={row['adapters']}"
+            )
     print(f'Try: duckdb {catalog} "SELECT * FROM quarantine LIMIT 10"')
 
 

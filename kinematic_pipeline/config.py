@@ -15,6 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PROFILES = ("ci", "demo", "paper")
+# Model variants and the token asset each one reads (PatchTST: ln close / ln volume from raw_tokens).
+VARIANT_TOKEN_ASSET = {
+    "splinegpt": "spline_tokens",
+    "rawgpt_fd": "fd_tokens",
+    "rawgpt": "raw_tokens",
+    "patchtst": "raw_tokens",
+}
 SOURCES = ("synthetic", "parquet", "csv", "yfinance")
 
 
@@ -73,6 +80,54 @@ class TokenizeConfig:
 
 
 @dataclass(frozen=True)
+class ModelConfig:
+    """Backbones (paper Tables "Hyperparameters" and "Model Specifications"); paper values by default."""
+
+    d_model: int = 512  # embedding width ("short & wide")
+    n_layers: int = 4  # decoder blocks
+    n_heads: int = 8  # attention heads
+    d_ff: int = 2048  # MLP width (GELU)
+    context: int = 64  # tokens per window
+    n_channels: int = 9  # 4 price + 5 volume coefficients per token
+    dropout: float = 0.1
+    rope_base: float = 10000.0  # rotary position embedding frequency base
+    # PatchTST (external baseline): channel independent, RevIN, patch 16 / stride 8, d_model 256, 4 heads
+    patch_len: int = 16
+    patch_stride: int = 8
+    patchtst_d_model: int = 256
+    patchtst_heads: int = 4
+    patchtst_layers: int = 4
+    patchtst_d_ff: int = 5328  # sized so PatchTST has ~12.0 M parameters, the paper's matched capacity
+    patchtst_mask_ratio: float = 0.4  # share of patches masked in self-supervised pretraining
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Pretraining (paper "Training Stability") and LoRA fine-tuning (paper "Fine-Tuning via LoRA")."""
+
+    seed: int = 1234  # one seed for data order, initialization and dropout
+    epochs: int = 5  # cosine schedule from lr to 0 over all epochs
+    lr: float = 6e-4
+    weight_decay: float = 0.1  # AdamW, on matrices only
+    grad_clip: float = 1.0  # gradient norm clipping
+    batch_size: int = 256
+    val_fraction: float = 0.1  # the last 10% of training-period days validate (split by date)
+    max_windows_per_epoch: int | None = None  # cap for small profiles (None: every training window)
+    shuffle_buffer: int = 16384  # windows shuffled in a bounded buffer while streaming shards
+    accelerator: str = "auto"  # "auto" uses a GPU (and DDP over several) when present
+    devices: str = "auto"
+    precision: str = "32-true"  # e.g. "bf16-mixed" on a GPU
+    finetune_epochs: int = 3
+    finetune_lr: float = 3e-4
+    lora_rank: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.05
+    lora_layers: tuple[int, ...] = (0, 1, 3)  # the paper's layers 1, 2 and 4 (0-based)
+    class_weights: tuple[float, float, float] = (2.0, 10.0, 1.0)  # weighted CE for [Buy, Sell, Hold]
+    variants: tuple[str, ...] = ("splinegpt", "rawgpt_fd", "rawgpt", "patchtst")
+
+
+@dataclass(frozen=True)
 class Settings:
     """Everything a stage needs, resolved once per process."""
 
@@ -82,6 +137,8 @@ class Settings:
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
     ingest: IngestConfig = field(default_factory=IngestConfig)
     tokenize: TokenizeConfig = field(default_factory=TokenizeConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
 
     @property
     def catalog_path(self) -> Path:
@@ -89,7 +146,29 @@ class Settings:
 
 
 def _profile_ci() -> Settings:
-    return Settings(profile="ci")
+    return Settings(
+        profile="ci",
+        model=ModelConfig(
+            d_model=32,
+            n_layers=4,
+            n_heads=4,
+            d_ff=64,
+            dropout=0.0,
+            patchtst_d_model=32,
+            patchtst_heads=4,
+            patchtst_layers=2,
+            patchtst_d_ff=64,
+        ),
+        train=TrainConfig(
+            epochs=1,
+            batch_size=64,
+            max_windows_per_epoch=2048,
+            finetune_epochs=1,
+            shuffle_buffer=1024,
+            lora_rank=4,
+            lora_alpha=8,
+        ),
+    )
 
 
 def _profile_demo() -> Settings:
@@ -97,6 +176,20 @@ def _profile_demo() -> Settings:
         profile="demo",
         data=DataConfig(start_date=dt.date(2017, 1, 3), end_date=dt.date(2022, 12, 30)),
         synthetic=SyntheticConfig(n_tickers=40),
+        model=ModelConfig(
+            d_model=64,
+            n_layers=4,
+            n_heads=4,
+            d_ff=256,
+            dropout=0.1,
+            patchtst_d_model=64,
+            patchtst_heads=4,
+            patchtst_layers=2,
+            patchtst_d_ff=256,
+        ),
+        train=TrainConfig(
+            epochs=2, batch_size=128, max_windows_per_epoch=20000, finetune_epochs=1, shuffle_buffer=8192
+        ),
     )
 
 

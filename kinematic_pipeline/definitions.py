@@ -8,6 +8,7 @@ import dagster as dg
 
 from kinematic_pipeline.config import Settings, load_settings
 from kinematic_pipeline.orchestration.assets_ingest import build_ingest_assets
+from kinematic_pipeline.orchestration.assets_models import build_model_assets
 from kinematic_pipeline.orchestration.assets_tokenize import build_tokenize_assets
 from kinematic_pipeline.orchestration.checks import build_ingest_checks
 from kinematic_pipeline.orchestration.jobs import build_jobs
@@ -18,7 +19,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     with warnings.catch_warnings():
         # BackfillPolicy is "beta" in Dagster 1.13; single-run backfills are what trading-day assets need.
         warnings.simplefilter("ignore", dg.BetaWarning)
-        assets = [*build_ingest_assets(settings), *build_tokenize_assets(settings)]
+        assets = [*build_ingest_assets(settings), *build_tokenize_assets(settings), *build_model_assets(settings)]
     return dg.Definitions(
         assets=assets,
         asset_checks=[*build_ingest_checks(settings)],

@@ -180,3 +180,18 @@ def test_corpus_stats_never_read_a_shard_after_the_training_cut(tmp_path):
     z = normalized[:, :, [1, 2, 3, 5, 6, 7, 8]].reshape(-1, 7)
     np.testing.assert_allclose(z.mean(axis=0), 0, atol=1e-3)
     np.testing.assert_allclose(z.std(axis=0), 1, atol=1e-3)
+
+
+def test_numba_kernels_use_a_threading_layer_that_does_not_starve_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np, numba\n"
+        "from kinematic_pipeline.tokenize import tokenize_price_windows\n"
+        "tokenize_price_windows(np.cumsum(np.ones((64, 65)), axis=1), 5.0)\n"
+        "print(numba.threading_layer())\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "NUMBA_THREADING_LAYER"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.strip() == "workqueue"  # OpenMP here + torch's OpenMP slowed training 30-75x

@@ -24,6 +24,17 @@ def build_jobs(settings: Settings) -> list[dg.UnresolvedAssetJobDefinition]:
             description="Tokenize trading days: the three token assets and the labels.",
         ),
         dg.define_asset_job(
+            "pretrain_job",
+            selection=dg.AssetSelection.groups("pretrain"),
+            description="Pretrain the four foundation models (SplineGPT, RawGPT-FD, RawGPT, PatchTST).",
+        ),
+        dg.define_asset_job(
+            "finetune_job",
+            selection=dg.AssetSelection.groups("finetune"),
+            partitions_def=dg.StaticPartitionsDefinition([f"{t:g}" for t in settings.tokenize.taus]),
+            description="Fine-tune one adapter per model and tau (LoRA; PatchTST: linear probe).",
+        ),
+        dg.define_asset_job(
             "corpus_job",
             selection=dg.AssetSelection.assets("alpha_estimates", "corpus_stats"),
             description="Fit alpha by marginal likelihood and the training-period corpus statistics.",

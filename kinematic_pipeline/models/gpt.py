@@ -1,0 +1,128 @@
+"""KinematicGPT: the decoder-only causal transformer shared by SplineGPT, RawGPT-FD and RawGPT.
+
+Paper "Model Architecture and Training": 4 pre-norm blocks, 8 heads, d_model 512, d_ff 2048, GELU,
+rotary position embeddings, ~12.6 M parameters. A token is a 9-vector (4 price + 5 volume
+channels); the three internal variants differ only in which tokens feed this backbone. The next-token
+head regresses token t+1 from position t. Module names (``blocks.{i}.attn.qkv`` ...) are the LoRA
+targets of ``heads.lora_target_modules``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kinematic_pipeline.config import ModelConfig
+
+
+def rotary_cos_sin(positions: torch.Tensor, head_dim: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotation angles of RoPE (rotate-half layout) at integer ``positions`` (T,) -> two (T, head_dim)."""
+    assert head_dim % 2 == 0, "RoPE rotates pairs of dimensions: head_dim must be even"
+    inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim)
+    angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]  # (T, head_dim/2)
+    angles = torch.cat((angles, angles), dim=-1)  # (T, head_dim)
+    return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate each pair (x_i, x_{i+hd/2}) of x (..., T, hd) by its position's angle.
+
+    Because rotations compose, <R(p) q, R(p') k> = <q, R(p' - p) k>: scores see only p' - p.
+    """
+    x1, x2 = x.chunk(2, dim=-1)  # (..., T, hd/2) each
+    rotated_half = torch.cat((-x2, x1), dim=-1)  # (..., T, hd)
+    return x * cos + rotated_half * sin
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        assert cfg.d_model % cfg.n_heads == 0, "d_model must be a multiple of n_heads"
+        self.n_heads = cfg.n_heads
+        self.head_dim = cfg.d_model // cfg.n_heads
+        self.dropout = cfg.dropout
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)  # (B, T, C) each
+        q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        k = k.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        v = v.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # position enters through q.k only
+        y = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
+        )  # (B, H, T, hd)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+        return self.resid_dropout(self.proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.fc = nn.Linear(cfg.d_model, cfg.d_ff)
+        self.gelu = nn.GELU()
+        self.proj = nn.Linear(cfg.d_ff, cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.proj(self.gelu(self.fc(x))))  # (B, T, C) -> (B, T, d_ff) -> (B, T, C)
+
+
+class Block(nn.Module):
+    """Pre-norm decoder block: x + attn(ln(x)), then x + mlp(ln(x))."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.d_model)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.d_model)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), cos, sin)  # (B, T, C)
+        x = x + self.mlp(self.ln_2(x))  # (B, T, C)
+        return x
+
+
+class KinematicGPT(nn.Module):
+    """Input projection 9 -> d_model, ``n_layers`` RoPE decoder blocks, final LayerNorm, head d_model -> 9."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.input_proj = nn.Linear(cfg.n_channels, cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layers)])
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.n_channels)
+        # RoPE tables for every position of the context; derived, so not part of the checkpoint.
+        cos, sin = rotary_cos_sin(torch.arange(cfg.context), cfg.d_model // cfg.n_heads, cfg.rope_base)
+        self.register_buffer("rope_cos", cos, persistent=False)  # (context, hd)
+        self.register_buffer("rope_sin", sin, persistent=False)  # (context, hd)
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):  # GPT-2 initialization
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    def hidden(self, x: torch.Tensor) -> torch.Tensor:
+        """Tokens (B, T, 9) -> final-norm hidden states (B, T, d_model); position t sees tokens <= t."""
+        B, T, C = x.shape
+        assert C == self.cfg.n_channels, f"expected {self.cfg.n_channels} channels per token, got {C}"
+        assert T <= self.cfg.context, f"sequence of {T} tokens exceeds the context of {self.cfg.context}"
+        cos, sin = self.rope_cos[:T], self.rope_sin[:T]  # (T, hd)
+        h = self.dropout(self.input_proj(x))  # (B, T, d_model)
+        for block in self.blocks:
+            h = block(h, cos, sin)  # (B, T, d_model)
+        return self.ln_f(h)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Tokens (B, T, 9) -> predictions (B, T, 9); output t predicts token t+1."""
+        return self.head(self.hidden(x))  # (B, T, 9)

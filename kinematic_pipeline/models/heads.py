@@ -1,0 +1,111 @@
+"""Classification heads, LoRA injection, the weighted loss and parameter counting.
+
+Paper "Fine-Tuning via Low-Rank Adaptation": the pretrained KinematicGPT is frozen and LoRA adapters
+go into layers 1, 2 and 4 (0-based 0, 1, 3) with a Buy/Sell/Hold head read from the last position;
+"Training Objectives & Labeling": weighted cross entropy with w = [2, 10, 1]. PatchTST is adapted
+by a linear probe on its frozen encoder instead ("Model Specifications").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kinematic_pipeline.config import ModelConfig
+from kinematic_pipeline.models.gpt import KinematicGPT
+from kinematic_pipeline.models.patchtst import PatchTST
+
+if TYPE_CHECKING:
+    import peft
+
+LORA_LINEARS = ("attn.qkv", "attn.proj", "mlp.fc", "mlp.proj")  # every linear layer of a block
+
+
+class SequenceClassifier(nn.Module):
+    """KinematicGPT backbone + linear head on the hidden state of the last token: (B, T, 9) -> (B, n_classes)."""
+
+    def __init__(self, backbone: KinematicGPT, n_classes: int = 3):
+        super().__init__()
+        self.backbone = backbone
+        self.cls_head = nn.Linear(backbone.cfg.d_model, n_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.backbone.hidden(x)  # (B, T, d_model)
+        return self.cls_head(h[:, -1, :])  # (B, n_classes): the last position has seen the whole window
+
+
+class PatchTSTClassifier(nn.Module):
+    """Linear probe on a frozen PatchTST: the last patch embedding of every channel, concatenated."""
+
+    def __init__(self, backbone: PatchTST, n_classes: int = 3):
+        super().__init__()
+        self.backbone = backbone
+        self.backbone.requires_grad_(False)
+        self.backbone.eval()
+        self.cls_head = nn.Linear(backbone.n_vars * backbone.cfg.patchtst_d_model, n_classes)
+
+    def train(self, mode: bool = True) -> PatchTSTClassifier:
+        # A probe reads fixed features: the frozen encoder never runs with dropout.
+        super().train(mode)
+        self.backbone.eval()
+        return self
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            z = self.backbone.encode(x)  # (B, C, N, d)
+        features = z[:, :, -1, :].flatten(1)  # (B, C * d)
+        return self.cls_head(features)  # (B, n_classes)
+
+
+def lora_target_modules(cfg: ModelConfig, layers: Sequence[int] = (0, 1, 3)) -> list[str]:
+    """Names of the linear layers of KinematicGPT that receive LoRA adapters, e.g. ``blocks.0.attn.qkv``."""
+    bad = [i for i in layers if not 0 <= i < cfg.n_layers]
+    if bad:
+        raise ValueError(f"LoRA layers {bad} are outside the model's {cfg.n_layers} blocks (0-based)")
+    return [f"blocks.{i}.{name}" for i in layers for name in LORA_LINEARS]
+
+
+def inject_lora(
+    classifier: SequenceClassifier,
+    rank: int,
+    alpha: float,
+    dropout: float,
+    layers: Sequence[int] = (0, 1, 3),
+) -> peft.PeftModel:
+    """Freeze the classifier's backbone and add LoRA adapters (W' = W + (alpha / r) B A) to ``layers``.
+
+    Only the adapters and ``cls_head`` (a module PEFT saves in full) stay trainable. The result saves
+    and loads with PEFT's own ``save_pretrained`` / ``PeftModel.from_pretrained``.
+    """
+    import peft  # imported here: it pulls in transformers, seconds that plain model use should not pay
+
+    targets = [f"backbone.{name}" for name in lora_target_modules(classifier.backbone.cfg, layers)]
+    config = peft.LoraConfig(
+        r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, modules_to_save=["cls_head"]
+    )
+    model = peft.get_peft_model(classifier, config)
+    for name, param in model.named_parameters():
+        assert param.requires_grad == ("lora_" in name or "cls_head.modules_to_save" in name), name
+    return model
+
+
+def weighted_cross_entropy(
+    logits: torch.Tensor, labels: torch.Tensor, class_weights: Sequence[float] = (2.0, 10.0, 1.0)
+) -> torch.Tensor:
+    """Class-weighted CE over logits (B, n_classes) and labels (B,); label -1 (unknown) is ignored."""
+    assert logits.shape[-1] == len(class_weights), "one weight per class"
+    labels = labels.long()
+    if not bool((labels != -1).any()):
+        return logits.sum() * 0.0  # a batch with no known label contributes nothing (not NaN)
+    weight = torch.as_tensor(class_weights, dtype=logits.dtype, device=logits.device)
+    return F.cross_entropy(logits, labels, weight=weight, ignore_index=-1)
+
+
+def count_parameters(module: nn.Module) -> tuple[int, int]:
+    """(total, trainable) parameter counts."""
+    params = list(module.parameters())
+    return sum(p.numel() for p in params), sum(p.numel() for p in params if p.requires_grad)

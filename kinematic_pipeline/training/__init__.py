@@ -1,0 +1,20 @@
+"""Training (no dagster): streaming data, LightningModules, and the pretrain/finetune entry points."""
+
+from __future__ import annotations
+
+from kinematic_pipeline.training.data import WindowDataModule, WindowStream, split_days
+from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule
+from kinematic_pipeline.training.run import FinetuneResult, PretrainResult, finetune, load_classifier, pretrain
+
+__all__ = [
+    "FinetuneModule",
+    "FinetuneResult",
+    "PretrainModule",
+    "PretrainResult",
+    "WindowDataModule",
+    "WindowStream",
+    "finetune",
+    "load_classifier",
+    "pretrain",
+    "split_days",
+]

@@ -1,0 +1,249 @@
+"""Training: the date split, bounded deterministic streaming, the Lightning modules and the entry points."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+import shutil
+from types import SimpleNamespace
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kinematic_pipeline.calendar import trading_days
+from kinematic_pipeline.config import load_settings
+from kinematic_pipeline.models import build_model
+from kinematic_pipeline.stages.corpus import training_days
+from kinematic_pipeline.stages.labels import tau_column
+from kinematic_pipeline.storage import file_sha256, shard_path
+from kinematic_pipeline.training import data as data_mod
+from kinematic_pipeline.training.data import WindowDataModule, _buffered, split_days
+from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule, adamw_with_cosine
+from kinematic_pipeline.training.run import _classifier, finetune, load_classifier, load_foundation, pretrain
+
+TAU = 0.01
+
+
+@pytest.fixture(scope="session")
+def ci_warehouse(tmp_path_factory):
+    """The full ci history (2021-2022, training through 2021-12-31): bars, tokens, labels, corpus_stats."""
+    from kinematic_pipeline.stages.corpus import materialize_corpus_stats
+    from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
+    from kinematic_pipeline.stages.labels import materialize_labels
+    from kinematic_pipeline.stages.tokenize import materialize_tokens
+
+    settings = load_settings("ci", warehouse=tmp_path_factory.mktemp("train") / "warehouse", env={})
+    days = trading_days(settings.data.start_date, settings.data.end_date)
+    materialize_raw_ohlcv(settings, days, progress=False)
+    materialize_tokens(settings, days, progress=False)
+    materialize_labels(settings, days, progress=False)
+    materialize_corpus_stats(settings)
+    return settings
+
+
+@pytest.fixture(scope="session")
+def tiny(ci_warehouse):
+    """ci settings with a 256-window epoch: an end-to-end run in seconds."""
+    train = dataclasses.replace(ci_warehouse.train, epochs=1, finetune_epochs=1, max_windows_per_epoch=256)
+    return dataclasses.replace(ci_warehouse, train=train)
+
+
+@pytest.fixture(scope="session")
+def foundations(tiny, tmp_path_factory):
+    out = tmp_path_factory.mktemp("foundations")
+    return {v: pretrain(tiny, v, out / v, progress=False) for v in ("splinegpt", "patchtst")}
+
+
+def _windows(loader) -> list:
+    return [b if isinstance(b, torch.Tensor) else b[0] for b in loader]
+
+
+def test_split_by_date_puts_the_last_days_in_validation():
+    days = trading_days(dt.date(2021, 1, 4), dt.date(2021, 3, 31))
+    train, val = split_days(days, 0.1)
+    assert train + val == days and len(val) == math.ceil(0.1 * len(days))
+    assert max(train) < min(val)
+
+
+def test_validation_days_are_the_last_days_of_the_training_period(ci_warehouse):
+    dm = WindowDataModule(ci_warehouse, "spline_tokens")
+    dm.setup()
+    train_days = [s.day for s in dm.train_shards]
+    val_days = [s.day for s in dm.val_shards]
+    assert max(train_days) < min(val_days)
+    assert max(val_days) == max(training_days(ci_warehouse, "spline_tokens")) <= ci_warehouse.data.train_end
+    assert len(val_days) == math.ceil(ci_warehouse.train.val_fraction * (len(train_days) + len(val_days)))
+    used = dm.shards_used()
+    assert {r["split"] for r in used} == {"train", "val"}
+    assert all(r["date"] <= ci_warehouse.data.train_end.isoformat() and len(r["content_hash"]) == 64 for r in used)
+
+
+def test_no_shard_after_train_end_is_ever_opened(ci_warehouse, tmp_path):
+    wh = tmp_path / "warehouse"
+    shutil.copytree(ci_warehouse.warehouse, wh)
+    settings = dataclasses.replace(ci_warehouse, warehouse=wh)
+    corrupted = 0
+    for path in wh.rglob("*.parquet"):
+        if path.stem[:4].isdigit() and path.stem > settings.data.train_end.isoformat():
+            path.write_bytes(b"not parquet: reading this shard is a look-ahead bug")
+            corrupted += 1
+    assert corrupted > 0
+    for asset, patchtst in (("spline_tokens", False), ("raw_tokens", True)):
+        dm = WindowDataModule(settings, asset, patchtst=patchtst, with_labels=True, tau=TAU)
+        dm.setup()
+        assert sum(len(b) for b in _windows(dm.train_dataloader())) > 0
+        assert sum(len(b) for b in _windows(dm.val_dataloader())) > 0
+        assert dm.class_counts()["hold"] > 0
+
+
+def _stream(settings, epoch=0, shuffle=True, buffer=256, **kw):
+    dm = WindowDataModule(settings, "spline_tokens", **kw)
+    dm.setup()
+    stream = dm._train
+    stream.shuffle, stream.buffer_windows, stream.max_windows = shuffle, buffer, None
+    stream.set_epoch(epoch)
+    return stream
+
+
+def test_streaming_is_deterministic_for_a_seed_and_epoch(ci_warehouse):
+    first = torch.cat(list(_stream(ci_warehouse, epoch=0)))
+    again = torch.cat(list(_stream(ci_warehouse, epoch=0)))
+    other_epoch = torch.cat(list(_stream(ci_warehouse, epoch=1)))
+    in_order = torch.cat(list(_stream(ci_warehouse, shuffle=False)))
+    assert torch.equal(first, again)
+    assert not torch.equal(first, other_epoch) and not torch.equal(first, in_order)
+    key = lambda x: np.sort(x.double().sum(dim=(1, 2)).numpy())  # noqa: E731  # the same windows, reordered
+    np.testing.assert_allclose(key(first), key(in_order), rtol=1e-6)
+    np.testing.assert_allclose(key(other_epoch), key(in_order), rtol=1e-6)
+    assert first.dtype == torch.float32 and first.shape[1:] == (64, 9)
+
+
+def test_shuffle_buffer_is_bounded_and_mixes():
+    """A window leaves the buffer at most capacity + one chunk after it was read: memory never grows."""
+    chunk, capacity, batch = 50, 300, 32
+    ids = np.arange(5000)
+    chunks = ((ids[k : k + chunk, None, None].astype(np.float32), None) for k in range(0, len(ids), chunk))
+    out = np.concatenate([x[:, 0, 0] for x, _ in _buffered(chunks, capacity, batch, np.random.default_rng(0), True)])
+    assert sorted(out.tolist()) == ids.tolist()
+    assert (out - np.arange(len(out)) <= capacity + chunk).all()
+    assert (out != ids).mean() > 0.9
+
+
+def test_workers_and_the_cap_split_an_epoch_without_overlap(ci_warehouse, monkeypatch):
+    whole = torch.cat(list(_stream(ci_warehouse)))
+    parts = []
+    for worker in range(2):
+        monkeypatch.setattr(data_mod, "get_worker_info", lambda w=worker: SimpleNamespace(id=w, num_workers=2))
+        parts.append(torch.cat(list(_stream(ci_warehouse))))
+    assert len(parts[0]) + len(parts[1]) == len(whole) and min(map(len, parts)) > 0
+    windows = lambda x: {w.numpy().tobytes() for w in x}  # noqa: E731
+    assert not windows(parts[0]) & windows(parts[1])
+    monkeypatch.setattr(data_mod, "get_worker_info", lambda: None)
+    capped = _stream(ci_warehouse)
+    capped.max_windows = 100
+    assert sum(len(b) for b in capped) == 100
+
+
+def test_labels_are_joined_by_ticker_and_unknown_labels_dropped(ci_warehouse):
+    dm = WindowDataModule(ci_warehouse, "spline_tokens", with_labels=True, tau=TAU)
+    dm.setup()
+    got = torch.cat([y for _, y in dm.val_dataloader()]).numpy()  # validation: shard order, no shuffle
+    col = tau_column(TAU)
+    expected = []
+    for s in dm.val_shards:
+        tokens = pl.read_parquet(s.path, columns=["ticker", "date"])
+        labels = pl.read_parquet(shard_path(ci_warehouse.warehouse, "labels", s.day), columns=["ticker", col])
+        joined = tokens.join(labels, on="ticker", how="left", maintain_order="left")[col].to_numpy()
+        expected.extend(v for v in joined if v is not None and v >= 0)
+    np.testing.assert_array_equal(got, np.array(expected))
+    assert set(np.unique(got)) <= {0, 1, 2}
+
+
+def test_pretrain_module_loss_equals_the_plain_torch_loss(ci_warehouse):
+    torch.manual_seed(0)
+    x = torch.randn(8, 64, 9)
+    gpt = build_model("splinegpt", ci_warehouse.model).eval()
+    module = PretrainModule(gpt, ci_warehouse.train, total_steps=10)
+    torch.testing.assert_close(module.model_step(x), F.mse_loss(gpt(x)[:, :-1], x[:, 1:]), rtol=0, atol=0)
+    patch = build_model("patchtst", ci_warehouse.model).eval()
+    module = PretrainModule(patch, ci_warehouse.train, total_steps=10)
+    xp = x[:, :, :2]
+    got = module.model_step(xp, torch.Generator().manual_seed(3))
+    torch.testing.assert_close(got, patch.pretrain_loss(xp, generator=torch.Generator().manual_seed(3)))
+
+
+def test_finetune_module_loss_is_the_weighted_cross_entropy(ci_warehouse):
+    torch.manual_seed(0)
+    classifier = _classifier(ci_warehouse, "splinegpt", build_model("splinegpt", ci_warehouse.model)).eval()
+    module = FinetuneModule(classifier, ci_warehouse.train, total_steps=10)
+    x, y = torch.randn(16, 64, 9), torch.randint(0, 3, (16,))
+    loss, preds, _ = module.model_step((x, y))
+    weight = torch.tensor(ci_warehouse.train.class_weights)
+    torch.testing.assert_close(loss, F.cross_entropy(classifier(x), y, weight=weight))
+    assert torch.equal(preds, classifier(x).argmax(-1))
+
+
+def test_cosine_schedule_decays_to_zero_and_decay_skips_vectors():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    optimizer, schedule = adamw_with_cosine(list(model.named_parameters()), 1e-3, 0.1, total_steps=10)
+    decayed = {id(p) for g in optimizer.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    assert decayed == {id(model[0].weight)}
+    lrs = []
+    for _ in range(10):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()
+    assert lrs[0] == pytest.approx(1e-3) and np.all(np.diff(lrs) < 0)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("variant", ["splinegpt", "patchtst"])
+def test_pretrain_writes_a_checkpoint_whose_hash_matches(foundations, tiny, variant):
+    result = foundations[variant]
+    assert result.checkpoint_path.exists() and file_sha256(result.checkpoint_path) == result.checkpoint_sha256
+    assert 0 < result.windows_seen <= tiny.train.max_windows_per_epoch
+    assert result.train_loss_curve and result.val_loss_curve and result.metrics_csv.exists()
+    assert all(np.isfinite(v) for _, v in result.train_loss_curve + result.val_loss_curve)
+    assert result.params_trainable == result.params_total > 0
+    assert all(r["date"] <= tiny.data.train_end.isoformat() for r in result.shards_used)
+    saved = torch.load(result.checkpoint_path, weights_only=True)
+    reloaded = load_foundation(tiny, variant, result.checkpoint_path)
+    for name, value in reloaded.state_dict().items():
+        assert torch.equal(value, saved["state_dict"][name])
+    assert (result.checkpoint_path.parent / "checkpoints" / "last.ckpt").exists()
+
+
+@pytest.mark.parametrize("variant", ["splinegpt", "patchtst"])
+def test_finetune_saves_an_adapter_that_reloads_to_identical_predictions(foundations, tiny, tmp_path, variant):
+    foundation = foundations[variant].checkpoint_path
+    result = finetune(tiny, variant, TAU, foundation, tmp_path / "ft", progress=False)
+    for name, digest in result.artifact_sha256.items():
+        assert file_sha256(tmp_path / "ft" / name) == digest
+    if variant == "splinegpt":
+        assert {"adapter/adapter_config.json", "adapter/adapter_model.safetensors"} <= set(result.artifact_sha256)
+    assert 0 < result.params_trainable < result.params_total
+    assert sum(result.class_counts.values()) > 0 and result.windows_seen > 0
+
+    # Independent path: the trained weights from Lightning's own last checkpoint.
+    ckpt = torch.load(tmp_path / "ft" / "checkpoints" / "last.ckpt", weights_only=False)
+    trained = FinetuneModule(_classifier(tiny, variant, load_foundation(tiny, variant, foundation)), tiny.train, 1)
+    trained.load_state_dict(ckpt["state_dict"])
+    trained.eval()
+    reloaded = load_classifier(tiny, variant, foundation, result.adapter_path)
+    untrained = _classifier(tiny, variant, load_foundation(tiny, variant, foundation)).eval()
+    x = torch.randn(32, 64, 9 if variant != "patchtst" else 2)
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(x), trained(x), rtol=0, atol=0)
+        assert not torch.allclose(reloaded(x), untrained(x))
+    assert not reloaded.training
+
+
+def test_split_keeps_at_least_one_training_day():
+    days = [dt.date(2021, 1, 4), dt.date(2021, 1, 5)]
+    assert split_days(days[:1], 0.1) == (days[:1], [])
+    assert split_days(days, 0.9) == (days[:1], days[1:])
+    assert split_days(days, 0.0) == (days, [])
