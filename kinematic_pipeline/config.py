@@ -113,6 +113,7 @@ class TrainConfig:
     batch_size: int = 256
     val_fraction: float = 0.1  # the last 10% of training-period days validate (split by date)
     max_windows_per_epoch: int | None = None  # cap for small profiles (None: every training window)
+    finetune_max_windows_per_epoch: int | None = None  # fine-tuning's cap (None: max_windows_per_epoch)
     shuffle_buffer: int = 16384  # windows shuffled in a bounded buffer while streaming shards
     accelerator: str = "auto"  # "auto" uses a GPU (and DDP over several) when present
     devices: str = "auto"
@@ -187,8 +188,14 @@ def _profile_demo() -> Settings:
             patchtst_layers=2,
             patchtst_d_ff=256,
         ),
+        # about 15 minutes for the whole demo DAG on 2 CPU cores: 4 foundations and 16 adapters
         train=TrainConfig(
-            epochs=2, batch_size=128, max_windows_per_epoch=20000, finetune_epochs=1, shuffle_buffer=8192
+            epochs=2,
+            batch_size=128,
+            max_windows_per_epoch=12000,
+            finetune_epochs=1,
+            finetune_max_windows_per_epoch=5000,
+            shuffle_buffer=8192,
         ),
     )
 

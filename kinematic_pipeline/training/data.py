@@ -246,7 +246,7 @@ class WindowDataModule(L.LightningDataModule):
             stats = pl.read_parquet(shard_path(self.settings.warehouse, CORPUS_STATS, "stats"))
         normalize = WindowNormalizer(stats, self.token_asset.removesuffix("_tokens"), self.patchtst)
         common = dict(normalize=normalize, batch_size=cfg.batch_size, seed=cfg.seed, tau=self.tau)
-        common["max_windows"] = cfg.max_windows_per_epoch
+        common["max_windows"] = self.window_cap()
         self._train = WindowStream(self.train_shards, shuffle=True, buffer_windows=cfg.shuffle_buffer, **common)
         self._val = WindowStream(self.val_shards, shuffle=False, buffer_windows=cfg.batch_size, **common)
 
@@ -272,8 +272,15 @@ class WindowDataModule(L.LightningDataModule):
         total = sum(s.windows for s in self.train_shards)
         if self.tau is not None:
             total = int(sum(self.class_counts().values()))
-        cap = self.settings.train.max_windows_per_epoch
+        cap = self.window_cap()
         return total if cap is None else min(total, cap)
+
+    def window_cap(self) -> int | None:
+        """Windows per epoch at most: the fine-tuning cap for labelled streams when one is set."""
+        cfg = self.settings.train
+        if self.tau is not None and cfg.finetune_max_windows_per_epoch is not None:
+            return cfg.finetune_max_windows_per_epoch
+        return cfg.max_windows_per_epoch
 
     def steps_per_epoch(self) -> int:
         return max(1, math.ceil(self.train_windows() / self.settings.train.batch_size))
