@@ -33,6 +33,7 @@ PURE_MODULES = [
 
 def test_definitions_load_and_every_job_resolves(ci_settings):
     defs = build_definitions(ci_settings)
+    dg.Definitions.validate_loadable(defs)  # what `dagster definitions validate` checks (partition mappings, ...)
     jobs = defs.resolve_all_job_defs()
     assert {j.name for j in jobs} >= {"ingest_job", "tokenize_job", "corpus_job"}
     for job in jobs:

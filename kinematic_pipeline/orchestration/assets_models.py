@@ -108,7 +108,8 @@ def _adapter_asset(variant: str, tau_partitions: dg.StaticPartitionsDefinition) 
         group_name="finetune",
         code_version=MODELS_CODE_VERSION,
         partitions_def=tau_partitions,
-        deps=[dg.AssetDep(f"{variant}_foundation"), dg.AssetDep("labels")],
+        # every label day may feed the adapter (the DataModule keeps those on or before train_end)
+        deps=[dg.AssetDep(f"{variant}_foundation"), dg.AssetDep("labels", partition_mapping=dg.AllPartitionMapping())],
         kinds={"pytorch"},
         description=f"{VARIANT_TITLES[variant]}: Buy/Sell/Hold head ({how}), weighted CE [2, 10, 1]; "
         "one per tau (partition).",
