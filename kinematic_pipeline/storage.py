@@ -46,10 +46,14 @@ def write_parquet_atomic(frame: pl.DataFrame, path: Path, compression: str = PAR
     """Write ``frame`` to ``path`` via a temporary file and an atomic rename; return its sha256.
 
     Readers (DuckDB globs ``*.parquet``, the training loader) never see a partial file: the temporary
-    name does not end in ``.parquet``, and ``os.replace`` swaps the complete file in at once.
+    name does not end in ``.parquet``, and ``os.replace`` swaps the complete file in at once. A temporary
+    file left by a killed writer of the same shard is removed here (one writer per shard at a time).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):  # left by a writer that was killed: repair
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
