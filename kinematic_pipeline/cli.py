@@ -124,6 +124,9 @@ def materialize(settings: Settings, selection: str | None = None) -> int:
                 print(f"FAILED: {names} (run {result.run_id}); see `dagster dev` or the log above", file=sys.stderr)
                 return 1
     print_summary(settings)
+    if (settings.warehouse / "reports").exists() and (selection is None or "report" in selection):
+        print()
+        print_report(settings)
     return 0
 
 
@@ -150,6 +153,41 @@ def print_summary(settings: Settings) -> None:
     print(f'Try: duckdb {catalog} "SELECT * FROM quarantine LIMIT 10"')
 
 
+def lineage(settings: Settings, model: str, tau: float, ticker: str, cost_bps: float | None) -> int:
+    import re
+
+    from kinematic_pipeline.lineage import trace
+
+    if model not in settings.train.variants:
+        print(f"unknown model {model!r}: expected one of {', '.join(settings.train.variants)}", file=sys.stderr)
+        return 2
+    if not re.fullmatch(r"[A-Za-z0-9._^=-]+", ticker):
+        print(f"not a ticker: {ticker!r}", file=sys.stderr)
+        return 2
+    try:
+        report = trace(settings, model, tau, ticker, cost_bps)
+    except (LookupError, FileNotFoundError) as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print("\n".join(report.lines))
+    return 0 if report.ok else 1
+
+
+def print_report(settings: Settings) -> int:
+    """The paper's tables of the last materialized report (Markdown), and where the report lives."""
+    from kinematic_pipeline.stages.report import REPORT_FILE, TABLES_FILE
+
+    tables = settings.warehouse / "reports" / TABLES_FILE
+    if not tables.exists():
+        print(f"no report under {settings.warehouse / 'reports'}: materialize the report asset", file=sys.stderr)
+        return 1
+    print(tables.read_text())
+    print(
+        f"Report: {settings.warehouse / 'reports' / REPORT_FILE} (figures under {settings.warehouse / 'reports'}/figures/)"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kinematic_pipeline", description=__doc__.split("\n")[0])
     parser.add_argument("--profile", choices=PROFILES, help="overrides KP_PROFILE")
@@ -160,6 +198,12 @@ def main(argv: list[str] | None = None) -> int:
     mat = sub.add_parser("materialize", help="materialize the whole DAG, or --select a part of it")
     mat.add_argument("--select", help="Dagster asset selection, e.g. 'raw_ohlcv' or 'group:ingest' or '+spline_tokens'")
     sub.add_parser("info", help="print the resolved settings and the catalog's views")
+    lin = sub.add_parser("lineage", help="the chain behind a backtest metric, every file re-hashed")
+    lin.add_argument("--model", required=True, help="model variant, e.g. splinegpt")
+    lin.add_argument("--tau", required=True, type=float, help="label threshold of the adapter, e.g. 0.01")
+    lin.add_argument("--ticker", required=True, help="test ticker, e.g. NVDA")
+    lin.add_argument("--cost-bps", type=float, help="cost of the backtest row (default: the report's)")
+    sub.add_parser("report", help="print the paper's tables of the last report and where it is")
     args = parser.parse_args(argv)
 
     # The definitions read KP_* when they load: pass overrides through the environment.
@@ -174,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     settings = load_settings()
     if args.command == "materialize":
         return materialize(settings, args.select)
+    if args.command == "lineage":
+        return lineage(settings, args.model, args.tau, args.ticker, args.cost_bps)
+    if args.command == "report":
+        return print_report(settings)
     print(settings)
     print_summary(settings)
     return 0

@@ -128,6 +128,30 @@ class TrainConfig:
     variants: tuple[str, ...] = ("splinegpt", "rawgpt_fd", "rawgpt", "patchtst")
 
 
+PAPER_TEST_TICKERS = ("INTC", "NVDA", "JPM", "XOM", "PFE", "TSLA")  # the paper's backtest universe
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Predictions, backtests and the report (paper section "Experimental Validation")."""
+
+    # Backtested names; None: the first six tickers of the universe that have a test-period window.
+    test_tickers: tuple[str, ...] | None = None
+    costs_bps: tuple[float, ...] = (0.0, 5.0, 10.0, 20.0, 30.0)  # per trade side, swept for every backtest
+    initial_cash: float = 10_000.0  # the paper's starting capital
+    tax_rate: float = 0.32  # short-term capital gains, on net realized gains per tax year
+    tax_year_days: int = 252  # trading days per tax year
+    report_tau: float = 0.01  # the paper's standard threshold for its main tables and figures
+    report_cost_bps: float = 0.0  # the paper's main tables model no costs (its "Limitations")
+    focus_ticker: str | None = None  # sweeps, diagnostics, manifold (paper: NVDA); None: first test ticker
+    responsiveness_ticker: str | None = None  # the responsiveness figure (paper: XOM); None: focus ticker
+    figure_days: int = 120  # sessions shown in the manifold and responsiveness figures (the test period's last)
+    bootstrap_resamples: int = 2000  # circular block bootstrap of the Sharpe
+    bootstrap_block_days: int = 20
+    bootstrap_seed: int = 0
+    predict_batch_size: int = 512  # windows per forward pass
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything a stage needs, resolved once per process."""
@@ -140,6 +164,7 @@ class Settings:
     tokenize: TokenizeConfig = field(default_factory=TokenizeConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    evaluate: EvalConfig = field(default_factory=EvalConfig)
 
     @property
     def catalog_path(self) -> Path:
@@ -211,6 +236,7 @@ def _profile_paper() -> Settings:
             train_end=dt.date(2022, 12, 31),
         ),
         synthetic=SyntheticConfig(n_tickers=100),
+        evaluate=EvalConfig(test_tickers=PAPER_TEST_TICKERS, focus_ticker="NVDA", responsiveness_ticker="XOM"),
     )
 
 

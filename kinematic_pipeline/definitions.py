@@ -7,8 +7,10 @@ import warnings
 import dagster as dg
 
 from kinematic_pipeline.config import Settings, load_settings
+from kinematic_pipeline.orchestration.assets_evaluate import build_evaluate_assets
 from kinematic_pipeline.orchestration.assets_ingest import build_ingest_assets
 from kinematic_pipeline.orchestration.assets_models import build_model_assets
+from kinematic_pipeline.orchestration.assets_report import build_report_assets
 from kinematic_pipeline.orchestration.assets_tokenize import build_tokenize_assets
 from kinematic_pipeline.orchestration.checks import build_ingest_checks
 from kinematic_pipeline.orchestration.jobs import build_jobs
@@ -20,6 +22,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         # BackfillPolicy is "beta" in Dagster 1.13; single-run backfills are what trading-day assets need.
         warnings.simplefilter("ignore", dg.BetaWarning)
         assets = [*build_ingest_assets(settings), *build_tokenize_assets(settings), *build_model_assets(settings)]
+        assets += [*build_evaluate_assets(settings), *build_report_assets(settings)]
     return dg.Definitions(
         assets=assets,
         asset_checks=[*build_ingest_checks(settings)],

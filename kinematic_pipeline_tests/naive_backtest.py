@@ -1,6 +1,9 @@
-"""Slow, obviously correct twin of kinematic_pipeline/backtest/engine.py (plain Python, one day at a time)."""
+"""Slow, obviously correct twins of kinematic_pipeline/backtest: the engine (plain Python, one day at a time)
+and the block bootstrap of metrics (numpy, the whole index matrix at once)."""
 
 from __future__ import annotations
+
+import numpy as np
 
 
 def naive_backtest(close, actions, cost_bps=0.0, initial_cash=10_000.0, tax_rate=0.32, tax_year_days=252):
@@ -51,3 +54,26 @@ def naive_backtest(close, actions, cost_bps=0.0, initial_cash=10_000.0, tax_rate
     return dict(
         equity=equity, position=position, trades=trades, taxes=taxes, n_invalid=n_invalid, pending=gain_this_year
     )
+
+
+def naive_block_bootstrap_sharpe_ci(equity, block=20, n_boot=2000, seed=0, alpha=0.05, rf_annual=0.04, periods=252):
+    """Twin of metrics.block_bootstrap_sharpe_ci: materializes the (n_boot, n) index matrix and takes
+    numpy's mean/std of every resample. Same block starts for the same seed."""
+    equity = np.asarray(equity, dtype=np.float64)
+    r = equity[1:] / equity[:-1] - 1.0
+    n = r.shape[0]
+    if n < 2:
+        return float("nan"), float("nan")
+    block = max(1, min(int(block), n))
+    n_blocks = -(-n // block)
+    starts = np.random.default_rng(seed).integers(0, n, size=(n_boot, n_blocks))
+    idx = (starts[:, :, None] + np.arange(block)).reshape(n_boot, -1)[:, :n] % n  # (n_boot, n)
+    resampled = r[idx]
+    sd = resampled.std(axis=1, ddof=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = (resampled.mean(axis=1) * periods - rf_annual) / (sd * np.sqrt(periods))
+    s = s[(sd > 1e-12) & np.isfinite(s)]
+    if s.size == 0:
+        return float("nan"), float("nan")
+    low, high = np.quantile(s, [alpha / 2, 1 - alpha / 2])
+    return float(low), float(high)

@@ -26,6 +26,10 @@ PURE_MODULES = [
     "kinematic_pipeline.stages.labels",
     "kinematic_pipeline.stages.corpus",
     "kinematic_pipeline.stages.alpha",
+    "kinematic_pipeline.stages.evaluate",
+    "kinematic_pipeline.stages.report",
+    "kinematic_pipeline.backtest.sweep",
+    "kinematic_pipeline.lineage",
     "kinematic_pipeline.tokenize",
     "kinematic_pipeline.labels",
 ]

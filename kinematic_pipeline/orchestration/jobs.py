@@ -5,6 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from kinematic_pipeline.config import Settings
+from kinematic_pipeline.orchestration.assets_evaluate import evaluation_partitions
 from kinematic_pipeline.orchestration.partitions import trading_day_partitions
 
 
@@ -33,6 +34,17 @@ def build_jobs(settings: Settings) -> list[dg.UnresolvedAssetJobDefinition]:
             selection=dg.AssetSelection.groups("finetune"),
             partitions_def=dg.StaticPartitionsDefinition([f"{t:g}" for t in settings.tokenize.taus]),
             description="Fine-tune one adapter per model and tau (LoRA; PatchTST: linear probe).",
+        ),
+        dg.define_asset_job(
+            "evaluate_job",
+            selection=dg.AssetSelection.groups("evaluate"),
+            partitions_def=evaluation_partitions(settings),
+            description="Predict the test period and backtest it, one (tau, variant) policy per partition.",
+        ),
+        dg.define_asset_job(
+            "report_job",
+            selection=dg.AssetSelection.groups("report"),
+            description="Regenerate the paper's tables, figures and the Markdown report from the backtests.",
         ),
         dg.define_asset_job(
             "corpus_job",

@@ -2,26 +2,12 @@
 
 from __future__ import annotations
 
-import base64
 from pathlib import Path
 
 import polars as pl
 
-
-def markdown_table(frame: pl.DataFrame, float_digits: int = 4) -> str:
-    """A GitHub-flavoured Markdown table of ``frame`` (for MetadataValue.md)."""
-    if frame.is_empty():
-        return "_(none)_"
-
-    def cell(value) -> str:
-        if isinstance(value, float):
-            return f"{value:.{float_digits}g}"
-        return "" if value is None else str(value)
-
-    header = "| " + " | ".join(frame.columns) + " |"
-    rule = "| " + " | ".join("---" for _ in frame.columns) + " |"
-    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.iter_rows()]
-    return "\n".join([header, rule, *body])
+from kinematic_pipeline.report.markdown import embedded_image as embedded_image
+from kinematic_pipeline.report.markdown import markdown_table as markdown_table
 
 
 def loss_curve_png(curves: dict[str, list[tuple[float, float]]], title: str, path: Path) -> bytes:
@@ -45,11 +31,6 @@ def loss_curve_png(curves: dict[str, list[tuple[float, float]]], title: str, pat
     fig.savefig(path, format="png", metadata={"Software": None})
     plt.close(fig)
     return path.read_bytes()
-
-
-def embedded_image(png: bytes, alt: str) -> str:
-    """Markdown that shows a PNG inline in the Dagster UI."""
-    return f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})"
 
 
 def curve_table(curves: dict[str, list[tuple[float, float]]], max_rows: int = 12) -> pl.DataFrame:

@@ -36,7 +36,7 @@ from kinematic_pipeline.models import (
     count_parameters,
     inject_lora,
 )
-from kinematic_pipeline.storage import file_sha256
+from kinematic_pipeline.storage import file_sha256, write_parquet_atomic
 from kinematic_pipeline.training.data import EpochSeed, WindowDataModule
 from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule
 
@@ -175,6 +175,24 @@ def _curves(metrics_csv: Path) -> tuple[list[tuple[int, float]], list[tuple[int,
     return train, pairs("epoch", "val/loss")
 
 
+SHARDS_USED_FILE = "shards_used.parquet"  # beside each checkpoint/adapter: the lineage to its token shards
+SHARDS_USED_SCHEMA = {
+    "asset": pl.String,
+    "split": pl.String,
+    "date": pl.String,
+    "path": pl.String,
+    "content_hash": pl.String,
+    "windows": pl.Int64,
+}
+
+
+def write_shards_used(out_dir: Path, shards: list[dict]) -> Path:
+    """Record every shard a training run streamed from (asset, split, date, path, sha256) next to its output."""
+    path = Path(out_dir) / SHARDS_USED_FILE
+    write_parquet_atomic(pl.DataFrame(shards, schema=SHARDS_USED_SCHEMA), path)
+    return path
+
+
 def _check_variant(variant: str) -> None:
     if variant not in VARIANTS:
         raise ValueError(f"unknown model variant {variant!r}: expected one of {', '.join(VARIANTS)}")
@@ -203,6 +221,7 @@ def pretrain(
     torch.save({"variant": variant, "model_config": dataclasses.asdict(settings.model), "state_dict": state}, path)
     total, trainable = count_parameters(model)
     train_curve, val_curve = _curves(metrics_csv)
+    write_shards_used(out_dir, data.shards_used())
     return PretrainResult(
         variant=variant,
         checkpoint_path=path,
@@ -279,6 +298,7 @@ def finetune(
             files = sorted(p for p in adapter_path.rglob("*") if p.is_file())
     total, trainable = count_parameters(classifier)
     train_curve, val_curve = _curves(metrics_csv)
+    write_shards_used(out_dir, data.shards_used())
     return FinetuneResult(
         variant=variant,
         tau=tau,

@@ -1,0 +1,96 @@
+"""Report stage: the paper's tables, its figures, and one Markdown report, as files and as asset metadata.
+
+The stage module is imported inside the bodies: loading the definitions stays light (no matplotlib).
+"""
+
+import dagster as dg
+
+from kinematic_pipeline.config import Settings
+from kinematic_pipeline.orchestration.metadata import embedded_image, markdown_table
+from kinematic_pipeline.orchestration.resources import PipelineSettings
+from kinematic_pipeline.stages.evaluate import BACKTESTS_ASSET, PREDICTIONS_ASSET
+
+REPORT_CODE_VERSION = "report-1"
+
+
+def build_report_assets(settings: Settings) -> list[dg.AssetsDefinition]:
+    every = dg.AllPartitionMapping()
+
+    @dg.asset(
+        name="paper_tables",
+        group_name="report",
+        code_version=REPORT_CODE_VERSION,
+        deps=[dg.AssetDep(BACKTESTS_ASSET, partition_mapping=every)],
+        kinds={"markdown", "parquet"},
+        description="The paper's tables regenerated from every backtests partition: absolute performance, "
+        "risk-adjusted efficiency (with bootstrap CIs), the Liquidation Equilibrium, the tau sweep, cost "
+        "sensitivity with turnover, and calibration. Files under $KP_WAREHOUSE/reports/tables/.",
+    )
+    def paper_tables(settings: PipelineSettings) -> dg.MaterializeResult:
+        from kinematic_pipeline.stages.report import TABLE_TITLES, headline, load_metrics, materialize_paper_tables
+
+        cfg = settings.resolve()
+        built, path = materialize_paper_tables(cfg)
+        ev = cfg.evaluate
+        return dg.MaterializeResult(
+            metadata={
+                **{
+                    name: dg.MetadataValue.md(f"**{TABLE_TITLES[name]}**\n\n" + markdown_table(f))
+                    for name, f in built.items()
+                },
+                "headline": dg.MetadataValue.md(
+                    markdown_table(headline(load_metrics(cfg), ev.report_tau, ev.report_cost_bps))
+                ),
+                "path": dg.MetadataValue.path(str(path)),
+            }
+        )
+
+    @dg.asset(
+        name="figures",
+        group_name="report",
+        code_version=REPORT_CODE_VERSION,
+        deps=[
+            dg.AssetDep(BACKTESTS_ASSET, partition_mapping=every),
+            dg.AssetDep(PREDICTIONS_ASSET, partition_mapping=every),
+            dg.AssetDep("spline_tokens", partition_mapping=every),
+            dg.AssetDep("raw_ohlcv", partition_mapping=every),
+        ],
+        kinds={"matplotlib"},
+        description="The paper's figures: equity curves vs Buy & Hold, behavioural diagnostics (action "
+        "distribution, confusion matrix, calibration), the tau and cost sweeps, the 9-panel kinematic manifold "
+        "and the responsiveness figure. PNGs under $KP_WAREHOUSE/reports/figures/.",
+    )
+    def figures(settings: PipelineSettings) -> dg.MaterializeResult:
+        from kinematic_pipeline.stages.report import materialize_figures
+
+        paths = materialize_figures(settings.resolve())
+        return dg.MaterializeResult(
+            metadata={
+                **{name: dg.MetadataValue.md(embedded_image(p.read_bytes(), name)) for name, p in paths.items()},
+                "folder": dg.MetadataValue.path(str(next(iter(paths.values())).parent)),
+            }
+        )
+
+    @dg.asset(
+        name="report",
+        group_name="report",
+        code_version=REPORT_CODE_VERSION,
+        deps=[dg.AssetDep("paper_tables"), dg.AssetDep("figures")],
+        kinds={"markdown"},
+        description="One Markdown report: context, every table, every figure, and the backtest conventions. "
+        "$KP_WAREHOUSE/reports/report.md; `python -m kinematic_pipeline report` prints its tables.",
+    )
+    def report(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.MaterializeResult:
+        from kinematic_pipeline.stages.report import materialize_report, reports_dir
+
+        cfg = settings.resolve()
+        path = materialize_report(cfg, {"dagster run": context.run_id})
+        return dg.MaterializeResult(
+            metadata={
+                "path": dg.MetadataValue.path(str(path)),
+                "report": dg.MetadataValue.md(path.read_text()[:60_000]),
+                "folder": dg.MetadataValue.path(str(reports_dir(cfg))),
+            }
+        )
+
+    return [paper_tables, figures, report]

@@ -1,0 +1,117 @@
+"""One Markdown report: the run's context, the tables and figures with caption-like explanations, and
+the backtest conventions (always included, so every number can be read against its definition)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import quote
+
+import polars as pl
+
+from kinematic_pipeline.report.markdown import markdown_table
+
+# key (the name of the function that builds it) -> (heading, one-line explanation after the paper's caption)
+TABLE_CAPTIONS = {
+    "absolute_performance": (
+        "Absolute Performance Metrics",
+        "Cumulative total return and maximum drawdown over the test period for each model and Buy & Hold "
+        "(Mkt). A policy in the Liquidation Equilibrium never holds a position: 0.0% return and drawdown.",
+    ),
+    "risk_adjusted": (
+        "Risk-Adjusted Efficiency",
+        "Sharpe and Sortino ratios, with the Sharpe's 95% block-bootstrap interval; they are undefined (N/A) "
+        "for a policy in the Liquidation Equilibrium, whose equity never moves.",
+    ),
+    "liquidation_equilibrium": (
+        "The Liquidation Equilibrium of Discrete Tokens",
+        "Action distribution, action rate and performance of each model: a model that only ever sells "
+        "stays in cash (100% action rate, 0% exposure, N/A Sharpe).",
+    ),
+    "tau_sweep": (
+        "Behavioral Divergence Under Sensitivity Sweep",
+        "Action rate and Sharpe of each model as the volatility threshold tau varies: a model that learns "
+        "a policy acts less as tau grows; one in the Liquidation Equilibrium stays at 100% (Sell).",
+    ),
+    "cost_sensitivity": (
+        "Sensitivity to Transaction Costs",
+        "Sharpe ratio at each execution cost (bps per trade side) and the annualized turnover (at the "
+        "lowest cost): how much of the edge survives friction.",
+    ),
+    "calibration_summary": (
+        "Calibration of the Action Probabilities",
+        "Accuracy, multi-class Brier score and top-label expected calibration error of each model's "
+        "Buy/Sell/Hold probabilities on labelled test days (our addition to the paper).",
+    ),
+}
+FIGURE_CAPTIONS = {
+    "equity_curves": (
+        "Cross-Sector Performance Validation",
+        "Left: equity curves of SplineGPT (thick) and the baselines (thin) per ticker. Right: Buy & Hold "
+        "for the same assets.",
+    ),
+    "diagnostics": (
+        "Behavioral Divergence and Calibration",
+        "(A) Action distribution of each model; (B) SplineGPT confusion matrix, true label x action on "
+        "labelled days; (C) reliability of the predicted Buy probability against the empirical Buy rate.",
+    ),
+    "sweeps": (
+        "Parameter Sensitivity Analysis",
+        "(A) Action rate against the volatility threshold tau; (B) Sharpe against the execution cost.",
+    ),
+    "kinematic_manifold": (
+        "The 9-Dimensional Kinematic Manifold vs. Ground Truth",
+        "Top: OHLC candles and volume. Below: the spline state at the end of each day's causal window, "
+        "price c0-c3 (position, velocity, acceleration, jerk) and the quartic log-volume profile v0-v4.",
+    ),
+    "responsiveness": (
+        "Kinematic Responsiveness",
+        "(A) Close with the model's Buy (green) and Sell (red) actions; (B) velocity c1 and (C) "
+        "acceleration c2 of the price spline over the same days.",
+    ),
+}
+
+
+def _describe(key: str, captions: dict[str, tuple[str, str]]) -> tuple[str, str]:
+    """Heading and explanation of ``key``; a key that extends a known one ("tau_sweep_NVDA") shares its
+    caption and shows the rest in the heading; an unknown key is its own heading."""
+    base = max((k for k in captions if key == k or key.startswith(k)), key=len, default=None)
+    if base is None:
+        return key, ""
+    heading, caption = captions[base]
+    suffix = key[len(base) :].strip("_:/- ")
+    return (f"{heading} ({suffix})" if suffix else heading), caption
+
+
+def _link(path: Path, relative_to: Path | None) -> str:
+    target = Path(os.path.relpath(path, relative_to)) if relative_to is not None else Path(path)
+    return quote(target.as_posix())
+
+
+def render_report(
+    title: str,
+    context: dict[str, str],
+    tables: dict[str, pl.DataFrame],
+    figures: dict[str, Path],
+    conventions: str,
+    relative_to: Path | None = None,
+) -> str:
+    """The Markdown report. ``context`` is shown as a list (profile, test period, tickers, tau, cost, run
+    id...); tables and figures keep their order, each under a heading with its explanation; figure links
+    are relative to ``relative_to``, the folder the report is written to (None: paths as given);
+    ``conventions`` (``backtest.metrics.CONVENTIONS``) closes the document."""
+    lines = [f"# {title}", ""]
+    lines += [f"- **{name}**: {value}" for name, value in context.items()]
+    if tables:
+        lines += ["", "## Tables"]
+    for key, frame in tables.items():
+        heading, caption = _describe(key, TABLE_CAPTIONS)
+        lines += ["", f"### {heading}", ""] + ([caption, ""] if caption else []) + [markdown_table(frame)]
+    if figures:
+        lines += ["", "## Figures"]
+    for key, path in figures.items():
+        heading, caption = _describe(key, FIGURE_CAPTIONS)
+        lines += ["", f"### {heading}", "", f"![{heading}]({_link(path, relative_to)})"]
+        lines += ["", caption] if caption else []
+    lines += ["", "## Conventions", "", conventions, ""]
+    return "\n".join(lines)

@@ -1,0 +1,351 @@
+"""The paper's figures rebuilt from our frames; each writes a PNG to ``path`` and returns its bytes.
+
+Matplotlib's object API only (no pyplot state, Agg canvas), a fixed dpi and no "Software" PNG
+metadata, so the same input gives the same bytes. Empty inputs give a figure that says "no data".
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import matplotlib.dates as mdates
+import numpy as np
+import polars as pl
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+from kinematic_pipeline.backtest.metrics import ACTION_NAMES, confusion_matrix, reliability_curve
+from kinematic_pipeline.report.tables import LONG_NAMES, POLICY_VARIANTS, runs_at
+
+DPI = 110  # fixed, so PNG bytes do not depend on matplotlib's rc defaults
+VARIANT_COLORS = {  # the paper: SplineGPT blue, PatchTST red
+    "splinegpt": "tab:blue",
+    "patchtst": "tab:red",
+    "rawgpt_fd": "tab:orange",
+    "rawgpt": "tab:purple",
+    "buy_and_hold": "black",
+}
+BASELINE_STYLES = {"patchtst": "--", "rawgpt_fd": ":", "rawgpt": "-."}  # thin lines in the equity panel
+KINEMATIC_CHANNELS = (  # (column, panel title): price spline c0..c3, quartic log-volume profile v0..v4
+    ("c0", "c0 position (log price)"),
+    ("c1", "c1 velocity"),
+    ("c2", "c2 acceleration"),
+    ("c3", "c3 jerk"),
+    ("v0", "v0 log-volume level"),
+    ("v1", "v1 volume velocity"),
+    ("v2", "v2 volume acceleration"),
+    ("v3", "v3 volume jerk"),
+    ("v4", "v4 volume snap"),
+)
+
+
+def _save(fig: Figure, path: Path) -> bytes:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", dpi=DPI, metadata={"Software": None})
+    return path.read_bytes()
+
+
+def _no_data(title: str, path: Path) -> bytes:
+    fig = Figure(figsize=(6, 2.5))
+    fig.text(0.5, 0.5, f"{title}\n\nno data", ha="center", va="center", fontsize=11)
+    return _save(fig, path)
+
+
+def _date_axis(ax) -> None:
+    locator = mdates.AutoDateLocator()
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+
+
+def _window(frame: pl.DataFrame, ticker: str, start: dt.date | None, end: dt.date | None) -> pl.DataFrame:
+    """One ticker's rows between start and end (inclusive; None: open), sorted by date."""
+    if frame.is_empty():
+        return frame
+    frame = frame.filter(pl.col("ticker") == ticker)
+    if start is not None:
+        frame = frame.filter(pl.col("date") >= start)
+    if end is not None:
+        frame = frame.filter(pl.col("date") <= end)
+    return frame.sort("date")
+
+
+def _variants_present(frame: pl.DataFrame, candidates=POLICY_VARIANTS) -> list[str]:
+    present = set(frame["variant"].to_list())
+    return [v for v in candidates if v in present]
+
+
+def _nan_mean(column: str) -> pl.Expr:
+    return pl.col(column).cast(pl.Float64).fill_nan(None).mean()
+
+
+def equity_curves_png(equity: pl.DataFrame, tau: float, cost_bps: float, path: Path) -> bytes:
+    """Paper fig sector_sweep: left the policies' equity per ticker (SplineGPT thick, baselines thin),
+    right Buy & Hold per ticker. Several seeds: the mean equity over seeds per day."""
+    runs = runs_at(equity, tau, cost_bps)
+    if runs.is_empty():
+        return _no_data("Equity curves", path)
+    curves = runs.group_by("variant", "ticker", "date").agg(_nan_mean("equity")).sort("variant", "ticker", "date")
+    by_run = curves.partition_by(["variant", "ticker"], as_dict=True)
+    tickers = runs["ticker"].unique(maintain_order=True).to_list()
+    colors = {t: f"C{i % 10}" for i, t in enumerate(tickers)}
+    fig = Figure(figsize=(12, 4.5), layout="constrained")
+    left, right = fig.subplots(1, 2, sharey=True)
+    for variant, ax in [(v, left) for v in POLICY_VARIANTS] + [("buy_and_hold", right)]:
+        for ticker in tickers:
+            curve = by_run.get((variant, ticker))
+            if curve is None:
+                continue
+            thick = variant in ("splinegpt", "buy_and_hold")
+            ax.plot(
+                curve["date"].to_numpy(),
+                curve["equity"].to_numpy(),
+                color=colors[ticker],
+                lw=1.6 if thick else 0.7,
+                ls=BASELINE_STYLES.get(variant, "-"),
+                alpha=1.0 if thick else 0.6,
+            )
+    ticker_handles = [Line2D([], [], color=colors[t], lw=1.6, label=t) for t in tickers]
+    style_handles = [
+        Line2D(
+            [],
+            [],
+            color="gray",
+            lw=1.6 if v == "splinegpt" else 0.7,
+            ls=BASELINE_STYLES.get(v, "-"),
+            label=LONG_NAMES[v],
+        )
+        for v in _variants_present(runs)
+    ]
+    left.legend(handles=ticker_handles + style_handles, fontsize=7, ncols=2)
+    right.legend(handles=ticker_handles, fontsize=7)
+    left.set_title(f"Policies (tau = {100 * tau:.2f}%, cost {cost_bps:g} bps)", fontsize=10)
+    right.set_title("Buy & Hold", fontsize=10)
+    left.set_ylabel("equity")
+    for ax in (left, right):
+        _date_axis(ax)
+        ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def diagnostics_png(predictions: pl.DataFrame, ticker: str, tau: float, path: Path) -> bytes:
+    """Paper fig diagnostics: (A) action distribution per variant, (B) SplineGPT confusion matrix
+    (true label x action, labelled days), (C) reliability of p_buy against the empirical Buy frequency.
+    Several seeds are pooled."""
+    runs = runs_at(predictions, tau=tau, ticker=ticker)
+    if runs.is_empty():
+        return _no_data(f"Diagnostics ({ticker})", path)
+    by_variant = runs.partition_by("variant", as_dict=True)
+    variants = _variants_present(runs)
+    fig = Figure(figsize=(14, 4.2), layout="constrained")
+    ax_a, ax_b, ax_c = fig.subplots(1, 3)
+    width = 0.8 / max(1, len(variants))
+    for i, v in enumerate(variants):
+        counts = np.bincount(by_variant[(v,)]["action"].to_numpy().astype(np.int64), minlength=3)[:3]
+        offset = (i - (len(variants) - 1) / 2) * width
+        ax_a.bar(np.arange(3) + offset, counts / counts.sum(), width, color=VARIANT_COLORS[v], label=LONG_NAMES[v])
+    ax_a.set_xticks(range(3), [f"{name} ({k})" for k, name in enumerate(ACTION_NAMES)])
+    ax_a.set_ylim(0, 1.05)
+    ax_a.set_ylabel("share of days")
+    ax_a.set_title("(A) Action distribution", fontsize=10)
+    ax_a.legend(fontsize=7)
+
+    spline = by_variant.get(("splinegpt",))
+    if spline is None:
+        ax_b.text(0.5, 0.5, "no SplineGPT predictions", ha="center", va="center", transform=ax_b.transAxes)
+    else:
+        matrix = confusion_matrix(spline["action"].to_numpy(), spline["label"].to_numpy())
+        ax_b.imshow(matrix, cmap="Blues")
+        for (row, col), n in np.ndenumerate(matrix):
+            dark = n > matrix.max() / 2
+            ax_b.text(col, row, str(n), ha="center", va="center", color="white" if dark else "black")
+        ax_b.set_xticks(range(3), ACTION_NAMES)
+        ax_b.set_yticks(range(3), ACTION_NAMES)
+        ax_b.set_xlabel("action")
+        ax_b.set_ylabel("true label")
+    ax_b.set_title("(B) SplineGPT confusion matrix (labelled days)", fontsize=10)
+
+    ax_c.plot([0, 1], [0, 1], color="gray", ls="--", lw=0.8, label="perfect calibration")
+    for v in variants:
+        labelled = by_variant[(v,)].filter(pl.col("label") >= 0)
+        mean_p, freq, count = reliability_curve(labelled["p_buy"].to_numpy(), labelled["label"].to_numpy() == 0)
+        used = count > 0
+        ax_c.plot(mean_p[used], freq[used], marker="o", ms=3, color=VARIANT_COLORS[v], label=LONG_NAMES[v])
+    ax_c.set_xlim(0, 1)
+    ax_c.set_ylim(0, 1)
+    ax_c.set_xlabel("predicted p(Buy)")
+    ax_c.set_ylabel("empirical Buy frequency")
+    ax_c.set_title("(C) Calibration of p(Buy)", fontsize=10)
+    ax_c.legend(fontsize=7)
+    fig.suptitle(f"Behavioral diagnostics ({ticker}, tau = {100 * tau:.2f}%)", fontsize=11)
+    return _save(fig, path)
+
+
+def _mean_by(frame: pl.DataFrame, key: str, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted key values, mean of column over seeds, NaN ignored) of one variant's rows."""
+    means = frame.group_by(key).agg(_nan_mean(column)).sort(key)
+    return means[key].to_numpy(), means[column].fill_null(float("nan")).to_numpy()
+
+
+def _pick(values: list[float], wanted: float, fallback: float) -> float:
+    close = [v for v in values if abs(v - wanted) <= 1e-9]
+    return close[0] if close else fallback
+
+
+def sweeps_png(metrics: pl.DataFrame, ticker: str, path: Path) -> bytes:
+    """Paper fig sweeps: (A) action rate vs tau per variant at cost 0 (else the lowest cost present),
+    (B) Sharpe vs cost per variant at tau = 1% (else the middle tau present), Buy & Hold dashed."""
+    runs = runs_at(metrics, ticker=ticker)
+    if runs.is_empty():
+        return _no_data(f"Parameter sweeps ({ticker})", path)
+    costs = sorted(set(runs["cost_bps"].to_list()))
+    taus = sorted(set(runs["tau"].drop_nulls().to_list()))
+    cost_a = _pick(costs, 0.0, costs[0])
+    tau_b = _pick(taus, 0.01, taus[len(taus) // 2]) if taus else None
+    fig = Figure(figsize=(11, 4), layout="constrained")
+    ax_a, ax_b = fig.subplots(1, 2)
+    for v in _variants_present(runs):
+        at_cost = runs_at(runs, cost_bps=cost_a).filter(pl.col("variant") == v)
+        tau_values, rates = _mean_by(at_cost, "tau", "action_rate")
+        ax_a.plot(100 * tau_values, 100 * rates, marker="o", color=VARIANT_COLORS[v], label=LONG_NAMES[v])
+    for v in [*_variants_present(runs), "buy_and_hold"]:
+        at_tau = runs_at(runs, tau=tau_b).filter(pl.col("variant") == v)
+        if at_tau.is_empty():
+            continue
+        cost_values, sharpes = _mean_by(at_tau, "cost_bps", "sharpe")
+        label = LONG_NAMES[v] + (" (N/A)" if np.isnan(sharpes).all() else "")
+        ls = "--" if v == "buy_and_hold" else "-"
+        ax_b.plot(cost_values, sharpes, marker="o", ls=ls, color=VARIANT_COLORS[v], label=label)
+    ax_a.set_xlabel("tau (%)")
+    ax_a.set_ylabel("action rate (%)")
+    ax_a.set_ylim(-5, 105)
+    ax_a.set_title(f"(A) Action rate vs tau (cost {cost_a:g} bps)", fontsize=10)
+    ax_b.axhline(0, color="gray", lw=0.6)
+    ax_b.set_xlabel("cost per side (bps)")
+    ax_b.set_ylabel("Sharpe")
+    tau_text = f"{100 * tau_b:.2f}%" if tau_b is not None else "-"
+    ax_b.set_title(f"(B) Sharpe vs cost (tau = {tau_text})", fontsize=10)
+    for ax in (ax_a, ax_b):
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.suptitle(f"Parameter sensitivity ({ticker})", fontsize=11)
+    return _save(fig, path)
+
+
+def _on_dates(dates: pl.DataFrame, frame: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
+    """``columns`` of ``frame`` aligned to ``dates`` (null where frame has no row or no such column)."""
+    present = [c for c in columns if c in frame.columns]
+    if frame.is_empty() or not present:
+        return dates.with_columns(pl.lit(None, pl.Float64).alias(c) for c in columns)
+    aligned = dates.join(frame.select("date", *present), on="date", how="left")
+    return aligned.with_columns(pl.lit(None, pl.Float64).alias(c) for c in columns if c not in present)
+
+
+def _values(frame: pl.DataFrame, column: str) -> np.ndarray:
+    return frame[column].cast(pl.Float64).fill_null(float("nan")).to_numpy()
+
+
+def _candles(ax_price, ax_volume, x: np.ndarray, bars: pl.DataFrame) -> None:
+    o, h, low, c, vol = (_values(bars, k) for k in ("open", "high", "low", "close", "volume"))
+    colors = np.where(c >= o, "tab:green", "tab:red")
+    ax_price.vlines(x, low, h, colors=colors, lw=0.8)
+    ax_price.bar(x, np.abs(c - o), 0.6, bottom=np.minimum(o, c), color=colors)
+    ax_volume.bar(x, vol, 0.6, color=colors, alpha=0.7)
+
+
+def kinematic_manifold_png(
+    bars: pl.DataFrame,
+    kinematics: pl.DataFrame,
+    ticker: str,
+    start: dt.date | None,
+    end: dt.date | None,
+    path: Path,
+) -> bytes:
+    """Paper fig full_state: OHLC candles and volume on top, then the nine channels c0..c3, v0..v4 as a
+    3x3 grid over the same sessions (x = session index, so weekends leave no gaps)."""
+    bars_w, kin_w = _window(bars, ticker, start, end), _window(kinematics, ticker, start, end)
+    if bars_w.is_empty() and kin_w.is_empty():
+        return _no_data(f"Kinematic manifold ({ticker})", path)
+    dates = pl.concat([f.select(pl.col("date").cast(pl.Date)) for f in (bars_w, kin_w) if not f.is_empty()])
+    dates = dates.unique().sort("date")
+    aligned_bars = _on_dates(dates, bars_w, ["open", "high", "low", "close", "volume"])
+    aligned_kin = _on_dates(dates, kin_w, [c for c, _ in KINEMATIC_CHANNELS])
+    x = np.arange(dates.height)
+    labels = [d.isoformat() for d in dates["date"].to_list()]
+
+    fig = Figure(figsize=(12, 11), layout="constrained")
+    grid = fig.add_gridspec(5, 3, height_ratios=[2.4, 0.9, 1, 1, 1])
+    ax_price = fig.add_subplot(grid[0, :])
+    ax_volume = fig.add_subplot(grid[1, :], sharex=ax_price)
+    _candles(ax_price, ax_volume, x, aligned_bars)
+    ax_price.set_title(f"{ticker}: daily OHLC and volume", fontsize=10)
+    ax_price.set_ylabel("price")
+    ax_price.tick_params(labelbottom=False)  # the volume panel below carries the dates
+    ax_volume.set_ylabel("volume")
+    axes = [ax_price, ax_volume]
+    for i, (column, title) in enumerate(KINEMATIC_CHANNELS):
+        ax = fig.add_subplot(grid[2 + i // 3, i % 3], sharex=ax_price)
+        ax.plot(x, _values(aligned_kin, column), lw=0.9, color="tab:blue" if column[0] == "c" else "tab:orange")
+        if column not in ("c0", "v0"):
+            ax.axhline(0, color="gray", lw=0.5)
+        ax.set_title(title, fontsize=8)
+        ax.tick_params(labelsize=7)
+        axes.append(ax)
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(5, integer=True))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: labels[int(v)] if 0 <= v < len(labels) else ""))
+        ax.grid(alpha=0.3)
+    fig.suptitle("The 9-dimensional kinematic manifold vs. ground truth", fontsize=11)
+    return _save(fig, path)
+
+
+def responsiveness_png(
+    bars: pl.DataFrame,
+    kinematics: pl.DataFrame,
+    predictions: pl.DataFrame,
+    ticker: str,
+    variant: str,
+    tau: float,
+    start: dt.date | None,
+    end: dt.date | None,
+    path: Path,
+) -> bytes:
+    """Paper fig responsiveness: (A) close with Buy (green up) and Sell (red down) actions of ``variant``
+    at ``tau`` (its lowest seed), (B) velocity c1, (C) acceleration c2, sharing the date axis."""
+    bars_w, kin_w = _window(bars, ticker, start, end), _window(kinematics, ticker, start, end)
+    preds = runs_at(predictions, tau=tau)
+    preds = _window(preds.filter(pl.col("variant") == variant) if not preds.is_empty() else preds, ticker, start, end)
+    if bars_w.is_empty() and kin_w.is_empty() and preds.is_empty():
+        return _no_data(f"Kinematic responsiveness ({ticker})", path)
+    if not preds.is_empty() and preds["seed"].drop_nulls().len() > 0:
+        preds = preds.filter(pl.col("seed") == preds["seed"].min())
+
+    fig = Figure(figsize=(10, 8), layout="constrained")
+    ax_a, ax_b, ax_c = fig.subplots(3, 1, sharex=True, height_ratios=[2, 1, 1])
+    prices = bars_w if not bars_w.is_empty() else preds
+    if not prices.is_empty():
+        ax_a.plot(prices["date"].to_numpy(), _values(prices, "close"), color="black", lw=1.0, label="close")
+    for action, marker, color, name in ((0, "^", "tab:green", "Buy"), (1, "v", "tab:red", "Sell")):
+        days = preds.filter(pl.col("action") == action) if not preds.is_empty() else preds
+        if not days.is_empty():
+            ax_a.scatter(
+                days["date"].to_numpy(), _values(days, "close"), marker=marker, color=color, s=40, label=name, zorder=3
+            )
+    ax_a.set_ylabel("close")
+    ax_a.set_title(
+        f"(A) {ticker} close and {LONG_NAMES.get(variant, variant)} actions (tau = {100 * tau:.2f}%)", fontsize=10
+    )
+    for ax, column, title in ((ax_b, "c1", "(B) velocity c1"), (ax_c, "c2", "(C) acceleration c2")):
+        if not kin_w.is_empty() and column in kin_w.columns:
+            ax.plot(kin_w["date"].to_numpy(), _values(kin_w, column), color="tab:blue", lw=1.0)
+        ax.axhline(0, color="gray", lw=0.6)
+        ax.set_title(title, fontsize=10)
+    for ax in (ax_a, ax_b, ax_c):
+        ax.grid(alpha=0.3)
+    if ax_a.get_legend_handles_labels()[0]:
+        ax_a.legend(fontsize=8)
+    _date_axis(ax_c)
+    return _save(fig, path)

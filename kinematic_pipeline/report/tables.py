@@ -1,0 +1,249 @@
+"""The paper's tables ("Experimental Validation" and "Discussion") rebuilt from the ``metrics`` frame.
+
+Pure: polars in, polars out, every cell a formatted string, laid out like the paper's table.
+A (variant, ticker) with no rows reads "-"; an undefined metric (NaN, e.g. the Sharpe of a policy that
+never holds a position) reads "N/A". With several seeds a cell is the mean over seeds followed by
+"± std" (sample std); a metric defined for only some seeds is averaged over those and says how many,
+e.g. "1.20 ± 0.10 (2/3 seeds)".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import polars as pl
+
+VARIANTS = ("splinegpt", "patchtst", "rawgpt_fd", "rawgpt", "buy_and_hold")  # the paper's column order
+POLICY_VARIANTS = VARIANTS[:4]  # the trained models (Buy & Hold has no tau, seed or predictions)
+SHORT_NAMES = {"splinegpt": "Spline", "patchtst": "Patch", "rawgpt_fd": "FD", "rawgpt": "Raw", "buy_and_hold": "Mkt"}
+LONG_NAMES = {
+    "splinegpt": "SplineGPT",
+    "patchtst": "PatchTST",
+    "rawgpt_fd": "RawGPT-FD",
+    "rawgpt": "RawGPT",
+    "buy_and_hold": "Buy & Hold",
+}
+MISSING = "-"  # no row for this (variant, ticker, ...)
+UNDEFINED = "N/A"  # a row whose metric is NaN
+_REL_TOL = 1e-9  # tau and cost_bps are floats: compare them with a tolerance
+
+Cell = Callable[[pl.DataFrame | None], str]
+
+
+def runs_at(
+    frame: pl.DataFrame, tau: float | None = None, cost_bps: float | None = None, ticker: str | None = None
+) -> pl.DataFrame:
+    """Rows at this tau, cost and ticker (None: any). Buy & Hold rows have no tau and match every tau."""
+    if frame.is_empty():
+        return frame
+    if cost_bps is not None:
+        frame = frame.filter(_close_to("cost_bps", cost_bps))
+    if tau is not None:
+        frame = frame.filter((pl.col("variant") == "buy_and_hold") | _close_to("tau", tau).fill_null(False))
+    if ticker is not None:
+        frame = frame.filter(pl.col("ticker") == ticker)
+    return frame
+
+
+def _close_to(column: str, value: float) -> pl.Expr:
+    return (pl.col(column) - value).abs() <= _REL_TOL * max(1.0, abs(value))
+
+
+def format_percent(fraction: float) -> str:
+    """0.0284 -> "+2.8%", the paper's style; anything that rounds to zero reads "0.0%"."""
+    return "0.0%" if round(100 * fraction, 1) == 0 else f"{100 * fraction:+.1f}%"
+
+
+def _percent(fraction: float) -> str:
+    return f"{100 * fraction:.1f}%"
+
+
+def _ratio(value: float) -> str:
+    return f"{value:.2f}"
+
+
+def _count(value: float) -> str:
+    return f"{value:.0f}"
+
+
+def _one_decimal(value: float) -> str:
+    return f"{value:.1f}"
+
+
+def _turnover(value: float) -> str:
+    return f"{_one_decimal(value)}x"
+
+
+def _over_seeds(rows: pl.DataFrame | None, column: str, fmt: Callable[[float], str], spread_fmt=None) -> str:
+    """Mean of ``column`` over the seeds in ``rows`` (NaN ignored), with "± std" when several seeds."""
+    if rows is None or rows.is_empty():
+        return MISSING
+    values = rows[column].cast(pl.Float64).fill_null(float("nan")).to_numpy()
+    defined = values[np.isfinite(values)]
+    if defined.size == 0:
+        return UNDEFINED
+    text = fmt(float(defined.mean()))
+    if defined.size > 1:
+        text += f" ± {(spread_fmt or fmt)(float(defined.std(ddof=1)))}"
+    if defined.size < values.size:
+        text += f" ({defined.size}/{values.size} seeds)"
+    return text
+
+
+def _cell(column: str, fmt: Callable[[float], str], spread_fmt=None) -> Cell:
+    return lambda rows: _over_seeds(rows, column, fmt, spread_fmt)
+
+
+def _sharpe_ci(rows: pl.DataFrame | None) -> str:
+    """The bootstrap interval as "[lo, hi]"; with several seeds, the mean of each bound."""
+    if rows is None or rows.is_empty():
+        return MISSING
+    low, high = (
+        rows[c].cast(pl.Float64).fill_null(float("nan")).to_numpy() for c in ("sharpe_ci_low", "sharpe_ci_high")
+    )
+    if not (np.isfinite(low).any() and np.isfinite(high).any()):
+        return UNDEFINED
+    return f"[{np.nanmean(low):.2f}, {np.nanmean(high):.2f}]"
+
+
+def _equilibrium_flag(rows: pl.DataFrame | None) -> str:
+    if rows is None or rows.is_empty():
+        return MISSING
+    flags = rows["liquidation_equilibrium"].fill_null(False).to_list()
+    if all(flags):
+        return "yes"
+    return "no" if not any(flags) else f"{sum(flags)}/{len(flags)} seeds"
+
+
+def _action_rate_with_sole_action(rows: pl.DataFrame | None) -> str:
+    """Action rate, plus "(Sell)" etc. when every seed only ever took that one action (the paper's sweep)."""
+    text = _over_seeds(rows, "action_rate", _percent)
+    if rows is None or rows.is_empty():
+        return text
+    totals = {name: rows[f"n_{name.lower()}"].sum() for name in ("Buy", "Sell", "Hold")}
+    taken = [name for name, total in totals.items() if total > 0]
+    return f"{text} ({taken[0]})" if len(taken) == 1 else text
+
+
+_PERCENT = (format_percent, _percent)  # (mean, spread) formats of a signed percentage
+
+
+def _groups(frame: pl.DataFrame, keys: list[str]) -> dict[tuple, pl.DataFrame]:
+    return {} if frame.is_empty() else frame.partition_by(keys, as_dict=True)
+
+
+def _in_order(values: pl.Series) -> list:
+    return values.drop_nulls().unique(maintain_order=True).to_list()
+
+
+def _table(rows: list[dict[str, str]], columns: list[str]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema={c: pl.String for c in columns})
+
+
+def _per_ticker(runs: pl.DataFrame, cells: list[tuple[str, Cell]], variants=VARIANTS) -> pl.DataFrame:
+    """One row per ticker; a column "<label>: <variant>" for each (label, cell) and each variant."""
+    groups = _groups(runs, ["variant", "ticker"])
+    columns = ["Ticker"] + [f"{label}: {SHORT_NAMES.get(v, v)}" for label, _ in cells for v in variants]
+    rows = []
+    for ticker in _in_order(runs["ticker"]) if not runs.is_empty() else []:
+        row = {"Ticker": ticker}
+        for label, cell in cells:
+            for v in variants:
+                row[f"{label}: {SHORT_NAMES.get(v, v)}"] = cell(groups.get((v, ticker)))
+        rows.append(row)
+    return _table(rows, columns)
+
+
+def absolute_performance(metrics: pl.DataFrame, tau: float, cost_bps: float) -> pl.DataFrame:
+    """Paper table absolute_perf: per ticker, total return and max drawdown of Spline/Patch/FD/Raw/Mkt."""
+    cells = [
+        ("Return", _cell("total_return", *_PERCENT)),
+        ("MaxDD", _cell("max_drawdown", *_PERCENT)),
+    ]
+    return _per_ticker(runs_at(metrics, tau, cost_bps), cells)
+
+
+def risk_adjusted(metrics: pl.DataFrame, tau: float, cost_bps: float) -> pl.DataFrame:
+    """Paper table risk_adjusted: per ticker, Sharpe and Sortino of each, plus the Sharpe's 95% bootstrap CI."""
+    cells = [
+        ("Sharpe", _cell("sharpe", _ratio)),
+        ("Sortino", _cell("sortino", _ratio)),
+        ("Sharpe 95% CI", _sharpe_ci),
+    ]
+    return _per_ticker(runs_at(metrics, tau, cost_bps), cells)
+
+
+def liquidation_equilibrium(metrics: pl.DataFrame, tau: float, cost_bps: float, ticker: str) -> pl.DataFrame:
+    """Paper table liquidation_equilibrium: per model, action counts, action rate, return, Sharpe, exposure."""
+    groups = _groups(runs_at(metrics, tau, cost_bps, ticker), ["variant"])
+    cells = {
+        "Buy": _cell("n_buy", _count, _one_decimal),
+        "Sell": _cell("n_sell", _count, _one_decimal),
+        "Hold": _cell("n_hold", _count, _one_decimal),
+        "Action Rate": _cell("action_rate", _percent),
+        "Return": _cell("total_return", *_PERCENT),
+        "Sharpe": _cell("sharpe", _ratio),
+        "Exposure": _cell("exposure", _percent),
+        "Liquidation Equilibrium": _equilibrium_flag,
+    }
+    rows = [
+        {"Model": LONG_NAMES[v]} | {name: cell(groups.get((v,))) for name, cell in cells.items()}
+        for v in POLICY_VARIANTS
+    ]
+    return _table(rows, ["Model", *cells])
+
+
+def tau_sweep(metrics: pl.DataFrame, ticker: str, cost_bps: float) -> pl.DataFrame:
+    """Paper table sensitivity_sweep, with all four models: per tau, action rate and Sharpe of each."""
+    runs = runs_at(metrics, cost_bps=cost_bps, ticker=ticker)
+    runs = runs.filter(pl.col("variant") != "buy_and_hold") if not runs.is_empty() else runs
+    groups = _groups(runs, ["variant", "tau"])
+    columns = ["tau"] + [f"{label}: {SHORT_NAMES[v]}" for v in POLICY_VARIANTS for label in ("Action Rate", "Sharpe")]
+    rows = []
+    for tau in sorted(_in_order(runs["tau"])) if not runs.is_empty() else []:
+        row = {"tau": f"{100 * tau:.2f}%"}
+        for v in POLICY_VARIANTS:
+            rows_v = groups.get((v, tau))
+            row[f"Action Rate: {SHORT_NAMES[v]}"] = _action_rate_with_sole_action(rows_v)
+            row[f"Sharpe: {SHORT_NAMES[v]}"] = _over_seeds(rows_v, "sharpe", _ratio)
+        rows.append(row)
+    return _table(rows, columns)
+
+
+def cost_sensitivity(metrics: pl.DataFrame, variant: str, tau: float) -> pl.DataFrame:
+    """Paper table sensitivity (costs): per ticker, the Sharpe at each cost, and the annualized turnover.
+
+    The turnover is the one at the lowest cost in the frame (costs shrink the traded notional slightly).
+    """
+    runs = runs_at(metrics, tau=tau)
+    runs = runs.filter(pl.col("variant") == variant) if not runs.is_empty() else runs
+    costs = sorted(_in_order(runs["cost_bps"])) if not runs.is_empty() else []
+    groups = _groups(runs, ["ticker", "cost_bps"])
+    columns = ["Ticker"] + [f"Sharpe ({c:g} bps)" for c in costs] + ["Ann. Turnover"]
+    rows = []
+    for ticker in _in_order(runs["ticker"]) if not runs.is_empty() else []:
+        row = {"Ticker": ticker} | {
+            f"Sharpe ({c:g} bps)": _over_seeds(groups.get((ticker, c)), "sharpe", _ratio) for c in costs
+        }
+        row["Ann. Turnover"] = _over_seeds(groups.get((ticker, costs[0])), "turnover_annual", _turnover)
+        rows.append(row)
+    return _table(rows, columns)
+
+
+def calibration_summary(metrics: pl.DataFrame, tau: float, cost_bps: float) -> pl.DataFrame:
+    """Our extra table: per model and ticker, accuracy, multi-class Brier score and top-label ECE."""
+    runs = runs_at(metrics, tau, cost_bps)
+    groups = _groups(runs, ["variant", "ticker"])
+    cells = {
+        "Accuracy": _cell("accuracy", _percent),
+        "Brier": _cell("brier", lambda x: f"{x:.3f}"),
+        "ECE": _cell("ece", lambda x: f"{x:.3f}"),
+    }
+    tickers = _in_order(runs["ticker"]) if not runs.is_empty() else []
+    rows = [
+        {"Model": LONG_NAMES[v], "Ticker": t} | {name: cell(groups.get((v, t))) for name, cell in cells.items()}
+        for v in POLICY_VARIANTS
+        for t in tickers
+    ]
+    return _table(rows, ["Model", "Ticker", *cells])

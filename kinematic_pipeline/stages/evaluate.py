@@ -1,0 +1,363 @@
+"""predictions and backtests: one fine-tuned policy (variant x tau) over the test period, and its lineage.
+
+Rolling protocol (paper "Experimental Setup & Protocol"): the action of day t comes from the token shard of
+day t, whose window was fitted on bars up to t only, so nothing after t enters a decision. Test days are
+the token shards dated after ``data.train_end``. No dagster here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from kinematic_pipeline.config import VARIANT_TOKEN_ASSET, Settings
+from kinematic_pipeline.stages.corpus import CORPUS_STATS
+from kinematic_pipeline.stages.labels import LABELS_ASSET, tau_column
+from kinematic_pipeline.storage import file_sha256, manifest_path, shard_path, write_parquet_atomic
+
+PREDICTIONS_ASSET, BACKTESTS_ASSET = "predictions", "backtests"
+EQUITY_ASSET, TRADES_ASSET, PROVENANCE_ASSET = "equity_curves", "trades", "provenance"
+N_DEFAULT_TEST_TICKERS = 6  # the paper backtests six names
+
+PREDICTIONS_SCHEMA: dict[str, pl.DataType] = {
+    "variant": pl.String,
+    "tau": pl.Float64,
+    "seed": pl.Int64,
+    "ticker": pl.String,
+    "date": pl.Date,
+    "close": pl.Float64,  # the day's raw close: the market-on-close fill price
+    "p_buy": pl.Float32,
+    "p_sell": pl.Float32,
+    "p_hold": pl.Float32,
+    "action": pl.Int8,  # argmax of the probabilities: 0 Buy, 1 Sell, 2 Hold
+    "label": pl.Int8,  # the realized label of day t (needs day t+1; -1 when unknown): evaluation only
+}
+PROVENANCE_SCHEMA: dict[str, pl.DataType] = {
+    "variant": pl.String,
+    "tau": pl.Float64,
+    "ticker": pl.String,  # null: the link holds for every ticker of the (variant, tau) backtest
+    "link": pl.String,  # backtests, predictions, adapter, foundation, training_shard, test_shard, raw_ohlcv, code
+    "asset": pl.String,
+    "date": pl.String,  # the shard's partition (trading day), when it has one
+    "split": pl.String,  # training shards: train | val (pretrain) or finetune_train | finetune_val
+    "path": pl.String,
+    "sha256": pl.String,  # of the file's bytes at the time of the backtest (code rows: the version)
+}
+
+
+def partition_name(variant: str, tau_key: str) -> str:
+    """File stem of a (variant, tau) partition's shards, e.g. ``splinegpt_tau0.01``."""
+    return f"{variant}_tau{tau_key}"
+
+
+def evaluation_days(settings: Settings, asset: str) -> list[dt.date]:
+    """Dates of ``asset`` shards after the training cut (and not after ``data.end_date``)."""
+    folder = settings.warehouse / asset
+    days = (dt.date.fromisoformat(p.stem) for p in folder.glob("*.parquet"))
+    end = settings.data.end_date or dt.date.max
+    return sorted(d for d in days if settings.data.train_end < d <= end)
+
+
+def evaluation_tickers(settings: Settings, asset: str, days: list[dt.date]) -> list[str]:
+    """The configured test tickers, or the first six names with a test-period window."""
+    if settings.evaluate.test_tickers is not None:
+        return list(settings.evaluate.test_tickers)
+    if not days:
+        return []
+    paths = [shard_path(settings.warehouse, asset, d) for d in days]
+    names = pl.read_parquet(paths, columns=["ticker"])["ticker"].unique().sort()
+    return names.head(N_DEFAULT_TEST_TICKERS).to_list()
+
+
+def predict_probabilities(classifier, x: np.ndarray, batch_size: int) -> np.ndarray:
+    """Softmax class probabilities [n, 3] (Buy, Sell, Hold) of normalized windows x [n, 64, C], in batches."""
+    import torch
+
+    out = np.empty((x.shape[0], 3), dtype=np.float32)
+    classifier.eval()
+    with torch.inference_mode():
+        for start in range(0, x.shape[0], batch_size):
+            logits = classifier(torch.from_numpy(np.ascontiguousarray(x[start : start + batch_size])))
+            out[start : start + batch_size] = torch.softmax(logits.float(), dim=-1).numpy()
+    return out
+
+
+@dataclass(frozen=True)
+class Predictions:
+    frame: pl.DataFrame  # PREDICTIONS_SCHEMA, sorted by ticker, date
+    shards: list[dict]  # every shard read: asset, date, path, content_hash
+    missing_tickers: list[str]  # configured test tickers with no test-period window
+
+
+def _content_hash(settings: Settings, asset: str, day: dt.date) -> str:
+    return pl.read_parquet(manifest_path(settings.warehouse, asset, day), columns=["content_hash"]).item()
+
+
+def predict(
+    settings: Settings,
+    variant: str,
+    tau: float,
+    classifier,
+    days: list[dt.date] | None = None,
+    tickers: list[str] | None = None,
+) -> Predictions:
+    """Actions and probabilities of one fine-tuned classifier on every test day and ticker."""
+    from kinematic_pipeline.training.data import WindowNormalizer
+
+    wh, asset = settings.warehouse, VARIANT_TOKEN_ASSET[variant]
+    days = evaluation_days(settings, asset) if days is None else days
+    tickers = evaluation_tickers(settings, asset, days) if tickers is None else tickers
+    patchtst = variant == "patchtst"
+    stats = None if patchtst else pl.read_parquet(shard_path(wh, CORPUS_STATS, "stats"))
+    normalize = WindowNormalizer(stats, asset.removesuffix("_tokens"), patchtst)
+    frames, shards = [], []
+    label_col = tau_column(tau)
+    for day in days:
+        token_file = shard_path(wh, asset, day)
+        windows = pl.read_parquet(token_file, columns=["ticker", "date", "tokens"]).filter(
+            pl.col("ticker").is_in(tickers)
+        )
+        shards.append(dict(asset=asset, date=day, path=token_file, content_hash=_content_hash(settings, asset, day)))
+        raw_file = shard_path(wh, "raw_ohlcv", day)
+        closes = pl.read_parquet(raw_file, columns=["ticker", "close"])
+        shards.append(
+            dict(asset="raw_ohlcv", date=day, path=raw_file, content_hash=_content_hash(settings, "raw_ohlcv", day))
+        )
+        frame = windows.join(closes, on="ticker", how="left")
+        label_file = shard_path(wh, LABELS_ASSET, day)
+        if label_file.exists():
+            labels = pl.read_parquet(label_file, columns=["ticker", label_col])
+            frame = frame.join(labels, on="ticker", how="left")
+        else:
+            frame = frame.with_columns(pl.lit(None, pl.Int8).alias(label_col))
+        frames.append(frame)
+    frame = pl.concat(frames) if frames else pl.DataFrame(schema={"ticker": pl.String, "date": pl.Date})
+    if frame.height and frame["close"].is_null().any():
+        bad = frame.filter(pl.col("close").is_null()).row(0, named=True)
+        raise ValueError(f"{bad['ticker']} has a test window on {bad['date']} but no raw close that day")
+    tokens = frame["tokens"].to_numpy() if frame.height else np.empty((0, 64, 9), np.float32)
+    x = normalize(tokens)
+    probs = predict_probabilities(classifier, x, settings.evaluate.predict_batch_size)
+    out = (
+        pl.DataFrame(
+            {
+                "variant": variant,
+                "tau": tau,
+                "seed": settings.train.seed,
+                "ticker": frame["ticker"] if frame.height else pl.Series([], dtype=pl.String),
+                "date": frame["date"] if frame.height else pl.Series([], dtype=pl.Date),
+                "close": frame["close"] if frame.height else pl.Series([], dtype=pl.Float64),
+                "p_buy": probs[:, 0],
+                "p_sell": probs[:, 1],
+                "p_hold": probs[:, 2],
+                "action": probs.argmax(axis=1).astype(np.int8),
+                "label": frame[label_col].fill_null(-1) if frame.height else pl.Series([], dtype=pl.Int8),
+            }
+        )
+        .cast(PREDICTIONS_SCHEMA)  # type: ignore[arg-type]
+        .sort("ticker", "date")
+    )
+    present = set(out["ticker"].unique().to_list())
+    return Predictions(out, shards, [t for t in tickers if t not in present])
+
+
+def window_end_kinematics(tokens: np.ndarray) -> np.ndarray:
+    """The kinematic state each causal window reports [n, 9]: its last token (index 63), as stored.
+
+    Token 63 holds the Taylor coefficients (c0..c3 of log price, v0..v4 of log volume) at the window's last
+    interior knot, fitted on bars up to the window's end only. It is not carried to the end knot itself:
+    the natural end condition makes the acceleration there 0 by construction, which would hide c2.
+    """
+    tokens = np.asarray(tokens, dtype=np.float64)
+    if tokens.ndim != 3 or tokens.shape[1:] != (64, 9):
+        raise ValueError(f"tokens must have shape [n, 64, 9], got {tokens.shape}")
+    return tokens[:, 63, :].copy()
+
+
+@functools.lru_cache(maxsize=1)
+def code_revision() -> str:
+    """The git commit of the package's checkout (plus "+dirty" for local changes), or "unknown"."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def provenance_frame(
+    variant: str,
+    tau: float,
+    *,
+    outputs: dict[str, Path],
+    adapter_files: list[Path],
+    foundation: Path,
+    training_shards: dict[str, Path],
+    test_shards: list[dict],
+    code_versions: dict[str, str],
+) -> pl.DataFrame:
+    """The lineage of one (variant, tau) backtest, one row per file (or code version) it depends on.
+
+    ``outputs``: asset -> file written by this run (backtests, predictions, ...); ``training_shards``:
+    split prefix -> the ``shards_used.parquet`` of the foundation ("pretrain") and the adapter ("finetune").
+    """
+    rows: list[dict] = []
+
+    def add(link: str, asset: str, path: Path, sha: str | None = None, **extra) -> None:
+        rows.append(dict(link=link, asset=asset, path=str(path), sha256=sha or file_sha256(Path(path)), **extra))
+
+    for asset, path in outputs.items():
+        add(asset, asset, path)
+    for path in adapter_files:
+        add("adapter", f"{variant}_adapter", path)
+    add("foundation", f"{variant}_foundation", foundation)
+    for prefix, used_file in training_shards.items():
+        add(f"{prefix}_lineage", f"{variant}_{'foundation' if prefix == 'pretrain' else 'adapter'}", used_file)
+        used = pl.read_parquet(used_file)
+        for row in used.iter_rows(named=True):
+            add(
+                "training_shard",
+                row["asset"],
+                row["path"],
+                row["content_hash"],
+                date=row["date"],
+                split=f"{prefix}_{row['split']}",
+            )
+    for shard in test_shards:
+        link = "raw_ohlcv" if shard["asset"] == "raw_ohlcv" else "test_shard"
+        add(link, shard["asset"], shard["path"], shard["content_hash"], date=str(shard["date"]))
+    for name, version in code_versions.items():
+        rows.append(dict(link="code", asset=name, path="", sha256=version))
+    frame = pl.DataFrame(
+        rows, schema={k: v for k, v in PROVENANCE_SCHEMA.items() if k not in ("variant", "tau", "ticker")}
+    )
+    frame = frame.with_columns(
+        pl.lit(variant).alias("variant"), pl.lit(tau).alias("tau"), pl.lit(None, pl.String).alias("ticker")
+    )
+    return frame.select(list(PROVENANCE_SCHEMA)).cast(PROVENANCE_SCHEMA)  # type: ignore[arg-type]
+
+
+def write_partition(settings: Settings, asset: str, name: str, frame: pl.DataFrame) -> Path:
+    path = shard_path(settings.warehouse, asset, name)
+    write_parquet_atomic(frame, path)
+    return path
+
+
+def model_paths(settings: Settings, variant: str, tau_key: str) -> tuple[Path, Path]:
+    """(foundation model.pt, adapter folder) of a (variant, tau) policy; both must exist."""
+    root = settings.warehouse / "models" / variant
+    foundation, adapter = root / "foundation" / "model.pt", root / "adapters" / f"tau={tau_key}"
+    if not foundation.exists():
+        raise FileNotFoundError(f"{foundation} is missing: materialize {variant}_foundation first")
+    if not adapter_files(adapter):
+        raise FileNotFoundError(f"{adapter} holds no adapter: materialize {variant}_adapter partition {tau_key}")
+    return foundation, adapter
+
+
+def adapter_files(adapter_dir: Path) -> list[Path]:
+    """The files that define a fine-tuned head: PEFT's adapter folder, or PatchTST's head.pt."""
+    adapter_dir = Path(adapter_dir)
+    files = sorted(p for p in (adapter_dir / "adapter").rglob("*") if p.is_file())
+    head = adapter_dir / "head.pt"
+    return files + ([head] if head.exists() else [])
+
+
+def refresh_evaluation_views(settings: Settings) -> None:
+    from kinematic_pipeline.backtest.sweep import EQUITY_SCHEMA, METRICS_SCHEMA, TRADES_SCHEMA
+    from kinematic_pipeline.storage import refresh_view
+
+    wh = settings.warehouse
+    for asset, schema in (
+        (PREDICTIONS_ASSET, PREDICTIONS_SCHEMA),
+        (BACKTESTS_ASSET, METRICS_SCHEMA),
+        (EQUITY_ASSET, EQUITY_SCHEMA),
+        (TRADES_ASSET, TRADES_SCHEMA),
+        (PROVENANCE_ASSET, PROVENANCE_SCHEMA),
+    ):
+        refresh_view(wh, asset, wh / asset, schema)
+
+
+def _shards_frame(shards: list[dict]) -> pl.DataFrame:
+    return pl.DataFrame(
+        [{**s, "date": str(s["date"]), "path": str(s["path"])} for s in shards],
+        schema={"asset": pl.String, "date": pl.String, "path": pl.String, "content_hash": pl.String},
+    )
+
+
+def run_predictions(settings: Settings, variant: str, tau_key: str) -> tuple[Predictions, Path]:
+    """Load the (variant, tau) policy, predict the test period, write the partition's shard and its inputs."""
+    from kinematic_pipeline.training.run import load_classifier
+
+    foundation, adapter = model_paths(settings, variant, tau_key)
+    classifier = load_classifier(settings, variant, foundation, adapter)
+    result = predict(settings, variant, float(tau_key), classifier)
+    name = partition_name(variant, tau_key)
+    path = write_partition(settings, PREDICTIONS_ASSET, name, result.frame)
+    # the shards read, for the backtest's provenance (a subfolder: not part of the predictions view)
+    write_parquet_atomic(
+        _shards_frame(result.shards), settings.warehouse / PREDICTIONS_ASSET / "inputs" / f"{name}.parquet"
+    )
+    refresh_evaluation_views(settings)
+    return result, path
+
+
+def run_backtests(settings: Settings, variant: str, tau_key: str, code_versions: dict[str, str]):
+    """Sweep the stored predictions over every cost, write metrics/equity/trades and the provenance."""
+    from kinematic_pipeline.backtest.sweep import run_sweep
+
+    ev, wh = settings.evaluate, settings.warehouse
+    name = partition_name(variant, tau_key)
+    predictions_file = shard_path(wh, PREDICTIONS_ASSET, name)
+    inputs_file = wh / PREDICTIONS_ASSET / "inputs" / f"{name}.parquet"
+    if not predictions_file.exists():
+        raise FileNotFoundError(f"{predictions_file} is missing: materialize predictions partition {tau_key}|{variant}")
+    sweep = run_sweep(
+        pl.read_parquet(predictions_file),
+        ev.costs_bps,
+        initial_cash=ev.initial_cash,
+        tax_rate=ev.tax_rate,
+        tax_year_days=ev.tax_year_days,
+        n_boot=ev.bootstrap_resamples,
+        block_days=ev.bootstrap_block_days,
+        boot_seed=ev.bootstrap_seed,
+    )
+    paths = {
+        BACKTESTS_ASSET: write_partition(settings, BACKTESTS_ASSET, name, sweep.metrics),
+        EQUITY_ASSET: write_partition(settings, EQUITY_ASSET, name, sweep.equity),
+        TRADES_ASSET: write_partition(settings, TRADES_ASSET, name, sweep.trades),
+    }
+    foundation, adapter = model_paths(settings, variant, tau_key)
+    from kinematic_pipeline.training.run import SHARDS_USED_FILE
+
+    inputs = pl.read_parquet(inputs_file)
+    provenance = provenance_frame(
+        variant,
+        float(tau_key),
+        outputs={**paths, PREDICTIONS_ASSET: predictions_file, f"{PREDICTIONS_ASSET}_inputs": inputs_file},
+        adapter_files=adapter_files(adapter),
+        foundation=foundation,
+        training_shards={
+            "pretrain": foundation.parent / SHARDS_USED_FILE,
+            "finetune": adapter / SHARDS_USED_FILE,
+        },
+        test_shards=inputs.to_dicts(),
+        code_versions=code_versions,
+    )
+    paths[PROVENANCE_ASSET] = write_partition(settings, PROVENANCE_ASSET, name, provenance)
+    refresh_evaluation_views(settings)
+    return sweep, paths

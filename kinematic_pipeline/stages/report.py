@@ -1,0 +1,211 @@
+"""paper_tables, figures and report: the paper's tables and figures regenerated from the backtests.
+
+Everything lands under ``$KP_WAREHOUSE/reports/``: ``tables/<name>.md`` and ``.parquet``, ``tables.md`` (all
+tables, what the CLI prints), ``figures/<name>.png`` and ``report.md``. No dagster here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import polars as pl
+
+from kinematic_pipeline.backtest.metrics import CONVENTIONS
+from kinematic_pipeline.config import Settings
+from kinematic_pipeline.report import document, figures, tables
+from kinematic_pipeline.report.markdown import markdown_table
+from kinematic_pipeline.stages.evaluate import (
+    BACKTESTS_ASSET,
+    EQUITY_ASSET,
+    PREDICTIONS_ASSET,
+    window_end_kinematics,
+)
+from kinematic_pipeline.storage import shard_path
+
+REPORTS_DIR, TABLES_FILE, REPORT_FILE = "reports", "tables.md", "report.md"
+KINEMATIC_COLUMNS = ("c0", "c1", "c2", "c3", "v0", "v1", "v2", "v3", "v4")
+TABLE_TITLES = {
+    "absolute_performance": "Absolute performance: total return and max drawdown (paper Table absolute_perf)",
+    "risk_adjusted": "Risk-adjusted efficiency: Sharpe and Sortino, with bootstrap 95% CIs (paper Table risk_adjusted)",
+    "liquidation_equilibrium": "The Liquidation Equilibrium: action distribution and performance (paper Table "
+    "liquidation_equilibrium)",
+    "tau_sweep": "Behaviour under the tau sensitivity sweep (paper Table sensitivity_sweep)",
+    "cost_sensitivity": "Sensitivity to transaction costs, with annualized turnover (paper Table sensitivity)",
+    "calibration": "Calibration of every policy: accuracy, Brier score, ECE (not in the paper)",
+}
+
+
+def reports_dir(settings: Settings) -> Path:
+    return settings.warehouse / REPORTS_DIR
+
+
+def _read_all(settings: Settings, asset: str) -> pl.DataFrame:
+    files = sorted((settings.warehouse / asset).glob("*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"no {asset} shards under {settings.warehouse / asset}: materialize {asset} first")
+    return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
+
+
+def _benchmark_once(metrics: pl.DataFrame) -> pl.DataFrame:
+    """Each backtests partition carries the Buy & Hold rows: keep one per (ticker, cost)."""
+    policies = metrics.filter(pl.col("variant") != "buy_and_hold")
+    bench = metrics.filter(pl.col("variant") == "buy_and_hold").unique(["ticker", "cost_bps"], keep="first")
+    return pl.concat([policies, bench], how="diagonal_relaxed").sort(
+        "variant", "tau", "ticker", "cost_bps", nulls_last=True
+    )
+
+
+def load_metrics(settings: Settings) -> pl.DataFrame:
+    return _benchmark_once(_read_all(settings, BACKTESTS_ASSET))
+
+
+def focus_ticker(settings: Settings, metrics: pl.DataFrame) -> str:
+    tickers = sorted(metrics["ticker"].unique().to_list())
+    wanted = settings.evaluate.focus_ticker
+    if wanted is not None and wanted in tickers:
+        return wanted
+    if not tickers:
+        raise ValueError("the backtests hold no ticker")
+    return tickers[0]
+
+
+def build_tables(settings: Settings, metrics: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    ev = settings.evaluate
+    focus = focus_ticker(settings, metrics)
+    return {
+        "absolute_performance": tables.absolute_performance(metrics, ev.report_tau, ev.report_cost_bps),
+        "risk_adjusted": tables.risk_adjusted(metrics, ev.report_tau, ev.report_cost_bps),
+        "liquidation_equilibrium": tables.liquidation_equilibrium(metrics, ev.report_tau, ev.report_cost_bps, focus),
+        "tau_sweep": tables.tau_sweep(metrics, focus, ev.report_cost_bps),
+        "cost_sensitivity": tables.cost_sensitivity(metrics, "splinegpt", ev.report_tau),
+        "calibration": tables.calibration_summary(metrics, ev.report_tau, ev.report_cost_bps),
+    }
+
+
+def _context(settings: Settings, metrics: pl.DataFrame) -> dict[str, str]:
+    ev, policies = settings.evaluate, metrics.filter(pl.col("variant") != "buy_and_hold")
+    seeds = sorted(policies["seed"].drop_nulls().unique().to_list())
+    return {
+        "profile": settings.profile,
+        "source": settings.data.source,
+        "training period": f"{settings.data.start_date} .. {settings.data.train_end}",
+        "test period": f"{metrics['first_date'].min()} .. {metrics['last_date'].max()}",
+        "test tickers": ", ".join(sorted(metrics["ticker"].unique().to_list())),
+        "focus ticker (single-ticker tables)": focus_ticker(settings, metrics),
+        "main tables": f"tau = {ev.report_tau:g}, costs = {ev.report_cost_bps:g} bps per trade",
+        "seeds": f"{len(seeds)} ({', '.join(map(str, seeds))})"
+        + (": the profile trains one seed, so no spread over seeds is reported" if len(seeds) == 1 else ""),
+    }
+
+
+def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame], Path]:
+    metrics = load_metrics(settings)
+    built = build_tables(settings, metrics)
+    out = reports_dir(settings) / "tables"
+    out.mkdir(parents=True, exist_ok=True)
+    sections = []
+    for name, frame in built.items():
+        (out / f"{name}.md").write_text(markdown_table(frame) + "\n")
+        frame.write_parquet(out / f"{name}.parquet")
+        sections.append(f"### {TABLE_TITLES[name]}\n\n{markdown_table(frame)}\n")
+    context = "\n".join(f"- {k}: {v}" for k, v in _context(settings, metrics).items())
+    path = reports_dir(settings) / TABLES_FILE
+    path.write_text(f"## The paper's tables ({settings.profile} profile)\n\n{context}\n\n" + "\n".join(sections))
+    return built, path
+
+
+def _window_days(settings: Settings, predictions: pl.DataFrame, ticker: str) -> list[dt.date]:
+    days = predictions.filter(pl.col("ticker") == ticker)["date"].unique().sort().to_list()
+    return days[-settings.evaluate.figure_days :]
+
+
+def load_bars_and_kinematics(settings: Settings, ticker: str, days: list[dt.date]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Raw bars and end-of-window spline kinematics of one ticker on ``days`` (from the shards)."""
+    wh, bars, kin = settings.warehouse, [], []
+    for day in days:
+        raw = pl.read_parquet(shard_path(wh, "raw_ohlcv", day)).filter(pl.col("ticker") == ticker)
+        bars.append(raw.select("ticker", "date", "open", "high", "low", "close", "volume"))
+        tokens = pl.read_parquet(shard_path(wh, "spline_tokens", day), columns=["ticker", "date", "tokens"]).filter(
+            pl.col("ticker") == ticker
+        )
+        if tokens.height:
+            state = window_end_kinematics(tokens["tokens"].to_numpy())
+            kin.append(
+                pl.DataFrame(
+                    {"ticker": [ticker], "date": [day], **{c: state[:, j] for j, c in enumerate(KINEMATIC_COLUMNS)}}
+                )
+            )
+    empty_kin = pl.DataFrame(
+        schema={"ticker": pl.String, "date": pl.Date, **{c: pl.Float64 for c in KINEMATIC_COLUMNS}}
+    )
+    return (
+        pl.concat(bars) if bars else pl.DataFrame(),
+        pl.concat(kin) if kin else empty_kin,
+    )
+
+
+def materialize_figures(settings: Settings) -> dict[str, Path]:
+    ev = settings.evaluate
+    metrics = load_metrics(settings)
+    predictions = _read_all(settings, PREDICTIONS_ASSET)
+    equity = _read_all(settings, EQUITY_ASSET)
+    focus = focus_ticker(settings, metrics)
+    out = reports_dir(settings) / "figures"
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {
+        name: out / f"{name}.png"
+        for name in ("equity_curves", "diagnostics", "sweeps", "kinematic_manifold", "responsiveness")
+    }
+    figures.equity_curves_png(equity, ev.report_tau, ev.report_cost_bps, paths["equity_curves"])
+    figures.diagnostics_png(predictions, focus, ev.report_tau, paths["diagnostics"])
+    figures.sweeps_png(metrics, focus, paths["sweeps"])
+    days = _window_days(settings, predictions, focus)
+    bars, kin = load_bars_and_kinematics(settings, focus, days)
+    start, end = (days[0], days[-1]) if days else (settings.data.train_end, settings.data.train_end)
+    figures.kinematic_manifold_png(bars, kin, focus, start, end, paths["kinematic_manifold"])
+    resp = ev.responsiveness_ticker if ev.responsiveness_ticker in set(metrics["ticker"].to_list()) else focus
+    if resp != focus:
+        days = _window_days(settings, predictions, resp)
+        bars, kin = load_bars_and_kinematics(settings, resp, days)
+        start, end = (days[0], days[-1]) if days else (start, end)
+    figures.responsiveness_png(
+        bars, kin, predictions, resp, "splinegpt", ev.report_tau, start, end, paths["responsiveness"]
+    )
+    return paths
+
+
+def materialize_report(settings: Settings, extra_context: dict[str, str] | None = None) -> Path:
+    metrics = load_metrics(settings)
+    root = reports_dir(settings)
+    built = {TABLE_TITLES[name]: frame for name, frame in build_tables(settings, metrics).items()}
+    figure_paths = {p.stem: p for p in sorted((root / "figures").glob("*.png"))}
+    text = document.render_report(
+        f"Kinematic Tokenization: backtest report ({settings.profile} profile)",
+        {**_context(settings, metrics), **(extra_context or {})},
+        built,
+        figure_paths,
+        CONVENTIONS,
+        relative_to=root,
+    )
+    path = root / REPORT_FILE
+    path.write_text(text)
+    return path
+
+
+def headline(metrics: pl.DataFrame, tau: float, cost_bps: float) -> pl.DataFrame:
+    """Mean Sharpe and return per variant at the report's tau and cost (for metadata)."""
+    rows = metrics.filter(
+        (pl.col("cost_bps") == cost_bps) & ((pl.col("tau") - tau).abs().lt(1e-12) | pl.col("tau").is_null())
+    )
+    return (
+        rows.group_by("variant")
+        .agg(
+            pl.col("sharpe").filter(pl.col("sharpe").is_not_nan()).mean().alias("mean_sharpe"),
+            pl.col("total_return").mean().alias("mean_return"),
+            pl.col("liquidation_equilibrium").mean().alias("share_liquidated"),
+            pl.len().alias("tickers"),
+        )
+        .sort("variant")
+        .with_columns(pl.col("mean_sharpe").fill_nan(None))
+    )

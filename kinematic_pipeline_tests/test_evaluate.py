@@ -1,0 +1,91 @@
+"""The evaluate stage: predictions never see a later bar, and the kinematic state read off the tokens."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from kinematic_pipeline.models import PatchTSTClassifier, SequenceClassifier, build_model
+from kinematic_pipeline.stages.corpus import materialize_corpus_stats
+from kinematic_pipeline.stages.evaluate import evaluation_days, evaluation_tickers, predict, window_end_kinematics
+from kinematic_pipeline_tests.test_tokenize_stage import CUT, _bars, _perturb_after, _run_all, _settings
+
+DECISION_DAY = dt.date(2021, 7, 9)  # "day t" of the perturbation: inside the test period (after CUT)
+
+
+def _classifier(settings, variant: str):
+    torch.manual_seed(0)  # an untrained policy is enough: the test is about which bars reach a decision
+    backbone = build_model(variant, settings.model)
+    model = PatchTSTClassifier(backbone) if variant == "patchtst" else SequenceClassifier(backbone)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def warehouses(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("evaluate")
+    bars = _bars()
+    base = _settings(tmp, "base", bars, taus=(0.01,))
+    other = _settings(tmp, "perturbed", _perturb_after(bars, DECISION_DAY), taus=(0.01,))
+    for settings in (base, other):
+        _run_all(settings)
+        materialize_corpus_stats(settings)
+    return base, other
+
+
+@pytest.mark.parametrize("variant", ["splinegpt", "rawgpt_fd", "patchtst"])
+def test_predictions_do_not_change_when_bars_after_the_decision_day_change(warehouses, variant):
+    base, other = warehouses
+    # corpus_stats come from the training period (<= CUT), identical in both warehouses by construction
+    assert pl.read_parquet(base.warehouse / "corpus_stats").equals(pl.read_parquet(other.warehouse / "corpus_stats"))
+    a = predict(base, variant, 0.01, _classifier(base, variant)).frame
+    b = predict(other, variant, 0.01, _classifier(other, variant)).frame
+    assert a.height == b.height > 0 and a["date"].min() > CUT
+    assert a.select("ticker", "date").equals(b.select("ticker", "date"))
+    decided = ["p_buy", "p_sell", "p_hold", "action", "close"]
+    past = pl.col("date") <= DECISION_DAY
+    assert a.filter(past).select(decided).equals(b.filter(past).select(decided)), "a later bar reached a decision"
+    # the realized label of day t needs day t+1: equal only up to t-1, evaluation-only by design
+    earlier = pl.col("date") < DECISION_DAY
+    assert a.filter(earlier)["label"].equals(b.filter(earlier)["label"])
+    later_a, later_b = a.filter(~past), b.filter(~past)
+    moved = (later_a["p_buy"] - later_b["p_buy"]).abs() > 0
+    assert moved.mean() > 0.9, "the perturbation must reach the decisions after day t"
+
+
+def test_predictions_cover_every_test_day_and_ticker_with_valid_probabilities(warehouses):
+    base, _ = warehouses
+    result = predict(base, "splinegpt", 0.01, _classifier(base, "splinegpt"))
+    frame, days = result.frame, evaluation_days(base, "spline_tokens")
+    assert days[0] > base.data.train_end and frame["date"].unique().sort().to_list() == days
+    assert sorted(frame["ticker"].unique().to_list()) == evaluation_tickers(base, "spline_tokens", days)
+    probs = frame.select("p_buy", "p_sell", "p_hold").to_numpy()
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-5)
+    assert (frame["action"].to_numpy() == probs.argmax(axis=1)).all()
+    assert set(frame["label"].unique().to_list()) <= {-1, 0, 1, 2}
+    assert {s["asset"] for s in result.shards} == {"spline_tokens", "raw_ohlcv"}
+
+
+def test_configured_test_tickers_missing_from_the_data_are_reported(warehouses):
+    base, _ = warehouses
+    settings = dataclasses.replace(base, evaluate=dataclasses.replace(base.evaluate, test_tickers=("SYN001", "NVDA")))
+    result = predict(settings, "splinegpt", 0.01, _classifier(settings, "splinegpt"))
+    assert result.frame["ticker"].unique().to_list() == ["SYN001"]
+    assert result.missing_tickers == ["NVDA"]
+
+
+def test_window_kinematics_are_the_last_token_because_the_end_knot_has_zero_acceleration(warehouses):
+    base, _ = warehouses
+    day = evaluation_days(base, "spline_tokens")[-1]
+    tokens = pl.read_parquet(base.warehouse / "spline_tokens" / f"{day}.parquet")["tokens"].to_numpy()
+    state = window_end_kinematics(tokens)
+    np.testing.assert_array_equal(state, tokens[:, 63, :])
+    # the natural spline's acceleration carried to the end knot, c2 + c3 * h, vanishes: why token 63 is used
+    np.testing.assert_allclose(tokens[:, 63, 2] + tokens[:, 63, 3], 0.0, atol=1e-5)
+    assert np.abs(state[:, 2]).max() > 1e-4
+    with pytest.raises(ValueError, match=r"\[n, 64, 9\]"):
+        window_end_kinematics(tokens[:, :10])
