@@ -118,6 +118,9 @@ class TrainConfig:
     accelerator: str = "auto"  # "auto" uses a GPU (and DDP over several) when present
     devices: str = "auto"
     precision: str = "32-true"  # e.g. "bf16-mixed" on a GPU
+    # "auto": one device as Lightning picks it, and "ddp_spawn" when several GPUs are visible (inside a
+    # Dagster step Lightning's default "ddp" launcher would re-run Dagster's own command line per rank)
+    strategy: str = "auto"
     finetune_epochs: int = 3
     finetune_lr: float = 3e-4
     lora_rank: int = 8
@@ -257,6 +260,14 @@ def _parse_date(text: str, variable: str) -> dt.date:
         raise ValueError(f"{variable}={text!r} is not an ISO date (YYYY-MM-DD)") from exc
 
 
+TRAIN_ENV = {  # environment variable -> TrainConfig field (Lightning Trainer arguments)
+    "KP_TRAIN_ACCELERATOR": "accelerator",
+    "KP_TRAIN_DEVICES": "devices",
+    "KP_TRAIN_PRECISION": "precision",
+    "KP_TRAIN_STRATEGY": "strategy",
+}
+
+
 def load_settings(
     profile: str | None = None,
     *,
@@ -295,4 +306,9 @@ def load_settings(
         raise ValueError(f"end date {data.end_date} is before start date {data.start_date}")
 
     wh = Path(warehouse or env.get("KP_WAREHOUSE") or base.warehouse).expanduser().resolve()
-    return dataclasses.replace(base, warehouse=wh, data=data)
+    # Deployment settings of training (GPUs, precision, DDP), without a code change
+    train = dataclasses.replace(
+        base.train,
+        **{field: env[var] for var, field in TRAIN_ENV.items() if env.get(var)},
+    )
+    return dataclasses.replace(base, warehouse=wh, data=data, train=train)

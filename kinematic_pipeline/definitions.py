@@ -15,6 +15,8 @@ from kinematic_pipeline.orchestration.assets_tokenize import build_tokenize_asse
 from kinematic_pipeline.orchestration.checks import build_ingest_checks
 from kinematic_pipeline.orchestration.jobs import build_jobs
 from kinematic_pipeline.orchestration.resources import PipelineSettings
+from kinematic_pipeline.orchestration.schedules import build_schedules
+from kinematic_pipeline.orchestration.sensors import build_sensors
 
 
 def build_definitions(settings: Settings) -> dg.Definitions:
@@ -27,6 +29,8 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         assets=assets,
         asset_checks=[*build_ingest_checks(settings)],
         jobs=build_jobs(settings),
+        schedules=build_schedules(settings, assets),
+        sensors=build_sensors(settings),
         resources={"settings": PipelineSettings()},
     )
 

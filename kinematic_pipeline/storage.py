@@ -48,6 +48,8 @@ def write_parquet_atomic(frame: pl.DataFrame, path: Path, compression: str = PAR
     Readers (DuckDB globs ``*.parquet``, the training loader) never see a partial file: the temporary
     name does not end in ``.parquet``, and ``os.replace`` swaps the complete file in at once. A temporary
     file left by a killed writer of the same shard is removed here (one writer per shard at a time).
+    A shard that already holds the same bytes is left alone, mtime included: re-running a partition
+    whose input did not change touches nothing.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -62,12 +64,23 @@ def write_parquet_atomic(frame: pl.DataFrame, path: Path, compression: str = PAR
             with open(tmp, "rb") as fh:
                 os.fsync(fh.fileno())
         digest = file_sha256(Path(tmp))
-        os.replace(tmp, path)
+        if _holds(path, digest, os.path.getsize(tmp)):
+            os.unlink(tmp)  # a re-run with the same input: the shard and its mtime stay untouched
+        else:
+            os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
     return digest
+
+
+def _holds(path: Path, digest: str, size: int) -> bool:
+    """Whether ``path`` already holds exactly the bytes with sha256 ``digest`` (size compared first)."""
+    try:
+        return path.stat().st_size == size and file_sha256(path) == digest
+    except FileNotFoundError:
+        return False
 
 
 def remove_if_exists(path: Path) -> None:

@@ -47,3 +47,17 @@ def test_environment_overrides_profile_and_arguments_override_environment(tmp_pa
 def test_bad_operator_input_is_named_in_the_error(env, message):
     with pytest.raises(ValueError, match=message):
         load_settings(env=env)
+
+
+def test_training_deployment_settings_come_from_the_environment():
+    settings = load_settings(
+        "paper",
+        source="synthetic",
+        env={"KP_TRAIN_DEVICES": "4", "KP_TRAIN_PRECISION": "bf16-mixed", "KP_TRAIN_STRATEGY": "ddp_spawn"},
+    )
+    assert (settings.train.devices, settings.train.precision, settings.train.strategy) == (
+        "4",
+        "bf16-mixed",
+        "ddp_spawn",
+    )
+    assert load_settings("ci", env={}).train.strategy == "auto"

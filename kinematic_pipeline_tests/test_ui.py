@@ -50,6 +50,11 @@ USE_INSTANCE = os.environ.get(INSTANCE_ENV) == "1"
 # The UI's first-visit "Join the Dagster community" dialog remembers its dismissal in this localStorage
 # key; setting it keeps the dialog away without the instance's dagster.yaml (``nux: enabled: false``).
 NUX_STORAGE_KEY = "communityNux"
+NUX_DIALOG_JS = """
+const nux = Array.from(document.querySelectorAll('[role=dialog]'))
+  .find(d => (d.innerText || '').includes('Join the Dagster community'));
+return nux ? Array.from(nux.querySelectorAll('button')).find(b => b.innerText.trim() === 'Skip') || nux : null;
+"""
 requires_instance = pytest.mark.skipif(
     not USE_INSTANCE, reason=f"needs a materialized instance: set {INSTANCE_ENV}=1 with DAGSTER_HOME and KP_WAREHOUSE"
 )
@@ -186,7 +191,7 @@ def webserver(tmp_path_factory):
     port = _free_port()
     command += ["-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)]
     if USE_INSTANCE:
-        # The real instance, read-only: the browser can neither launch runs nor write to it.
+        # The real instance, read-only: nothing clicked in the browser can launch, re-execute or delete runs.
         env = _current_instance_env()
         command.append("--read-only")
         log_path = tmp_path_factory.mktemp("webserver") / "webserver.log"
@@ -261,6 +266,20 @@ def ui(browser, webserver):
     browser.get(f"{base_url}/server_info")  # any page of the origin: localStorage is per origin
     browser.execute_script("window.localStorage.setItem(arguments[0], JSON.stringify('1'));", NUX_STORAGE_KEY)
     return browser, base_url, log_path
+
+
+def _screenshot(driver, path: Path, min_bytes: int = 20_000) -> None:
+    """Save the viewport once the community dialog, should it open despite the localStorage key (it opens
+    a second after the page), is skipped."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        nux = driver.execute_script(NUX_DIALOG_JS)
+        if not nux:
+            break
+        driver.execute_script("arguments[0] && arguments[0].click();", nux)
+        time.sleep(0.5)
+    assert driver.save_screenshot(str(path)), f"could not write {path}"
+    assert path.stat().st_size > min_bytes, f"{path} looks empty"
 
 
 def _shown(name: str, texts: list[str]) -> bool:
@@ -342,9 +361,7 @@ def test_asset_graph_shows_every_stage_group_and_the_report(ui, screenshot_dir):
     if zoom_out:
         browser.execute_script("arguments[0].closest('button').click();", zoom_out[0])
     time.sleep(1.5)  # the zoom animation and the edges' final layout pass before the picture
-    screenshot = screenshot_dir / "asset_graph.png"
-    assert browser.save_screenshot(str(screenshot)), f"could not write {screenshot}"
-    assert screenshot.stat().st_size > 20_000, f"{screenshot} looks empty"
+    _screenshot(browser, screenshot_dir / "asset_graph.png")
 
     assert not _missing(STAGE_GROUPS, labels), f"stage groups missing from the graph: {_missing(STAGE_GROUPS, labels)}"
     assert not _missing(KEY_ASSETS, labels), f"assets missing from the graph: {_missing(KEY_ASSETS, labels)}"
@@ -369,7 +386,7 @@ def test_raw_ohlcv_asset_checks_are_listed(ui, screenshot_dir):
     )
     assert not _missing(names, lines)
     assert any(re.fullmatch(r"This is a blocking asset check\.?", line) for line in lines), "blocking checks"
-    browser.save_screenshot(str(screenshot_dir / "raw_ohlcv_checks.png"))
+    _screenshot(browser, screenshot_dir / "raw_ohlcv_checks.png")
 
 
 # --- The latest materialization's metadata on the asset pages (KP_UI_INSTANCE=1) -----------------------
@@ -437,19 +454,9 @@ def _open_asset_metadata(driver, base_url: str, asset: str, labels, log_path: Pa
         f"the {asset} metadata keys {sorted(labels)}",
         log_path,
     )
-    _dismiss_nux(driver)
     first = driver.execute_script(METADATA_ROWS_JS, keys[0])
     driver.execute_script("arguments[0].closest('table').scrollIntoView({block: 'start'});", first)
     return keys
-
-
-def _dismiss_nux(driver) -> None:
-    """Skip the community dialog if it shows despite the localStorage key (a newer UI may rename it)."""
-    for dialog in driver.find_elements("css selector", "[role=dialog]"):
-        if "Join the Dagster community" in (dialog.text or ""):
-            skip = [b for b in dialog.find_elements("tag name", "button") if b.text.strip() == "Skip"]
-            if skip:
-                skip[0].click()
 
 
 def _rendered_markdown(driver, key: str, log_path: Path):
@@ -479,8 +486,9 @@ def _close(driver, dialog, key: str, log_path: Path) -> None:
 def _markdown_table(markdown: str) -> tuple[list[str], int]:
     """The header cells and the number of rows (header included) of the first table in ``markdown``."""
     lines = [line.strip() for line in markdown.splitlines()]
-    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
-    block = [line for line in itertools.takewhile(lambda line: line.startswith("|"), lines[start:])]
+    start = next((i for i, line in enumerate(lines) if line.startswith("|")), None)
+    assert start is not None, f"no Markdown table in {markdown[:200]!r}"
+    block = list(itertools.takewhile(lambda line: line.startswith("|"), lines[start:]))
     header = [cell.strip() for cell in block[0].strip("|").split("|")]
     return header, len(block) - 1  # less the |---| separator
 
@@ -512,7 +520,7 @@ def _assert_rendered_table(driver, key: str, markdown: str | None, log_path: Pat
 @requires_instance
 def test_figures_page_shows_the_latest_figures_as_images(ui, screenshot_dir):
     browser, base_url, log_path = ui
-    latest, metadata = _latest_metadata(base_url, "figures")
+    _, metadata = _latest_metadata(base_url, "figures")
     assert set(FIGURE_KEYS) <= set(metadata), f"figures metadata {sorted(metadata)} lacks {FIGURE_KEYS}"
     _open_asset_metadata(browser, base_url, "figures", metadata, log_path)
     dialog = previous = None
@@ -530,27 +538,23 @@ def test_figures_page_shows_the_latest_figures_as_images(ui, screenshot_dir):
         assert image["naturalWidth"] > 0 and image["naturalHeight"] > 0, f"{key}: the PNG did not decode: {image}"
         assert image["width"] > 0, f"{key}: the image is not laid out: {image}"
     time.sleep(0.5)  # the dialog's opening transition
-    screenshot = screenshot_dir / "figures_metadata.png"
-    assert browser.save_screenshot(str(screenshot)), f"could not write {screenshot}"
-    assert screenshot.stat().st_size > 50_000, f"{screenshot} looks empty"
+    _screenshot(browser, screenshot_dir / "figures_metadata.png", min_bytes=50_000)
 
 
 @requires_instance
 def test_paper_tables_page_shows_the_latest_tables(ui, screenshot_dir):
     browser, base_url, log_path = ui
-    latest, metadata = _latest_metadata(base_url, "paper_tables")
+    _, metadata = _latest_metadata(base_url, "paper_tables")
     assert set(TABLE_KEYS) <= set(metadata), f"paper_tables metadata {sorted(metadata)} lacks {TABLE_KEYS}"
     _open_asset_metadata(browser, base_url, "paper_tables", metadata, log_path)
     for key in TABLE_KEYS:
         dialog = _assert_rendered_table(browser, key, metadata[key], log_path)
         if dialog is not None and key != TABLE_KEYS[-1]:
             time.sleep(0.5)
-            browser.save_screenshot(str(screenshot_dir / f"paper_tables_{key}.png"))
+            _screenshot(browser, screenshot_dir / f"paper_tables_{key}.png")
             _close(browser, dialog, key, log_path)
     time.sleep(0.5)
-    screenshot = screenshot_dir / "paper_tables_metadata.png"
-    assert browser.save_screenshot(str(screenshot)), f"could not write {screenshot}"
-    assert screenshot.stat().st_size > 20_000, f"{screenshot} looks empty"
+    _screenshot(browser, screenshot_dir / "paper_tables_metadata.png")
 
 
 @requires_instance
@@ -563,4 +567,4 @@ def test_backtests_page_shows_the_latest_partitions_metrics(ui, screenshot_dir):
     assert latest["partition"] and latest["partition"] in _page_lines(browser), "the latest partition's key"
     _assert_rendered_table(browser, keys[0], metadata[keys[0]], log_path)
     time.sleep(0.5)
-    browser.save_screenshot(str(screenshot_dir / "backtests_metadata.png"))
+    _screenshot(browser, screenshot_dir / "backtests_metadata.png")

@@ -64,6 +64,8 @@ def list_shards(settings: Settings, asset: str, with_labels: bool = False) -> li
             continue  # days before a ticker has 64 sessions of history
         label_path = label_hash = None
         if with_labels:
+            if not manifest_path(settings.warehouse, LABELS_ASSET, day).exists():
+                continue  # the newest session: its labels need the next day's bar (nightly ticks)
             label_path = str(shard_path(settings.warehouse, LABELS_ASSET, day))
             label_hash = _manifest(settings, LABELS_ASSET, day)["content_hash"]
         path = str(shard_path(settings.warehouse, asset, day))

@@ -140,9 +140,13 @@ def _trainer(cfg: TrainConfig, out_dir: Path, epochs: int, steps_per_epoch: int,
     if on_gpu:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     counter = _WindowCounter()
+    strategy = cfg.strategy
+    if strategy == "auto" and on_gpu and _gpus_requested(cfg.devices) > 1:
+        strategy = "ddp_spawn"  # ranks spawned in-process: the default launcher re-runs sys.argv (Dagster's)
     trainer = L.Trainer(
         accelerator=cfg.accelerator,
         devices=cfg.devices,
+        strategy=strategy,
         precision=cfg.precision,
         max_epochs=epochs,
         gradient_clip_val=cfg.grad_clip,
@@ -157,6 +161,16 @@ def _trainer(cfg: TrainConfig, out_dir: Path, epochs: int, steps_per_epoch: int,
         default_root_dir=out_dir,
     )
     return trainer, counter, Path(loggers[0].log_dir) / "metrics.csv"
+
+
+def _gpus_requested(devices: str) -> int:
+    """How many GPUs a Trainer ``devices`` setting asks for ("auto"/"-1": all visible; "2"; "0,1")."""
+    text = str(devices).strip()
+    if text in ("auto", "-1"):
+        return torch.cuda.device_count()
+    if "," in text:
+        return len([d for d in text.split(",") if d.strip()])
+    return int(text) if text.isdigit() else 1
 
 
 def _curves(metrics_csv: Path) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:

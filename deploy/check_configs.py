@@ -1,0 +1,95 @@
+"""Check the deployment examples against the libraries' own schemas (no cluster, broker or database).
+
+    PYTHONPATH=<dir with dagster-k8s, dagster-celery, dagster-postgres 0.29.27> python deploy/check_configs.py
+
+Loads deploy/local/dagster.yaml as an instance; validates deploy/k8s/dagster.yaml's storage and run
+launcher sections against dagster-postgres's and dagster-k8s's config types; loads both code locations
+and validates their run_config.yaml against the asset job's config schema (executor included). Examples
+whose library is not installed are reported as skipped.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+DEPLOY = Path(__file__).resolve().parent
+ROOT = DEPLOY.parent
+
+
+def check_local() -> str:
+    import dagster as dg
+
+    with tempfile.TemporaryDirectory() as home:
+        shutil.copy(DEPLOY / "local" / "dagster.yaml", Path(home) / "dagster.yaml")
+        cwd = os.getcwd()
+        os.chdir(home)  # its storage paths are relative: keep them out of the repository
+        try:
+            with dg.DagsterInstance.from_config(home) as instance:
+                queue = instance.get_concurrency_config().run_queue_config
+                limits = {(t["key"], t.get("value")): t["limit"] for t in queue.tag_concurrency_limits}
+                assert limits[("kinematic_pipeline/queue", "nightly")] == 1, limits
+                return f"{type(instance.run_coordinator).__name__}, max_concurrent_runs={queue.max_concurrent_runs}"
+        finally:
+            os.chdir(cwd)
+
+
+def check_k8s_instance() -> str:
+    from dagster._config import process_config
+
+    for var in ("DAGSTER_PG_HOST", "DAGSTER_PG_USER", "DAGSTER_PG_PASSWORD", "DAGSTER_PG_DB"):
+        os.environ.setdefault(var, "check")
+    config = yaml.safe_load((DEPLOY / "k8s" / "dagster.yaml").read_text())
+    checked = []
+    for section in ("run_storage", "event_log_storage", "schedule_storage", "run_launcher"):
+        entry = config[section]
+        cls = getattr(importlib.import_module(entry["module"]), entry["class"])
+        result = process_config(cls.config_type(), entry["config"])
+        assert result.success, f"{section}: {[e.message for e in result.errors]}"
+        checked.append(entry["class"])
+    return ", ".join(checked)
+
+
+def check_code_location(name: str) -> str:
+    import dagster as dg
+
+    spec = importlib.util.spec_from_file_location(f"{name}_code_location", DEPLOY / name / "code_location.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    dg.Definitions.validate_loadable(module.defs)
+    job = module.defs.get_repository_def().get_job("__ASSET_JOB")
+    run_config = yaml.safe_load((DEPLOY / name / "run_config.yaml").read_text())
+    dg.validate_run_config(job, run_config)
+    return f"executor {job.executor_def.name}, run_config.yaml valid"
+
+
+def main() -> int:
+    sys.path.insert(0, str(ROOT))
+    checks = [
+        ("local/dagster.yaml", check_local, None),
+        ("k8s/dagster.yaml", check_k8s_instance, "dagster_k8s"),
+        ("k8s/code_location.py + run_config.yaml", lambda: check_code_location("k8s"), "dagster_k8s"),
+        ("celery/code_location.py + run_config.yaml", lambda: check_code_location("celery"), "dagster_celery"),
+    ]
+    failed = 0
+    for name, check, needs in checks:
+        if needs and importlib.util.find_spec(needs) is None:
+            print(f"SKIP {name}: {needs} is not installed")
+            continue
+        try:
+            print(f"OK   {name}: {check()}")
+        except Exception as exc:  # noqa: BLE001 - report every example, then fail
+            failed += 1
+            print(f"FAIL {name}: {type(exc).__name__}: {exc}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
