@@ -89,3 +89,21 @@ def test_window_kinematics_are_the_last_token_because_the_end_knot_has_zero_acce
     assert np.abs(state[:, 2]).max() > 1e-4
     with pytest.raises(ValueError, match=r"\[n, 64, 9\]"):
         window_end_kinematics(tokens[:, :10])
+
+
+def test_an_empty_test_period_fails_with_a_message_that_names_the_cut(warehouses, tmp_path):
+    from kinematic_pipeline.stages.evaluate import run_predictions
+
+    base, _ = warehouses
+    late = dataclasses.replace(base, data=dataclasses.replace(base.data, train_end=dt.date(2021, 12, 31)))
+    adapter = late.warehouse / "models" / "splinegpt" / "adapters" / "tau=0.01" / "head.pt"
+    foundation = late.warehouse / "models" / "splinegpt" / "foundation" / "model.pt"
+    for path in (adapter, foundation):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    try:
+        with pytest.raises(ValueError, match="after the training cut 2021-12-31: the test period is empty"):
+            run_predictions(late, "splinegpt", "0.01")
+    finally:
+        adapter.unlink()
+        foundation.unlink()

@@ -304,8 +304,18 @@ def run_predictions(settings: Settings, variant: str, tau_key: str) -> tuple[Pre
     from kinematic_pipeline.training.run import load_classifier
 
     foundation, adapter = model_paths(settings, variant, tau_key)
+    asset = VARIANT_TOKEN_ASSET[variant]
+    if not evaluation_days(settings, asset):
+        raise ValueError(
+            f"no {asset} shard is dated after the training cut {settings.data.train_end}: the test period is "
+            f"empty (the paper tests 2023-01-01 onward; load bars after the cut, e.g. KP_SOURCE_PATH with newer data)"
+        )
     classifier = load_classifier(settings, variant, foundation, adapter)
     result = predict(settings, variant, float(tau_key), classifier)
+    if result.frame.height == 0:
+        raise ValueError(
+            f"none of the test tickers {result.missing_tickers} has a {asset} window after {settings.data.train_end}"
+        )
     name = partition_name(variant, tau_key)
     path = write_partition(settings, PREDICTIONS_ASSET, name, result.frame)
     # the shards read, for the backtest's provenance (a subfolder: not part of the predictions view)
