@@ -67,8 +67,8 @@ def trace(settings: Settings, variant: str, tau: float, ticker: str, cost_bps: f
     cost = settings.evaluate.report_cost_bps if cost_bps is None else cost_bps
     metrics = query(
         wh,
-        f"SELECT * FROM backtests WHERE variant = '{variant}' AND abs(tau - {tau}) < 1e-12 "
-        f"AND ticker = '{ticker}' AND cost_bps = {cost}",
+        "SELECT * FROM backtests WHERE variant = ? AND abs(tau - ?) < 1e-12 AND ticker = ? AND cost_bps = ?",
+        [variant, tau, ticker, cost],
     )
     if metrics.height == 0:
         have = query(wh, "SELECT DISTINCT variant, tau, ticker FROM backtests WHERE tau IS NOT NULL ORDER BY ALL")
@@ -82,7 +82,7 @@ def trace(settings: Settings, variant: str, tau: float, ticker: str, cost_bps: f
         f"Sharpe {_fmt(row['sharpe'])} [95% CI {_fmt(row['sharpe_ci_low'])}, {_fmt(row['sharpe_ci_high'])}], "
         f"return {row['total_return']:+.1%}, max drawdown {row['max_drawdown']:.1%}, seed {row['seed']}"
     )
-    prov = query(wh, f"SELECT * FROM provenance WHERE variant = '{variant}' AND abs(tau - {tau}) < 1e-12")
+    prov = query(wh, "SELECT * FROM provenance WHERE variant = ? AND abs(tau - ?) < 1e-12", [variant, tau])
     if prov.height == 0:
         raise LookupError(f"the backtest of {variant} at tau={tau:g} has no provenance rows; re-materialize backtests")
     for link in LINK_ORDER:

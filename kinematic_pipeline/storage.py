@@ -34,6 +34,19 @@ def manifest_path(warehouse: Path, asset: str, day: dt.date | str) -> Path:
     return Path(warehouse) / "manifests" / asset / f"{day}.parquet"
 
 
+def model_dir(warehouse: Path, variant: str) -> Path:
+    """``$KP_WAREHOUSE/models/<variant>/``: its ``foundation/`` and ``adapters/tau=<tau>/`` folders."""
+    return Path(warehouse) / "models" / variant
+
+
+def foundation_checkpoint(warehouse: Path, variant: str) -> Path:
+    return model_dir(warehouse, variant) / "foundation" / "model.pt"
+
+
+def adapter_dir(warehouse: Path, variant: str, tau_key: str) -> Path:
+    return model_dir(warehouse, variant) / "adapters" / f"tau={tau_key}"
+
+
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -146,7 +159,7 @@ def refresh_view(warehouse: Path, view: str, directory: Path, schema: dict[str, 
         con.execute(f'CREATE OR REPLACE VIEW "{view}" AS {body}')
 
 
-def query(warehouse: Path, sql: str) -> pl.DataFrame:
-    """Run a read-only query against the catalog and return a Polars frame."""
+def query(warehouse: Path, sql: str, params: list | None = None) -> pl.DataFrame:
+    """Run a read-only query against the catalog (``?`` placeholders bound to ``params``) as a Polars frame."""
     with catalog_connection(warehouse, read_only=True) as con:
-        return con.sql(sql).pl()
+        return con.sql(sql, params=params).pl()

@@ -9,6 +9,7 @@ import polars as pl
 from kinematic_pipeline.config import VARIANT_TOKEN_ASSET, Settings
 from kinematic_pipeline.orchestration.metadata import curve_table, embedded_image, loss_curve_png, markdown_table
 from kinematic_pipeline.orchestration.resources import PipelineSettings
+from kinematic_pipeline.storage import adapter_dir, foundation_checkpoint, model_dir
 
 MODELS_CODE_VERSION = "models-1"
 VARIANT_TITLES = {
@@ -24,7 +25,7 @@ def tau_key(tau: float) -> str:
 
 
 def models_dir(settings: Settings, variant: str):
-    return settings.warehouse / "models" / variant
+    return model_dir(settings.warehouse, variant)
 
 
 def _shards_summary(shards: list[dict]) -> dict:
@@ -119,10 +120,10 @@ def _adapter_asset(variant: str, tau_partitions: dg.StaticPartitionsDefinition) 
 
         cfg = settings.resolve()
         tau = float(context.partition_key)
-        foundation = models_dir(cfg, variant) / "foundation" / "model.pt"
+        foundation = foundation_checkpoint(cfg.warehouse, variant)
         if not foundation.exists():
             raise FileNotFoundError(f"{foundation} is missing: materialize {variant}_foundation first")
-        out_dir = models_dir(cfg, variant) / "adapters" / f"tau={context.partition_key}"
+        out_dir = adapter_dir(cfg.warehouse, variant, context.partition_key)
         result = finetune(cfg, variant, tau, foundation, out_dir)
         return dg.MaterializeResult(
             metadata={

@@ -27,10 +27,10 @@ def build_report_assets(settings: Settings) -> list[dg.AssetsDefinition]:
         "sensitivity with turnover, and calibration. Files under $KP_WAREHOUSE/reports/tables/.",
     )
     def paper_tables(settings: PipelineSettings) -> dg.MaterializeResult:
-        from kinematic_pipeline.stages.report import TABLE_TITLES, headline, load_metrics, materialize_paper_tables
+        from kinematic_pipeline.stages.report import TABLE_TITLES, headline, materialize_paper_tables
 
         cfg = settings.resolve()
-        built, path = materialize_paper_tables(cfg)
+        built, path, metrics = materialize_paper_tables(cfg)
         ev = cfg.evaluate
         return dg.MaterializeResult(
             metadata={
@@ -38,9 +38,7 @@ def build_report_assets(settings: Settings) -> list[dg.AssetsDefinition]:
                     name: dg.MetadataValue.md(f"**{TABLE_TITLES[name]}**\n\n" + markdown_table(f))
                     for name, f in built.items()
                 },
-                "headline": dg.MetadataValue.md(
-                    markdown_table(headline(load_metrics(cfg), ev.report_tau, ev.report_cost_bps))
-                ),
+                "headline": dg.MetadataValue.md(markdown_table(headline(metrics, ev.report_tau, ev.report_cost_bps))),
                 "path": dg.MetadataValue.path(str(path)),
             }
         )

@@ -17,10 +17,12 @@ import dagster as dg
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.nightly import EXCHANGE_TIMEZONE, NIGHTLY_CRON, SessionPlan, exchange_date, tick_plan
-from kinematic_pipeline.orchestration.assets_models import models_dir, tau_key
+from kinematic_pipeline.orchestration.assets_models import tau_key
+from kinematic_pipeline.stages.evaluate import BACKTESTS_ASSET, PREDICTIONS_ASSET, has_adapter
 from kinematic_pipeline.stages.ingest import RAW_ASSET
 from kinematic_pipeline.stages.labels import LABELS_ASSET
 from kinematic_pipeline.stages.tokenize import TOKEN_ASSETS
+from kinematic_pipeline.storage import adapter_dir
 
 NIGHTLY_SCHEDULE, NIGHTLY_EVALUATE_SCHEDULE = "nightly_tick", "nightly_evaluate"
 NIGHTLY_EVALUATE_CRON = "15 18 * * 1-5"  # after the tick's runs are queued
@@ -28,7 +30,7 @@ QUEUE_TAG, NIGHTLY_QUEUE = "kinematic_pipeline/queue", "nightly"  # limit 1: dep
 SESSION_TAG = "kinematic_pipeline/sessions"  # the new session(s) a run request belongs to
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 SESSION_ASSETS = (RAW_ASSET, *TOKEN_ASSETS)  # rebuilt for the new session(s)
-EVALUATE_ASSETS = ("predictions", "backtests")  # rebuilt per (tau, variant) when a fine-tuned model exists
+EVALUATE_ASSETS = (PREDICTIONS_ASSET, BACKTESTS_ASSET)  # rebuilt per (tau, variant) when a fine-tuned model exists
 
 
 def _partition(days: Sequence[dt.date]) -> tuple[str | None, dict[str, str]]:
@@ -78,8 +80,7 @@ def ready_models(settings: Settings) -> list[tuple[str, str]]:
     ready = []
     for variant in settings.train.variants:
         for tau in settings.tokenize.taus:
-            folder = models_dir(settings, variant) / "adapters" / f"tau={tau_key(tau)}"
-            if (folder / "adapter" / "adapter_config.json").exists() or (folder / "head.pt").exists():
+            if has_adapter(adapter_dir(settings.warehouse, variant, tau_key(tau))):
                 ready.append((variant, tau_key(tau)))
     return ready
 

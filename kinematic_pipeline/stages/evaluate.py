@@ -19,7 +19,14 @@ import polars as pl
 from kinematic_pipeline.config import VARIANT_TOKEN_ASSET, Settings
 from kinematic_pipeline.stages.corpus import CORPUS_STATS
 from kinematic_pipeline.stages.labels import LABELS_ASSET, tau_column
-from kinematic_pipeline.storage import file_sha256, manifest_path, shard_path, write_parquet_atomic
+from kinematic_pipeline.storage import (
+    adapter_dir,
+    file_sha256,
+    foundation_checkpoint,
+    manifest_path,
+    shard_path,
+    write_parquet_atomic,
+)
 
 PREDICTIONS_ASSET, BACKTESTS_ASSET = "predictions", "backtests"
 EQUITY_ASSET, TRADES_ASSET, PROVENANCE_ASSET = "equity_curves", "trades", "provenance"
@@ -137,28 +144,27 @@ def predict(
         else:
             frame = frame.with_columns(pl.lit(None, pl.Int8).alias(label_col))
         frames.append(frame)
-    frame = pl.concat(frames) if frames else pl.DataFrame(schema={"ticker": pl.String, "date": pl.Date})
-    if frame.height and frame["close"].is_null().any():
+    if not frames:  # no test day: an empty frame of the same columns
+        frames = [pl.DataFrame(schema={"ticker": pl.String, "date": pl.Date, "close": pl.Float64, label_col: pl.Int8})]
+    frame = pl.concat(frames, how="diagonal_relaxed")
+    if frame["close"].is_null().any():
         bad = frame.filter(pl.col("close").is_null()).row(0, named=True)
         raise ValueError(f"{bad['ticker']} has a test window on {bad['date']} but no raw close that day")
     tokens = frame["tokens"].to_numpy() if frame.height else np.empty((0, 64, 9), np.float32)
-    x = normalize(tokens)
-    probs = predict_probabilities(classifier, x, settings.evaluate.predict_batch_size)
+    probs = predict_probabilities(classifier, normalize(tokens), settings.evaluate.predict_batch_size)
     out = (
-        pl.DataFrame(
-            {
-                "variant": variant,
-                "tau": tau,
-                "seed": settings.train.seed,
-                "ticker": frame["ticker"] if frame.height else pl.Series([], dtype=pl.String),
-                "date": frame["date"] if frame.height else pl.Series([], dtype=pl.Date),
-                "close": frame["close"] if frame.height else pl.Series([], dtype=pl.Float64),
-                "p_buy": probs[:, 0],
-                "p_sell": probs[:, 1],
-                "p_hold": probs[:, 2],
-                "action": probs.argmax(axis=1).astype(np.int8),
-                "label": frame[label_col].fill_null(-1) if frame.height else pl.Series([], dtype=pl.Int8),
-            }
+        frame.select(
+            pl.lit(variant).alias("variant"),
+            pl.lit(tau).alias("tau"),
+            pl.lit(settings.train.seed).alias("seed"),
+            "ticker",
+            "date",
+            "close",
+            pl.Series("p_buy", probs[:, 0]),
+            pl.Series("p_sell", probs[:, 1]),
+            pl.Series("p_hold", probs[:, 2]),
+            pl.Series("action", probs.argmax(axis=1).astype(np.int8)),
+            pl.col(label_col).fill_null(-1).alias("label"),
         )
         .cast(PREDICTIONS_SCHEMA)  # type: ignore[arg-type]
         .sort("ticker", "date")
@@ -260,36 +266,42 @@ def write_partition(settings: Settings, asset: str, name: str, frame: pl.DataFra
 
 def model_paths(settings: Settings, variant: str, tau_key: str) -> tuple[Path, Path]:
     """(foundation model.pt, adapter folder) of a (variant, tau) policy; both must exist."""
-    root = settings.warehouse / "models" / variant
-    foundation, adapter = root / "foundation" / "model.pt", root / "adapters" / f"tau={tau_key}"
+    foundation = foundation_checkpoint(settings.warehouse, variant)
+    adapter = adapter_dir(settings.warehouse, variant, tau_key)
     if not foundation.exists():
         raise FileNotFoundError(f"{foundation} is missing: materialize {variant}_foundation first")
-    if not adapter_files(adapter):
+    if not has_adapter(adapter):
         raise FileNotFoundError(f"{adapter} holds no adapter: materialize {variant}_adapter partition {tau_key}")
     return foundation, adapter
 
 
-def adapter_files(adapter_dir: Path) -> list[Path]:
+def has_adapter(folder: Path) -> bool:
+    """Whether a fine-tuned head was saved in ``folder``: PEFT's adapter config, or PatchTST's head.pt."""
+    return (Path(folder) / "adapter" / "adapter_config.json").exists() or (Path(folder) / "head.pt").exists()
+
+
+def adapter_files(folder: Path) -> list[Path]:
     """The files that define a fine-tuned head: PEFT's adapter folder, or PatchTST's head.pt."""
-    adapter_dir = Path(adapter_dir)
-    files = sorted(p for p in (adapter_dir / "adapter").rglob("*") if p.is_file())
-    head = adapter_dir / "head.pt"
+    folder = Path(folder)
+    files = sorted(p for p in (folder / "adapter").rglob("*") if p.is_file())
+    head = folder / "head.pt"
     return files + ([head] if head.exists() else [])
 
 
-def refresh_evaluation_views(settings: Settings) -> None:
+def refresh_evaluation_views(settings: Settings, assets: tuple[str, ...]) -> None:
+    """(Re)create the catalog views of the evaluation shards a run just wrote."""
     from kinematic_pipeline.backtest.sweep import EQUITY_SCHEMA, METRICS_SCHEMA, TRADES_SCHEMA
     from kinematic_pipeline.storage import refresh_view
 
-    wh = settings.warehouse
-    for asset, schema in (
-        (PREDICTIONS_ASSET, PREDICTIONS_SCHEMA),
-        (BACKTESTS_ASSET, METRICS_SCHEMA),
-        (EQUITY_ASSET, EQUITY_SCHEMA),
-        (TRADES_ASSET, TRADES_SCHEMA),
-        (PROVENANCE_ASSET, PROVENANCE_SCHEMA),
-    ):
-        refresh_view(wh, asset, wh / asset, schema)
+    schemas = {
+        PREDICTIONS_ASSET: PREDICTIONS_SCHEMA,
+        BACKTESTS_ASSET: METRICS_SCHEMA,
+        EQUITY_ASSET: EQUITY_SCHEMA,
+        TRADES_ASSET: TRADES_SCHEMA,
+        PROVENANCE_ASSET: PROVENANCE_SCHEMA,
+    }
+    for asset in assets:
+        refresh_view(settings.warehouse, asset, settings.warehouse / asset, schemas[asset])
 
 
 def _shards_frame(shards: list[dict]) -> pl.DataFrame:
@@ -322,7 +334,7 @@ def run_predictions(settings: Settings, variant: str, tau_key: str) -> tuple[Pre
     write_parquet_atomic(
         _shards_frame(result.shards), settings.warehouse / PREDICTIONS_ASSET / "inputs" / f"{name}.parquet"
     )
-    refresh_evaluation_views(settings)
+    refresh_evaluation_views(settings, (PREDICTIONS_ASSET,))
     return result, path
 
 
@@ -369,5 +381,5 @@ def run_backtests(settings: Settings, variant: str, tau_key: str, code_versions:
         code_versions=code_versions,
     )
     paths[PROVENANCE_ASSET] = write_partition(settings, PROVENANCE_ASSET, name, provenance)
-    refresh_evaluation_views(settings)
+    refresh_evaluation_views(settings, tuple(paths))
     return sweep, paths

@@ -7,6 +7,7 @@ tables, what the CLI prints), ``figures/<name>.png`` and ``report.md``. No dagst
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 import polars as pl
@@ -24,6 +25,7 @@ from kinematic_pipeline.stages.evaluate import (
 from kinematic_pipeline.storage import shard_path
 
 REPORTS_DIR, TABLES_FILE, REPORT_FILE = "reports", "tables.md", "report.md"
+CONTEXT_FILE = "context.json"  # under reports/tables/: the run the tables describe
 KINEMATIC_COLUMNS = ("c0", "c1", "c2", "c3", "v0", "v1", "v2", "v3", "v4")
 TABLE_TITLES = {
     "absolute_performance": "Absolute performance: total return and max drawdown (paper Table absolute_perf)",
@@ -99,7 +101,9 @@ def _context(settings: Settings, metrics: pl.DataFrame) -> dict[str, str]:
     }
 
 
-def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame], Path]:
+def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame], Path, pl.DataFrame]:
+    """Write every table (``tables/<name>.md|.parquet``), their context and ``tables.md``; returns the
+    tables, the path of ``tables.md`` and the metrics they were built from."""
     metrics = load_metrics(settings)
     built = build_tables(settings, metrics)
     out = reports_dir(settings) / "tables"
@@ -109,10 +113,12 @@ def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame
         (out / f"{name}.md").write_text(markdown_table(frame) + "\n")
         frame.write_parquet(out / f"{name}.parquet")
         sections.append(f"### {TABLE_TITLES[name]}\n\n{markdown_table(frame)}\n")
-    context = "\n".join(f"- {k}: {v}" for k, v in _context(settings, metrics).items())
+    context = _context(settings, metrics)
+    (out / CONTEXT_FILE).write_text(json.dumps(context, indent=1))
+    lines = "\n".join(f"- {k}: {v}" for k, v in context.items())
     path = reports_dir(settings) / TABLES_FILE
-    path.write_text(f"## The paper's tables ({settings.profile} profile)\n\n{context}\n\n" + "\n".join(sections))
-    return built, path
+    path.write_text(f"## The paper's tables ({settings.profile} profile)\n\n{lines}\n\n" + "\n".join(sections))
+    return built, path, metrics
 
 
 def _window_days(settings: Settings, predictions: pl.DataFrame, ticker: str) -> list[dt.date]:
@@ -176,13 +182,16 @@ def materialize_figures(settings: Settings) -> dict[str, Path]:
 
 
 def materialize_report(settings: Settings, extra_context: dict[str, str] | None = None) -> Path:
-    metrics = load_metrics(settings)
+    """``report.md`` from what ``paper_tables`` and ``figures`` wrote (nothing is recomputed)."""
     root = reports_dir(settings)
-    built = {TABLE_TITLES[name]: frame for name, frame in build_tables(settings, metrics).items()}
+    tables_dir = root / "tables"
+    if not (tables_dir / CONTEXT_FILE).exists():
+        raise FileNotFoundError(f"no tables under {tables_dir}: materialize paper_tables first")
+    built = {TABLE_TITLES[name]: pl.read_parquet(tables_dir / f"{name}.parquet") for name in TABLE_TITLES}
     figure_paths = {p.stem: p for p in sorted((root / "figures").glob("*.png"))}
     text = document.render_report(
         f"Kinematic Tokenization: backtest report ({settings.profile} profile)",
-        {**_context(settings, metrics), **(extra_context or {})},
+        {**json.loads((tables_dir / CONTEXT_FILE).read_text()), **(extra_context or {})},
         built,
         figure_paths,
         CONVENTIONS,
