@@ -1,4 +1,4 @@
-"""Slow, obviously correct twins of the kernels in tokenize/alpha.py, tokenize/baselines.py and labels.py."""
+"""Slow, obviously correct twins of the kernels in tokenize/alpha_mle.py, tokenize/baselines.py and label_rules.py."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from kinematic_pipeline.tokenize.alpha import (
+from kinematic_pipeline.tokenize.alpha_mle import (
     AlphaEstimate,
     estimate_alpha_price,
     estimate_alpha_price_pooled,

@@ -16,7 +16,7 @@ from .conftest import SHORT_END, SHORT_START
 PURE_MODULES = [
     "kinematic_pipeline.config",
     "kinematic_pipeline.calendar",
-    "kinematic_pipeline.ingest",
+    "kinematic_pipeline.bar_contract",
     "kinematic_pipeline.sources",
     "kinematic_pipeline.sources.synthetic",
     "kinematic_pipeline.sources.files",
@@ -31,7 +31,7 @@ PURE_MODULES = [
     "kinematic_pipeline.backtest.sweep",
     "kinematic_pipeline.lineage",
     "kinematic_pipeline.tokenize",
-    "kinematic_pipeline.labels",
+    "kinematic_pipeline.label_rules",
 ]
 
 

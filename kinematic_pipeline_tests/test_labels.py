@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kinematic_pipeline.labels import (
+from kinematic_pipeline.label_rules import (
     CLASS_NAMES,
     TAUS,
     forward_returns,

@@ -2,7 +2,7 @@
 
 ``estimate_alphas`` reads raw_ohlcv shards dated on or before ``data.train_end`` only, builds one
 session-indexed series per ticker (missing sessions and zero volumes are NaN) and maximizes the
-exact profile likelihood (``kinematic_pipeline.tokenize.alpha``): pooled over the corpus, and per
+exact profile likelihood (``kinematic_pipeline.tokenize.alpha_mle``): pooled over the corpus, and per
 ticker when ``tokenize.alpha_mle_scope = "ticker"``.
 """
 

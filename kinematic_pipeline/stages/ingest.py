@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 from kinematic_pipeline import __version__
 from kinematic_pipeline.calendar import previous_trading_day
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.ingest import KEPT_SCHEMA, QUARANTINE_SCHEMA, split_by_partition, validate_bars
+from kinematic_pipeline.bar_contract import KEPT_SCHEMA, QUARANTINE_SCHEMA, split_by_partition, validate_bars
 from kinematic_pipeline.sources import BarSource, make_source
 from kinematic_pipeline.storage import (
     manifest_path,

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 from kinematic_pipeline import __version__
 from kinematic_pipeline.calendar import trading_day_on_or_after
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.labels import LABEL_SOURCES, labels_from_returns
+from kinematic_pipeline.label_rules import LABEL_SOURCES, labels_from_returns
 from kinematic_pipeline.storage import manifest_path, refresh_view, shard_path, write_parquet_atomic
 
 LABELS_ASSET = "labels"

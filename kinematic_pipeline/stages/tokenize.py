@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from kinematic_pipeline import __version__
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.labels import spline_end_position
+from kinematic_pipeline.label_rules import spline_end_position
 from kinematic_pipeline.stages.alpha import AlphaLookup
 from kinematic_pipeline.storage import manifest_path, refresh_view, shard_path, write_parquet_atomic
 from kinematic_pipeline.tokenize import fd_tokens, raw_tokens, tokenize_price_windows, tokenize_volume_windows

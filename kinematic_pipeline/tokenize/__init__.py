@@ -18,7 +18,7 @@ import numba
 if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
 
-from kinematic_pipeline.tokenize.alpha import (  # noqa: E402
+from kinematic_pipeline.tokenize.alpha_mle import (  # noqa: E402
     AlphaEstimate,
     estimate_alpha_price,
     estimate_alpha_price_pooled,
