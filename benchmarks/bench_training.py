@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 from kinematic_pipeline.calendar import trading_days  # noqa: E402
 from kinematic_pipeline.config import load_settings  # noqa: E402
-from kinematic_pipeline.models import TOKEN_ASSET, build_model  # noqa: E402
+from kinematic_pipeline.models import build_model  # noqa: E402
 from kinematic_pipeline.training.data import WindowDataModule  # noqa: E402
 from kinematic_pipeline.training.modules import PretrainModule, adamw_with_cosine, pretrain_objective  # noqa: E402
 from kinematic_pipeline.training.run import configure_threads, quiet_lightning  # noqa: E402
@@ -126,7 +126,7 @@ def main() -> None:
     settings = load_settings("demo", warehouse=args.warehouse, env={})
     ensure_warehouse(settings, args.end)
     cfg = settings.train
-    dm = WindowDataModule(settings, TOKEN_ASSET[VARIANT])
+    dm = WindowDataModule(settings, VARIANT)
     dm.setup()
     print(
         f"demo profile: {VARIANT} d_model={settings.model.d_model} layers={settings.model.n_layers}, batch "

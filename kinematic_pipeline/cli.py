@@ -131,7 +131,7 @@ def materialize(settings: Settings, selection: str | None = None) -> int:
 
 
 def print_summary(settings: Settings) -> None:
-    from kinematic_pipeline.storage import query
+    from kinematic_pipeline.storage import Warehouse, query
 
     catalog = settings.catalog_path
     print(f"\nResults: Parquet shards under {settings.warehouse}/<asset>/, DuckDB catalog {catalog}")
@@ -141,15 +141,12 @@ def print_summary(settings: Settings) -> None:
     for view in views:
         rows = query(settings.warehouse, f'SELECT count(*) AS n FROM "{view}"')["n"][0]
         print(f"  view {view:<24} {rows:>12,} rows")
-    from kinematic_pipeline.orchestration.assets_models import model_summary
-
-    models = model_summary(settings)
-    if models["foundation"].any():
-        print(f"Models under {settings.warehouse / 'models'}/<variant>/ (foundation/model.pt, adapters/tau=*/):")
-        for row in models.iter_rows(named=True):
-            print(
-                f"  {row['variant']:<10} foundation={'yes' if row['foundation'] else 'no':<4} adapters={row['adapters']}"
-            )
+    wh = Warehouse(settings.warehouse)
+    if any(wh.foundation_checkpoint(v).exists() for v in settings.train.variants):
+        print(f"Models under {wh.root / 'models'}/<variant>/ (foundation/model.pt, adapters/tau=*/):")
+        for v in settings.train.variants:
+            has = "yes" if wh.foundation_checkpoint(v).exists() else "no"
+            print(f"  {v:<10} foundation={has:<4} adapters={wh.adapter_count(v)}")
     print(f'Try: duckdb {catalog} "SELECT * FROM quarantine LIMIT 10"')
 
 

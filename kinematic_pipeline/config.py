@@ -1,9 +1,11 @@
 """Configuration: frozen dataclasses, three named profiles and the operator's environment variables.
 
 A profile (``ci``, ``demo``, ``paper``) is a named set of values, selected by ``KP_PROFILE``. The
-operator interface of DESIGN.md overrides a few fields from the environment (or Dagster config at the
-boundary): ``KP_SOURCE``, ``KP_SOURCE_PATH``, ``KP_WAREHOUSE``, plus ``KP_START_DATE`` /
-``KP_END_DATE`` to narrow the history. Nothing here imports dagster.
+operator interface of DESIGN.md overrides a few fields from the environment: ``KP_SOURCE``,
+``KP_SOURCE_PATH``, ``KP_WAREHOUSE``, plus ``KP_START_DATE`` / ``KP_END_DATE`` to narrow the history.
+``load_settings`` resolves them once, when the Dagster definitions load: partitions, schedules, sensors
+and every asset body are built from that one ``Settings``. Enum-like fields are checked when a config is
+built: a typo is a ValueError naming the field and its choices. Nothing here imports dagster.
 """
 
 from __future__ import annotations
@@ -14,15 +16,32 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kinematic_pipeline.label_rules import LABEL_SOURCES
+from kinematic_pipeline.variants import VARIANT_NAMES
+
 PROFILES = ("ci", "demo", "paper")
-# Model variants and the token asset each one reads (PatchTST: ln close / ln volume from raw_tokens).
-VARIANT_TOKEN_ASSET = {
-    "splinegpt": "spline_tokens",
-    "rawgpt_fd": "fd_tokens",
-    "rawgpt": "raw_tokens",
-    "patchtst": "raw_tokens",
-}
 SOURCES = ("synthetic", "parquet", "csv", "yfinance")
+HL_POLICIES = ("quarantine", "flag")
+ALPHA_MLE_SCOPES = ("corpus", "ticker")
+TIME_UNITS = ("session", "calendar")
+
+
+def check_choice(field_name: str, value, choices: tuple) -> None:
+    """A ValueError naming the field, the value and the choices when ``value`` is not one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{field_name}={value!r}: expected one of {', '.join(map(repr, choices))}")
+
+
+def check_alpha(field_name: str, value: float | str) -> None:
+    """alpha is a positive number or "mle" (the marginal-likelihood estimate of alpha_estimates)."""
+    if value == "mle":
+        return
+    try:
+        ok = float(value) > 0 and float(value) < float("inf")
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{field_name}={value!r}: expected a positive number or 'mle'")
 
 
 @dataclass(frozen=True)
@@ -62,6 +81,9 @@ class IngestConfig:
     # larger backfills record per-partition facts in the manifest table instead.
     max_partitions_observed: int = 31
 
+    def __post_init__(self) -> None:
+        check_choice("ingest.hl_policy", self.hl_policy, HL_POLICIES)
+
 
 @dataclass(frozen=True)
 class TokenizeConfig:
@@ -77,6 +99,13 @@ class TokenizeConfig:
     taus: tuple[float, ...] = (0.0025, 0.005, 0.01, 0.02)  # Buy/Sell thresholds on the next-day log return
     block_days: int = 256  # trading days tokenized per batch (bounds memory on long backfills)
     write_threads: int = 2  # Parquet shards compressed and written in parallel
+
+    def __post_init__(self) -> None:
+        check_alpha("tokenize.alpha_price", self.alpha_price)
+        check_alpha("tokenize.alpha_volume", self.alpha_volume)
+        check_choice("tokenize.alpha_mle_scope", self.alpha_mle_scope, ALPHA_MLE_SCOPES)
+        check_choice("tokenize.time_unit", self.time_unit, TIME_UNITS)
+        check_choice("tokenize.label_source", self.label_source, LABEL_SOURCES)
 
 
 @dataclass(frozen=True)
@@ -130,6 +159,10 @@ class TrainConfig:
     class_weights: tuple[float, float, float] = (2.0, 10.0, 1.0)  # weighted CE for [Buy, Sell, Hold]
     variants: tuple[str, ...] = ("splinegpt", "rawgpt_fd", "rawgpt", "patchtst")
 
+    def __post_init__(self) -> None:
+        for name in self.variants:
+            check_choice("train.variants", name, VARIANT_NAMES)
+
 
 PAPER_TEST_TICKERS = ("INTC", "NVDA", "JPM", "XOM", "PFE", "TSLA")  # the paper's backtest universe
 
@@ -144,6 +177,7 @@ class EvalConfig:
     initial_cash: float = 10_000.0  # the paper's starting capital
     tax_rate: float = 0.32  # short-term capital gains, on net realized gains per tax year
     tax_year_days: int = 252  # trading days per tax year
+    rf_annual: float = 0.04  # the paper's risk-free rate for 2023-2025, in Sharpe and Sortino
     report_tau: float = 0.01  # the paper's standard threshold for its main tables and figures
     report_cost_bps: float = 0.0  # the paper's main tables model no costs (its "Limitations")
     focus_ticker: str | None = None  # sweeps, diagnostics, manifold (paper: NVDA); None: first test ticker

@@ -1,4 +1,8 @@
-"""The Dagster definitions: assembly only (assets, checks, jobs, resources) for the current settings."""
+"""The Dagster definitions: assembly only (assets, checks, jobs, resources), all built from one ``Settings``.
+
+``load_settings()`` reads KP_* once, here; partitions, schedules, sensors and every asset body use that
+same object, so nothing resolves settings again at run time.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,13 @@ import dagster as dg
 
 from kinematic_pipeline.config import Settings, load_settings
 from kinematic_pipeline.orchestration.assets_evaluate import build_evaluate_assets
-from kinematic_pipeline.orchestration.assets_ingest import build_ingest_assets
+from kinematic_pipeline.orchestration.assets_ingest import raw_ohlcv_asset
 from kinematic_pipeline.orchestration.assets_models import build_model_assets
 from kinematic_pipeline.orchestration.assets_report import build_report_assets
 from kinematic_pipeline.orchestration.assets_tokenize import build_tokenize_assets
 from kinematic_pipeline.orchestration.checks import build_ingest_checks
 from kinematic_pipeline.orchestration.jobs import build_jobs
-from kinematic_pipeline.orchestration.resources import PipelineSettings
+from kinematic_pipeline.orchestration.resources import BarSourceOverride
 from kinematic_pipeline.orchestration.schedules import build_schedules
 from kinematic_pipeline.orchestration.sensors import build_sensors
 
@@ -23,7 +27,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     with warnings.catch_warnings():
         # BackfillPolicy is "beta" in Dagster 1.13; single-run backfills are what trading-day assets need.
         warnings.simplefilter("ignore", dg.BetaWarning)
-        assets = [*build_ingest_assets(settings), *build_tokenize_assets(settings), *build_model_assets(settings)]
+        assets = [raw_ohlcv_asset(settings), *build_tokenize_assets(settings), *build_model_assets(settings)]
         assets += [*build_evaluate_assets(settings), *build_report_assets(settings)]
     return dg.Definitions(
         assets=assets,
@@ -31,7 +35,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         jobs=build_jobs(settings),
         schedules=build_schedules(settings, assets),
         sensors=build_sensors(settings),
-        resources={"settings": PipelineSettings()},
+        resources={"bar_source": BarSourceOverride()},
     )
 
 

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-TAUS = (0.0025, 0.005, 0.01, 0.02)  # the paper's tau sweep (log-return thresholds); 0.01 is its default
-CLASS_NAMES = ("Buy", "Sell", "Hold")  # label value = index
-BUY, SELL, HOLD = 0, 1, 2
-UNKNOWN = -1  # label of a NaN return
+from kinematic_pipeline.variants import BUY, HOLD, SELL, UNKNOWN_LABEL
+
 LABEL_SOURCES = ("spline", "close")
 
 
@@ -68,7 +66,7 @@ def labels_from_returns(r, tau: float) -> np.ndarray:
     labels = np.full(r.shape, HOLD, dtype=np.int8)
     labels[r > tau] = BUY
     labels[r < -tau] = SELL
-    labels[np.isnan(r)] = UNKNOWN
+    labels[np.isnan(r)] = UNKNOWN_LABEL
     return labels
 
 

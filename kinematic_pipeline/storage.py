@@ -15,9 +15,12 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
+
+from kinematic_pipeline.variants import variant as lookup_variant
 
 PARQUET_COMPRESSION = "zstd"  # fixed writer options: the same frame always gives the same bytes
 # The rename alone makes a shard appear whole or not at all when a process is killed; fsync before it
@@ -25,26 +28,174 @@ PARQUET_COMPRESSION = "zstd"  # fixed writer options: the same frame always give
 DURABLE_WRITES = os.environ.get("KP_DURABLE_WRITES", "0") == "1"
 
 
-def shard_path(warehouse: Path, asset: str, day: dt.date | str) -> Path:
-    """``$KP_WAREHOUSE/<asset>/<YYYY-MM-DD>.parquet``: one shard per trading-day partition."""
-    return Path(warehouse) / asset / f"{day}.parquet"
+# Asset names: each is the folder of its shards under the warehouse and the name of its catalog view.
+RAW_OHLCV, QUARANTINE = "raw_ohlcv", "quarantine"
+TOKEN_ASSETS = ("spline_tokens", "fd_tokens", "raw_tokens")
+ALPHA_ESTIMATES, LABELS, CORPUS_STATS = "alpha_estimates", "labels", "corpus_stats"
+PREDICTIONS, BACKTESTS, EQUITY_CURVES, TRADES, PROVENANCE = (
+    "predictions",
+    "backtests",
+    "equity_curves",
+    "trades",
+    "provenance",
+)
+SHARDS_USED_FILE = "shards_used.parquet"  # beside each checkpoint/adapter: the token shards it trained on
+SHARDS_USED_SCHEMA: dict[str, pl.DataType] = {
+    "asset": pl.String,
+    "split": pl.String,
+    "date": pl.String,
+    "path": pl.String,
+    "content_hash": pl.String,
+    "windows": pl.Int64,
+}
 
 
-def manifest_path(warehouse: Path, asset: str, day: dt.date | str) -> Path:
-    return Path(warehouse) / "manifests" / asset / f"{day}.parquet"
+def tau_key(tau: float) -> str:
+    """A tau as partition keys and adapter folders spell it: ``0.01``, ``0.0025``."""
+    return f"{tau:g}"
 
 
-def model_dir(warehouse: Path, variant: str) -> Path:
-    """``$KP_WAREHOUSE/models/<variant>/``: its ``foundation/`` and ``adapters/tau=<tau>/`` folders."""
-    return Path(warehouse) / "models" / variant
+def digest(hashes: list[str]) -> str:
+    """sha256 over a list of content hashes, concatenated in order (the lineage of a set of shards)."""
+    return hashlib.sha256("".join(hashes).encode()).hexdigest()
 
 
-def foundation_checkpoint(warehouse: Path, variant: str) -> Path:
-    return model_dir(warehouse, variant) / "foundation" / "model.pt"
+def combined_hash(hashes: list[str]) -> str:
+    """One hash for metadata: the shard's own for a single shard, else the ``digest`` of all of them."""
+    return hashes[0] if len(hashes) == 1 else digest(hashes)
 
 
-def adapter_dir(warehouse: Path, variant: str, tau_key: str) -> Path:
-    return model_dir(warehouse, variant) / "adapters" / f"tau={tau_key}"
+@dataclass(frozen=True)
+class Warehouse:
+    """The layout of ``$KP_WAREHOUSE``: the one place that knows where every file lives.
+
+    - ``<asset>/<YYYY-MM-DD>.parquet``: one shard per trading-day partition (or ``<asset>/<name>.parquet``
+      for the unpartitioned and the evaluation assets), with ``manifests/<asset>/<day>.parquet`` beside
+      each trading-day shard (its content hash and counts);
+    - ``models/<variant>/foundation/model.pt`` and ``models/<variant>/adapters/tau=<tau>/``, each with
+      the ``shards_used.parquet`` it trained on;
+    - ``catalog.duckdb``: views over the shards (``refresh_view``).
+    """
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def catalog_path(self) -> Path:
+        return self.root / "catalog.duckdb"
+
+    # --- shards and manifests -------------------------------------------------------------------------
+
+    def shard(self, asset: str, key: dt.date | str) -> Path:
+        """``<asset>/<key>.parquet``: a trading day's shard, or a named one (``stats``, ``splinegpt_tau0.01``)."""
+        return self.root / asset / f"{key}.parquet"
+
+    def manifest(self, asset: str, day: dt.date | str) -> Path:
+        return self.root / "manifests" / asset / f"{day}.parquet"
+
+    def shard_days(self, asset: str, *, after: dt.date | None = None, until: dt.date | None = None) -> list[dt.date]:
+        """Sorted days of ``asset``'s shards with ``after < day <= until`` (file names only: nothing is opened)."""
+        return _days_in(self.root / asset, after, until)
+
+    def manifest_days(self, asset: str) -> list[dt.date]:
+        """Sorted days whose ``asset`` shard has a manifest (a shard counts once its manifest is written)."""
+        return _days_in(self.root / "manifests" / asset, None, None)
+
+    def manifest_row(self, asset: str, day: dt.date, columns: list[str] | None = None) -> dict:
+        path = self.manifest(asset, day)
+        if not path.exists():
+            raise FileNotFoundError(f"{asset} partition {day} has no manifest ({path}); materialize {asset} for it")
+        return pl.read_parquet(path, columns=columns).row(0, named=True)
+
+    def content_hash(self, asset: str, day: dt.date, default: str | None = None) -> str:
+        """The sha256 its manifest records for ``asset``'s shard of ``day`` (``default`` if there is none)."""
+        if default is not None and not self.manifest(asset, day).exists():
+            return default
+        return self.manifest_row(asset, day, ["content_hash"])["content_hash"]
+
+    def write_shard(
+        self,
+        asset: str,
+        day: dt.date,
+        frame: pl.DataFrame,
+        record: dict,
+        manifest_schema: dict[str, pl.DataType],
+        compression: str = PARQUET_COMPRESSION,
+    ) -> dict:
+        """Write a day's shard, then its manifest (``record`` plus the shard's ``content_hash``); return the row."""
+        record = {**record, "content_hash": write_parquet_atomic(frame, self.shard(asset, day), compression)}
+        row = {k: record[k] for k in manifest_schema}
+        write_parquet_atomic(pl.DataFrame([row], schema=manifest_schema), self.manifest(asset, day))
+        return record
+
+    # --- models -----------------------------------------------------------------------------------------
+
+    def model_dir(self, variant: str) -> Path:
+        """``models/<variant>/``: its ``foundation/`` and ``adapters/tau=<tau>/`` folders."""
+        return self.root / "models" / variant
+
+    def foundation_dir(self, variant: str) -> Path:
+        return self.model_dir(variant) / "foundation"
+
+    def foundation_checkpoint(self, variant: str) -> Path:
+        return self.foundation_dir(variant) / "model.pt"
+
+    def adapter_dir(self, variant: str, tau_key: str) -> Path:
+        return self.model_dir(variant) / "adapters" / f"tau={tau_key}"
+
+    def adapter_count(self, variant: str) -> int:
+        folder = self.model_dir(variant) / "adapters"
+        return len(list(folder.glob("tau=*"))) if folder.is_dir() else 0
+
+    def has_adapter(self, variant: str, tau_key: str) -> bool:
+        """Whether the fine-tuned head of (variant, tau) was saved."""
+        return lookup_variant(variant).head_saved(self.adapter_dir(variant, tau_key))
+
+    def adapter_files(self, variant: str, tau_key: str) -> list[Path]:
+        """The files that define the fine-tuned head of (variant, tau), sorted."""
+        head = lookup_variant(variant).head_path(self.adapter_dir(variant, tau_key))
+        return [head] if head.is_file() else sorted(p for p in head.rglob("*") if p.is_file())
+
+    def policy_files(self, variant: str, tau_key: str) -> tuple[Path, Path]:
+        """(foundation model.pt, adapter folder) of a fine-tuned policy; a clear error when either is missing."""
+        foundation, adapter = self.foundation_checkpoint(variant), self.adapter_dir(variant, tau_key)
+        if not foundation.exists():
+            raise FileNotFoundError(f"{foundation} is missing: materialize {variant}_foundation first")
+        if not self.has_adapter(variant, tau_key):
+            raise FileNotFoundError(f"{adapter} holds no adapter: materialize {variant}_adapter partition {tau_key}")
+        return foundation, adapter
+
+    # --- the catalog --------------------------------------------------------------------------------------
+
+    def refresh_view(self, view: str, schema: dict[str, pl.DataType], folder: Path | None = None) -> None:
+        """(Re)create ``view`` over the ``*.parquet`` of ``folder`` (default: the asset folder named ``view``)."""
+        refresh_view(self.root, view, self.root / view if folder is None else folder, schema)
+
+    def refresh_manifest_view(self, asset: str, schema: dict[str, pl.DataType]) -> None:
+        self.refresh_view(f"{asset}_manifest", schema, self.root / "manifests" / asset)
+
+    def query(self, sql: str, params: list | None = None) -> pl.DataFrame:
+        return query(self.root, sql, params)
+
+
+def _days_in(folder: Path, after: dt.date | None, until: dt.date | None) -> list[dt.date]:
+    if not folder.is_dir():
+        return []
+    days = (dt.date.fromisoformat(p.stem) for p in folder.glob("*.parquet") if _is_day(p.stem))
+    return sorted(d for d in days if (after is None or d > after) and (until is None or d <= until))
+
+
+def _is_day(stem: str) -> bool:
+    return len(stem) == 10 and stem[4] == "-" and stem[7] == "-" and stem.replace("-", "").isdigit()
+
+
+def write_shards_used(out_dir: Path, shards: list[dict]) -> Path:
+    """Record every shard a training run streamed from (asset, split, date, path, sha256) next to its output."""
+    path = Path(out_dir) / SHARDS_USED_FILE
+    write_parquet_atomic(pl.DataFrame(shards, schema=SHARDS_USED_SCHEMA), path)
+    return path
 
 
 def file_sha256(path: Path) -> str:

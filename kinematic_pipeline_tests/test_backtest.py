@@ -254,4 +254,4 @@ def test_conventions_state_every_choice():
         "market-on-close",
         "partial",
     ):
-        assert phrase in m.CONVENTIONS
+        assert phrase in m.conventions(tax_rate=0.32, rf_annual=0.04, tax_year_days=252, n_boot=2000, block_days=20)

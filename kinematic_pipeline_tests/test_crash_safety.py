@@ -21,13 +21,14 @@ import pytest
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.definitions import build_definitions
-from kinematic_pipeline.orchestration.resources import PipelineSettings
 from kinematic_pipeline.orchestration.schedules import execute_run_requests
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
-from kinematic_pipeline.stages.tokenize import TOKEN_ASSETS, materialize_tokens
-from kinematic_pipeline.storage import file_sha256, manifest_path, query, shard_path
-from kinematic_pipeline.training.data import WindowNormalizer, WindowStream, list_shards
+from kinematic_pipeline.stages.tokenize import materialize_tokens
+from kinematic_pipeline.storage import TOKEN_ASSETS, Warehouse, file_sha256, query
+from kinematic_pipeline.training.data import WindowStream, list_shards
+from kinematic_pipeline.variants import VARIANTS
+from kinematic_pipeline.windows import WindowNormalizer
 
 ROOT = Path(__file__).resolve().parents[1]
 DAY, PREVIOUS = dt.date(2021, 4, 1), dt.date(2021, 3, 31)
@@ -130,7 +131,7 @@ def _streamed(settings, tau: float | None = None) -> int:
     shards = list_shards(settings, "spline_tokens", with_labels=tau is not None)
     stream = WindowStream(
         shards,
-        WindowNormalizer(None, "spline_tokens", patchtst=True),  # raw channels: no corpus_stats needed
+        WindowNormalizer(VARIANTS["patchtst"], None),  # raw channels: no corpus_stats needed
         batch_size=256,
         shuffle=False,
         buffer_windows=1024,
@@ -146,11 +147,7 @@ def test_a_tick_killed_mid_write_leaves_no_partial_shard_and_the_next_run_repair
     # What an uninterrupted tick writes: the same tick on a copy of the warehouse.
     clean = tmp_path / "clean"
     shutil.copytree(wh, clean)
-    clean_defs = dg.Definitions(
-        assets=defs.assets,
-        asset_checks=defs.asset_checks,
-        resources={"settings": PipelineSettings(profile="ci", warehouse=str(clean))},
-    )
+    clean_defs = build_definitions(dataclasses.replace(settings, warehouse=clean))
     instance = dg.DagsterInstance.ephemeral()
     assert all(r.success for r in execute_run_requests(clean_defs, _tick_requests(defs, DAY), instance, QUIET))
     expected = {
@@ -159,12 +156,12 @@ def test_a_tick_killed_mid_write_leaves_no_partial_shard_and_the_next_run_repair
     }
     rows_before, last_before = _visible_windows(settings, "spline_tokens")
     streamed_before = _streamed(settings)
-    old_labels = file_sha256(shard_path(wh, "labels", PREVIOUS))
+    old_labels = file_sha256(Warehouse(wh).shard("labels", PREVIOUS))
 
     # 1. Killed while writing a new shard (spline_tokens of DAY): it does not exist, only its partial temp file.
     _kill_mid_write(f"spline_tokens/.{DAY}.parquet.", tmp_path / "marker-1")
     _partial(wh / "spline_tokens", DAY)
-    assert not shard_path(wh, "spline_tokens", DAY).exists()
+    assert not Warehouse(wh).shard("spline_tokens", DAY).exists()
     assert _visible_windows(settings, "spline_tokens") == (rows_before, last_before)  # DuckDB: the old days only
     assert DAY not in [s.day for s in list_shards(settings, "spline_tokens")]
     assert _streamed(settings) == streamed_before  # the loader streams every complete shard, nothing more
@@ -174,8 +171,8 @@ def test_a_tick_killed_mid_write_leaves_no_partial_shard_and_the_next_run_repair
     _kill_mid_write(f"labels/.{PREVIOUS}.parquet.", tmp_path / "marker-2")
     _partial(wh / "labels", PREVIOUS)
     assert not list((wh / "spline_tokens").glob(".*.tmp"))  # the stale temp file of step 1 is gone
-    assert file_sha256(shard_path(wh, "spline_tokens", DAY)) == expected[f"spline_tokens/{DAY}.parquet"]
-    assert file_sha256(shard_path(wh, "labels", PREVIOUS)) == old_labels
+    assert file_sha256(Warehouse(wh).shard("spline_tokens", DAY)) == expected[f"spline_tokens/{DAY}.parquet"]
+    assert file_sha256(Warehouse(wh).shard("labels", PREVIOUS)) == old_labels
     label_manifests = pl.read_parquet(list((wh / "manifests/labels").glob("*.parquet")))
     assert _visible_windows(settings, "labels") == (label_manifests["windows"].sum(), PREVIOUS)
     # Fine-tuning reads labels up to train_end; DAY's labels wait for the next session, so stop before it.
@@ -190,6 +187,6 @@ def test_a_tick_killed_mid_write_leaves_no_partial_shard_and_the_next_run_repair
     assert not [p for p in wh.rglob(".*.tmp")]
     for asset in (*TOKEN_ASSETS, "labels"):
         for shard in (wh / asset).glob("*.parquet"):  # every shard matches its manifest
-            assert file_sha256(shard) == pl.read_parquet(manifest_path(wh, asset, shard.stem))["content_hash"][0]
+            assert file_sha256(shard) == pl.read_parquet(Warehouse(wh).manifest(asset, shard.stem))["content_hash"][0]
     assert _visible_windows(settings, "spline_tokens")[1] == DAY
     assert _streamed(settings) > streamed_before

@@ -13,6 +13,7 @@ import torch
 from kinematic_pipeline.models import PatchTSTClassifier, SequenceClassifier, build_model
 from kinematic_pipeline.stages.corpus import materialize_corpus_stats
 from kinematic_pipeline.stages.evaluate import evaluation_days, evaluation_tickers, predict, window_end_kinematics
+from kinematic_pipeline.storage import Warehouse
 from kinematic_pipeline_tests.test_tokenize_stage import CUT, _bars, _perturb_after, _run_all, _settings
 
 DECISION_DAY = dt.date(2021, 7, 9)  # "day t" of the perturbation: inside the test period (after CUT)
@@ -96,8 +97,9 @@ def test_an_empty_test_period_fails_with_a_message_that_names_the_cut(warehouses
 
     base, _ = warehouses
     late = dataclasses.replace(base, data=dataclasses.replace(base.data, train_end=dt.date(2021, 12, 31)))
-    adapter = late.warehouse / "models" / "splinegpt" / "adapters" / "tau=0.01" / "head.pt"
-    foundation = late.warehouse / "models" / "splinegpt" / "foundation" / "model.pt"
+    wh = Warehouse(late.warehouse)
+    adapter = wh.adapter_dir("splinegpt", "0.01") / "adapter" / "adapter_config.json"
+    foundation = wh.foundation_checkpoint("splinegpt")
     for path in (adapter, foundation):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()

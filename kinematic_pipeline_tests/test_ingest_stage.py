@@ -10,7 +10,7 @@ import polars as pl
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.sources.files import FileSource
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv, verify_raw_ohlcv
-from kinematic_pipeline.storage import file_sha256, query, shard_path
+from kinematic_pipeline.storage import Warehouse, file_sha256, query
 
 from .conftest import SHORT_END, SHORT_START
 
@@ -27,7 +27,7 @@ def test_ingest_writes_one_shard_per_day_and_duckdb_views(ci_settings):
     counts = query(wh, "SELECT count(*) AS n, count(DISTINCT ticker) AS t FROM raw_ohlcv").row(0)
     assert counts == (summary.totals["rows_kept"], ci_settings.synthetic.n_tickers)
     manifest = query(wh, "SELECT * FROM raw_ohlcv_manifest ORDER BY partition_date")
-    assert manifest["content_hash"].to_list() == [file_sha256(shard_path(wh, "raw_ohlcv", d)) for d in _days()]
+    assert manifest["content_hash"].to_list() == [file_sha256(Warehouse(wh).shard("raw_ohlcv", d)) for d in _days()]
     assert query(wh, "SELECT count(*) FROM quarantine").item() == 0
     assert all(passed for passed, _ in verify_raw_ohlcv(ci_settings, _days()).values())
 
@@ -36,11 +36,11 @@ def test_rematerializing_a_day_replaces_it_with_identical_bytes(ci_settings):
     days = _days()
     materialize_raw_ohlcv(ci_settings, days, progress=False)
     wh = ci_settings.warehouse
-    before = {d: file_sha256(shard_path(wh, "raw_ohlcv", d)) for d in days}
+    before = {d: file_sha256(Warehouse(wh).shard("raw_ohlcv", d)) for d in days}
     rows_before = query(wh, "SELECT count(*) FROM raw_ohlcv").item()
     materialize_raw_ohlcv(ci_settings, [days[10]], progress=False)  # one day alone, as the nightly tick does
     materialize_raw_ohlcv(ci_settings, days, progress=False)  # and the whole range again
-    after = {d: file_sha256(shard_path(wh, "raw_ohlcv", d)) for d in days}
+    after = {d: file_sha256(Warehouse(wh).shard("raw_ohlcv", d)) for d in days}
     assert after == before
     assert query(wh, "SELECT count(*) FROM raw_ohlcv").item() == rows_before
 
@@ -53,7 +53,7 @@ def test_a_repaired_source_removes_the_stale_quarantine_shard(tmp_path, ci_setti
         ci_settings, data=dataclasses.replace(ci_settings.data, source="csv", source_path=str(path))
     )
     materialize_raw_ohlcv(settings, [day], source=FileSource(path, "csv"), progress=False)
-    q = shard_path(settings.warehouse, "quarantine", day)
+    q = Warehouse(settings.warehouse).shard("quarantine", day)
     assert pl.read_parquet(q)["reason"].to_list() == ["missing_value"]
     path.write_text("ticker,date,open,high,low,close,volume\nAAA,2021-03-01,1,2,0.5,1.5,10\n")
     materialize_raw_ohlcv(settings, [day], source=FileSource(path, "csv"), progress=False)
@@ -65,7 +65,7 @@ def test_a_repaired_source_removes_the_stale_quarantine_shard(tmp_path, ci_setti
 def test_the_contract_checks_catch_a_corrupted_shard(ci_settings):
     days = _days()
     materialize_raw_ohlcv(ci_settings, days, progress=False)
-    path = shard_path(ci_settings.warehouse, "raw_ohlcv", days[0])
+    path = Warehouse(ci_settings.warehouse).shard("raw_ohlcv", days[0])
     good = pl.read_parquet(path)
     bad = pl.concat([good, good.head(1)]).with_columns(
         pl.when(pl.int_range(pl.len()) == 1).then(float("nan")).otherwise(pl.col("close")).alias("close"),

@@ -7,8 +7,8 @@ import datetime as dt
 import polars as pl
 import pytest
 
-from kinematic_pipeline.config import IngestConfig
 from kinematic_pipeline.bar_contract import validate_bars
+from kinematic_pipeline.config import IngestConfig
 from kinematic_pipeline.sources.files import FileSource
 
 # ticker, date, open, high, low, close, volume -- in this (source) order.

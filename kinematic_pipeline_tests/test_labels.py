@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kinematic_pipeline.config import TokenizeConfig
 from kinematic_pipeline.label_rules import (
-    CLASS_NAMES,
-    TAUS,
     forward_returns,
     label_returns_close,
     label_returns_spline,
@@ -15,11 +14,6 @@ from kinematic_pipeline.label_rules import (
     spline_end_position,
 )
 from kinematic_pipeline_tests.naive_baselines import naive_label, naive_spline_end_position
-
-
-def test_constants_follow_the_paper():
-    assert TAUS == (0.0025, 0.005, 0.01, 0.02)
-    assert CLASS_NAMES == ("Buy", "Sell", "Hold")
 
 
 def test_hand_built_labels_with_exact_ties():
@@ -35,7 +29,7 @@ def test_zero_tau_holds_only_on_exactly_zero():
     assert labels_from_returns([1e-300, -1e-300, 0.0, -0.0], 0.0).tolist() == [0, 1, 2, 2]
 
 
-@pytest.mark.parametrize("tau", TAUS)
+@pytest.mark.parametrize("tau", TokenizeConfig().taus)
 def test_labels_match_the_scalar_rule(tau):
     rng = np.random.default_rng(int(tau * 1e4))
     r = rng.normal(0, 0.015, (50, 7))

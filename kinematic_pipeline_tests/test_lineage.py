@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
+
 import polars as pl
 import pytest
 
 from kinematic_pipeline.lineage import trace
 from kinematic_pipeline.stages.corpus import materialize_corpus_stats
 from kinematic_pipeline.stages.evaluate import run_backtests, run_predictions
-from kinematic_pipeline.storage import file_sha256, query
+from kinematic_pipeline.stages.report import materialize_paper_tables, materialize_report
+from kinematic_pipeline.storage import Warehouse, file_sha256, query
 from kinematic_pipeline.training.run import finetune, pretrain
 from kinematic_pipeline_tests.test_tokenize_stage import _bars, _run_all, _settings
 
@@ -90,3 +94,31 @@ def test_a_rewritten_training_shard_or_a_missing_raw_partition_breaks_the_chain(
 def test_lineage_of_an_unknown_backtest_lists_what_exists(backtested):
     with pytest.raises(LookupError, match="available: splinegpt/0.01/"):
         trace(backtested, "splinegpt", 0.01, "NOPE")
+
+
+def test_buy_and_hold_is_written_once_per_ticker_and_cost_and_never_in_a_policy_shard(backtested):
+    wh = Warehouse(backtested.warehouse)
+    policy = pl.read_parquet(wh.shard("backtests", "splinegpt_tau0.01"))
+    bench = pl.read_parquet(wh.shard("backtests", "buy_and_hold"))
+    assert policy.height > 0 and (policy["variant"] == "splinegpt").all()
+    assert (bench["variant"] == "buy_and_hold").all()
+    costs = len(backtested.evaluate.costs_bps)
+    assert bench.height == policy["ticker"].n_unique() * costs
+    view = query(backtested.warehouse, "SELECT count(*) AS n FROM backtests WHERE variant = 'buy_and_hold'")
+    assert view["n"][0] == bench.height
+    assert "ticker" not in query(backtested.warehouse, "SELECT * FROM provenance LIMIT 1").columns
+
+
+def test_the_report_states_the_tax_rate_the_backtests_used(backtested, tmp_path):
+    settings = dataclasses.replace(
+        backtested,
+        warehouse=tmp_path / "wh",
+        evaluate=dataclasses.replace(backtested.evaluate, tax_rate=0.25, bootstrap_resamples=50),
+    )
+    shutil.copytree(backtested.warehouse, settings.warehouse)
+    run_backtests(settings, "splinegpt", "0.01", {"kinematic_pipeline": "test"})
+    materialize_paper_tables(settings)
+    text = materialize_report(settings).read_text()
+    assert "we pay 25% of that year's net realized gains" in text
+    assert "32%" not in text
+    assert "(20-day blocks, 50 resamples" in text

@@ -11,8 +11,6 @@ import torch
 
 from kinematic_pipeline.config import ModelConfig, profile_settings
 from kinematic_pipeline.models import (
-    TOKEN_ASSET,
-    VARIANTS,
     KinematicGPT,
     PatchTST,
     PatchTSTClassifier,
@@ -24,6 +22,7 @@ from kinematic_pipeline.models import (
     weighted_cross_entropy,
 )
 from kinematic_pipeline.models.gpt import apply_rotary, rotary_cos_sin
+from kinematic_pipeline.variants import VARIANTS
 
 CI = profile_settings("ci").model
 TINY = dataclasses.replace(CI, d_model=32, n_layers=2, n_heads=4, d_ff=64, context=16, dropout=0.0)
@@ -50,12 +49,11 @@ def _trained_lora_classifier(cfg: ModelConfig) -> tuple[peft.PeftModel, dict[str
 
 def test_paper_gpt_variants_have_12_6_million_parameters():
     cfg = profile_settings("paper").model
-    counts = {v: count_parameters(build_model(v, cfg)) for v in VARIANTS if v != "patchtst"}
+    counts = {name: count_parameters(build_model(name, cfg)) for name, v in VARIANTS.items() if v.backbone == "gpt"}
     for variant, (total, trainable) in counts.items():
         assert abs(total - 12.6e6) <= 0.2e6, (variant, total)
         assert trainable == total
-    assert len(set(counts.values())) == 1  # one backbone; only the tokens differ
-    assert set(TOKEN_ASSET) == set(VARIANTS)
+    assert len(counts) == 3 and len(set(counts.values())) == 1  # one backbone; only the tokens differ
 
 
 def test_rope_attention_scores_depend_only_on_relative_position():
@@ -242,5 +240,5 @@ def test_patchtst_classifier_probes_a_frozen_backbone():
 def test_build_model_rejects_an_unknown_variant():
     assert isinstance(build_model("patchtst", CI), PatchTST)
     assert isinstance(build_model("rawgpt_fd", CI), KinematicGPT)
-    with pytest.raises(ValueError, match="splinegpt, rawgpt_fd, rawgpt, patchtst"):
+    with pytest.raises(ValueError, match="expected one of splinegpt, patchtst, rawgpt_fd, rawgpt"):
         build_model("lstm", CI)

@@ -28,8 +28,7 @@ from kinematic_pipeline.orchestration.schedules import (
     nightly_evaluate_schedule,
 )
 from kinematic_pipeline.orchestration.sensors import drop_directory_sensor
-from kinematic_pipeline.stages.tokenize import TOKEN_ASSETS
-from kinematic_pipeline.storage import file_sha256, shard_path
+from kinematic_pipeline.storage import TOKEN_ASSETS, Warehouse, file_sha256
 
 NEW_YORK = ZoneInfo("America/New_York")
 HISTORY = ("2021-01-04", "2021-03-31")  # what exists before the first tick (61 sessions)
@@ -108,8 +107,8 @@ def test_three_nightly_ticks_add_one_shard_per_asset_and_a_rerun_changes_nothing
         # The only older files rewritten: the previous session's labels (and its manifest), now with returns.
         labels = {f"labels/{previous}.parquet", f"manifests/labels/{previous}.parquet"}
         assert changed <= labels and labels <= changed | new
-        assert not shard_path(wh, "labels", day).exists()  # the new day's labels wait for the next session
-        known = pl.read_parquet(shard_path(wh, "labels", previous))["label_tau_0p0100"]
+        assert not Warehouse(wh).shard("labels", day).exists()  # the new day's labels wait for the next session
+        known = pl.read_parquet(Warehouse(wh).shard("labels", previous))["label_tau_0p0100"]
         assert known.len() > 0 and (known >= 0).all()
         assert all(f.split("/")[-1].removesuffix(".parquet") in (str(day), str(previous)) for f in new | changed)
 
@@ -204,8 +203,8 @@ def test_the_drop_directory_sensor_ingests_and_tokenizes_the_days_of_new_files(t
     assert spans == [("2021-04-01", "2021-04-05"), ("2021-03-31", "2021-04-01")]
     assert all(r.success for r in execute_run_requests(defs, second.run_requests, instance, run_config=QUIET))
     for asset in ("raw_ohlcv", *TOKEN_ASSETS):
-        assert pl.read_parquet(shard_path(settings.warehouse, asset, "2021-04-05")).height > 0
-    assert (pl.read_parquet(shard_path(settings.warehouse, "labels", "2021-03-31"))["label_tau_0p0100"] >= 0).all()
+        assert pl.read_parquet(Warehouse(settings.warehouse).shard(asset, "2021-04-05")).height > 0
+    assert (pl.read_parquet(Warehouse(settings.warehouse).shard("labels", "2021-03-31"))["label_tau_0p0100"] >= 0).all()
 
 
 def test_the_drop_directory_sensor_is_idle_for_other_sources(nightly_settings):

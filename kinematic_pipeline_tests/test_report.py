@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kinematic_pipeline.backtest.metrics import CONVENTIONS
+from kinematic_pipeline.config import EvalConfig
 from kinematic_pipeline.report import (
     absolute_performance,
     calibration_summary,
@@ -26,6 +26,9 @@ from kinematic_pipeline.report import (
     tau_sweep,
 )
 from kinematic_pipeline.report.document import FIGURE_CAPTIONS, TABLE_CAPTIONS
+from kinematic_pipeline.stages.report import report_conventions
+
+CONVENTIONS = report_conventions(EvalConfig())
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 DATES = [dt.date(2023, 1, 2) + dt.timedelta(days=i) for i in range(60)]

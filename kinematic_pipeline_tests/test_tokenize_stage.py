@@ -14,12 +14,13 @@ from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import SyntheticConfig, load_settings
 from kinematic_pipeline.sources.synthetic import SyntheticSource
 from kinematic_pipeline.stages.alpha import materialize_alpha_estimates
-from kinematic_pipeline.stages.corpus import fit_corpus_stats, normalize_windows
+from kinematic_pipeline.stages.corpus import fit_corpus_stats
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
-from kinematic_pipeline.stages.labels import materialize_labels, tau_column
-from kinematic_pipeline.stages.tokenize import TOKEN_ASSETS, materialize_tokens
-from kinematic_pipeline.storage import file_sha256, query, shard_path
+from kinematic_pipeline.stages.labels import materialize_labels
+from kinematic_pipeline.stages.tokenize import materialize_tokens
+from kinematic_pipeline.storage import TOKEN_ASSETS, Warehouse, file_sha256, query
 from kinematic_pipeline.tokenize import tokenize_price_windows, tokenize_volume_windows
+from kinematic_pipeline.windows import normalize_windows, tau_column
 
 START, END = dt.date(2021, 1, 4), dt.date(2021, 7, 30)
 CUT = dt.date(2021, 6, 15)  # "day t" of the perturbation test, and the training cut of the corpus test
@@ -46,7 +47,7 @@ def _run_all(settings) -> list[dt.date]:
     days = trading_days(START, END)
     materialize_raw_ohlcv(settings, days, progress=False)
     materialize_tokens(settings, days, progress=False)
-    token_days = [d for d in days if shard_path(settings.warehouse, "spline_tokens", d).exists()]
+    token_days = [d for d in days if Warehouse(settings.warehouse).shard("spline_tokens", d).exists()]
     materialize_labels(settings, token_days, progress=False)
     return token_days
 
@@ -76,21 +77,22 @@ def test_tokens_and_labels_do_not_change_when_future_bars_change(tmp_path):
     assert len(before) > 50 and len(after) > 20
     for asset in TOKEN_ASSETS:
         for day in before:  # windows ending on or before t: bit-identical shards
-            assert file_sha256(shard_path(base.warehouse, asset, day)) == file_sha256(
-                shard_path(other.warehouse, asset, day)
+            assert file_sha256(Warehouse(base.warehouse).shard(asset, day)) == file_sha256(
+                Warehouse(other.warehouse).shard(asset, day)
             ), (asset, day)
         changed = [
             d
             for d in after
-            if file_sha256(shard_path(base.warehouse, asset, d)) != file_sha256(shard_path(other.warehouse, asset, d))
+            if file_sha256(Warehouse(base.warehouse).shard(asset, d))
+            != file_sha256(Warehouse(other.warehouse).shard(asset, d))
         ]
         assert changed == after, f"{asset}: the perturbation must reach every later window"
     for day in before[:-1]:  # labels of day t use day t+1: identical up to t-1
-        assert file_sha256(shard_path(base.warehouse, "labels", day)) == file_sha256(
-            shard_path(other.warehouse, "labels", day)
+        assert file_sha256(Warehouse(base.warehouse).shard("labels", day)) == file_sha256(
+            Warehouse(other.warehouse).shard("labels", day)
         ), day
-    assert file_sha256(shard_path(base.warehouse, "labels", CUT)) != file_sha256(
-        shard_path(other.warehouse, "labels", CUT)
+    assert file_sha256(Warehouse(base.warehouse).shard("labels", CUT)) != file_sha256(
+        Warehouse(other.warehouse).shard("labels", CUT)
     )
 
 
@@ -98,10 +100,10 @@ def test_rematerializing_a_day_gives_a_byte_identical_shard(tmp_path):
     settings = _settings(tmp_path, "wh", _bars())
     days = _run_all(settings)
     day = days[40]
-    before = {a: file_sha256(shard_path(settings.warehouse, a, day)) for a in (*TOKEN_ASSETS, "labels")}
+    before = {a: file_sha256(Warehouse(settings.warehouse).shard(a, day)) for a in (*TOKEN_ASSETS, "labels")}
     materialize_tokens(settings, [day], progress=False)  # the nightly path: one day alone
     materialize_labels(settings, [day], progress=False)
-    assert {a: file_sha256(shard_path(settings.warehouse, a, day)) for a in before} == before
+    assert {a: file_sha256(Warehouse(settings.warehouse).shard(a, day)) for a in before} == before
 
 
 def test_a_zero_volume_day_is_a_missing_measurement_and_tokens_stay_finite(tmp_path):
@@ -116,7 +118,9 @@ def test_a_zero_volume_day_is_a_missing_measurement_and_tokens_stay_finite(tmp_p
     settings = _settings(tmp_path, "wh", bars)
     _run_all(settings)
     day = dt.date(2021, 5, 20)  # a window that contains the zero-volume day
-    shard = pl.read_parquet(shard_path(settings.warehouse, "spline_tokens", day)).filter(pl.col("ticker") == "SYN000")
+    shard = pl.read_parquet(Warehouse(settings.warehouse).shard("spline_tokens", day)).filter(
+        pl.col("ticker") == "SYN000"
+    )
     tokens = shard["tokens"].to_numpy()[0]
     assert np.isfinite(tokens).all() and shard["n_missing_volume"][0] == 1
     # The same window solved directly with that measurement dropped (NaN): identical volume tokens.
@@ -169,10 +173,10 @@ def test_corpus_stats_never_read_a_shard_after_the_training_cut(tmp_path):
     assert (stats["fit_end"] <= CUT).all() and stats.height == 3 * 7
     for asset in TOKEN_ASSETS:  # wreck every later shard: an honest fit cannot notice
         for day in (d for d in days if d > CUT):
-            shard_path(settings.warehouse, asset, day).write_bytes(b"not parquet")
+            Warehouse(settings.warehouse).shard(asset, day).write_bytes(b"not parquet")
     assert fit_corpus_stats(settings).equals(stats)
     # anchored channels start at zero; z-scored spline channels are standardized on the training windows
-    tokens = pl.read_parquet([shard_path(settings.warehouse, "spline_tokens", d) for d in days if d <= CUT])[
+    tokens = pl.read_parquet([Warehouse(settings.warehouse).shard("spline_tokens", d) for d in days if d <= CUT])[
         "tokens"
     ].to_numpy()
     normalized = normalize_windows(tokens, stats, "spline")

@@ -17,13 +17,12 @@ import torch.nn.functional as F
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.models import build_model
-from kinematic_pipeline.stages.corpus import training_days
-from kinematic_pipeline.stages.labels import tau_column
-from kinematic_pipeline.storage import file_sha256, shard_path
+from kinematic_pipeline.storage import Warehouse, file_sha256
 from kinematic_pipeline.training import data as data_mod
 from kinematic_pipeline.training.data import WindowDataModule, _buffered, split_days
 from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule, adamw_with_cosine
 from kinematic_pipeline.training.run import _classifier, finetune, load_classifier, load_foundation, pretrain
+from kinematic_pipeline.windows import tau_column
 
 TAU = 0.01
 
@@ -70,12 +69,16 @@ def test_split_by_date_puts_the_last_days_in_validation():
 
 
 def test_validation_days_are_the_last_days_of_the_training_period(ci_warehouse):
-    dm = WindowDataModule(ci_warehouse, "spline_tokens")
+    dm = WindowDataModule(ci_warehouse, "splinegpt")
     dm.setup()
     train_days = [s.day for s in dm.train_shards]
     val_days = [s.day for s in dm.val_shards]
     assert max(train_days) < min(val_days)
-    assert max(val_days) == max(training_days(ci_warehouse, "spline_tokens")) <= ci_warehouse.data.train_end
+    assert (
+        max(val_days)
+        == max(Warehouse(ci_warehouse.warehouse).shard_days("spline_tokens", until=ci_warehouse.data.train_end))
+        <= ci_warehouse.data.train_end
+    )
     assert len(val_days) == math.ceil(ci_warehouse.train.val_fraction * (len(train_days) + len(val_days)))
     used = dm.shards_used()
     assert {r["split"] for r in used} == {"train", "val"}
@@ -92,8 +95,8 @@ def test_no_shard_after_train_end_is_ever_opened(ci_warehouse, tmp_path):
             path.write_bytes(b"not parquet: reading this shard is a look-ahead bug")
             corrupted += 1
     assert corrupted > 0
-    for asset, patchtst in (("spline_tokens", False), ("raw_tokens", True)):
-        dm = WindowDataModule(settings, asset, patchtst=patchtst, with_labels=True, tau=TAU)
+    for variant in ("splinegpt", "patchtst"):
+        dm = WindowDataModule(settings, variant, with_labels=True, tau=TAU)
         dm.setup()
         assert sum(len(b) for b in _windows(dm.train_dataloader())) > 0
         assert sum(len(b) for b in _windows(dm.val_dataloader())) > 0
@@ -101,7 +104,7 @@ def test_no_shard_after_train_end_is_ever_opened(ci_warehouse, tmp_path):
 
 
 def _stream(settings, epoch=0, shuffle=True, buffer=256, **kw):
-    dm = WindowDataModule(settings, "spline_tokens", **kw)
+    dm = WindowDataModule(settings, "splinegpt", **kw)
     dm.setup()
     stream = dm._train
     stream.shuffle, stream.buffer_windows, stream.max_windows = shuffle, buffer, None
@@ -149,14 +152,14 @@ def test_workers_and_the_cap_split_an_epoch_without_overlap(ci_warehouse, monkey
 
 
 def test_labels_are_joined_by_ticker_and_unknown_labels_dropped(ci_warehouse):
-    dm = WindowDataModule(ci_warehouse, "spline_tokens", with_labels=True, tau=TAU)
+    dm = WindowDataModule(ci_warehouse, "splinegpt", with_labels=True, tau=TAU)
     dm.setup()
     got = torch.cat([y for _, y in dm.val_dataloader()]).numpy()  # validation: shard order, no shuffle
     col = tau_column(TAU)
     expected = []
     for s in dm.val_shards:
         tokens = pl.read_parquet(s.path, columns=["ticker", "date"])
-        labels = pl.read_parquet(shard_path(ci_warehouse.warehouse, "labels", s.day), columns=["ticker", col])
+        labels = pl.read_parquet(Warehouse(ci_warehouse.warehouse).shard("labels", s.day), columns=["ticker", col])
         joined = tokens.join(labels, on="ticker", how="left", maintain_order="left")[col].to_numpy()
         expected.extend(v for v in joined if v is not None and v >= 0)
     np.testing.assert_array_equal(got, np.array(expected))

@@ -2,7 +2,7 @@
 over stored predictions (sweep)."""
 
 from kinematic_pipeline.backtest.engine import BacktestResult, buy_and_hold, run_backtest
-from kinematic_pipeline.backtest.metrics import CONVENTIONS
+from kinematic_pipeline.backtest.metrics import conventions
 from kinematic_pipeline.backtest.sweep import SweepResult, run_sweep
 
-__all__ = ["CONVENTIONS", "BacktestResult", "SweepResult", "buy_and_hold", "run_backtest", "run_sweep"]
+__all__ = ["conventions", "BacktestResult", "SweepResult", "buy_and_hold", "run_backtest", "run_sweep"]

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-BUY, SELL, HOLD = 0, 1, 2  # action codes
+from kinematic_pipeline.variants import BUY, HOLD, SELL
+
 SIDE_BUY, SIDE_SELL, SIDE_TAX_SELL = 0, 1, 2  # trade sides (tax sale: shares sold to pay a tax bill)
 
 TRADE_DTYPE = np.dtype(

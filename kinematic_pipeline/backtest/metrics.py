@@ -1,8 +1,8 @@
 """Performance, behaviour and calibration metrics: pure functions of arrays.
 
 Library conventions differ by ~20% on the same series (docs: research/prior-art.md, section C); ours are
-stated once in ``CONVENTIONS`` and in each docstring. Label/action codes: 0 = Buy, 1 = Sell, 2 = Hold;
-label -1 means "no label" and is ignored.
+stated once in ``conventions()`` and in each docstring. Label/action codes: ``kinematic_pipeline.variants``
+(0 = Buy, 1 = Sell, 2 = Hold; label -1 means "no label" and is ignored).
 """
 
 from __future__ import annotations
@@ -10,32 +10,47 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-PERIODS_PER_YEAR = 252  # trading days per year, for every annualization
-RF_ANNUAL = 0.04  # the paper's risk-free rate for 2023-2025
-_ZERO_STD = 1e-12  # a daily std (or downside deviation) below this is treated as exactly 0
-ACTION_NAMES = ("Buy", "Sell", "Hold")
+from kinematic_pipeline.variants import ACTION_NAMES
 
-CONVENTIONS = (
-    "**Backtest and metric conventions.** Daily bars, 252 trading days per year. Actions 0 = Buy, "
-    "1 = Sell, 2 = Hold are decided with data up to the close of day t and filled market-on-close at "
-    "close[t]; long/cash only (no shorting, no leverage), all-in/all-out with fractional shares; Buy "
-    "while long, Sell in cash and Hold keep the state (the first two are counted as invalid "
-    "transitions). Costs are charged per trade side as cost_bps/1e4 of the traded notional (a Buy "
-    "spends all cash including its cost). Equity is marked to the close every day, positions are left "
-    "open at the end of the period. Taxes: at the end of every full 252-day year we pay 32% of that "
-    "year's net realized gains (sale proceeds net of cost minus cost basis including the buy cost); "
-    "losses offset gains within the same year only, with no carry-forward and no refund; a partial "
-    "last year is not taxed; a bill larger than cash is covered by selling just enough shares at that "
-    "close. Buy & Hold buys at the first close and is never sold, so it pays no tax. Daily returns are "
-    "simple returns of the equity curve, r_t = C_t / C_{t-1} - 1. Sharpe = (252 * mean(r) - rf) / "
-    "(std(r, ddof=1) * sqrt(252)) with rf = 4% per year and arithmetic annualization; Sortino uses the "
-    "same numerator over the downside deviation sqrt(mean(min(r - rf/252, 0)^2)) * sqrt(252) taken over "
-    "all days; both are N/A (NaN) when the denominator is 0, e.g. a policy that never holds a position "
-    "(Liquidation Equilibrium). Max drawdown = min_t (C_t - max_{s<=t} C_s) / max_{s<=t} C_s. "
-    "Annualized turnover = total traded notional / mean equity * 252 / T. Sharpe confidence intervals "
-    "come from a circular block bootstrap of daily returns (20-day blocks, 2000 resamples, percentile "
-    "interval). ECE is the top-label expected calibration error over 10 equal-width confidence bins."
-)
+PERIODS_PER_YEAR = 252  # trading days per year, for every annualization
+RF_ANNUAL = 0.04  # the paper's risk-free rate for 2023-2025 (EvalConfig.rf_annual is what a run uses)
+_ZERO_STD = 1e-12  # a daily std (or downside deviation) below this is treated as exactly 0
+
+
+def conventions(
+    *,
+    tax_rate: float,
+    rf_annual: float,
+    tax_year_days: int,
+    n_boot: int,
+    block_days: int,
+    periods: int = PERIODS_PER_YEAR,
+) -> str:
+    """The paragraph every report prints: the conventions of ``run_backtest`` and of these metrics, with
+    the values the run used (from EvalConfig)."""
+    tax, rf = f"{100 * tax_rate:g}%", f"{100 * rf_annual:g}%"
+    return (
+        f"**Backtest and metric conventions.** Daily bars, {periods} trading days per year. Actions 0 = Buy, "
+        "1 = Sell, 2 = Hold are decided with data up to the close of day t and filled market-on-close at "
+        "close[t]; long/cash only (no shorting, no leverage), all-in/all-out with fractional shares; Buy "
+        "while long, Sell in cash and Hold keep the state (the first two are counted as invalid "
+        "transitions). Costs are charged per trade side as cost_bps/1e4 of the traded notional (a Buy "
+        "spends all cash including its cost). Equity is marked to the close every day, positions are left "
+        f"open at the end of the period. Taxes: at the end of every full {tax_year_days}-day year we pay {tax} "
+        "of that year's net realized gains (sale proceeds net of cost minus cost basis including the buy cost); "
+        "losses offset gains within the same year only, with no carry-forward and no refund; a partial "
+        "last year is not taxed; a bill larger than cash is covered by selling just enough shares at that "
+        "close. Buy & Hold buys at the first close and is never sold, so it pays no tax. Daily returns are "
+        f"simple returns of the equity curve, r_t = C_t / C_{{t-1}} - 1. Sharpe = ({periods} * mean(r) - rf) / "
+        f"(std(r, ddof=1) * sqrt({periods})) with rf = {rf} per year and arithmetic annualization; Sortino "
+        f"uses the same numerator over the downside deviation sqrt(mean(min(r - rf/{periods}, 0)^2)) * "
+        f"sqrt({periods}) taken over all days; both are N/A (NaN) when the denominator is 0, e.g. a policy "
+        "that never holds a position (Liquidation Equilibrium). Max drawdown = min_t (C_t - max_{s<=t} C_s) / "
+        f"max_{{s<=t}} C_s. Annualized turnover = total traded notional / mean equity * {periods} / T. Sharpe "
+        f"confidence intervals come from a circular block bootstrap of daily returns ({block_days}-day blocks, "
+        f"{n_boot} resamples, percentile interval). ECE is the top-label expected calibration error over 10 "
+        "equal-width confidence bins."
+    )
 
 
 def daily_returns(equity: np.ndarray) -> np.ndarray:

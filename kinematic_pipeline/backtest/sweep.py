@@ -17,9 +17,9 @@ import numpy as np
 import polars as pl
 
 from kinematic_pipeline.backtest import metrics as m
-from kinematic_pipeline.backtest.engine import BUY, HOLD, SELL, run_backtest
+from kinematic_pipeline.backtest.engine import run_backtest
+from kinematic_pipeline.variants import BENCHMARK, BUY, HOLD, SELL
 
-BENCHMARK_VARIANT = "buy_and_hold"
 EPOCH = dt.date(1970, 1, 1)  # day 0 of polars' Date
 SERIES_KEYS = ("variant", "tau", "seed", "ticker")
 PROB_COLUMNS = ("p_buy", "p_sell", "p_hold")  # in action-code order 0, 1, 2
@@ -142,7 +142,7 @@ def _validate(predictions: pl.DataFrame) -> pl.DataFrame:
         _raise_first(df, ~p.is_finite() | (p < 0) | (p > 1), "probabilities must be in [0, 1]", col)
     _raise_first(df, ~df["action"].is_in([BUY, SELL, HOLD]), "action must be 0 Buy, 1 Sell or 2 Hold", "action")
     _raise_first(df, ~df["label"].is_in([-1, BUY, SELL, HOLD]), "label must be -1, 0, 1 or 2", "label")
-    _raise_first(df, df["variant"] == BENCHMARK_VARIANT, "variant name is reserved for the benchmark", "variant")
+    _raise_first(df, df["variant"] == BENCHMARK, "variant name is reserved for the benchmark", "variant")
     _raise_first(df, df.select(*SERIES_KEYS, "date").is_duplicated(), "duplicate (series, date) row")
     df = df.with_columns(pl.col("action").cast(pl.Int8), pl.col("label").cast(pl.Int8))
     return df.sort(*SERIES_KEYS, "date")
@@ -196,7 +196,7 @@ def _benchmark_series(series: list[_Series]) -> list[_Series]:
     for ticker, ref in first.items():
         actions = np.full(ref.days.size, HOLD, dtype=np.int8)
         actions[0] = BUY
-        out.append(_Series((BENCHMARK_VARIANT, None, None, ticker), ref.days, ref.close, actions, None, None))
+        out.append(_Series((BENCHMARK, None, None, ticker), ref.days, ref.close, actions, None, None))
     return out
 
 
@@ -265,6 +265,7 @@ def run_sweep(
     n_boot: int = 2000,
     block_days: int = 20,
     boot_seed: int = 0,
+    rf_annual: float = m.RF_ANNUAL,
     benchmark: bool = True,
 ) -> SweepResult:
     """Backtest every (variant, tau, seed, ticker) series of ``predictions`` at every cost; see the module
@@ -285,7 +286,11 @@ def run_sweep(
         for cost in costs:
             r = run_backtest(s.close, s.actions, cost, initial_cash, tax_rate, tax_year_days)
             eq = r.equity
-            ci = m.block_bootstrap_sharpe_ci(eq, block_days, n_boot, seed) if n_boot else (np.nan, np.nan)
+            ci = (
+                m.block_bootstrap_sharpe_ci(eq, block_days, n_boot, seed, rf_annual=rf_annual)
+                if n_boot
+                else (np.nan, np.nan)
+            )
             key_rows.append((*s.key, cost))
             metric_rows.append(
                 {
@@ -294,10 +299,10 @@ def run_sweep(
                     "last_date": last_date,
                     "final_equity": float(eq[-1]),
                     "total_return": m.total_return(eq),
-                    "sharpe": m.sharpe(eq),
+                    "sharpe": m.sharpe(eq, rf_annual),
                     "sharpe_ci_low": ci[0],
                     "sharpe_ci_high": ci[1],
-                    "sortino": m.sortino(eq),
+                    "sortino": m.sortino(eq, rf_annual),
                     "max_drawdown": m.max_drawdown(eq),
                     "turnover_annual": m.annualized_turnover(r),
                     "n_trades": len(r.trades),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from kinematic_pipeline.config import VARIANT_TOKEN_ASSET, ModelConfig
+from kinematic_pipeline.config import ModelConfig
 from kinematic_pipeline.models.gpt import KinematicGPT
 from kinematic_pipeline.models.heads import (
     PatchTSTClassifier,
@@ -19,21 +19,15 @@ from kinematic_pipeline.models.heads import (
     weighted_cross_entropy,
 )
 from kinematic_pipeline.models.patchtst import PatchTST
-
-TOKEN_ASSET = VARIANT_TOKEN_ASSET  # the token asset each variant trains on
-VARIANTS = tuple(TOKEN_ASSET)
+from kinematic_pipeline.variants import variant as lookup_variant
 
 
 def build_model(variant: str, cfg: ModelConfig) -> nn.Module:
-    """The backbone of ``variant``: KinematicGPT for the three GPT variants, PatchTST for "patchtst"."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown model variant {variant!r}: expected one of {', '.join(VARIANTS)}")
-    return PatchTST(cfg) if variant == "patchtst" else KinematicGPT(cfg)
+    """The backbone of ``variant`` (the registry's ``backbone``): KinematicGPT or PatchTST."""
+    return PatchTST(cfg) if lookup_variant(variant).backbone == "patchtst" else KinematicGPT(cfg)
 
 
 __all__ = [
-    "TOKEN_ASSET",
-    "VARIANTS",
     "KinematicGPT",
     "PatchTST",
     "PatchTSTClassifier",

@@ -1,36 +1,33 @@
 """Ingest stage: ``raw_ohlcv`` (and the quarantine beside it), partitioned by trading day."""
 
-import hashlib
-
 import dagster as dg
 import polars as pl
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.orchestration.metadata import markdown_table
 from kinematic_pipeline.orchestration.partitions import partition_days, trading_day_partitions
-from kinematic_pipeline.orchestration.resources import PipelineSettings
-from kinematic_pipeline.stages.ingest import RAW_ASSET, materialize_raw_ohlcv
+from kinematic_pipeline.orchestration.resources import BarSourceOverride
+from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
+from kinematic_pipeline.storage import RAW_OHLCV, combined_hash
 
 INGEST_CODE_VERSION = "ingest-1"
 
 
-def build_ingest_assets(settings: Settings) -> list[dg.AssetsDefinition]:
-    partitions = trading_day_partitions(settings)
-
+def raw_ohlcv_asset(settings: Settings) -> dg.AssetsDefinition:
     @dg.asset(
-        name=RAW_ASSET,
+        name=RAW_OHLCV,
         description="Validated daily OHLCV bars, one Parquet shard per NYSE session "
         "($KP_WAREHOUSE/raw_ohlcv/<date>.parquet; DuckDB view raw_ohlcv). Zero volume is kept and marked "
         "volume_missing. Rows that break the data contract go to the quarantine (DuckDB view quarantine, "
         "with reason, detail and original values); the per-day manifest is the view raw_ohlcv_manifest.",
-        partitions_def=partitions,
+        partitions_def=trading_day_partitions(settings),
         group_name="ingest",
         code_version=INGEST_CODE_VERSION,
         kinds={"parquet", "duckdb"},
         backfill_policy=dg.BackfillPolicy.single_run(),
     )
-    def raw_ohlcv(context: dg.AssetExecutionContext, settings: PipelineSettings):
-        cfg = settings.resolve()
+    def raw_ohlcv(context: dg.AssetExecutionContext, bar_source: BarSourceOverride):
+        cfg = bar_source.apply(settings)
         days = partition_days(context)
         summary = materialize_raw_ohlcv(cfg, days)
         manifest, totals = summary.manifest, summary.totals
@@ -40,17 +37,13 @@ def build_ingest_assets(settings: Settings) -> list[dg.AssetsDefinition]:
             for row in manifest.iter_rows(named=True):
                 context.log_event(
                     dg.AssetObservation(
-                        asset_key=RAW_ASSET,
+                        asset_key=RAW_OHLCV,
                         partition=row["partition_date"].isoformat(),
                         metadata={k: row[k] for k in ("rows_read", "rows_kept", "rows_quarantined", "content_hash")},
                     )
                 )
         single = len(days) == 1
-        content_hash = (
-            manifest["content_hash"][0]
-            if single
-            else hashlib.sha256("".join(manifest["content_hash"]).encode()).hexdigest()
-        )
+        content_hash = combined_hash(manifest["content_hash"].to_list())
         return dg.MaterializeResult(
             metadata={
                 "rows_read": totals["rows_read"],
@@ -64,14 +57,14 @@ def build_ingest_assets(settings: Settings) -> list[dg.AssetsDefinition]:
                 if single
                 else "sha256 over the shards' sha256s, in date order",
                 "source": cfg.data.source,
-                "warehouse_path": dg.MetadataValue.path(str(cfg.warehouse / RAW_ASSET)),
+                "warehouse_path": dg.MetadataValue.path(str(cfg.warehouse / RAW_OHLCV)),
                 "dagster/row_count": totals["rows_kept"],
                 "partitions_preview": dg.MetadataValue.md(markdown_table(_preview(manifest))),
                 "quarantine_reasons": dg.MetadataValue.md(markdown_table(summary.quarantine_reasons)),
             },
         )
 
-    return [raw_ohlcv]
+    return raw_ohlcv
 
 
 def _preview(manifest: pl.DataFrame, rows: int = 10) -> pl.DataFrame:

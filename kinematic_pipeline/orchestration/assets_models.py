@@ -1,31 +1,24 @@
-"""Pretrain and finetune stages: a foundation model per variant, and its adapters partitioned by tau."""
+"""Pretrain and finetune stages: a foundation model per variant, and its adapters partitioned by tau.
 
-import hashlib
+Training is imported inside the bodies: loading the definitions stays light (no torch, Lightning or PEFT).
+"""
+
 import json
 
 import dagster as dg
 import polars as pl
 
-from kinematic_pipeline.config import VARIANT_TOKEN_ASSET, Settings
+from kinematic_pipeline.config import Settings
 from kinematic_pipeline.orchestration.metadata import curve_table, embedded_image, loss_curve_png, markdown_table
-from kinematic_pipeline.orchestration.resources import PipelineSettings
-from kinematic_pipeline.storage import adapter_dir, foundation_checkpoint, model_dir
+from kinematic_pipeline.storage import CORPUS_STATS, LABELS, Warehouse, digest, tau_key
+from kinematic_pipeline.variants import variant as lookup_variant
 
 MODELS_CODE_VERSION = "models-1"
-VARIANT_TITLES = {
-    "splinegpt": "SplineGPT (continuous spline tokens)",
-    "rawgpt_fd": "RawGPT-FD (finite-difference tokens, same backbone)",
-    "rawgpt": "RawGPT (raw values and first differences, same backbone)",
-    "patchtst": "PatchTST (channel-independent patches, RevIN, masked-patch pretraining)",
-}
 
 
-def tau_key(tau: float) -> str:
-    return f"{tau:g}"
-
-
-def models_dir(settings: Settings, variant: str):
-    return model_dir(settings.warehouse, variant)
+def tau_partitions(settings: Settings) -> dg.StaticPartitionsDefinition:
+    """One partition per label threshold: keys ``0.0025``, ``0.005``, ``0.01``, ``0.02``."""
+    return dg.StaticPartitionsDefinition([tau_key(t) for t in settings.tokenize.taus])
 
 
 def _shards_summary(shards: list[dict]) -> dict:
@@ -40,7 +33,7 @@ def _shards_summary(shards: list[dict]) -> dict:
     )
     return {
         "training_shards": dg.MetadataValue.md(markdown_table(per_split)),
-        "training_shards_digest": hashlib.sha256("".join(frame["content_hash"].fill_null("")).encode()).hexdigest(),
+        "training_shards_digest": digest(frame["content_hash"].fill_null("").to_list()),
     }
 
 
@@ -55,33 +48,23 @@ def _curves_metadata(result, title: str, png_path) -> dict:
     }
 
 
-def build_model_assets(settings: Settings) -> list[dg.AssetsDefinition]:
-    tau_partitions = dg.StaticPartitionsDefinition([tau_key(t) for t in settings.tokenize.taus])
-    assets = []
-    for variant in settings.train.variants:
-        assets.append(_foundation_asset(variant))
-        assets.append(_adapter_asset(variant, tau_partitions))
-    return assets
-
-
-def _foundation_asset(variant: str) -> dg.AssetsDefinition:
-    token_asset = VARIANT_TOKEN_ASSET[variant]
+def foundation_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
+    spec = lookup_variant(variant)
 
     @dg.asset(
         name=f"{variant}_foundation",
         group_name="pretrain",
         code_version=MODELS_CODE_VERSION,
-        deps=[dg.AssetDep(token_asset), dg.AssetDep("corpus_stats")],
+        deps=[dg.AssetDep(spec.token_asset), dg.AssetDep(CORPUS_STATS)],
         kinds={"pytorch"},
-        description=f"{VARIANT_TITLES[variant]}: pretrained on {token_asset} of the training period "
+        description=f"{spec.title}: pretrained on {spec.token_asset} of the training period "
         "(Lightning; AdamW, cosine 6e-4 -> 0, clip 1.0). Checkpoint under $KP_WAREHOUSE/models/.",
     )
-    def foundation(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.MaterializeResult:
+    def foundation(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from kinematic_pipeline.training.run import pretrain
 
-        cfg = settings.resolve()
-        out_dir = models_dir(cfg, variant) / "foundation"
-        result = pretrain(cfg, variant, out_dir)
+        out_dir = Warehouse(settings.warehouse).foundation_dir(variant)
+        result = pretrain(settings, variant, out_dir)
         context.log.info(f"{variant}: {result.params_total:,} parameters, {result.seconds:.0f} s")
         return dg.MaterializeResult(
             metadata={
@@ -91,40 +74,39 @@ def _foundation_asset(variant: str) -> dg.AssetsDefinition:
                 "checkpoint_sha256": result.checkpoint_sha256,
                 "windows_seen": result.windows_seen,
                 "wall_seconds": round(result.seconds, 1),
-                "token_asset": token_asset,
+                "token_asset": spec.token_asset,
                 **_shards_summary(result.shards_used),
                 **_curves_metadata(result, f"{variant} pretraining", out_dir / "loss.png"),
-                "model_config": dg.MetadataValue.json(json.loads(json.dumps(cfg.model.__dict__))),
+                "model_config": dg.MetadataValue.json(json.loads(json.dumps(settings.model.__dict__))),
             }
         )
 
     return foundation
 
 
-def _adapter_asset(variant: str, tau_partitions: dg.StaticPartitionsDefinition) -> dg.AssetsDefinition:
-    how = "linear probe on the frozen backbone" if variant == "patchtst" else "PEFT LoRA on layers 1, 2 and 4"
+def adapter_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
+    spec = lookup_variant(variant)
 
     @dg.asset(
         name=f"{variant}_adapter",
         group_name="finetune",
         code_version=MODELS_CODE_VERSION,
-        partitions_def=tau_partitions,
+        partitions_def=tau_partitions(settings),
         # every label day may feed the adapter (the DataModule keeps those on or before train_end)
-        deps=[dg.AssetDep(f"{variant}_foundation"), dg.AssetDep("labels", partition_mapping=dg.AllPartitionMapping())],
+        deps=[dg.AssetDep(f"{variant}_foundation"), dg.AssetDep(LABELS, partition_mapping=dg.AllPartitionMapping())],
         kinds={"pytorch"},
-        description=f"{VARIANT_TITLES[variant]}: Buy/Sell/Hold head ({how}), weighted CE [2, 10, 1]; "
+        description=f"{spec.title}: Buy/Sell/Hold head ({spec.head_description}), weighted CE [2, 10, 1]; "
         "one per tau (partition).",
     )
-    def adapter(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.MaterializeResult:
+    def adapter(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from kinematic_pipeline.training.run import finetune
 
-        cfg = settings.resolve()
-        tau = float(context.partition_key)
-        foundation = foundation_checkpoint(cfg.warehouse, variant)
+        wh, tau = Warehouse(settings.warehouse), float(context.partition_key)
+        foundation = wh.foundation_checkpoint(variant)
         if not foundation.exists():
             raise FileNotFoundError(f"{foundation} is missing: materialize {variant}_foundation first")
-        out_dir = adapter_dir(cfg.warehouse, variant, context.partition_key)
-        result = finetune(cfg, variant, tau, foundation, out_dir)
+        out_dir = wh.adapter_dir(variant, context.partition_key)
+        result = finetune(settings, variant, tau, foundation, out_dir)
         return dg.MaterializeResult(
             metadata={
                 "tau": tau,
@@ -145,16 +127,8 @@ def _adapter_asset(variant: str, tau_partitions: dg.StaticPartitionsDefinition) 
     return adapter
 
 
-def model_summary(settings: Settings) -> pl.DataFrame:
-    """Which checkpoints and adapters exist in the warehouse (for the CLI summary)."""
-    rows = []
+def build_model_assets(settings: Settings) -> list[dg.AssetsDefinition]:
+    assets = []
     for variant in settings.train.variants:
-        root = models_dir(settings, variant)
-        rows.append(
-            {
-                "variant": variant,
-                "foundation": (root / "foundation" / "model.pt").exists(),
-                "adapters": len(list((root / "adapters").glob("tau=*"))) if (root / "adapters").exists() else 0,
-            }
-        )
-    return pl.DataFrame(rows)
+        assets += [foundation_asset(settings, variant), adapter_asset(settings, variant)]
+    return assets

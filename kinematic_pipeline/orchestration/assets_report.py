@@ -7,31 +7,27 @@ import dagster as dg
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.orchestration.metadata import embedded_image, markdown_table
-from kinematic_pipeline.orchestration.resources import PipelineSettings
-from kinematic_pipeline.stages.evaluate import BACKTESTS_ASSET, PREDICTIONS_ASSET
+from kinematic_pipeline.storage import BACKTESTS, PREDICTIONS, RAW_OHLCV
 
 REPORT_CODE_VERSION = "report-1"
 
 
-def build_report_assets(settings: Settings) -> list[dg.AssetsDefinition]:
-    every = dg.AllPartitionMapping()
-
+def paper_tables_asset(settings: Settings) -> dg.AssetsDefinition:
     @dg.asset(
         name="paper_tables",
         group_name="report",
         code_version=REPORT_CODE_VERSION,
-        deps=[dg.AssetDep(BACKTESTS_ASSET, partition_mapping=every)],
+        deps=[dg.AssetDep(BACKTESTS, partition_mapping=dg.AllPartitionMapping())],
         kinds={"markdown", "parquet"},
         description="The paper's tables regenerated from every backtests partition: absolute performance, "
         "risk-adjusted efficiency (with bootstrap CIs), the Liquidation Equilibrium, the tau sweep, cost "
         "sensitivity with turnover, and calibration. Files under $KP_WAREHOUSE/reports/tables/.",
     )
-    def paper_tables(settings: PipelineSettings) -> dg.MaterializeResult:
+    def paper_tables() -> dg.MaterializeResult:
         from kinematic_pipeline.stages.report import TABLE_TITLES, headline, materialize_paper_tables
 
-        cfg = settings.resolve()
-        built, path, metrics = materialize_paper_tables(cfg)
-        ev = cfg.evaluate
+        built, path, metrics = materialize_paper_tables(settings)
+        ev = settings.evaluate
         return dg.MaterializeResult(
             metadata={
                 **{
@@ -43,25 +39,31 @@ def build_report_assets(settings: Settings) -> list[dg.AssetsDefinition]:
             }
         )
 
+    return paper_tables
+
+
+def figures_asset(settings: Settings) -> dg.AssetsDefinition:
+    every = dg.AllPartitionMapping()
+
     @dg.asset(
         name="figures",
         group_name="report",
         code_version=REPORT_CODE_VERSION,
         deps=[
-            dg.AssetDep(BACKTESTS_ASSET, partition_mapping=every),
-            dg.AssetDep(PREDICTIONS_ASSET, partition_mapping=every),
+            dg.AssetDep(BACKTESTS, partition_mapping=every),
+            dg.AssetDep(PREDICTIONS, partition_mapping=every),
             dg.AssetDep("spline_tokens", partition_mapping=every),
-            dg.AssetDep("raw_ohlcv", partition_mapping=every),
+            dg.AssetDep(RAW_OHLCV, partition_mapping=every),
         ],
         kinds={"matplotlib"},
         description="The paper's figures: equity curves vs Buy & Hold, behavioural diagnostics (action "
         "distribution, confusion matrix, calibration), the tau and cost sweeps, the 9-panel kinematic manifold "
         "and the responsiveness figure. PNGs under $KP_WAREHOUSE/reports/figures/.",
     )
-    def figures(settings: PipelineSettings) -> dg.MaterializeResult:
+    def figures() -> dg.MaterializeResult:
         from kinematic_pipeline.stages.report import materialize_figures
 
-        paths = materialize_figures(settings.resolve())
+        paths = materialize_figures(settings)
         return dg.MaterializeResult(
             metadata={
                 **{name: dg.MetadataValue.md(embedded_image(p.read_bytes(), name)) for name, p in paths.items()},
@@ -69,6 +71,10 @@ def build_report_assets(settings: Settings) -> list[dg.AssetsDefinition]:
             }
         )
 
+    return figures
+
+
+def report_asset(settings: Settings) -> dg.AssetsDefinition:
     @dg.asset(
         name="report",
         group_name="report",
@@ -78,17 +84,20 @@ def build_report_assets(settings: Settings) -> list[dg.AssetsDefinition]:
         description="One Markdown report: context, every table, every figure, and the backtest conventions. "
         "$KP_WAREHOUSE/reports/report.md; `python -m kinematic_pipeline report` prints its tables.",
     )
-    def report(context: dg.AssetExecutionContext, settings: PipelineSettings) -> dg.MaterializeResult:
+    def report(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from kinematic_pipeline.stages.report import materialize_report, reports_dir
 
-        cfg = settings.resolve()
-        path = materialize_report(cfg, {"dagster run": context.run_id})
+        path = materialize_report(settings, {"dagster run": context.run_id})
         return dg.MaterializeResult(
             metadata={
                 "path": dg.MetadataValue.path(str(path)),
                 "report": dg.MetadataValue.md(path.read_text()[:60_000]),
-                "folder": dg.MetadataValue.path(str(reports_dir(cfg))),
+                "folder": dg.MetadataValue.path(str(reports_dir(settings))),
             }
         )
 
-    return [paper_tables, figures, report]
+    return report
+
+
+def build_report_assets(settings: Settings) -> list[dg.AssetsDefinition]:
+    return [paper_tables_asset(settings), figures_asset(settings), report_asset(settings)]

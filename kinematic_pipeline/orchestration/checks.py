@@ -12,8 +12,8 @@ import dagster as dg
 
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.orchestration.resources import PipelineSettings
-from kinematic_pipeline.stages.ingest import RAW_ASSET, materialized_days, verify_raw_ohlcv
+from kinematic_pipeline.stages.ingest import verify_raw_ohlcv
+from kinematic_pipeline.storage import RAW_OHLCV, Warehouse
 
 RAW_CHECKS = (
     ("no_nan_in_kept_rows", "Kept rows hold no NaN or null price/volume."),
@@ -35,16 +35,15 @@ def run_days(tags: Mapping[str, str]) -> list[dt.date] | None:
 
 def build_ingest_checks(settings: Settings) -> list[dg.AssetChecksDefinition]:
     @dg.multi_asset_check(
-        specs=[dg.AssetCheckSpec(name, asset=RAW_ASSET, description=desc, blocking=True) for name, desc in RAW_CHECKS],
+        specs=[dg.AssetCheckSpec(name, asset=RAW_OHLCV, description=desc, blocking=True) for name, desc in RAW_CHECKS],
         name="raw_ohlcv_contract",
         description="The raw_ohlcv data contract, on the trading days of the run (all days when run alone).",
     )
-    def raw_ohlcv_contract(context: dg.AssetCheckExecutionContext, settings: PipelineSettings):
-        cfg = settings.resolve()
-        days = run_days(context.run.tags) or materialized_days(cfg)
-        for name, (passed, text) in verify_raw_ohlcv(cfg, days).items():
+    def raw_ohlcv_contract(context: dg.AssetCheckExecutionContext):
+        days = run_days(context.run.tags) or Warehouse(settings.warehouse).manifest_days(RAW_OHLCV)
+        for name, (passed, text) in verify_raw_ohlcv(settings, days).items():
             yield dg.AssetCheckResult(
-                asset_key=RAW_ASSET,
+                asset_key=RAW_OHLCV,
                 check_name=name,
                 passed=bool(passed),
                 metadata={"detail": text, "days_checked": len(days)},

@@ -6,7 +6,9 @@ import dagster as dg
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.orchestration.assets_evaluate import evaluation_partitions
+from kinematic_pipeline.orchestration.assets_models import tau_partitions
 from kinematic_pipeline.orchestration.partitions import trading_day_partitions
+from kinematic_pipeline.storage import ALPHA_ESTIMATES, CORPUS_STATS, LABELS, TOKEN_ASSETS
 
 
 def build_jobs(settings: Settings) -> list[dg.UnresolvedAssetJobDefinition]:
@@ -20,7 +22,7 @@ def build_jobs(settings: Settings) -> list[dg.UnresolvedAssetJobDefinition]:
         ),
         dg.define_asset_job(
             "tokenize_job",
-            selection=dg.AssetSelection.assets("spline_tokens", "fd_tokens", "raw_tokens", "labels"),
+            selection=dg.AssetSelection.assets(*TOKEN_ASSETS, LABELS),
             partitions_def=partitions,
             description="Tokenize trading days: the three token assets and the labels.",
         ),
@@ -32,7 +34,7 @@ def build_jobs(settings: Settings) -> list[dg.UnresolvedAssetJobDefinition]:
         dg.define_asset_job(
             "finetune_job",
             selection=dg.AssetSelection.groups("finetune"),
-            partitions_def=dg.StaticPartitionsDefinition([f"{t:g}" for t in settings.tokenize.taus]),
+            partitions_def=tau_partitions(settings),
             description="Fine-tune one adapter per model and tau (LoRA; PatchTST: linear probe).",
         ),
         dg.define_asset_job(
@@ -48,7 +50,7 @@ def build_jobs(settings: Settings) -> list[dg.UnresolvedAssetJobDefinition]:
         ),
         dg.define_asset_job(
             "corpus_job",
-            selection=dg.AssetSelection.assets("alpha_estimates", "corpus_stats"),
+            selection=dg.AssetSelection.assets(ALPHA_ESTIMATES, CORPUS_STATS),
             description="Fit alpha by marginal likelihood and the training-period corpus statistics.",
         ),
     ]

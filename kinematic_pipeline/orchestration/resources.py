@@ -1,24 +1,33 @@
-"""Resources: the pipeline's settings, injected by parameter name (``settings``)."""
+"""Resources: only what may change per run without changing the DAG's shape.
+
+Everything that shapes the DAG (profile, warehouse, dates, taus, variants) is read once from ``KP_*`` when
+the definitions load (``config.load_settings``) and captured by every asset, partition, schedule and
+sensor. What a run may still override is where the bars come from: the drop-directory sensor points its
+runs at the dropped files. Nothing else is configurable per run.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+
 import dagster as dg
 
-from kinematic_pipeline.config import Settings, load_settings
+from kinematic_pipeline.config import SOURCES, Settings, check_choice
 
 
-class PipelineSettings(dg.ConfigurableResource):
-    """The operator interface at the Dagster boundary. Empty fields fall back to KP_* and the profile."""
+class BarSourceOverride(dg.ConfigurableResource):
+    """Run config ``resources.bar_source.config``: read the bars of this run from another source/path."""
 
-    profile: str = ""  # ci | demo | paper (default: KP_PROFILE, else ci)
-    source: str = ""  # synthetic | parquet | csv | yfinance (default: KP_SOURCE, else the profile's)
-    source_path: str = ""  # KP_SOURCE_PATH
-    warehouse: str = ""  # KP_WAREHOUSE (default ./warehouse)
+    source: str = ""  # synthetic | parquet | csv | yfinance ("": the settings' KP_SOURCE)
+    source_path: str = ""  # a file or directory ("": the settings' KP_SOURCE_PATH)
 
-    def resolve(self) -> Settings:
-        return load_settings(
-            self.profile or None,
-            source=self.source or None,
-            source_path=self.source_path or None,
-            warehouse=self.warehouse or None,
+    def apply(self, settings: Settings) -> Settings:
+        """``settings`` with this run's source, if one was given."""
+        if not self.source and not self.source_path:
+            return settings
+        source = self.source or settings.data.source
+        check_choice("bar_source.source", source, SOURCES)
+        data = dataclasses.replace(
+            settings.data, source=source, source_path=self.source_path or settings.data.source_path
         )
+        return dataclasses.replace(settings, data=data)

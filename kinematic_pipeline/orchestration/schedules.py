@@ -17,20 +17,15 @@ import dagster as dg
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.nightly import EXCHANGE_TIMEZONE, NIGHTLY_CRON, SessionPlan, exchange_date, tick_plan
-from kinematic_pipeline.orchestration.assets_models import tau_key
-from kinematic_pipeline.stages.evaluate import BACKTESTS_ASSET, PREDICTIONS_ASSET, has_adapter
-from kinematic_pipeline.stages.ingest import RAW_ASSET
-from kinematic_pipeline.stages.labels import LABELS_ASSET
-from kinematic_pipeline.stages.tokenize import TOKEN_ASSETS
-from kinematic_pipeline.storage import adapter_dir
+from kinematic_pipeline.storage import BACKTESTS, LABELS, PREDICTIONS, RAW_OHLCV, TOKEN_ASSETS, Warehouse, tau_key
 
 NIGHTLY_SCHEDULE, NIGHTLY_EVALUATE_SCHEDULE = "nightly_tick", "nightly_evaluate"
 NIGHTLY_EVALUATE_CRON = "15 18 * * 1-5"  # after the tick's runs are queued
 QUEUE_TAG, NIGHTLY_QUEUE = "kinematic_pipeline/queue", "nightly"  # limit 1: deploy/local/dagster.yaml
 SESSION_TAG = "kinematic_pipeline/sessions"  # the new session(s) a run request belongs to
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
-SESSION_ASSETS = (RAW_ASSET, *TOKEN_ASSETS)  # rebuilt for the new session(s)
-EVALUATE_ASSETS = (PREDICTIONS_ASSET, BACKTESTS_ASSET)  # rebuilt per (tau, variant) when a fine-tuned model exists
+SESSION_ASSETS = (RAW_OHLCV, *TOKEN_ASSETS)  # rebuilt for the new session(s)
+EVALUATE_ASSETS = (PREDICTIONS, BACKTESTS)  # rebuilt per (tau, variant) when a fine-tuned model exists
 
 
 def _partition(days: Sequence[dt.date]) -> tuple[str | None, dict[str, str]]:
@@ -66,7 +61,7 @@ def session_run_requests(plan: SessionPlan, origin: str, run_config: dict | None
         requests.append(
             dg.RunRequest(
                 run_key=f"{origin}:labels:{_span(plan.label_sessions)}",
-                asset_selection=[dg.AssetKey(LABELS_ASSET)],
+                asset_selection=[dg.AssetKey(LABELS)],
                 partition_key=key,
                 tags={**common, **tags},
                 run_config=run_config or {},
@@ -77,12 +72,9 @@ def session_run_requests(plan: SessionPlan, origin: str, run_config: dict | None
 
 def ready_models(settings: Settings) -> list[tuple[str, str]]:
     """(variant, tau key) of every fine-tuned model in the warehouse: a PEFT adapter or PatchTST's head."""
-    ready = []
-    for variant in settings.train.variants:
-        for tau in settings.tokenize.taus:
-            if has_adapter(adapter_dir(settings.warehouse, variant, tau_key(tau))):
-                ready.append((variant, tau_key(tau)))
-    return ready
+    wh = Warehouse(settings.warehouse)
+    keys = [tau_key(t) for t in settings.tokenize.taus]
+    return [(v, tau) for v in settings.train.variants for tau in keys if wh.has_adapter(v, tau)]
 
 
 def evaluate_run_requests(settings: Settings, origin: str, session: str) -> list[dg.RunRequest]:
@@ -118,7 +110,7 @@ def nightly_tick_schedule(settings: Settings) -> dg.ScheduleDefinition:
         name=NIGHTLY_SCHEDULE,
         cron_schedule=NIGHTLY_CRON,
         execution_timezone=EXCHANGE_TIMEZONE,
-        target=dg.AssetSelection.assets(*SESSION_ASSETS, LABELS_ASSET),
+        target=dg.AssetSelection.assets(*SESSION_ASSETS, LABELS),
         description="After the NYSE close (18:00 New York, Mon-Fri): ingest and tokenize the new session "
         "(raw_ohlcv, spline_tokens, fd_tokens, raw_tokens), then the previous session's labels, one run after "
         "the other (tag kinematic_pipeline/queue=nightly). No run on a day the NYSE is closed.",

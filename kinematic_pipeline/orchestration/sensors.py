@@ -5,7 +5,7 @@ files; its cursor is the name, mtime and size of every file seen. For the tradin
 hold (within the partitions), it asks for the same runs as the nightly tick: per block of consecutive
 sessions, ``raw_ohlcv`` and the three token assets (one partition, or a single-run range), then the
 labels those sessions complete. The runs read the drop directory as their source (run config of the
-``settings`` resource), so the files need not be under ``KP_SOURCE_PATH``.
+``bar_source`` resource), so the files need not be under ``KP_SOURCE_PATH``.
 """
 
 import datetime as dt
@@ -28,7 +28,7 @@ from kinematic_pipeline.nightly import (
     sessions_in_files,
 )
 from kinematic_pipeline.orchestration.schedules import SESSION_ASSETS, session_run_requests
-from kinematic_pipeline.stages.labels import LABELS_ASSET
+from kinematic_pipeline.storage import LABELS
 
 DROP_SENSOR = "drop_directory"
 
@@ -41,7 +41,7 @@ def drop_directory_sensor(settings: Settings) -> dg.SensorDefinition:
     @dg.sensor(
         name=DROP_SENSOR,
         minimum_interval_seconds=60,
-        target=dg.AssetSelection.assets(*SESSION_ASSETS, LABELS_ASSET),
+        target=dg.AssetSelection.assets(*SESSION_ASSETS, LABELS),
         description="New *.parquet / *.csv files (the format of KP_SOURCE) in KP_DROP_DIR (default "
         "$KP_WAREHOUSE/drop): ingest and tokenize the trading days they hold, then the labels those days "
         "complete. Drop files by writing a dot-named temporary file and renaming it. Skips for other sources.",
@@ -65,7 +65,7 @@ def drop_directory_sensor(settings: Settings) -> dg.SensorDefinition:
             )
         signature = hashlib.sha256(encode_cursor({n: current[n] for n in changed}).encode()).hexdigest()[:12]
         origin = f"{DROP_SENSOR}:{signature}"
-        run_config = {"resources": {"settings": {"config": {"source": fmt, "source_path": str(directory)}}}}
+        run_config = {"resources": {"bar_source": {"config": {"source": fmt, "source_path": str(directory)}}}}
         context.log.info(f"{len(changed)} new file(s) in {directory}: {len(sessions)} session(s) {sessions[0]}..")
         requests = [
             r for plan in plan_sessions(settings, sessions) for r in session_run_requests(plan, origin, run_config)

@@ -16,8 +16,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-from kinematic_pipeline.backtest.metrics import ACTION_NAMES, confusion_matrix, reliability_curve
-from kinematic_pipeline.report.tables import LONG_NAMES, POLICY_VARIANTS, runs_at
+from kinematic_pipeline.backtest.metrics import confusion_matrix, reliability_curve
+from kinematic_pipeline.report.tables import POLICY_VARIANTS, runs_at
+from kinematic_pipeline.variants import ACTION_NAMES, BENCHMARK, display_name
 
 DPI = 110  # fixed, so PNG bytes do not depend on matplotlib's rc defaults
 VARIANT_COLORS = {  # the paper: SplineGPT blue, PatchTST red
@@ -25,7 +26,7 @@ VARIANT_COLORS = {  # the paper: SplineGPT blue, PatchTST red
     "patchtst": "tab:red",
     "rawgpt_fd": "tab:orange",
     "rawgpt": "tab:purple",
-    "buy_and_hold": "black",
+    BENCHMARK: "black",
 }
 BASELINE_STYLES = {"patchtst": "--", "rawgpt_fd": ":", "rawgpt": "-."}  # thin lines in the equity panel
 KINEMATIC_CHANNELS = (  # (column, panel title): price spline c0..c3, quartic log-volume profile v0..v4
@@ -93,12 +94,12 @@ def equity_curves_png(equity: pl.DataFrame, tau: float, cost_bps: float, path: P
     colors = {t: f"C{i % 10}" for i, t in enumerate(tickers)}
     fig = Figure(figsize=(12, 4.5), layout="constrained")
     left, right = fig.subplots(1, 2, sharey=True)
-    for variant, ax in [(v, left) for v in POLICY_VARIANTS] + [("buy_and_hold", right)]:
+    for variant, ax in [(v, left) for v in POLICY_VARIANTS] + [(BENCHMARK, right)]:
         for ticker in tickers:
             curve = by_run.get((variant, ticker))
             if curve is None:
                 continue
-            thick = variant in ("splinegpt", "buy_and_hold")
+            thick = variant in ("splinegpt", BENCHMARK)
             ax.plot(
                 curve["date"].to_numpy(),
                 curve["equity"].to_numpy(),
@@ -115,7 +116,7 @@ def equity_curves_png(equity: pl.DataFrame, tau: float, cost_bps: float, path: P
             color="gray",
             lw=1.6 if v == "splinegpt" else 0.7,
             ls=BASELINE_STYLES.get(v, "-"),
-            label=LONG_NAMES[v],
+            label=display_name(v),
         )
         for v in _variants_present(runs)
     ]
@@ -145,7 +146,7 @@ def diagnostics_png(predictions: pl.DataFrame, ticker: str, tau: float, path: Pa
     for i, v in enumerate(variants):
         counts = np.bincount(by_variant[(v,)]["action"].to_numpy().astype(np.int64), minlength=3)[:3]
         offset = (i - (len(variants) - 1) / 2) * width
-        ax_a.bar(np.arange(3) + offset, counts / counts.sum(), width, color=VARIANT_COLORS[v], label=LONG_NAMES[v])
+        ax_a.bar(np.arange(3) + offset, counts / counts.sum(), width, color=VARIANT_COLORS[v], label=display_name(v))
     ax_a.set_xticks(range(3), [f"{name} ({k})" for k, name in enumerate(ACTION_NAMES)])
     ax_a.set_ylim(0, 1.05)
     ax_a.set_ylabel("share of days")
@@ -172,7 +173,7 @@ def diagnostics_png(predictions: pl.DataFrame, ticker: str, tau: float, path: Pa
         labelled = by_variant[(v,)].filter(pl.col("label") >= 0)
         mean_p, freq, count = reliability_curve(labelled["p_buy"].to_numpy(), labelled["label"].to_numpy() == 0)
         used = count > 0
-        ax_c.plot(mean_p[used], freq[used], marker="o", ms=3, color=VARIANT_COLORS[v], label=LONG_NAMES[v])
+        ax_c.plot(mean_p[used], freq[used], marker="o", ms=3, color=VARIANT_COLORS[v], label=display_name(v))
     ax_c.set_xlim(0, 1)
     ax_c.set_ylim(0, 1)
     ax_c.set_xlabel("predicted p(Buy)")
@@ -209,14 +210,14 @@ def sweeps_png(metrics: pl.DataFrame, ticker: str, path: Path) -> bytes:
     for v in _variants_present(runs):
         at_cost = runs_at(runs, cost_bps=cost_a).filter(pl.col("variant") == v)
         tau_values, rates = _mean_by(at_cost, "tau", "action_rate")
-        ax_a.plot(100 * tau_values, 100 * rates, marker="o", color=VARIANT_COLORS[v], label=LONG_NAMES[v])
-    for v in [*_variants_present(runs), "buy_and_hold"]:
+        ax_a.plot(100 * tau_values, 100 * rates, marker="o", color=VARIANT_COLORS[v], label=display_name(v))
+    for v in [*_variants_present(runs), BENCHMARK]:
         at_tau = runs_at(runs, tau=tau_b).filter(pl.col("variant") == v)
         if at_tau.is_empty():
             continue
         cost_values, sharpes = _mean_by(at_tau, "cost_bps", "sharpe")
-        label = LONG_NAMES[v] + (" (N/A)" if np.isnan(sharpes).all() else "")
-        ls = "--" if v == "buy_and_hold" else "-"
+        label = display_name(v) + (" (N/A)" if np.isnan(sharpes).all() else "")
+        ls = "--" if v == BENCHMARK else "-"
         ax_b.plot(cost_values, sharpes, marker="o", ls=ls, color=VARIANT_COLORS[v], label=label)
     ax_a.set_xlabel("tau (%)")
     ax_a.set_ylabel("action rate (%)")
@@ -335,9 +336,7 @@ def responsiveness_png(
                 days["date"].to_numpy(), _values(days, "close"), marker=marker, color=color, s=40, label=name, zorder=3
             )
     ax_a.set_ylabel("close")
-    ax_a.set_title(
-        f"(A) {ticker} close and {LONG_NAMES.get(variant, variant)} actions (tau = {100 * tau:.2f}%)", fontsize=10
-    )
+    ax_a.set_title(f"(A) {ticker} close and {display_name(variant)} actions (tau = {100 * tau:.2f}%)", fontsize=10)
     for ax, column, title in ((ax_b, "c1", "(B) velocity c1"), (ax_c, "c2", "(C) acceleration c2")):
         if not kin_w.is_empty() and column in kin_w.columns:
             ax.plot(kin_w["date"].to_numpy(), _values(kin_w, column), color="tab:blue", lw=1.0)

@@ -14,16 +14,10 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 
-VARIANTS = ("splinegpt", "patchtst", "rawgpt_fd", "rawgpt", "buy_and_hold")  # the paper's column order
-POLICY_VARIANTS = VARIANTS[:4]  # the trained models (Buy & Hold has no tau, seed or predictions)
-SHORT_NAMES = {"splinegpt": "Spline", "patchtst": "Patch", "rawgpt_fd": "FD", "rawgpt": "Raw", "buy_and_hold": "Mkt"}
-LONG_NAMES = {
-    "splinegpt": "SplineGPT",
-    "patchtst": "PatchTST",
-    "rawgpt_fd": "RawGPT-FD",
-    "rawgpt": "RawGPT",
-    "buy_and_hold": "Buy & Hold",
-}
+from kinematic_pipeline.variants import BENCHMARK, VARIANT_NAMES, display_name, short_name
+
+POLICY_VARIANTS = VARIANT_NAMES  # the trained models, in the paper's column order
+VARIANTS = (*POLICY_VARIANTS, BENCHMARK)  # Buy & Hold last (no tau, seed or predictions)
 MISSING = "-"  # no row for this (variant, ticker, ...)
 UNDEFINED = "N/A"  # a row whose metric is NaN
 _REL_TOL = 1e-9  # tau and cost_bps are floats: compare them with a tolerance
@@ -40,7 +34,7 @@ def runs_at(
     if cost_bps is not None:
         frame = frame.filter(_close_to("cost_bps", cost_bps))
     if tau is not None:
-        frame = frame.filter((pl.col("variant") == "buy_and_hold") | _close_to("tau", tau).fill_null(False))
+        frame = frame.filter((pl.col("variant") == BENCHMARK) | _close_to("tau", tau).fill_null(False))
     if ticker is not None:
         frame = frame.filter(pl.col("ticker") == ticker)
     return frame
@@ -144,13 +138,13 @@ def _table(rows: list[dict[str, str]], columns: list[str]) -> pl.DataFrame:
 def _per_ticker(runs: pl.DataFrame, cells: list[tuple[str, Cell]], variants=VARIANTS) -> pl.DataFrame:
     """One row per ticker; a column "<label>: <variant>" for each (label, cell) and each variant."""
     groups = _groups(runs, ["variant", "ticker"])
-    columns = ["Ticker"] + [f"{label}: {SHORT_NAMES.get(v, v)}" for label, _ in cells for v in variants]
+    columns = ["Ticker"] + [f"{label}: {short_name(v)}" for label, _ in cells for v in variants]
     rows = []
     for ticker in _in_order(runs["ticker"]) if not runs.is_empty() else []:
         row = {"Ticker": ticker}
         for label, cell in cells:
             for v in variants:
-                row[f"{label}: {SHORT_NAMES.get(v, v)}"] = cell(groups.get((v, ticker)))
+                row[f"{label}: {short_name(v)}"] = cell(groups.get((v, ticker)))
         rows.append(row)
     return _table(rows, columns)
 
@@ -188,7 +182,7 @@ def liquidation_equilibrium(metrics: pl.DataFrame, tau: float, cost_bps: float, 
         "Liquidation Equilibrium": _equilibrium_flag,
     }
     rows = [
-        {"Model": LONG_NAMES[v]} | {name: cell(groups.get((v,))) for name, cell in cells.items()}
+        {"Model": display_name(v)} | {name: cell(groups.get((v,))) for name, cell in cells.items()}
         for v in POLICY_VARIANTS
     ]
     return _table(rows, ["Model", *cells])
@@ -197,16 +191,16 @@ def liquidation_equilibrium(metrics: pl.DataFrame, tau: float, cost_bps: float, 
 def tau_sweep(metrics: pl.DataFrame, ticker: str, cost_bps: float) -> pl.DataFrame:
     """Paper table sensitivity_sweep, with all four models: per tau, action rate and Sharpe of each."""
     runs = runs_at(metrics, cost_bps=cost_bps, ticker=ticker)
-    runs = runs.filter(pl.col("variant") != "buy_and_hold") if not runs.is_empty() else runs
+    runs = runs.filter(pl.col("variant") != BENCHMARK) if not runs.is_empty() else runs
     groups = _groups(runs, ["variant", "tau"])
-    columns = ["tau"] + [f"{label}: {SHORT_NAMES[v]}" for v in POLICY_VARIANTS for label in ("Action Rate", "Sharpe")]
+    columns = ["tau"] + [f"{label}: {short_name(v)}" for v in POLICY_VARIANTS for label in ("Action Rate", "Sharpe")]
     rows = []
     for tau in sorted(_in_order(runs["tau"])) if not runs.is_empty() else []:
         row = {"tau": f"{100 * tau:.2f}%"}
         for v in POLICY_VARIANTS:
             rows_v = groups.get((v, tau))
-            row[f"Action Rate: {SHORT_NAMES[v]}"] = _action_rate_with_sole_action(rows_v)
-            row[f"Sharpe: {SHORT_NAMES[v]}"] = _over_seeds(rows_v, "sharpe", _ratio)
+            row[f"Action Rate: {short_name(v)}"] = _action_rate_with_sole_action(rows_v)
+            row[f"Sharpe: {short_name(v)}"] = _over_seeds(rows_v, "sharpe", _ratio)
         rows.append(row)
     return _table(rows, columns)
 
@@ -242,7 +236,7 @@ def calibration_summary(metrics: pl.DataFrame, tau: float, cost_bps: float) -> p
     }
     tickers = _in_order(runs["ticker"]) if not runs.is_empty() else []
     rows = [
-        {"Model": LONG_NAMES[v], "Ticker": t} | {name: cell(groups.get((v, t))) for name, cell in cells.items()}
+        {"Model": display_name(v), "Ticker": t} | {name: cell(groups.get((v, t))) for name, cell in cells.items()}
         for v in POLICY_VARIANTS
         for t in tickers
     ]

@@ -8,14 +8,13 @@ ticker when ``tokenize.alpha_mle_scope = "ticker"``.
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.storage import refresh_view, shard_path, write_parquet_atomic
+from kinematic_pipeline.storage import ALPHA_ESTIMATES, RAW_OHLCV, Warehouse, write_parquet_atomic
 from kinematic_pipeline.tokenize import (
     estimate_alpha_price,
     estimate_alpha_price_pooled,
@@ -23,7 +22,6 @@ from kinematic_pipeline.tokenize import (
     estimate_alpha_volume_pooled,
 )
 
-ALPHA_ASSET = "alpha_estimates"
 CORPUS = "__corpus__"
 ALPHA_SCHEMA: dict[str, pl.DataType] = {
     "scope": pl.String,  # "__corpus__" or a ticker
@@ -38,18 +36,16 @@ ALPHA_SCHEMA: dict[str, pl.DataType] = {
 
 
 def alpha_path(settings: Settings):
-    return shard_path(settings.warehouse, ALPHA_ASSET, "estimates")
+    return Warehouse(settings.warehouse).shard(ALPHA_ESTIMATES, "estimates")
 
 
 def training_series(settings: Settings) -> tuple[list[str], list[np.ndarray], list[np.ndarray]]:
     """Per ticker, session-indexed ln(close) and ln(volume) over the training period (NaN = missing)."""
-    folder = settings.warehouse / "raw_ohlcv"
-    days = sorted(
-        d for d in (dt.date.fromisoformat(p.stem) for p in folder.glob("*.parquet")) if d <= settings.data.train_end
-    )
+    wh = Warehouse(settings.warehouse)
+    days = wh.shard_days(RAW_OHLCV, until=settings.data.train_end)
     if not days:
-        raise FileNotFoundError(f"no raw_ohlcv shards on or before {settings.data.train_end} in {folder}")
-    bars = pl.read_parquet([shard_path(settings.warehouse, "raw_ohlcv", d) for d in days])
+        raise FileNotFoundError(f"no raw_ohlcv shards on or before {settings.data.train_end} in {wh.root / RAW_OHLCV}")
+    bars = pl.read_parquet([wh.shard(RAW_OHLCV, d) for d in days])
     index = {d: k for k, d in enumerate(days)}
     bars = bars.with_columns(
         pl.col("date").replace_strict(index, return_dtype=pl.Int64).alias("session"),
@@ -105,7 +101,7 @@ def _fields(est) -> dict:
 def materialize_alpha_estimates(settings: Settings) -> pl.DataFrame:
     estimates = estimate_alphas(settings)
     write_parquet_atomic(estimates, alpha_path(settings))
-    refresh_view(settings.warehouse, ALPHA_ASSET, settings.warehouse / ALPHA_ASSET, ALPHA_SCHEMA)
+    Warehouse(settings.warehouse).refresh_view(ALPHA_ESTIMATES, ALPHA_SCHEMA)
     return estimates
 
 

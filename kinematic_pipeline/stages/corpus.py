@@ -9,19 +9,14 @@ the test period. Each row records its fit window and a digest of the shards it w
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 
 import numpy as np
 import polars as pl
 
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.stages.tokenize import TOKEN_ASSETS
-from kinematic_pipeline.storage import manifest_path, refresh_view, shard_path, write_parquet_atomic
+from kinematic_pipeline.storage import CORPUS_STATS, TOKEN_ASSETS, Warehouse, digest, write_parquet_atomic
+from kinematic_pipeline.windows import CHANNEL_NAMES, ZSCORED_CHANNELS
 
-CORPUS_STATS = "corpus_stats"
-ANCHORED_CHANNELS = (0, 4)  # c0 and c~0: anchored to the window's first token, not z-scored
-ZSCORED_CHANNELS = (1, 2, 3, 5, 6, 7, 8)
-CHANNEL_NAMES = ("c0", "c1", "c2", "c3", "v0", "v1", "v2", "v3", "v4")
 STATS_SCHEMA: dict[str, pl.DataType] = {
     "tokenization": pl.String,
     "channel": pl.Int8,
@@ -36,13 +31,6 @@ STATS_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-def training_days(settings: Settings, asset: str) -> list[dt.date]:
-    """Dates of ``asset`` shards on or before the training cut (file names only: nothing later is opened)."""
-    folder = settings.warehouse / asset
-    days = (dt.date.fromisoformat(p.stem) for p in folder.glob("*.parquet"))
-    return sorted(d for d in days if d <= settings.data.train_end)
-
-
 def channel_moments(
     settings: Settings, asset: str, days: list[dt.date], chunk: int = 64
 ) -> tuple[np.ndarray, np.ndarray, int]:
@@ -50,7 +38,7 @@ def channel_moments(
     total, total_sq, count = np.zeros(9), np.zeros(9), 0
     shift = None  # subtract a first-chunk mean per channel: keeps the sum of squares well conditioned
     for k in range(0, len(days), chunk):
-        paths = [shard_path(settings.warehouse, asset, d) for d in days[k : k + chunk]]
+        paths = [Warehouse(settings.warehouse).shard(asset, d) for d in days[k : k + chunk]]
         tokens = pl.read_parquet(paths, columns=["tokens"])["tokens"].to_numpy().astype(np.float64)
         values = tokens.reshape(-1, 9)
         values = values[np.isfinite(values).all(axis=1)]
@@ -68,14 +56,11 @@ def channel_moments(
 
 
 def fit_corpus_stats(settings: Settings, assets: tuple[str, ...] = TOKEN_ASSETS) -> pl.DataFrame:
-    rows = []
+    rows, wh = [], Warehouse(settings.warehouse)
     for asset in assets:
-        days = training_days(settings, asset)
+        days = wh.shard_days(asset, until=settings.data.train_end)  # file names only: nothing later is opened
         mean, std, count = channel_moments(settings, asset, days)
-        hashes = [
-            pl.read_parquet(manifest_path(settings.warehouse, asset, d), columns=["content_hash"]).item() for d in days
-        ]
-        digest = hashlib.sha256("".join(hashes).encode()).hexdigest()
+        shards_digest = digest([wh.content_hash(asset, d) for d in days])
         for ch in ZSCORED_CHANNELS:
             rows.append(
                 {
@@ -88,27 +73,14 @@ def fit_corpus_stats(settings: Settings, assets: tuple[str, ...] = TOKEN_ASSETS)
                     "fit_start": days[0],
                     "fit_end": days[-1],
                     "shards": len(days),
-                    "shards_digest": digest,
+                    "shards_digest": shards_digest,
                 }
             )
     return pl.DataFrame(rows, schema=STATS_SCHEMA)
 
 
 def materialize_corpus_stats(settings: Settings) -> pl.DataFrame:
-    stats = fit_corpus_stats(settings)
-    write_parquet_atomic(stats, shard_path(settings.warehouse, CORPUS_STATS, "stats"))
-    refresh_view(settings.warehouse, CORPUS_STATS, settings.warehouse / CORPUS_STATS, STATS_SCHEMA)
+    stats, wh = fit_corpus_stats(settings), Warehouse(settings.warehouse)
+    write_parquet_atomic(stats, wh.shard(CORPUS_STATS, "stats"))
+    wh.refresh_view(CORPUS_STATS, STATS_SCHEMA)
     return stats
-
-
-def normalize_windows(tokens: np.ndarray, stats: pl.DataFrame, tokenization: str) -> np.ndarray:
-    """Dual window anchoring (subtract each window's first c0 and c~0) and z-scoring of the other 7."""
-    rows = stats.filter(pl.col("tokenization") == tokenization).sort("channel")
-    if rows.height != len(ZSCORED_CHANNELS):
-        raise ValueError(f"corpus_stats has no statistics for tokenization {tokenization!r}")
-    out = np.array(tokens, dtype=np.float32, copy=True)  # [n, 64, 9]
-    for ch in ANCHORED_CHANNELS:
-        out[:, :, ch] -= out[:, :1, ch]
-    channels = list(ZSCORED_CHANNELS)
-    out[:, :, channels] = (out[:, :, channels] - rows["mean"].to_numpy()) / rows["std"].to_numpy()
-    return out

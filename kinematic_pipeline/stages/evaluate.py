@@ -16,20 +16,27 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline.config import VARIANT_TOKEN_ASSET, Settings
-from kinematic_pipeline.stages.corpus import CORPUS_STATS
-from kinematic_pipeline.stages.labels import LABELS_ASSET, tau_column
+from kinematic_pipeline.backtest.sweep import EQUITY_SCHEMA, METRICS_SCHEMA, TRADES_SCHEMA, run_sweep
+from kinematic_pipeline.config import Settings
 from kinematic_pipeline.storage import (
-    adapter_dir,
+    BACKTESTS,
+    CORPUS_STATS,
+    EQUITY_CURVES,
+    LABELS,
+    PREDICTIONS,
+    PROVENANCE,
+    RAW_OHLCV,
+    SHARDS_USED_FILE,
+    TRADES,
+    Warehouse,
     file_sha256,
-    foundation_checkpoint,
-    manifest_path,
-    shard_path,
     write_parquet_atomic,
 )
+from kinematic_pipeline.training.run import load_classifier
+from kinematic_pipeline.variants import BENCHMARK
+from kinematic_pipeline.variants import variant as lookup_variant
+from kinematic_pipeline.windows import WindowNormalizer, tau_column
 
-PREDICTIONS_ASSET, BACKTESTS_ASSET = "predictions", "backtests"
-EQUITY_ASSET, TRADES_ASSET, PROVENANCE_ASSET = "equity_curves", "trades", "provenance"
 N_DEFAULT_TEST_TICKERS = 6  # the paper backtests six names
 
 PREDICTIONS_SCHEMA: dict[str, pl.DataType] = {
@@ -42,13 +49,12 @@ PREDICTIONS_SCHEMA: dict[str, pl.DataType] = {
     "p_buy": pl.Float32,
     "p_sell": pl.Float32,
     "p_hold": pl.Float32,
-    "action": pl.Int8,  # argmax of the probabilities: 0 Buy, 1 Sell, 2 Hold
+    "action": pl.Int8,  # argmax of the probabilities: a code of kinematic_pipeline.variants
     "label": pl.Int8,  # the realized label of day t (needs day t+1; -1 when unknown): evaluation only
 }
-PROVENANCE_SCHEMA: dict[str, pl.DataType] = {
+PROVENANCE_SCHEMA: dict[str, pl.DataType] = {  # every link holds for every ticker of the (variant, tau) backtest
     "variant": pl.String,
     "tau": pl.Float64,
-    "ticker": pl.String,  # null: the link holds for every ticker of the (variant, tau) backtest
     "link": pl.String,  # backtests, predictions, adapter, foundation, training_shard, test_shard, raw_ohlcv, code
     "asset": pl.String,
     "date": pl.String,  # the shard's partition (trading day), when it has one
@@ -65,10 +71,7 @@ def partition_name(variant: str, tau_key: str) -> str:
 
 def evaluation_days(settings: Settings, asset: str) -> list[dt.date]:
     """Dates of ``asset`` shards after the training cut (and not after ``data.end_date``)."""
-    folder = settings.warehouse / asset
-    days = (dt.date.fromisoformat(p.stem) for p in folder.glob("*.parquet"))
-    end = settings.data.end_date or dt.date.max
-    return sorted(d for d in days if settings.data.train_end < d <= end)
+    return Warehouse(settings.warehouse).shard_days(asset, after=settings.data.train_end, until=settings.data.end_date)
 
 
 def evaluation_tickers(settings: Settings, asset: str, days: list[dt.date]) -> list[str]:
@@ -77,7 +80,7 @@ def evaluation_tickers(settings: Settings, asset: str, days: list[dt.date]) -> l
         return list(settings.evaluate.test_tickers)
     if not days:
         return []
-    paths = [shard_path(settings.warehouse, asset, d) for d in days]
+    paths = [Warehouse(settings.warehouse).shard(asset, d) for d in days]
     names = pl.read_parquet(paths, columns=["ticker"])["ticker"].unique().sort()
     return names.head(N_DEFAULT_TEST_TICKERS).to_list()
 
@@ -102,10 +105,6 @@ class Predictions:
     missing_tickers: list[str]  # configured test tickers with no test-period window
 
 
-def _content_hash(settings: Settings, asset: str, day: dt.date) -> str:
-    return pl.read_parquet(manifest_path(settings.warehouse, asset, day), columns=["content_hash"]).item()
-
-
 def predict(
     settings: Settings,
     variant: str,
@@ -115,29 +114,25 @@ def predict(
     tickers: list[str] | None = None,
 ) -> Predictions:
     """Actions and probabilities of one fine-tuned classifier on every test day and ticker."""
-    from kinematic_pipeline.training.data import WindowNormalizer
-
-    wh, asset = settings.warehouse, VARIANT_TOKEN_ASSET[variant]
+    wh, spec = Warehouse(settings.warehouse), lookup_variant(variant)
+    asset = spec.token_asset
     days = evaluation_days(settings, asset) if days is None else days
     tickers = evaluation_tickers(settings, asset, days) if tickers is None else tickers
-    patchtst = variant == "patchtst"
-    stats = None if patchtst else pl.read_parquet(shard_path(wh, CORPUS_STATS, "stats"))
-    normalize = WindowNormalizer(stats, asset.removesuffix("_tokens"), patchtst)
+    stats = pl.read_parquet(wh.shard(CORPUS_STATS, "stats")) if spec.normalized else None
+    normalize = WindowNormalizer(spec, stats)
     frames, shards = [], []
     label_col = tau_column(tau)
     for day in days:
-        token_file = shard_path(wh, asset, day)
+        token_file = wh.shard(asset, day)
         windows = pl.read_parquet(token_file, columns=["ticker", "date", "tokens"]).filter(
             pl.col("ticker").is_in(tickers)
         )
-        shards.append(dict(asset=asset, date=day, path=token_file, content_hash=_content_hash(settings, asset, day)))
-        raw_file = shard_path(wh, "raw_ohlcv", day)
+        shards.append(dict(asset=asset, date=day, path=token_file, content_hash=wh.content_hash(asset, day)))
+        raw_file = wh.shard(RAW_OHLCV, day)
         closes = pl.read_parquet(raw_file, columns=["ticker", "close"])
-        shards.append(
-            dict(asset="raw_ohlcv", date=day, path=raw_file, content_hash=_content_hash(settings, "raw_ohlcv", day))
-        )
+        shards.append(dict(asset=RAW_OHLCV, date=day, path=raw_file, content_hash=wh.content_hash(RAW_OHLCV, day)))
         frame = windows.join(closes, on="ticker", how="left")
-        label_file = shard_path(wh, LABELS_ASSET, day)
+        label_file = wh.shard(LABELS, day)
         if label_file.exists():
             labels = pl.read_parquet(label_file, columns=["ticker", label_col])
             frame = frame.join(labels, on="ticker", how="left")
@@ -249,59 +244,31 @@ def provenance_frame(
         add(link, shard["asset"], shard["path"], shard["content_hash"], date=str(shard["date"]))
     for name, version in code_versions.items():
         rows.append(dict(link="code", asset=name, path="", sha256=version))
-    frame = pl.DataFrame(
-        rows, schema={k: v for k, v in PROVENANCE_SCHEMA.items() if k not in ("variant", "tau", "ticker")}
-    )
-    frame = frame.with_columns(
-        pl.lit(variant).alias("variant"), pl.lit(tau).alias("tau"), pl.lit(None, pl.String).alias("ticker")
-    )
+    frame = pl.DataFrame(rows, schema={k: v for k, v in PROVENANCE_SCHEMA.items() if k not in ("variant", "tau")})
+    frame = frame.with_columns(pl.lit(variant).alias("variant"), pl.lit(tau).alias("tau"))
     return frame.select(list(PROVENANCE_SCHEMA)).cast(PROVENANCE_SCHEMA)  # type: ignore[arg-type]
 
 
 def write_partition(settings: Settings, asset: str, name: str, frame: pl.DataFrame) -> Path:
-    path = shard_path(settings.warehouse, asset, name)
+    path = Warehouse(settings.warehouse).shard(asset, name)
     write_parquet_atomic(frame, path)
     return path
 
 
-def model_paths(settings: Settings, variant: str, tau_key: str) -> tuple[Path, Path]:
-    """(foundation model.pt, adapter folder) of a (variant, tau) policy; both must exist."""
-    foundation = foundation_checkpoint(settings.warehouse, variant)
-    adapter = adapter_dir(settings.warehouse, variant, tau_key)
-    if not foundation.exists():
-        raise FileNotFoundError(f"{foundation} is missing: materialize {variant}_foundation first")
-    if not has_adapter(adapter):
-        raise FileNotFoundError(f"{adapter} holds no adapter: materialize {variant}_adapter partition {tau_key}")
-    return foundation, adapter
-
-
-def has_adapter(folder: Path) -> bool:
-    """Whether a fine-tuned head was saved in ``folder``: PEFT's adapter config, or PatchTST's head.pt."""
-    return (Path(folder) / "adapter" / "adapter_config.json").exists() or (Path(folder) / "head.pt").exists()
-
-
-def adapter_files(folder: Path) -> list[Path]:
-    """The files that define a fine-tuned head: PEFT's adapter folder, or PatchTST's head.pt."""
-    folder = Path(folder)
-    files = sorted(p for p in (folder / "adapter").rglob("*") if p.is_file())
-    head = folder / "head.pt"
-    return files + ([head] if head.exists() else [])
+EVALUATION_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+    PREDICTIONS: PREDICTIONS_SCHEMA,
+    BACKTESTS: METRICS_SCHEMA,
+    EQUITY_CURVES: EQUITY_SCHEMA,
+    TRADES: TRADES_SCHEMA,
+    PROVENANCE: PROVENANCE_SCHEMA,
+}
 
 
 def refresh_evaluation_views(settings: Settings, assets: tuple[str, ...]) -> None:
     """(Re)create the catalog views of the evaluation shards a run just wrote."""
-    from kinematic_pipeline.backtest.sweep import EQUITY_SCHEMA, METRICS_SCHEMA, TRADES_SCHEMA
-    from kinematic_pipeline.storage import refresh_view
-
-    schemas = {
-        PREDICTIONS_ASSET: PREDICTIONS_SCHEMA,
-        BACKTESTS_ASSET: METRICS_SCHEMA,
-        EQUITY_ASSET: EQUITY_SCHEMA,
-        TRADES_ASSET: TRADES_SCHEMA,
-        PROVENANCE_ASSET: PROVENANCE_SCHEMA,
-    }
+    wh = Warehouse(settings.warehouse)
     for asset in assets:
-        refresh_view(settings.warehouse, asset, settings.warehouse / asset, schemas[asset])
+        wh.refresh_view(asset, EVALUATION_SCHEMAS[asset])
 
 
 def _shards_frame(shards: list[dict]) -> pl.DataFrame:
@@ -313,10 +280,8 @@ def _shards_frame(shards: list[dict]) -> pl.DataFrame:
 
 def run_predictions(settings: Settings, variant: str, tau_key: str) -> tuple[Predictions, Path]:
     """Load the (variant, tau) policy, predict the test period, write the partition's shard and its inputs."""
-    from kinematic_pipeline.training.run import load_classifier
-
-    foundation, adapter = model_paths(settings, variant, tau_key)
-    asset = VARIANT_TOKEN_ASSET[variant]
+    foundation, adapter = Warehouse(settings.warehouse).policy_files(variant, tau_key)
+    asset = lookup_variant(variant).token_asset
     if not evaluation_days(settings, asset):
         raise ValueError(
             f"no {asset} shard is dated after the training cut {settings.data.train_end}: the test period is "
@@ -329,23 +294,28 @@ def run_predictions(settings: Settings, variant: str, tau_key: str) -> tuple[Pre
             f"none of the test tickers {result.missing_tickers} has a {asset} window after {settings.data.train_end}"
         )
     name = partition_name(variant, tau_key)
-    path = write_partition(settings, PREDICTIONS_ASSET, name, result.frame)
+    path = write_partition(settings, PREDICTIONS, name, result.frame)
     # the shards read, for the backtest's provenance (a subfolder: not part of the predictions view)
-    write_parquet_atomic(
-        _shards_frame(result.shards), settings.warehouse / PREDICTIONS_ASSET / "inputs" / f"{name}.parquet"
-    )
-    refresh_evaluation_views(settings, (PREDICTIONS_ASSET,))
+    write_parquet_atomic(_shards_frame(result.shards), predictions_inputs_path(settings, name))
+    refresh_evaluation_views(settings, (PREDICTIONS,))
     return result, path
 
 
-def run_backtests(settings: Settings, variant: str, tau_key: str, code_versions: dict[str, str]):
-    """Sweep the stored predictions over every cost, write metrics/equity/trades and the provenance."""
-    from kinematic_pipeline.backtest.sweep import run_sweep
+def predictions_inputs_path(settings: Settings, name: str) -> Path:
+    return Warehouse(settings.warehouse).root / PREDICTIONS / "inputs" / f"{name}.parquet"
 
-    ev, wh = settings.evaluate, settings.warehouse
+
+def run_backtests(settings: Settings, variant: str, tau_key: str, code_versions: dict[str, str]):
+    """Sweep the stored predictions over every cost, write metrics/equity/trades and the provenance.
+
+    Buy & Hold depends only on the test tickers' closes, not on the policy: its rows go to one shard per
+    asset (``buy_and_hold.parquet``) that every partition writes with the same bytes, so each view holds
+    them once.
+    """
+    ev, wh = settings.evaluate, Warehouse(settings.warehouse)
     name = partition_name(variant, tau_key)
-    predictions_file = shard_path(wh, PREDICTIONS_ASSET, name)
-    inputs_file = wh / PREDICTIONS_ASSET / "inputs" / f"{name}.parquet"
+    predictions_file = wh.shard(PREDICTIONS, name)
+    inputs_file = predictions_inputs_path(settings, name)
     if not predictions_file.exists():
         raise FileNotFoundError(f"{predictions_file} is missing: materialize predictions partition {tau_key}|{variant}")
     sweep = run_sweep(
@@ -357,21 +327,20 @@ def run_backtests(settings: Settings, variant: str, tau_key: str, code_versions:
         n_boot=ev.bootstrap_resamples,
         block_days=ev.bootstrap_block_days,
         boot_seed=ev.bootstrap_seed,
+        rf_annual=ev.rf_annual,
     )
-    paths = {
-        BACKTESTS_ASSET: write_partition(settings, BACKTESTS_ASSET, name, sweep.metrics),
-        EQUITY_ASSET: write_partition(settings, EQUITY_ASSET, name, sweep.equity),
-        TRADES_ASSET: write_partition(settings, TRADES_ASSET, name, sweep.trades),
-    }
-    foundation, adapter = model_paths(settings, variant, tau_key)
-    from kinematic_pipeline.training.run import SHARDS_USED_FILE
-
+    paths = {}
+    for asset, frame in ((BACKTESTS, sweep.metrics), (EQUITY_CURVES, sweep.equity), (TRADES, sweep.trades)):
+        is_benchmark = pl.col("variant") == BENCHMARK
+        write_partition(settings, asset, BENCHMARK, frame.filter(is_benchmark))
+        paths[asset] = write_partition(settings, asset, name, frame.filter(~is_benchmark))
+    foundation, adapter = wh.policy_files(variant, tau_key)
     inputs = pl.read_parquet(inputs_file)
     provenance = provenance_frame(
         variant,
         float(tau_key),
-        outputs={**paths, PREDICTIONS_ASSET: predictions_file, f"{PREDICTIONS_ASSET}_inputs": inputs_file},
-        adapter_files=adapter_files(adapter),
+        outputs={**paths, PREDICTIONS: predictions_file, f"{PREDICTIONS}_inputs": inputs_file},
+        adapter_files=wh.adapter_files(variant, tau_key),
         foundation=foundation,
         training_shards={
             "pretrain": foundation.parent / SHARDS_USED_FILE,
@@ -380,6 +349,6 @@ def run_backtests(settings: Settings, variant: str, tau_key: str, code_versions:
         test_shards=inputs.to_dicts(),
         code_versions=code_versions,
     )
-    paths[PROVENANCE_ASSET] = write_partition(settings, PROVENANCE_ASSET, name, provenance)
+    paths[PROVENANCE] = write_partition(settings, PROVENANCE, name, provenance)
     refresh_evaluation_views(settings, tuple(paths))
     return sweep, paths

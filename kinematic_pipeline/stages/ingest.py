@@ -13,20 +13,12 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from kinematic_pipeline import __version__
+from kinematic_pipeline.bar_contract import KEPT_SCHEMA, QUARANTINE_SCHEMA, split_by_partition, validate_bars
 from kinematic_pipeline.calendar import previous_trading_day
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.bar_contract import KEPT_SCHEMA, QUARANTINE_SCHEMA, split_by_partition, validate_bars
 from kinematic_pipeline.sources import BarSource, make_source
-from kinematic_pipeline.storage import (
-    manifest_path,
-    refresh_view,
-    remove_if_exists,
-    shard_path,
-    write_parquet_atomic,
-)
+from kinematic_pipeline.storage import QUARANTINE, RAW_OHLCV, Warehouse, remove_if_exists, write_parquet_atomic
 
-RAW_ASSET, QUARANTINE_ASSET = "raw_ohlcv", "quarantine"
-MANIFEST_VIEW = "raw_ohlcv_manifest"
 MANIFEST_SCHEMA: dict[str, pl.DataType] = {
     "partition_date": pl.Date,
     "rows_read": pl.Int64,
@@ -77,12 +69,12 @@ def materialize_raw_ohlcv(
     result = validate_bars(read_range(source, days, settings.data.tickers), settings.ingest)
 
     records = []
-    wh = settings.warehouse
+    wh = Warehouse(settings.warehouse)
     for day, kept, quarantined, rows_read in tqdm(
         split_by_partition(result, days), desc="raw_ohlcv partitions", unit="day", disable=not progress
     ):
-        content_hash = write_parquet_atomic(kept, shard_path(wh, RAW_ASSET, day))
-        q_path = shard_path(wh, QUARANTINE_ASSET, day)
+        # The quarantine shard first: the manifest, written last, vouches for both.
+        q_path = wh.shard(QUARANTINE, day)
         if quarantined.height:
             quarantine_hash = write_parquet_atomic(quarantined.sort("source_file", "source_row"), q_path)
         else:
@@ -95,13 +87,11 @@ def materialize_raw_ohlcv(
             "rows_quarantined": quarantined.height,
             "zero_volume_rows": int(kept["volume_missing"].sum()),
             "tickers": kept["ticker"].n_unique(),
-            "content_hash": content_hash,
             "quarantine_hash": quarantine_hash,
             "source": source.name,
             "code_version": __version__,
         }
-        write_parquet_atomic(pl.DataFrame([record], schema=MANIFEST_SCHEMA), manifest_path(wh, RAW_ASSET, day))
-        records.append(record)
+        records.append(wh.write_shard(RAW_OHLCV, day, kept, record, MANIFEST_SCHEMA))
 
     refresh_catalog(settings)
     reasons = (
@@ -119,22 +109,16 @@ def materialize_raw_ohlcv(
 
 
 def refresh_catalog(settings: Settings) -> None:
-    wh = settings.warehouse
-    refresh_view(wh, RAW_ASSET, wh / RAW_ASSET, {**KEPT_SCHEMA})
-    refresh_view(wh, QUARANTINE_ASSET, wh / QUARANTINE_ASSET, QUARANTINE_SCHEMA)
-    refresh_view(wh, MANIFEST_VIEW, wh / "manifests" / RAW_ASSET, MANIFEST_SCHEMA)
-
-
-def materialized_days(settings: Settings) -> list[dt.date]:
-    """Every trading day with a raw_ohlcv manifest in the warehouse."""
-    folder = settings.warehouse / "manifests" / RAW_ASSET
-    return sorted(dt.date.fromisoformat(p.stem) for p in folder.glob("*.parquet")) if folder.is_dir() else []
+    wh = Warehouse(settings.warehouse)
+    wh.refresh_view(RAW_OHLCV, {**KEPT_SCHEMA})
+    wh.refresh_view(QUARANTINE, QUARANTINE_SCHEMA)
+    wh.refresh_manifest_view(RAW_OHLCV, MANIFEST_SCHEMA)
 
 
 def verify_raw_ohlcv(settings: Settings, days: list[dt.date]) -> dict[str, tuple[bool, str]]:
     """Re-read the written shards of ``days`` and check the data contract; {check: (passed, description)}."""
-    wh = settings.warehouse
-    kept_files = [shard_path(wh, RAW_ASSET, d) for d in days]
+    wh = Warehouse(settings.warehouse)
+    kept_files = [wh.shard(RAW_OHLCV, d) for d in days]
     missing = [str(p) for p in kept_files if not p.exists()]
     if missing:
         return {"shards_exist": (False, f"{len(missing)} shard(s) missing, e.g. {missing[0]}")}
@@ -155,8 +139,8 @@ def verify_raw_ohlcv(settings: Settings, days: list[dt.date]) -> dict[str, tuple
         .collect()
         .row(0, named=True)
     )
-    manifests = pl.read_parquet([manifest_path(wh, RAW_ASSET, d) for d in days])
-    q_files = [p for p in (shard_path(wh, QUARANTINE_ASSET, d) for d in days) if p.exists()]
+    manifests = pl.read_parquet([wh.manifest(RAW_OHLCV, d) for d in days])
+    q_files = [p for p in (wh.shard(QUARANTINE, d) for d in days) if p.exists()]
     quarantined = pl.scan_parquet(q_files).select(pl.len()).collect().item() if q_files else 0
     read = int(manifests["rows_read"].sum())
     return {

@@ -10,7 +10,6 @@ backtest trades); the label columns use ``tokenize.label_source``, recorded in `
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 
 import numpy as np
 import polars as pl
@@ -19,15 +18,10 @@ from tqdm.auto import tqdm
 from kinematic_pipeline import __version__
 from kinematic_pipeline.calendar import trading_day_on_or_after
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.label_rules import LABEL_SOURCES, labels_from_returns
-from kinematic_pipeline.storage import manifest_path, refresh_view, shard_path, write_parquet_atomic
-
-LABELS_ASSET = "labels"
-
-
-def tau_column(tau: float) -> str:
-    """``label_tau_0p0025`` for tau = 0.0025."""
-    return "label_tau_" + f"{tau:.4f}".replace(".", "p")
+from kinematic_pipeline.label_rules import labels_from_returns
+from kinematic_pipeline.storage import LABELS, RAW_OHLCV, Warehouse, digest
+from kinematic_pipeline.variants import ACTION_KEYS, UNKNOWN_LABEL
+from kinematic_pipeline.windows import tau_column
 
 
 def labels_schema(taus: tuple[float, ...]) -> dict[str, pl.DataType]:
@@ -54,7 +48,7 @@ MANIFEST_SCHEMA: dict[str, pl.DataType] = {
 
 def _read(settings: Settings, asset: str, day: dt.date, schema: dict[str, pl.DataType], required: bool) -> pl.DataFrame:
     """The shard's columns; an empty frame when it does not exist and is not required."""
-    path = shard_path(settings.warehouse, asset, day)
+    path = Warehouse(settings.warehouse).shard(asset, day)
     if path.exists():
         return pl.read_parquet(path, columns=list(schema))
     if required:
@@ -62,16 +56,9 @@ def _read(settings: Settings, asset: str, day: dt.date, schema: dict[str, pl.Dat
     return pl.DataFrame(schema=schema)
 
 
-def _hash(settings: Settings, asset: str, day: dt.date) -> str:
-    path = manifest_path(settings.warehouse, asset, day)
-    return pl.read_parquet(path, columns=["content_hash"])["content_hash"][0] if path.exists() else ""
-
-
 def day_labels(settings: Settings, day: dt.date) -> tuple[pl.DataFrame, dt.date, str]:
     """Labels of the windows ending on ``day`` (LABELS schema), the next session, and the inputs' digest."""
-    cfg = settings.tokenize
-    if cfg.label_source not in LABEL_SOURCES:
-        raise ValueError(f"tokenize.label_source={cfg.label_source!r}: expected one of {LABEL_SOURCES}")
+    cfg, wh = settings.tokenize, Warehouse(settings.warehouse)
     nxt = trading_day_on_or_after(day + dt.timedelta(days=1))
     positions = {"ticker": pl.String, "end_position": pl.Float64}
     closes = {"ticker": pl.String, "close": pl.Float64}
@@ -96,43 +83,41 @@ def day_labels(settings: Settings, day: dt.date) -> tuple[pl.DataFrame, dt.date,
         "r_close",
         pl.lit(cfg.label_source).alias("label_source"),
     ).with_columns(*[pl.Series(tau_column(t), labels_from_returns(r, t), dtype=pl.Int8) for t in cfg.taus])
-    digest_parts = [_hash(settings, a, d) for a in ("spline_tokens", "raw_ohlcv") for d in (day, nxt)]
-    return out.sort("ticker"), nxt, hashlib.sha256("".join(digest_parts).encode()).hexdigest()
+    hashes = [wh.content_hash(a, d, default="") for a in ("spline_tokens", RAW_OHLCV) for d in (day, nxt)]
+    return out.sort("ticker"), nxt, digest(hashes)
 
 
 def materialize_labels(settings: Settings, days: list[dt.date], progress: bool = True) -> pl.DataFrame:
-    wh = settings.warehouse
+    wh = Warehouse(settings.warehouse)
     records = []
     for day in tqdm(sorted(days), desc="labels", unit="day", disable=not progress):
-        frame, nxt, digest = day_labels(settings, day)
+        frame, nxt, inputs_digest = day_labels(settings, day)
+        known = frame["r_spline" if settings.tokenize.label_source == "spline" else "r_close"].is_not_nan().sum()
         record = {
             "partition_date": day,
             "next_date": nxt,
             "windows": frame.height,
-            "known": int(
-                frame["r_spline" if settings.tokenize.label_source == "spline" else "r_close"].is_not_nan().sum()
-            ),
-            "content_hash": write_parquet_atomic(frame, shard_path(wh, LABELS_ASSET, day)),
-            "inputs_digest": digest,
+            "known": int(known),
+            "inputs_digest": inputs_digest,
             "code_version": __version__,
         }
-        write_parquet_atomic(pl.DataFrame([record], schema=MANIFEST_SCHEMA), manifest_path(wh, LABELS_ASSET, day))
-        records.append(record)
-    refresh_view(wh, LABELS_ASSET, wh / LABELS_ASSET, labels_schema(settings.tokenize.taus))
-    refresh_view(wh, f"{LABELS_ASSET}_manifest", wh / "manifests" / LABELS_ASSET, MANIFEST_SCHEMA)
+        records.append(wh.write_shard(LABELS, day, frame, record, MANIFEST_SCHEMA))
+    wh.refresh_view(LABELS, labels_schema(settings.tokenize.taus))
+    wh.refresh_manifest_view(LABELS, MANIFEST_SCHEMA)
     return pl.DataFrame(records, schema=MANIFEST_SCHEMA)
 
 
 def label_distribution(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
     """Counts of Buy/Sell/Hold/unknown per tau over ``days`` (for metadata)."""
-    frame = pl.read_parquet([shard_path(settings.warehouse, LABELS_ASSET, d) for d in days])
+    frame = pl.read_parquet([Warehouse(settings.warehouse).shard(LABELS, d) for d in days])
     rows = []
     for tau in settings.tokenize.taus:
         col = frame[tau_column(tau)]
         rows.append(
             {
                 "tau": tau,
-                **{name: int((col == v).sum()) for name, v in (("buy", 0), ("sell", 1), ("hold", 2), ("unknown", -1))},
+                **{name: int((col == code).sum()) for code, name in enumerate(ACTION_KEYS)},
+                "unknown": int((col == UNKNOWN_LABEL).sum()),
             }
         )
     return pl.DataFrame(rows)

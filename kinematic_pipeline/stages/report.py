@@ -12,21 +12,18 @@ from pathlib import Path
 
 import polars as pl
 
-from kinematic_pipeline.backtest.metrics import CONVENTIONS
-from kinematic_pipeline.config import Settings
+from kinematic_pipeline.backtest.metrics import conventions
+from kinematic_pipeline.config import EvalConfig, Settings
 from kinematic_pipeline.report import document, figures, tables
 from kinematic_pipeline.report.markdown import markdown_table
-from kinematic_pipeline.stages.evaluate import (
-    BACKTESTS_ASSET,
-    EQUITY_ASSET,
-    PREDICTIONS_ASSET,
-    window_end_kinematics,
-)
-from kinematic_pipeline.storage import shard_path
+from kinematic_pipeline.stages.evaluate import window_end_kinematics
+from kinematic_pipeline.storage import BACKTESTS, EQUITY_CURVES, PREDICTIONS, RAW_OHLCV, Warehouse
+from kinematic_pipeline.variants import BENCHMARK
+from kinematic_pipeline.windows import CHANNEL_NAMES
 
 REPORTS_DIR, TABLES_FILE, REPORT_FILE = "reports", "tables.md", "report.md"
 CONTEXT_FILE = "context.json"  # under reports/tables/: the run the tables describe
-KINEMATIC_COLUMNS = ("c0", "c1", "c2", "c3", "v0", "v1", "v2", "v3", "v4")
+KINEMATIC_COLUMNS = CHANNEL_NAMES
 TABLE_TITLES = {
     "absolute_performance": "Absolute performance: total return and max drawdown (paper Table absolute_perf)",
     "risk_adjusted": "Risk-adjusted efficiency: Sharpe and Sortino, with bootstrap 95% CIs (paper Table risk_adjusted)",
@@ -49,17 +46,20 @@ def _read_all(settings: Settings, asset: str) -> pl.DataFrame:
     return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
 
 
-def _benchmark_once(metrics: pl.DataFrame) -> pl.DataFrame:
-    """Each backtests partition carries the Buy & Hold rows: keep one per (ticker, cost)."""
-    policies = metrics.filter(pl.col("variant") != "buy_and_hold")
-    bench = metrics.filter(pl.col("variant") == "buy_and_hold").unique(["ticker", "cost_bps"], keep="first")
-    return pl.concat([policies, bench], how="diagonal_relaxed").sort(
-        "variant", "tau", "ticker", "cost_bps", nulls_last=True
-    )
-
-
 def load_metrics(settings: Settings) -> pl.DataFrame:
-    return _benchmark_once(_read_all(settings, BACKTESTS_ASSET))
+    """Every backtests row (each policy partition's, and the Buy & Hold rows, once per ticker and cost)."""
+    return _read_all(settings, BACKTESTS).sort("variant", "tau", "ticker", "cost_bps", nulls_last=True)
+
+
+def report_conventions(ev: EvalConfig) -> str:
+    """The conventions paragraph, with the values this run's EvalConfig used."""
+    return conventions(
+        tax_rate=ev.tax_rate,
+        rf_annual=ev.rf_annual,
+        tax_year_days=ev.tax_year_days,
+        n_boot=ev.bootstrap_resamples,
+        block_days=ev.bootstrap_block_days,
+    )
 
 
 def focus_ticker(settings: Settings, metrics: pl.DataFrame) -> str:
@@ -86,7 +86,7 @@ def build_tables(settings: Settings, metrics: pl.DataFrame) -> dict[str, pl.Data
 
 
 def _context(settings: Settings, metrics: pl.DataFrame) -> dict[str, str]:
-    ev, policies = settings.evaluate, metrics.filter(pl.col("variant") != "buy_and_hold")
+    ev, policies = settings.evaluate, metrics.filter(pl.col("variant") != BENCHMARK)
     seeds = sorted(policies["seed"].drop_nulls().unique().to_list())
     return {
         "profile": settings.profile,
@@ -128,11 +128,11 @@ def _window_days(settings: Settings, predictions: pl.DataFrame, ticker: str) -> 
 
 def load_bars_and_kinematics(settings: Settings, ticker: str, days: list[dt.date]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Raw bars and end-of-window spline kinematics of one ticker on ``days`` (from the shards)."""
-    wh, bars, kin = settings.warehouse, [], []
+    wh, bars, kin = Warehouse(settings.warehouse), [], []
     for day in days:
-        raw = pl.read_parquet(shard_path(wh, "raw_ohlcv", day)).filter(pl.col("ticker") == ticker)
+        raw = pl.read_parquet(wh.shard(RAW_OHLCV, day)).filter(pl.col("ticker") == ticker)
         bars.append(raw.select("ticker", "date", "open", "high", "low", "close", "volume"))
-        tokens = pl.read_parquet(shard_path(wh, "spline_tokens", day), columns=["ticker", "date", "tokens"]).filter(
+        tokens = pl.read_parquet(wh.shard("spline_tokens", day), columns=["ticker", "date", "tokens"]).filter(
             pl.col("ticker") == ticker
         )
         if tokens.height:
@@ -154,8 +154,8 @@ def load_bars_and_kinematics(settings: Settings, ticker: str, days: list[dt.date
 def materialize_figures(settings: Settings) -> dict[str, Path]:
     ev = settings.evaluate
     metrics = load_metrics(settings)
-    predictions = _read_all(settings, PREDICTIONS_ASSET)
-    equity = _read_all(settings, EQUITY_ASSET)
+    predictions = _read_all(settings, PREDICTIONS)
+    equity = _read_all(settings, EQUITY_CURVES)
     focus = focus_ticker(settings, metrics)
     out = reports_dir(settings) / "figures"
     out.mkdir(parents=True, exist_ok=True)
@@ -194,7 +194,7 @@ def materialize_report(settings: Settings, extra_context: dict[str, str] | None 
         {**json.loads((tables_dir / CONTEXT_FILE).read_text()), **(extra_context or {})},
         built,
         figure_paths,
-        CONVENTIONS,
+        report_conventions(settings.evaluate),
         relative_to=root,
     )
     path = root / REPORT_FILE

@@ -16,7 +16,6 @@ and unnormalized; anchoring and z-scoring (corpus_stats) happen where windows ar
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,11 +29,11 @@ from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import spline_end_position
 from kinematic_pipeline.stages.alpha import AlphaLookup
-from kinematic_pipeline.storage import manifest_path, refresh_view, shard_path, write_parquet_atomic
+from kinematic_pipeline.storage import RAW_OHLCV, TOKEN_ASSETS, Warehouse, digest
 from kinematic_pipeline.tokenize import fd_tokens, raw_tokens, tokenize_price_windows, tokenize_volume_windows
+from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
 
-TOKEN_ASSETS = ("spline_tokens", "fd_tokens", "raw_tokens")
-N_KNOTS, N_TOKENS, N_CHANNELS = 65, 64, 9
+N_KNOTS = N_TOKENS + 1  # price knots per window
 LOOKBACK = N_KNOTS - 1  # sessions before the window's last day
 CALENDAR_DAYS_PER_SESSION = 365.25 / 252
 TOKEN_COMPRESSION = "lz4"  # float32 tokens barely compress (zstd saves ~4%); lz4 writes twice as fast
@@ -71,11 +70,11 @@ class Panel:
 
 def load_panel(settings: Settings, first_day: dt.date, last_day: dt.date) -> Panel:
     """Bars of the sessions ``first_day - 64 sessions .. last_day`` from the raw_ohlcv shards."""
-    wh = settings.warehouse
+    wh = Warehouse(settings.warehouse)
     history_start = settings.data.start_date
     sessions = trading_days(max(history_start, _sessions_before(first_day, LOOKBACK)), last_day)
-    paths = [shard_path(wh, "raw_ohlcv", day) for day in sessions]
-    manifests = [manifest_path(wh, "raw_ohlcv", day) for day in sessions]
+    paths = [wh.shard(RAW_OHLCV, day) for day in sessions]
+    manifests = [wh.manifest(RAW_OHLCV, day) for day in sessions]
     for day, path, manifest in zip(sessions, paths, manifests):
         if not path.exists() or not manifest.exists():
             raise FileNotFoundError(
@@ -138,9 +137,7 @@ def day_windows(settings: Settings, panel: Panel, day: dt.date) -> DayWindows:
             raise ValueError(f"calendar time needs 64 sessions of history before {day}")
         offsets = np.array([(d - dates[0]).days for d in dates], dtype=np.float64) / CALENDAR_DAYS_PER_SESSION
         times = np.broadcast_to(offsets, (int(admit.sum()), N_KNOTS)).copy()
-    elif cfg.time_unit != "session":
-        raise ValueError(f"tokenize.time_unit={cfg.time_unit!r}: expected 'session' or 'calendar'")
-    digest = hashlib.sha256("".join(panel.raw_hashes[first : i + 1]).encode()).hexdigest()
+    inputs_digest = digest(panel.raw_hashes[first : i + 1])
     idx = np.flatnonzero(admit)
     return DayWindows(
         day=day,
@@ -150,7 +147,7 @@ def day_windows(settings: Settings, panel: Panel, day: dt.date) -> DayWindows:
         times=times,
         n_missing_price=missing_p[idx].astype(np.int8),
         n_missing_volume=missing_v[idx].astype(np.int8),
-        raw_inputs_digest=digest,
+        raw_inputs_digest=inputs_digest,
     )
 
 
@@ -255,7 +252,7 @@ def materialize_tokens(
         raise ValueError(f"unknown token asset(s) {sorted(unknown)}: expected {TOKEN_ASSETS}")
     days = sorted(days)
     alphas = alphas or AlphaLookup.from_settings(settings)
-    wh = settings.warehouse
+    wh = Warehouse(settings.warehouse)
     records: dict[str, list[dict]] = {k: [] for k in kinds}
     bar = tqdm(total=len(days), desc="token shards", unit="day", disable=not progress)
     workspaces = (Workspace(), Workspace())
@@ -279,6 +276,7 @@ def materialize_tokens(
                     rows = slice(bounds[k], bounds[k + 1])
                     frame = shard_frame(windows, tokens[rows], None if end is None else end[rows])
                     meta = {
+                        "kind": kind,
                         "partition_date": windows.day,
                         "windows": frame.height,
                         "raw_inputs_digest": windows.raw_inputs_digest,
@@ -287,26 +285,24 @@ def materialize_tokens(
                         "time_unit": settings.tokenize.time_unit,
                         "code_version": __version__,
                     }
-                    jobs.append(pool.submit(_write_shard, wh, kind, windows.day, frame, meta))
+                    jobs.append(
+                        pool.submit(
+                            wh.write_shard, kind, windows.day, frame, meta, TOKEN_MANIFEST_SCHEMA, TOKEN_COMPRESSION
+                        )
+                    )
             _collect(pending, records, bar)  # the previous block's buffers are free again
             pending = [(len(block), jobs)]
         _collect(pending, records, bar)
     bar.close()
     for kind in kinds:
-        refresh_view(wh, kind, wh / kind, SPLINE_SCHEMA if kind == "spline_tokens" else SHARD_SCHEMA)
-        refresh_view(wh, f"{kind}_manifest", wh / "manifests" / kind, TOKEN_MANIFEST_SCHEMA)
+        wh.refresh_view(kind, SPLINE_SCHEMA if kind == "spline_tokens" else SHARD_SCHEMA)
+        wh.refresh_manifest_view(kind, TOKEN_MANIFEST_SCHEMA)
     return {k: pl.DataFrame(v, schema=TOKEN_MANIFEST_SCHEMA).sort("partition_date") for k, v in records.items()}
 
 
 def _collect(pending: list, records: dict[str, list[dict]], bar) -> None:
     for n_days, jobs in pending:
         for job in jobs:
-            kind, record = job.result()
-            records[kind].append(record)
+            record = job.result()
+            records[record["kind"]].append({k: record[k] for k in TOKEN_MANIFEST_SCHEMA})
         bar.update(n_days)
-
-
-def _write_shard(wh, kind: str, day: dt.date, frame: pl.DataFrame, meta: dict) -> tuple[str, dict]:
-    record = {**meta, "content_hash": write_parquet_atomic(frame, shard_path(wh, kind, day), TOKEN_COMPRESSION)}
-    write_parquet_atomic(pl.DataFrame([record], schema=TOKEN_MANIFEST_SCHEMA), manifest_path(wh, kind, day))
-    return kind, record

@@ -20,11 +20,11 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.stages.corpus import CORPUS_STATS, normalize_windows, training_days
-from kinematic_pipeline.stages.labels import LABELS_ASSET, tau_column
-from kinematic_pipeline.storage import manifest_path, shard_path
+from kinematic_pipeline.storage import CORPUS_STATS, LABELS, Warehouse
+from kinematic_pipeline.variants import ACTION_KEYS
+from kinematic_pipeline.variants import variant as lookup_variant
+from kinematic_pipeline.windows import WindowNormalizer, tau_column
 
-PATCHTST_CHANNELS = [0, 4]  # raw_tokens' ln close (y_{k+1}) and ln volume: PatchTST's two input series
 SHARDS_PER_READ = 4  # day shards read per Parquet call (a paper-scale day is ~500 windows, ~1.2 MB)
 
 
@@ -48,43 +48,24 @@ def split_days(days: list[dt.date], val_fraction: float) -> tuple[list[dt.date],
     return days[: len(days) - n_val], days[len(days) - n_val :]
 
 
-def _manifest(settings: Settings, asset: str, day: dt.date) -> dict:
-    path = manifest_path(settings.warehouse, asset, day)
-    if not path.exists():
-        raise FileNotFoundError(f"{asset} partition {day} has no manifest ({path}); materialize {asset} for it")
-    return pl.read_parquet(path, columns=["windows", "content_hash"]).row(0, named=True)
-
-
 def list_shards(settings: Settings, asset: str, with_labels: bool = False) -> list[Shard]:
     """Non-empty shards of ``asset`` in the training period (file names and manifests only)."""
+    wh = Warehouse(settings.warehouse)
     shards = []
-    for day in training_days(settings, asset):
-        meta = _manifest(settings, asset, day)
+    for day in wh.shard_days(asset, until=settings.data.train_end):
+        meta = wh.manifest_row(asset, day, ["windows", "content_hash"])
         if meta["windows"] == 0:
             continue  # days before a ticker has 64 sessions of history
         label_path = label_hash = None
         if with_labels:
-            if not manifest_path(settings.warehouse, LABELS_ASSET, day).exists():
+            if not wh.manifest(LABELS, day).exists():
                 continue  # the newest session: its labels need the next day's bar (nightly ticks)
-            label_path = str(shard_path(settings.warehouse, LABELS_ASSET, day))
-            label_hash = _manifest(settings, LABELS_ASSET, day)["content_hash"]
-        path = str(shard_path(settings.warehouse, asset, day))
-        shards.append(Shard(day, path, meta["content_hash"], meta["windows"], label_path, label_hash))
+            label_path = str(wh.shard(LABELS, day))
+            label_hash = wh.content_hash(LABELS, day)
+        shards.append(
+            Shard(day, str(wh.shard(asset, day)), meta["content_hash"], meta["windows"], label_path, label_hash)
+        )
     return shards
-
-
-class WindowNormalizer:
-    """Token shard frame -> model input: GPT variants anchor + z-score, PatchTST takes raw ln close/volume."""
-
-    def __init__(self, stats: pl.DataFrame | None, tokenization: str, patchtst: bool) -> None:
-        if not patchtst and stats is None:
-            raise ValueError(f"tokenization {tokenization!r} needs corpus_stats")
-        self.stats, self.tokenization, self.patchtst = stats, tokenization, patchtst
-
-    def __call__(self, tokens: np.ndarray) -> np.ndarray:  # [n, 64, 9] float32 -> [n, 64, 9 | 2]
-        if self.patchtst:
-            return np.ascontiguousarray(tokens[:, :, PATCHTST_CHANNELS], dtype=np.float32)
-        return normalize_windows(tokens, self.stats, self.tokenization)
 
 
 class WindowStream(IterableDataset):
@@ -208,14 +189,13 @@ class EpochSeed(L.Callback):
 
 
 class WindowDataModule(L.LightningDataModule):
-    """Train/validation windows of one token asset (``TOKEN_ASSET[variant]``) in the training period."""
+    """Train/validation windows of one variant's token asset (and input channels) in the training period."""
 
     def __init__(
         self,
         settings: Settings,
-        token_asset: str,
+        variant: str,
         *,
-        patchtst: bool = False,
         with_labels: bool = False,
         tau: float | None = None,
         num_workers: int = 0,
@@ -225,7 +205,8 @@ class WindowDataModule(L.LightningDataModule):
             raise ValueError("with_labels=True needs a tau")
         if tau is not None and tau not in settings.tokenize.taus:
             raise ValueError(f"tau={tau} is not one of tokenize.taus {settings.tokenize.taus}")
-        self.settings, self.token_asset, self.patchtst = settings, token_asset, patchtst
+        self.settings, self.variant = settings, lookup_variant(variant)
+        self.token_asset = self.variant.token_asset
         self.tau = tau if with_labels else None
         self.num_workers = num_workers
         self.train_shards: list[Shard] = []
@@ -244,9 +225,9 @@ class WindowDataModule(L.LightningDataModule):
         self.train_shards = [s for s in shards if s.day in set(train_days)]
         self.val_shards = [s for s in shards if s.day in set(val_days)]
         stats = None
-        if not self.patchtst:
-            stats = pl.read_parquet(shard_path(self.settings.warehouse, CORPUS_STATS, "stats"))
-        normalize = WindowNormalizer(stats, self.token_asset.removesuffix("_tokens"), self.patchtst)
+        if self.variant.normalized:
+            stats = pl.read_parquet(Warehouse(self.settings.warehouse).shard(CORPUS_STATS, "stats"))
+        normalize = WindowNormalizer(self.variant, stats)
         common = dict(normalize=normalize, batch_size=cfg.batch_size, seed=cfg.seed, tau=self.tau)
         common["max_windows"] = self.window_cap()
         self._train = WindowStream(self.train_shards, shuffle=True, buffer_windows=cfg.shuffle_buffer, **common)
@@ -294,7 +275,7 @@ class WindowDataModule(L.LightningDataModule):
             raise ValueError("class_counts needs labels (with_labels=True, tau=...)")
         col = tau_column(self.tau)
         labels = pl.read_parquet([s.label_path for s in self.train_shards], columns=[col])[col]
-        return {name: int((labels == k).sum()) for k, name in enumerate(("buy", "sell", "hold"))}
+        return {name: int((labels == k).sum()) for k, name in enumerate(ACTION_KEYS)}
 
     def shards_used(self) -> list[dict]:
         """Lineage: every shard this module streams from, with its content hash and split."""
@@ -306,5 +287,5 @@ class WindowDataModule(L.LightningDataModule):
                 row = dict(split=split, date=day, path=s.path, content_hash=s.content_hash, windows=s.windows)
                 rows.append({"asset": self.token_asset, **row})
                 if s.label_path is not None:
-                    rows.append({"asset": LABELS_ASSET, **row, "path": s.label_path, "content_hash": s.label_hash})
+                    rows.append({"asset": LABELS, **row, "path": s.label_path, "content_hash": s.label_hash})
         return rows

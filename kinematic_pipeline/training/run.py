@@ -28,17 +28,16 @@ from torch import nn
 
 from kinematic_pipeline.config import ModelConfig, Settings, TrainConfig
 from kinematic_pipeline.models import (
-    TOKEN_ASSET,
-    VARIANTS,
     PatchTSTClassifier,
     SequenceClassifier,
     build_model,
     count_parameters,
     inject_lora,
 )
-from kinematic_pipeline.storage import file_sha256, write_parquet_atomic
+from kinematic_pipeline.storage import file_sha256, write_shards_used
 from kinematic_pipeline.training.data import EpochSeed, WindowDataModule
 from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule
+from kinematic_pipeline.variants import variant as lookup_variant
 
 # Expected here, not problems: streaming needs no workers on 2 cores; tiny profiles log rarely;
 # re-materializing an asset reuses its folder.
@@ -189,41 +188,18 @@ def _curves(metrics_csv: Path) -> tuple[list[tuple[int, float]], list[tuple[int,
     return train, pairs("epoch", "val/loss")
 
 
-SHARDS_USED_FILE = "shards_used.parquet"  # beside each checkpoint/adapter: the lineage to its token shards
-SHARDS_USED_SCHEMA = {
-    "asset": pl.String,
-    "split": pl.String,
-    "date": pl.String,
-    "path": pl.String,
-    "content_hash": pl.String,
-    "windows": pl.Int64,
-}
-
-
-def write_shards_used(out_dir: Path, shards: list[dict]) -> Path:
-    """Record every shard a training run streamed from (asset, split, date, path, sha256) next to its output."""
-    path = Path(out_dir) / SHARDS_USED_FILE
-    write_parquet_atomic(pl.DataFrame(shards, schema=SHARDS_USED_SCHEMA), path)
-    return path
-
-
-def _check_variant(variant: str) -> None:
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown model variant {variant!r}: expected one of {', '.join(VARIANTS)}")
-
-
 def pretrain(
     settings: Settings, variant: str, out_dir: Path, progress: bool = True, num_workers: int = 0
 ) -> PretrainResult:
     """Self-supervised pretraining of ``variant``'s backbone on the training period's token shards."""
-    _check_variant(variant)
+    lookup_variant(variant)
     cfg, out_dir = settings.train, Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     configure_threads()
     started = time.perf_counter()
     with quiet_lightning(progress):
         L.seed_everything(cfg.seed, workers=True, verbose=False)
-        data = WindowDataModule(settings, TOKEN_ASSET[variant], patchtst=variant == "patchtst", num_workers=num_workers)
+        data = WindowDataModule(settings, variant, num_workers=num_workers)
         data.setup()
         model = build_model(variant, settings.model)
         steps = data.steps_per_epoch()
@@ -253,7 +229,7 @@ def pretrain(
 
 def load_foundation(settings: Settings, variant: str, foundation_path: Path) -> nn.Module:
     """The pretrained backbone from ``model.pt``; its ModelConfig must be the settings' one."""
-    _check_variant(variant)
+    lookup_variant(variant)
     saved = torch.load(foundation_path, map_location="cpu", weights_only=True)
     if saved["variant"] != variant:
         raise ValueError(f"{foundation_path} holds a {saved['variant']} backbone, not {variant}")
@@ -265,7 +241,7 @@ def load_foundation(settings: Settings, variant: str, foundation_path: Path) -> 
 
 
 def _classifier(settings: Settings, variant: str, backbone: nn.Module) -> nn.Module:
-    if variant == "patchtst":
+    if lookup_variant(variant).head == "probe":
         return PatchTSTClassifier(backbone)  # linear probe on the frozen encoder
     cfg = settings.train
     classifier = SequenceClassifier(backbone)
@@ -289,10 +265,7 @@ def finetune(
     with quiet_lightning(progress):
         L.seed_everything(cfg.seed, workers=True, verbose=False)
         classifier = _classifier(settings, variant, load_foundation(settings, variant, foundation_path))
-        patchtst = variant == "patchtst"
-        data = WindowDataModule(
-            settings, TOKEN_ASSET[variant], patchtst=patchtst, with_labels=True, tau=tau, num_workers=num_workers
-        )
+        data = WindowDataModule(settings, variant, with_labels=True, tau=tau, num_workers=num_workers)
         data.setup()
         steps = data.steps_per_epoch()
         module = FinetuneModule(classifier, cfg, total_steps=steps * cfg.finetune_epochs)
@@ -300,13 +273,12 @@ def finetune(
         trainer, counter, metrics_csv = _trainer(cfg, out_dir, epochs, steps, bool(data.val_shards), progress)
         trainer.fit(module, datamodule=data)
         classifier.eval()
-        if variant == "patchtst":
-            adapter_path = out_dir / "head.pt"
+        adapter_path = lookup_variant(variant).head_path(out_dir)
+        if lookup_variant(variant).head == "probe":
             head = {n: p.detach().cpu() for n, p in classifier.named_parameters() if p.requires_grad}
             torch.save({"variant": variant, "tau": tau, "state_dict": head}, adapter_path)
             files = [adapter_path]
         else:
-            adapter_path = out_dir / "adapter"
             shutil.rmtree(adapter_path, ignore_errors=True)
             classifier.save_pretrained(adapter_path)
             files = sorted(p for p in adapter_path.rglob("*") if p.is_file())
@@ -338,7 +310,7 @@ def load_classifier(settings: Settings, variant: str, foundation_path: Path, ada
     """
     backbone = load_foundation(settings, variant, foundation_path)
     adapter_dir = Path(adapter_dir)
-    if variant == "patchtst":
+    if lookup_variant(variant).head == "probe":
         head_path = adapter_dir / "head.pt" if adapter_dir.is_dir() else adapter_dir
         saved = torch.load(head_path, map_location="cpu", weights_only=True)
         classifier = PatchTSTClassifier(backbone)
