@@ -47,14 +47,6 @@ def spline_end_position(price_tokens, h=1.0) -> np.ndarray:
     return c0 + h * (c1 + h * (c2 / 2.0 + h * c3 / 6.0))
 
 
-def forward_returns(position) -> np.ndarray:
-    """r_t = position_t+1 - position_t along the last axis (one ticker's days in order); last is NaN."""
-    x = np.asarray(position, dtype=np.float64)
-    r = np.full_like(x, np.nan)
-    r[..., :-1] = x[..., 1:] - x[..., :-1]
-    return r
-
-
 def labels_from_returns(r, tau: float) -> np.ndarray:
     """int8 labels: 0 Buy (r > tau), 1 Sell (r < -tau), 2 Hold (otherwise), -1 where r is NaN."""
     tau = float(tau)

@@ -1,12 +1,31 @@
-"""Shared fixtures: settings pointing at a temporary warehouse, and a short synthetic range."""
+"""Shared fixtures and helpers: settings pointing at a temporary warehouse, short synthetic ranges, and a
+warehouse tokenized from a synthetic Parquet file (what the tokenize, evaluate and lineage tests build on)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import sys
+from pathlib import Path
 
+import numpy as np
+import polars as pl
 import pytest
 
-from kinematic_pipeline.config import load_settings
+from kinematic_pipeline.calendar import trading_days
+from kinematic_pipeline.config import SyntheticConfig, load_settings
+from kinematic_pipeline.sources.synthetic import SyntheticSource
+from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
+from kinematic_pipeline.stages.labels import materialize_labels
+from kinematic_pipeline.stages.tokenize import materialize_tokens
+from kinematic_pipeline.storage import Warehouse
+
+
+def cli(name: str) -> str:
+    """A console script of the environment running the tests (``dagster``, ``dagster-webserver``, ...):
+    beside ``sys.executable``, whatever virtual environment that is."""
+    return str(Path(sys.executable).with_name(name))
+
 
 SHORT_START, SHORT_END = dt.date(2021, 3, 1), dt.date(2021, 4, 30)
 
@@ -20,3 +39,50 @@ def warehouse(tmp_path):
 def ci_settings(warehouse):
     """The ci profile on the synthetic source, over two months, in a temporary warehouse."""
     return load_settings("ci", warehouse=warehouse, start_date=SHORT_START, end_date=SHORT_END, env={})
+
+
+# --- a tokenized warehouse from a synthetic Parquet file ---------------------------------------------
+
+START, END = dt.date(2021, 1, 4), dt.date(2021, 7, 30)
+CUT = dt.date(2021, 6, 15)  # "day t" of the perturbation test, and the training cut of the corpus test
+
+
+def _bars(n_tickers: int = 4) -> pl.DataFrame:
+    source = SyntheticSource(
+        SyntheticConfig(n_tickers=n_tickers, late_listing_fraction=0.0, zero_volume_prob=0.0), START, END
+    )
+    return source.read(START, END).select("ticker", "date", "open", "high", "low", "close", "volume")
+
+
+def _settings(tmp_path, name: str, bars: pl.DataFrame, **tokenize):
+    path = tmp_path / f"{name}.parquet"
+    bars.write_parquet(path)
+    settings = load_settings(
+        "ci", source="parquet", source_path=str(path), warehouse=tmp_path / name, start_date=START, end_date=END, env={}
+    )
+    settings = dataclasses.replace(settings, data=dataclasses.replace(settings.data, train_end=CUT))
+    return dataclasses.replace(settings, tokenize=dataclasses.replace(settings.tokenize, **tokenize))
+
+
+def _run_all(settings) -> list[dt.date]:
+    days = trading_days(START, END)
+    materialize_raw_ohlcv(settings, days, progress=False)
+    materialize_tokens(settings, days, progress=False)
+    token_days = [d for d in days if Warehouse(settings.warehouse).shard("spline_tokens", d).exists()]
+    materialize_labels(settings, token_days, progress=False)
+    return token_days
+
+
+def _perturb_after(bars: pl.DataFrame, day: dt.date, seed: int = 7) -> pl.DataFrame:
+    rng = np.random.default_rng(seed)
+    n = bars.height
+    price_factor = pl.Series(np.exp(rng.normal(0, 0.05, n)))
+    volume_factor = pl.Series(np.exp(rng.normal(0, 0.5, n)))
+    future = pl.col("date") > day
+    return bars.with_columns(
+        *[
+            pl.when(future).then(pl.col(c) * price_factor).otherwise(pl.col(c)).alias(c)
+            for c in ("open", "high", "low", "close")
+        ],
+        pl.when(future).then((pl.col("volume") * volume_factor).round()).otherwise(pl.col("volume")).alias("volume"),
+    )

@@ -1,9 +1,16 @@
-import dataclasses
 import datetime as dt
+import re
 
 import pytest
 
-from kinematic_pipeline.config import PROFILES, load_settings, profile_settings
+from kinematic_pipeline.config import (
+    PROFILES,
+    IngestConfig,
+    TokenizeConfig,
+    TrainConfig,
+    load_settings,
+    profile_settings,
+)
 
 
 def test_every_profile_resolves_with_its_defaults(tmp_path):
@@ -12,11 +19,6 @@ def test_every_profile_resolves_with_its_defaults(tmp_path):
         settings = load_settings(name, warehouse=tmp_path, env=env)
         assert settings.profile == name
         assert settings.catalog_path == tmp_path.resolve() / "catalog.duckdb"
-
-
-def test_settings_are_frozen():
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        profile_settings("ci").profile = "paper"
 
 
 def test_environment_overrides_profile_and_arguments_override_environment(tmp_path):
@@ -61,3 +63,25 @@ def test_training_deployment_settings_come_from_the_environment():
         "ddp_spawn",
     )
     assert load_settings("ci", env={}).train.strategy == "auto"
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: IngestConfig(hl_policy="flagged"), "ingest.hl_policy='flagged': expected one of 'quarantine', 'flag'"),
+        (lambda: TokenizeConfig(alpha_mle_scope="sector"), "tokenize.alpha_mle_scope='sector': expected one of"),
+        (lambda: TokenizeConfig(time_unit="calender"), "tokenize.time_unit='calender': expected one of 'session'"),
+        (lambda: TokenizeConfig(label_source="open"), "tokenize.label_source='open': expected one of 'spline'"),
+        (lambda: TokenizeConfig(alpha_price="MLE"), "tokenize.alpha_price='MLE': expected a positive number or 'mle'"),
+        (lambda: TokenizeConfig(alpha_volume=-1.0), "tokenize.alpha_volume=-1.0"),
+        (lambda: TrainConfig(variants=("splinegpt", "lstm")), "train.variants='lstm': expected one of 'splinegpt'"),
+    ],
+)
+def test_a_typo_in_an_enum_like_setting_names_the_field_and_the_choices(make, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make()
+
+
+def test_valid_settings_of_every_kind_load():
+    assert TokenizeConfig(alpha_price="mle", alpha_volume=0.5, time_unit="calendar").alpha_price == "mle"
+    assert IngestConfig(hl_policy="flag").hl_policy == "flag"

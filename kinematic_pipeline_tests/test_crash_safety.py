@@ -141,6 +141,7 @@ def _streamed(settings, tau: float | None = None) -> int:
     return sum(len(batch[0] if tau is not None else batch) for batch in stream)
 
 
+@pytest.mark.e2e  # kills a real writer process mid-write; run in CI with -m e2e
 def test_a_tick_killed_mid_write_leaves_no_partial_shard_and_the_next_run_repairs_it(history, tmp_path):
     settings, defs = history
     wh = settings.warehouse

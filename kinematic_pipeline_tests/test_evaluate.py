@@ -14,7 +14,7 @@ from kinematic_pipeline.models import PatchTSTClassifier, SequenceClassifier, bu
 from kinematic_pipeline.stages.corpus import materialize_corpus_stats
 from kinematic_pipeline.stages.evaluate import evaluation_days, evaluation_tickers, predict, window_end_kinematics
 from kinematic_pipeline.storage import Warehouse
-from kinematic_pipeline_tests.test_tokenize_stage import CUT, _bars, _perturb_after, _run_all, _settings
+from kinematic_pipeline_tests.conftest import CUT, _bars, _perturb_after, _run_all, _settings
 
 DECISION_DAY = dt.date(2021, 7, 9)  # "day t" of the perturbation: inside the test period (after CUT)
 

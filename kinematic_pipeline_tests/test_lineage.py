@@ -14,7 +14,7 @@ from kinematic_pipeline.stages.evaluate import run_backtests, run_predictions
 from kinematic_pipeline.stages.report import materialize_paper_tables, materialize_report
 from kinematic_pipeline.storage import Warehouse, file_sha256, query
 from kinematic_pipeline.training.run import finetune, pretrain
-from kinematic_pipeline_tests.test_tokenize_stage import _bars, _run_all, _settings
+from kinematic_pipeline_tests.conftest import _bars, _run_all, _settings
 
 
 @pytest.fixture(scope="module")

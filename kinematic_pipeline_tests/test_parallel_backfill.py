@@ -2,7 +2,7 @@
 of 61 trading days, one warehouse, one DuckDB catalog and one Dagster instance, while a third process
 queries the catalog: no run fails on DuckDB's single-writer lock, and the views show every day.
 
-    .venv/bin/pytest -m e2e kinematic_pipeline_tests/test_parallel_backfill.py
+    pytest -m e2e kinematic_pipeline_tests/test_parallel_backfill.py
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pytest
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.storage import query
+from kinematic_pipeline_tests.conftest import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 HALVES = (("2021-01-04", "2021-02-16"), ("2021-02-17", "2021-03-31"))  # 30 + 31 sessions
@@ -47,7 +48,7 @@ def _materialize_halves(select: str, env: dict[str, str], logs: Path) -> list[tu
     procs = []
     for start, end in HALVES:
         log = open(logs / f"{select.split(',')[0]}-{start}.log", "w+")
-        cmd = [str(ROOT / ".venv/bin/dagster"), "asset", "materialize", "-m", "kinematic_pipeline"]
+        cmd = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline"]
         cmd += ["--select", select, "--partition-range", f"{start}...{end}"]
         procs.append((subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log))
     results = []

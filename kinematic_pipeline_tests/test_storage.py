@@ -10,6 +10,7 @@ import time
 import duckdb
 import numpy as np
 import polars as pl
+import pytest
 
 from kinematic_pipeline.storage import file_sha256, write_parquet_atomic
 
@@ -23,6 +24,7 @@ while True:
 """
 
 
+@pytest.mark.e2e  # kills a real writer process mid-write; run in CI with -m e2e
 def test_a_killed_write_leaves_no_partial_shard_and_the_next_write_repairs_it(tmp_path):
     shard = tmp_path / "spline_tokens" / "2021-03-01.parquet"
     old = pl.DataFrame({"x": np.arange(5, dtype=np.float64)})

@@ -3,7 +3,6 @@ labels, alpha by marginal likelihood, and corpus statistics that never read the 
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 
 import numpy as np
@@ -11,8 +10,6 @@ import polars as pl
 import pytest
 
 from kinematic_pipeline.calendar import trading_days
-from kinematic_pipeline.config import SyntheticConfig, load_settings
-from kinematic_pipeline.sources.synthetic import SyntheticSource
 from kinematic_pipeline.stages.alpha import materialize_alpha_estimates
 from kinematic_pipeline.stages.corpus import fit_corpus_stats
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
@@ -21,50 +18,7 @@ from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.storage import TOKEN_ASSETS, Warehouse, file_sha256, query
 from kinematic_pipeline.tokenize import tokenize_price_windows, tokenize_volume_windows
 from kinematic_pipeline.windows import normalize_windows, tau_column
-
-START, END = dt.date(2021, 1, 4), dt.date(2021, 7, 30)
-CUT = dt.date(2021, 6, 15)  # "day t" of the perturbation test, and the training cut of the corpus test
-
-
-def _bars(n_tickers: int = 4) -> pl.DataFrame:
-    source = SyntheticSource(
-        SyntheticConfig(n_tickers=n_tickers, late_listing_fraction=0.0, zero_volume_prob=0.0), START, END
-    )
-    return source.read(START, END).select("ticker", "date", "open", "high", "low", "close", "volume")
-
-
-def _settings(tmp_path, name: str, bars: pl.DataFrame, **tokenize):
-    path = tmp_path / f"{name}.parquet"
-    bars.write_parquet(path)
-    settings = load_settings(
-        "ci", source="parquet", source_path=str(path), warehouse=tmp_path / name, start_date=START, end_date=END, env={}
-    )
-    settings = dataclasses.replace(settings, data=dataclasses.replace(settings.data, train_end=CUT))
-    return dataclasses.replace(settings, tokenize=dataclasses.replace(settings.tokenize, **tokenize))
-
-
-def _run_all(settings) -> list[dt.date]:
-    days = trading_days(START, END)
-    materialize_raw_ohlcv(settings, days, progress=False)
-    materialize_tokens(settings, days, progress=False)
-    token_days = [d for d in days if Warehouse(settings.warehouse).shard("spline_tokens", d).exists()]
-    materialize_labels(settings, token_days, progress=False)
-    return token_days
-
-
-def _perturb_after(bars: pl.DataFrame, day: dt.date, seed: int = 7) -> pl.DataFrame:
-    rng = np.random.default_rng(seed)
-    n = bars.height
-    price_factor = pl.Series(np.exp(rng.normal(0, 0.05, n)))
-    volume_factor = pl.Series(np.exp(rng.normal(0, 0.5, n)))
-    future = pl.col("date") > day
-    return bars.with_columns(
-        *[
-            pl.when(future).then(pl.col(c) * price_factor).otherwise(pl.col(c)).alias(c)
-            for c in ("open", "high", "low", "close")
-        ],
-        pl.when(future).then((pl.col("volume") * volume_factor).round()).otherwise(pl.col("volume")).alias("volume"),
-    )
+from kinematic_pipeline_tests.conftest import CUT, END, START, _bars, _perturb_after, _run_all, _settings
 
 
 def test_tokens_and_labels_do_not_change_when_future_bars_change(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import math
 import shutil
 from types import SimpleNamespace
@@ -228,6 +229,9 @@ def test_finetune_saves_an_adapter_that_reloads_to_identical_predictions(foundat
         assert file_sha256(tmp_path / "ft" / name) == digest
     if variant == "splinegpt":
         assert {"adapter/adapter_config.json", "adapter/adapter_model.safetensors"} <= set(result.artifact_sha256)
+        # PEFT writes target_modules in set (hash) order; sorted, the same run gives the same bytes in any process
+        targets = json.loads((tmp_path / "ft" / "adapter" / "adapter_config.json").read_text())["target_modules"]
+        assert targets == sorted(targets) and len(targets) == 12
     assert 0 < result.params_trainable < result.params_total
     assert sum(result.class_counts.values()) > 0 and result.windows_seen > 0
 

@@ -25,7 +25,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -35,6 +34,7 @@ import pytest
 import yaml
 
 from kinematic_pipeline.orchestration.checks import RAW_CHECKS
+from kinematic_pipeline_tests.conftest import cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -186,8 +186,7 @@ def _current_instance_env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def webserver(tmp_path_factory):
     """``dagster-webserver -w workspace.yaml`` on a free localhost port; yields its base URL and log path."""
-    executable = Path(sys.executable).with_name("dagster-webserver")
-    command = [str(executable) if executable.exists() else "dagster-webserver"]
+    command = [cli("dagster-webserver")]
     port = _free_port()
     command += ["-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)]
     if USE_INSTANCE:

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 
-import numpy as np
 import polars as pl
 from tqdm.auto import tqdm
 
 from kinematic_pipeline import __version__
 from kinematic_pipeline.calendar import trading_day_on_or_after
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.label_rules import labels_from_returns
+from kinematic_pipeline.label_rules import label_returns_close, label_returns_spline, labels_from_returns
 from kinematic_pipeline.storage import LABELS, RAW_OHLCV, Warehouse, digest
 from kinematic_pipeline.variants import ACTION_KEYS, UNKNOWN_LABEL
 from kinematic_pipeline.windows import tau_column
@@ -71,10 +70,11 @@ def day_labels(settings: Settings, day: dt.date) -> tuple[pl.DataFrame, dt.date,
         .join(tomorrow.rename({"end_position": "end_next"}), on="ticker", how="left")
         .join(bars_next.rename({"close": "close_next"}), on="ticker", how="left")
     )
+    log_close = frame.select(pl.col("close").log(), pl.col("close_next").log())  # a missing bar: NaN below
     frame = frame.with_columns(
-        (pl.col("end_next") - pl.col("end_position")).alias("r_spline"),
-        (pl.col("close_next").log() - pl.col("close").log()).alias("r_close"),
-    ).with_columns(pl.col("r_spline").fill_null(np.nan), pl.col("r_close").fill_null(np.nan))
+        pl.Series("r_spline", label_returns_spline(frame["end_position"].to_numpy(), frame["end_next"].to_numpy())),
+        pl.Series("r_close", label_returns_close(log_close["close"].to_numpy(), log_close["close_next"].to_numpy())),
+    )
     r = frame["r_spline" if cfg.label_source == "spline" else "r_close"].to_numpy()
     out = frame.select(
         "ticker",

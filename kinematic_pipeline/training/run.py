@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import shutil
@@ -281,6 +282,7 @@ def finetune(
         else:
             shutil.rmtree(adapter_path, ignore_errors=True)
             classifier.save_pretrained(adapter_path)
+            _sort_target_modules(adapter_path / "adapter_config.json")
             files = sorted(p for p in adapter_path.rglob("*") if p.is_file())
     total, trainable = count_parameters(classifier)
     train_curve, val_curve = _curves(metrics_csv)
@@ -301,6 +303,15 @@ def finetune(
         shards_used=data.shards_used(),
         metrics_csv=metrics_csv,
     )
+
+
+def _sort_target_modules(config_path: Path) -> None:
+    """PEFT keeps target_modules as a set and writes it in hash order, which changes from process to process
+    (PYTHONHASHSEED): sort it, in PEFT's own JSON layout, so the same training gives the same bytes."""
+    config = json.loads(config_path.read_text())
+    if isinstance(config.get("target_modules"), list):
+        config["target_modules"] = sorted(config["target_modules"])
+        config_path.write_text(json.dumps(config, indent=2, sort_keys=True))
 
 
 def load_classifier(settings: Settings, variant: str, foundation_path: Path, adapter_dir: Path) -> nn.Module:

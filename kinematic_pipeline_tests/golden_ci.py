@@ -1,0 +1,74 @@
+"""The golden regression of the ci profile's report numbers.
+
+    python -m kinematic_pipeline_tests.golden_ci check WAREHOUSE   # compare WAREHOUSE's backtests with the golden
+    python -m kinematic_pipeline_tests.golden_ci write WAREHOUSE   # regenerate it (say why in the commit)
+
+WAREHOUSE is a ci-profile warehouse materialized whole (``.ci/run`` does it). Every metric of every backtest
+row (policies and Buy & Hold, every tau and cost) is compared with ``kinematic_pipeline_tests/golden/
+ci_backtests.csv`` (``test_golden_ci_report.py`` in CI); a change in any number fails with the rows and
+columns that moved. Training on CPU with
+the pinned torch is deterministic, so the tolerance is tight (1e-9 relative): a difference means the
+pipeline computes something else, not noise.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+GOLDEN = Path(__file__).resolve().parent / "golden" / "ci_backtests.csv"
+KEYS = ["variant", "tau", "seed", "ticker", "cost_bps"]
+REL_TOL = 1e-9
+
+
+def backtest_rows(warehouse: Path) -> pl.DataFrame:
+    files = sorted((Path(warehouse) / "backtests").glob("*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"no backtests shards under {warehouse}/backtests: materialize the ci profile first")
+    frame = pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
+    return frame.sort(KEYS, nulls_last=True)
+
+
+def compare(actual: pl.DataFrame, golden: pl.DataFrame) -> list[str]:
+    """Human-readable differences (empty when every row and number matches)."""
+    problems = []
+    if actual.select(KEYS).rows() != golden.select(KEYS).rows():
+        missing = set(golden.select(KEYS).rows()) - set(actual.select(KEYS).rows())
+        extra = set(actual.select(KEYS).rows()) - set(golden.select(KEYS).rows())
+        return [
+            f"backtest rows differ: {len(missing)} missing (e.g. {sorted(missing, key=str)[:3]}), "
+            f"{len(extra)} new (e.g. {sorted(extra, key=str)[:3]})"
+        ]
+    for column in golden.columns:
+        if column in KEYS:
+            continue
+        a, g = actual[column], golden[column]
+        if a.dtype.is_numeric() or a.dtype == pl.Boolean:
+            x, y = a.cast(pl.Float64).to_numpy(), g.cast(pl.Float64).to_numpy()
+            same = np.isclose(x, y, rtol=REL_TOL, atol=1e-12, equal_nan=True)
+        else:
+            same = (a.cast(pl.String).fill_null("") == g.cast(pl.String).fill_null("")).to_numpy()
+        for i in np.flatnonzero(~same)[:5]:
+            key = dict(zip(KEYS, actual.select(KEYS).row(int(i))))
+            problems.append(f"{column} of {key}: {a[int(i)]} (golden {g[int(i)]})")
+    return problems
+
+
+def main(command: str, warehouse: str) -> int:
+    actual = backtest_rows(Path(warehouse))
+    if command == "write":
+        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
+        actual.write_csv(GOLDEN)
+        print(f"wrote {actual.height} rows to {GOLDEN}")
+        return 0
+    golden = pl.read_csv(GOLDEN, schema=actual.schema)
+    problems = compare(actual, golden)
+    print("\n".join(problems) if problems else f"{actual.height} backtest rows equal the golden {GOLDEN.name}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:3]))
