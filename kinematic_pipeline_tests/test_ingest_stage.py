@@ -6,6 +6,7 @@ import dataclasses
 import datetime as dt
 
 import polars as pl
+import pytest
 
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.sources.files import FileSource
@@ -79,3 +80,21 @@ def test_the_contract_checks_catch_a_corrupted_shard(ci_settings):
         "no_date_after_partition",
         "kept_plus_quarantined_equals_read",
     }
+
+
+def test_an_infinite_value_in_a_shard_fails_the_check_and_the_tokenizer_names_ticker_and_day(ci_settings):
+    from kinematic_pipeline.stages.tokenize import load_panel
+
+    days = _days()
+    materialize_raw_ohlcv(ci_settings, days, progress=False)
+    path = shard_path(ci_settings.warehouse, "raw_ohlcv", days[5])
+    good = pl.read_parquet(path)
+    ticker = good["ticker"][0]
+    bad = good.with_columns(
+        pl.when(pl.int_range(pl.len()) == 0).then(float("inf")).otherwise(pl.col("close")).alias("close")
+    )
+    bad.write_parquet(path)
+    passed, text = verify_raw_ohlcv(ci_settings, days)["no_nan_in_kept_rows"]
+    assert not passed and "1 kept row(s)" in text
+    with pytest.raises(ValueError, match=f"ticker {ticker} on {days[5]}: close=inf"):
+        load_panel(ci_settings, days[-1], days[-1])

@@ -13,9 +13,9 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from kinematic_pipeline import __version__
+from kinematic_pipeline.bar_contract import KEPT_SCHEMA, QUARANTINE_SCHEMA, split_by_partition, validate_bars
 from kinematic_pipeline.calendar import previous_trading_day
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.bar_contract import KEPT_SCHEMA, QUARANTINE_SCHEMA, split_by_partition, validate_bars
 from kinematic_pipeline.sources import BarSource, make_source
 from kinematic_pipeline.storage import (
     manifest_path,
@@ -145,7 +145,7 @@ def verify_raw_ohlcv(settings: Settings, days: list[dt.date]) -> dict[str, tuple
         kept.select(
             pl.len().alias("rows"),
             pl.any_horizontal(
-                [pl.col(c).is_nan() | pl.col(c).is_null() for c in ("open", "high", "low", "close", "volume")]
+                [pl.col(c).is_finite().not_().fill_null(True) for c in ("open", "high", "low", "close", "volume")]
             )
             .sum()
             .alias("nan_rows"),
@@ -160,7 +160,10 @@ def verify_raw_ohlcv(settings: Settings, days: list[dt.date]) -> dict[str, tuple
     quarantined = pl.scan_parquet(q_files).select(pl.len()).collect().item() if q_files else 0
     read = int(manifests["rows_read"].sum())
     return {
-        "no_nan_in_kept_rows": (stats["nan_rows"] == 0, f"{stats['nan_rows']} kept row(s) with NaN/null values"),
+        "no_nan_in_kept_rows": (
+            stats["nan_rows"] == 0,
+            f"{stats['nan_rows']} kept row(s) with a NaN, infinite or null value",
+        ),
         "unique_ticker_date": (stats["duplicates"] == 0, f"{stats['duplicates']} row(s) share a (ticker, date)"),
         "no_date_after_partition": (
             stats["after_partition"] == 0,
