@@ -152,7 +152,7 @@ def test_an_unparseable_date_is_a_clear_error_naming_file_row_and_text(tmp_path)
     path.write_text(
         "ticker,date,open,high,low,close,volume\nAAA,2021-03-01,1,2,0.5,1.5,10\nAAA,03/02/2021,1,2,0.5,1.5,10\n"
     )
-    with pytest.raises(ValueError, match=r"bad.csv: row 1 \(ticker AAA\): column 'date' = '03/02/2021'"):
+    with pytest.raises(ValueError, match=r"bad.csv: row 3 \(ticker AAA\): column 'date' = '03/02/2021'"):
         FileSource(path, "csv").read(dt.date(2021, 1, 1), dt.date(2021, 12, 31))
 
 
