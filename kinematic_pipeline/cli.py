@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gc
 import os
 import re
 import socket
@@ -19,9 +20,12 @@ from pathlib import Path
 from kinematic_pipeline.config import PROFILES, SOURCES, Settings, load_settings
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-# Dagster logs one DEBUG line per event (thousands in a backfill); the CLI shows INFO and up. The events
-# themselves are all stored in the instance and visible in `dagster dev`.
-QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+# Dagster logs one DEBUG line per event (thousands in a backfill) and a step's failure with its stack
+# trace. The CLI prints its own lines (the plan, the ingest totals, one line per failure); Dagster's log
+# lines from INFO up, stack traces included, only with --debug. Every event is stored in the instance
+# and visible in `dagster dev` either way.
+QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+DEBUG_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
 
 
 def _ensure_dagster_home(settings: Settings) -> Path:
@@ -88,12 +92,16 @@ def _plan(defs, selection: str | None, typed: str | None = None) -> list[list]:
     import dagster as dg
 
     graph = defs.resolve_asset_graph()
+    known = {k.to_user_string() for k in graph.toposorted_asset_keys}
+    # Dagster drops an unknown key inside "a or b" without a word: a typo must not shrink the run.
+    unknown = sorted(set(re.findall(r'key:"?([\w/]+)', selection or "")) - known)
+    if unknown:
+        raise ValueError(
+            f"--select {typed or selection!r}: no asset named {', '.join(unknown)}. "
+            f"Hint: the assets are {', '.join(sorted(known))}"
+        )
     sel = dg.AssetSelection.from_string(selection) if selection else dg.AssetSelection.all()
-    try:
-        chosen = set(sel.resolve(graph))
-    except dg.DagsterInvalidSubsetError as exc:
-        names = ", ".join(k.to_user_string() for k in graph.toposorted_asset_keys)
-        raise ValueError(f"--select {typed or selection!r}: no such asset. Hint: the assets are {names}") from exc
+    chosen = set(sel.resolve(graph))
     # An asset defined together with others (a multi_asset) is materialized with all of them.
     for key in list(chosen):
         chosen |= set(graph.get(key).assets_def.keys)
@@ -111,7 +119,7 @@ def _plan(defs, selection: str | None, typed: str | None = None) -> list[list]:
     return runs
 
 
-def materialize(settings: Settings, selection: str | None = None) -> int:
+def materialize(settings: Settings, selection: str | None = None, debug: bool = False) -> int:
     # Read the source first: an unreadable file is reported in a second, before Dagster loads.
     bounds = partition_range(settings)
     selection_text = normalize_selection(selection) if selection else None
@@ -149,7 +157,7 @@ def materialize(settings: Settings, selection: str | None = None) -> int:
             tags = {**tags, **owner_tags()}
             result = dg.materialize(
                 [*defs.assets, *defs.asset_checks],
-                run_config=QUIET_RUN_CONFIG,
+                run_config=DEBUG_RUN_CONFIG if debug else QUIET_RUN_CONFIG,
                 selection=keys,
                 instance=instance,
                 resources=defs.resources,
@@ -158,8 +166,10 @@ def materialize(settings: Settings, selection: str | None = None) -> int:
                 raise_on_error=False,
             )
             if not result.success:
+                gc.collect()  # close progress bars left open by the failed step first: the error is the last line
                 print(f"FAILED: {names} (run {result.run_id}): {_failure_line(result)}", file=sys.stderr)
                 return 1
+            print(f"materialized {names} (run {result.run_id})")
             _print_ingest_totals(result, keys)
     print_summary(settings)
     if (settings.warehouse / "reports").exists() and (selection is None or "report" in selection):
@@ -359,7 +369,7 @@ def _run(args: argparse.Namespace) -> int:
             os.environ[var] = value
     settings = load_settings()
     if args.command == "materialize":
-        return materialize(settings, args.select)
+        return materialize(settings, args.select, debug=args.debug)
     if not _require_warehouse(settings):
         return 1
     if args.command == "lineage":
