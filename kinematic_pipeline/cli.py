@@ -120,8 +120,10 @@ def _plan(defs, selection: str | None, typed: str | None = None) -> list[list]:
 
 
 def materialize(settings: Settings, selection: str | None = None, debug: bool = False) -> int:
-    # Read the source first: an unreadable file is reported in a second, before Dagster loads.
-    bounds = partition_range(settings)
+    # Read a file source first: an unreadable file is reported in a second, before Dagster loads. Other
+    # sources (yfinance goes to the network) are read only when a trading-day asset is selected.
+    unread = object()
+    bounds = partition_range(settings) if settings.data.source in ("parquet", "csv") else unread
     selection_text = normalize_selection(selection) if selection else None
 
     import dagster as dg
@@ -141,6 +143,8 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
         names = ", ".join(k.to_user_string() for k in keys)
         runs: list[dict[str, str]] = [{}]
         if isinstance(partitions_def, dg.TimeWindowPartitionsDefinition):
+            if bounds is unread:
+                bounds = partition_range(settings)
             if bounds is None:
                 print(f"skip {names}: the source holds no bars in the profile's range")
                 continue
