@@ -6,13 +6,19 @@ reasons and original values. Reasons (a row may have several, joined by ``;``):
 - ``missing_ticker``: empty or null ticker;
 - ``missing_value``: NaN/null open, high, low, close or volume (the text of an unparseable value is in
   ``raw_text``);
+- ``non_finite_value``: +inf or -inf in open, high, low, close or volume (the comparisons below are
+  meaningless on it, so they are not reported for that row);
 - ``nonpositive_price``: open, high, low or close <= 0 (ln undefined);
 - ``negative_volume``: volume < 0;
 - ``high_low_inconsistent``: high below max(open, close) or low above min(open, close), beyond a
   relative tolerance for adjustment rounding (``IngestConfig.hl_policy = "flag"`` keeps them flagged);
 - ``non_trading_day``: dated on a day the NYSE was closed (assigned to the next session's partition);
-- ``duplicate_key``: a later row with the (ticker, date) of an earlier valid row (the first is kept);
-- ``unsorted_date``: a valid row dated before an earlier valid row of the same ticker in source order.
+- ``duplicate_key``: a later row (in source order) with the (ticker, date) of an earlier valid row (the
+  first is kept).
+
+Rows are validated in (ticker, date) order, sorted stably so that source order decides among rows of
+the same key: a file sorted newest-first is as valid as one sorted oldest-first. ``source_row`` keeps
+each row's place in the file for messages; ``IngestResult.out_of_order`` counts the rows the sort moved.
 
 Zero volume is kept and marked ``volume_missing`` (ln 0 is undefined: the tokenizer drops that
 measurement). Pure code: no dagster.
@@ -58,6 +64,7 @@ class IngestResult:
     kept: pl.DataFrame  # KEPT_SCHEMA + partition_date
     quarantine: pl.DataFrame  # QUARANTINE_SCHEMA
     rows_read: pl.DataFrame  # partition_date, rows_read
+    out_of_order: int = 0  # rows dated before an earlier row of their ticker in source order (sorted here)
 
 
 def assign_partitions(dates: pl.Series) -> pl.Series:
@@ -77,10 +84,13 @@ def _fmt(col: str) -> pl.Expr:
 def _row_reasons(cfg: IngestConfig) -> list[tuple[str, pl.Expr, pl.Expr]]:
     """(code, condition, detail) for the checks that look at one row alone."""
     missing = [pl.col(c).is_null() | pl.col(c).is_nan() for c in VALUE_COLUMNS]
-    nonpos = [pl.col(c) <= 0 for c in PRICE_COLUMNS]
+    infinite = [pl.col(c).is_infinite() for c in VALUE_COLUMNS]
+    # High/low against open/close says nothing when one of them is inf or NaN: report only that value.
+    finite = ~pl.any_horizontal(missing) & ~pl.any_horizontal(infinite)
+    nonpos = [pl.col(c).is_finite() & (pl.col(c) <= 0) for c in PRICE_COLUMNS]
     hi_ref = pl.max_horizontal("open", "close") * (1 - cfg.hl_rel_tolerance)
     lo_ref = pl.min_horizontal("open", "close") * (1 + cfg.hl_rel_tolerance)
-    hl_bad = (pl.col("high") < hi_ref) | (pl.col("low") > lo_ref) | (pl.col("high") < pl.col("low"))
+    hl_bad = finite & ((pl.col("high") < hi_ref) | (pl.col("low") > lo_ref) | (pl.col("high") < pl.col("low")))
     return [
         (
             "missing_ticker",
@@ -95,13 +105,20 @@ def _row_reasons(cfg: IngestConfig) -> list[tuple[str, pl.Expr, pl.Expr]]:
             ),
         ),
         (
+            "non_finite_value",
+            pl.any_horizontal(infinite),
+            pl.concat_str(
+                [pl.when(m).then(_fmt(c)) for c, m in zip(VALUE_COLUMNS, infinite)], separator=",", ignore_nulls=True
+            ),
+        ),
+        (
             "nonpositive_price",
             pl.any_horizontal(nonpos),
             pl.concat_str(
                 [pl.when(m).then(_fmt(c)) for c, m in zip(PRICE_COLUMNS, nonpos)], separator=",", ignore_nulls=True
             ),
         ),
-        ("negative_volume", pl.col("volume") < 0, _fmt("volume")),
+        ("negative_volume", pl.col("volume").is_finite() & (pl.col("volume") < 0), _fmt("volume")),
         ("high_low_inconsistent", hl_bad, pl.concat_str([_fmt(c) for c in PRICE_COLUMNS], separator=",")),
     ]
 
@@ -118,9 +135,12 @@ def validate_bars(raw: pl.DataFrame, cfg: IngestConfig | None = None) -> IngestR
             f"{row['source_file']} row {row['source_row']} (ticker {row['ticker']}): column 'date' is null"
         )
 
-    frame = raw.with_row_index("_order").with_columns(assign_partitions(raw["date"]))
-    frame = frame.with_columns(
-        pl.col("ticker").str.strip_chars(),
+    frame = raw.with_columns(pl.col("ticker").str.strip_chars())
+    out_of_order = _count_out_of_order(frame)
+    # Stable: among rows of one (ticker, date) the first in the file stays first (and is the one kept).
+    frame = frame.sort("ticker", "date", maintain_order=True, nulls_last=True)
+    frame = frame.with_row_index("_order").with_columns(
+        assign_partitions(frame["date"]),
         pl.col("volume").eq(0).fill_null(False).alias("volume_missing"),
     )
     reasons = [r for r in _row_reasons(cfg) if not (r[0] == "high_low_inconsistent" and cfg.hl_policy == "flag")]
@@ -137,25 +157,20 @@ def validate_bars(raw: pl.DataFrame, cfg: IngestConfig | None = None) -> IngestR
     codes = [code for code, _, _ in reasons] + ["non_trading_day"]
     row_ok = ~pl.any_horizontal([pl.col(f"_bad_{c}") for c in codes])
 
-    # Order-dependent checks run on the rows that passed the row checks, in source order.
+    # A repeated key is judged among the rows that passed the row checks: a bad first copy does not
+    # push out a good second one.
     frame = frame.with_columns(row_ok.alias("_row_ok"))
     ok = frame.filter("_row_ok").select("_order", "ticker", "date")
     ok = ok.with_columns((pl.col("_order").rank("ordinal").over("ticker", "date") > 1).alias("_bad_duplicate_key"))
-    later = ok.filter(~pl.col("_bad_duplicate_key")).with_columns(
-        (pl.col("date") < pl.col("date").cum_max().shift(1).over("ticker")).fill_null(False).alias("_bad_unsorted_date")
-    )
     frame = (
         frame.join(ok.select("_order", "_bad_duplicate_key"), on="_order", how="left")
-        .join(later.select("_order", "_bad_unsorted_date"), on="_order", how="left")
         .with_columns(
             pl.col("_bad_duplicate_key").fill_null(False),
-            pl.col("_bad_unsorted_date").fill_null(False),
             pl.lit("repeats an earlier (ticker, date)").alias("_det_duplicate_key"),
-            pl.lit("dated before an earlier row of this ticker").alias("_det_unsorted_date"),
         )
         .sort("_order")
     )
-    codes += ["duplicate_key", "unsorted_date"]
+    codes += ["duplicate_key"]
     bad = pl.any_horizontal([pl.col(f"_bad_{c}") for c in codes])
     frame = frame.with_columns(
         pl.concat_str(
@@ -175,7 +190,13 @@ def validate_bars(raw: pl.DataFrame, cfg: IngestConfig | None = None) -> IngestR
     )
     quarantine = frame.filter(pl.col("_bad")).select([pl.col(c).cast(t) for c, t in QUARANTINE_SCHEMA.items()])
     rows_read = frame.group_by("partition_date").agg(pl.len().cast(pl.Int64).alias("rows_read")).sort("partition_date")
-    return IngestResult(kept=kept, quarantine=quarantine, rows_read=rows_read)
+    return IngestResult(kept=kept, quarantine=quarantine, rows_read=rows_read, out_of_order=out_of_order)
+
+
+def _count_out_of_order(raw: pl.DataFrame) -> int:
+    """Rows dated before an earlier row of the same ticker, in source order (what the sort fixes)."""
+    earlier_max = pl.col("date").cum_max().shift(1).over("ticker")
+    return int(raw.select((pl.col("date") < earlier_max).fill_null(False).sum()).item())
 
 
 def split_by_partition(

@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gc
 import os
+import re
+import socket
 import sys
 from pathlib import Path
 
 from kinematic_pipeline.config import PROFILES, SOURCES, Settings, load_settings
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-# Dagster logs one DEBUG line per event (thousands in a backfill); the CLI shows INFO and up. The events
-# themselves are all stored in the instance and visible in `dagster dev`.
-QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+# Dagster logs one DEBUG line per event (thousands in a backfill) and a step's failure with its stack
+# trace. The CLI prints its own lines (the plan, the ingest totals, one line per failure); Dagster's log
+# lines from INFO up, stack traces included, only with --debug. Every event is stored in the instance
+# and visible in `dagster dev` either way.
+QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+DEBUG_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
 
 
 def _ensure_dagster_home(settings: Settings) -> Path:
@@ -39,27 +45,61 @@ def _ensure_dagster_home(settings: Settings) -> Path:
 
 
 def partition_range(settings: Settings) -> tuple[str, str] | None:
-    """First and last trading-day partition key to load: the profile's range within the source's."""
-    from kinematic_pipeline.calendar import trading_days
+    """First and last trading-day partition key to load: the profile's range within the source's.
+
+    The range ends at the last bar dated up to today (a bar dated in the future must not stretch it
+    over empty partitions; the ingest run reports it as ``future_date``). A bar dated on a closed day
+    after the last session belongs to the next session, so that session is loaded too when it exists.
+    """
+    from kinematic_pipeline.calendar import previous_trading_day, trading_day_on_or_after, trading_days
     from kinematic_pipeline.sources import make_source
 
-    held = make_source(settings).date_range()
+    source = make_source(settings)
+    held = source.date_range()
     if held is None:
         return None
+    today = dt.date.today()
     start = max(settings.data.start_date, held[0])
-    end = min(settings.data.end_date or held[1], held[1], dt.date.today())
-    days = trading_days(start, end)
-    if not days:
+    limit = min(settings.data.end_date or today, today)
+    if start > limit:
         return None
-    # A bar dated on a closed day after the last session is read with the next session's partition.
-    return days[0].isoformat(), days[-1].isoformat()
+    dates = source.read(start, limit)["date"]
+    if dates.is_empty():
+        return None
+    end = trading_day_on_or_after(dates.max())
+    if end > today:  # the next session is not a partition yet
+        end = previous_trading_day(end)
+    days = trading_days(start, end)
+    return (days[0].isoformat(), days[-1].isoformat()) if days else None
 
 
-def _plan(defs, selection: str | None) -> list[list]:
+# A bare word that is not an operator and not part of "attr:value" or a quoted string.
+_BARE_NAME = re.compile(r'(?<![\w:"/])([A-Za-z_]\w*)(?![\w:"/])')
+
+
+def normalize_selection(text: str) -> str:
+    """Dagster's selection syntax from what a user types: ``a,b`` and ``a or b`` with bare asset names
+    (Dagster wants ``key:a or key:b``); ``key:``, ``group:``, ``+a``, ``a+`` and the rest pass through."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise ValueError(f"--select {text!r}: empty selection. Hint: e.g. --select raw_ohlcv,spline_tokens")
+    joined = " or ".join(f"({p})" if len(parts) > 1 else p for p in parts)
+    return _BARE_NAME.sub(lambda m: m.group(1) if m.group(1) in ("and", "or", "not") else f"key:{m.group(1)}", joined)
+
+
+def _plan(defs, selection: str | None, typed: str | None = None) -> list[list]:
     """Selected asset keys in dependency order, grouped into runs of consecutive same-partitioning assets."""
     import dagster as dg
 
     graph = defs.resolve_asset_graph()
+    known = {k.to_user_string() for k in graph.toposorted_asset_keys}
+    # Dagster drops an unknown key inside "a or b" without a word: a typo must not shrink the run.
+    unknown = sorted(set(re.findall(r'key:"?([\w/]+)', selection or "")) - known)
+    if unknown:
+        raise ValueError(
+            f"--select {typed or selection!r}: no asset named {', '.join(unknown)}. "
+            f"Hint: the assets are {', '.join(sorted(known))}"
+        )
     sel = dg.AssetSelection.from_string(selection) if selection else dg.AssetSelection.all()
     chosen = set(sel.resolve(graph))
     # An asset defined together with others (a multi_asset) is materialized with all of them.
@@ -79,7 +119,13 @@ def _plan(defs, selection: str | None) -> list[list]:
     return runs
 
 
-def materialize(settings: Settings, selection: str | None = None) -> int:
+def materialize(settings: Settings, selection: str | None = None, debug: bool = False) -> int:
+    # Read a file source first: an unreadable file is reported in a second, before Dagster loads. Other
+    # sources (yfinance goes to the network) are read only when a trading-day asset is selected.
+    unread = object()
+    bounds = partition_range(settings) if settings.data.source in ("parquet", "csv") else unread
+    selection_text = normalize_selection(selection) if selection else None
+
     import dagster as dg
 
     from kinematic_pipeline.definitions import build_definitions
@@ -87,16 +133,18 @@ def materialize(settings: Settings, selection: str | None = None) -> int:
     home = _ensure_dagster_home(settings)
     defs = build_definitions(settings)
     instance = dg.DagsterInstance.get()
+    fail_orphaned_runs(instance)
     graph = defs.resolve_asset_graph()
     print(
         f"profile={settings.profile} source={settings.data.source} warehouse={settings.warehouse} DAGSTER_HOME={home}"
     )
-    for keys in _plan(defs, selection):
+    for keys in _plan(defs, selection_text, selection):
         partitions_def = graph.get(keys[0]).partitions_def
         names = ", ".join(k.to_user_string() for k in keys)
         runs: list[dict[str, str]] = [{}]
         if isinstance(partitions_def, dg.TimeWindowPartitionsDefinition):
-            bounds = partition_range(settings)
+            if bounds is unread:
+                bounds = partition_range(settings)
             if bounds is None:
                 print(f"skip {names}: the source holds no bars in the profile's range")
                 continue
@@ -110,9 +158,10 @@ def materialize(settings: Settings, selection: str | None = None) -> int:
             print(f"materialize {names}")
         for tags in runs:
             partition_key = tags.pop("dagster/partition", None)
+            tags = {**tags, **owner_tags()}
             result = dg.materialize(
                 [*defs.assets, *defs.asset_checks],
-                run_config=QUIET_RUN_CONFIG,
+                run_config=DEBUG_RUN_CONFIG if debug else QUIET_RUN_CONFIG,
                 selection=keys,
                 instance=instance,
                 resources=defs.resources,
@@ -121,13 +170,81 @@ def materialize(settings: Settings, selection: str | None = None) -> int:
                 raise_on_error=False,
             )
             if not result.success:
-                print(f"FAILED: {names} (run {result.run_id}); see `dagster dev` or the log above", file=sys.stderr)
+                gc.collect()  # close progress bars left open by the failed step first: the error is the last line
+                print(f"FAILED: {names} (run {result.run_id}): {_failure_line(result)}", file=sys.stderr)
                 return 1
+            print(f"materialized {names} (run {result.run_id})")
+            _print_ingest_totals(result, keys)
     print_summary(settings)
     if (settings.warehouse / "reports").exists() and (selection is None or "report" in selection):
         print()
         print_report(settings)
     return 0
+
+
+# Tags of every run the CLI starts: which process runs it, so a later CLI can tell a run whose process
+# was killed (SIGKILL, OOM: no failure event is ever written) from one still running.
+PID_TAG, HOST_TAG = "kinematic_pipeline/pid", "kinematic_pipeline/host"
+
+
+def owner_tags() -> dict[str, str]:
+    return {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by another user
+        return True
+    return True
+
+
+def fail_orphaned_runs(instance) -> list[str]:
+    """Mark failed the STARTED runs this CLI started on this host whose process is gone; their ids."""
+    import dagster as dg
+
+    host, failed = socket.gethostname(), []
+    for run in instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED], tags={HOST_TAG: host})):
+        pid = int(run.tags.get(PID_TAG, "0") or 0)
+        if pid <= 0 or pid == os.getpid() or _pid_alive(pid):
+            continue
+        instance.report_run_failed(
+            run, message=f"process {pid} on {host} that ran it is gone (killed?); marked failed by the next CLI start"
+        )
+        failed.append(run.run_id)
+        print(f"marked run {run.run_id} failed: its process {pid} no longer exists", file=sys.stderr)
+    return failed
+
+
+def _failure_line(result) -> str:
+    """The error of the first failed step, on one line (the traceback is in the instance's event log)."""
+    for event in result.all_events:
+        if event.event_type_value == "STEP_FAILURE" and event.step_failure_data is not None:
+            error = event.step_failure_data.error
+            while error is not None and error.cause is not None and error.cls_name.startswith("Dagster"):
+                error = error.cause
+            if error is not None:
+                return _one_line(error.message)
+    return "see `dagster dev` for the run's log"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _print_ingest_totals(result, keys) -> None:
+    """How every source row was accounted for (kept, quarantined, out of range), and what to look at."""
+    if not any(k.to_user_string() == "raw_ohlcv" for k in keys):
+        return
+    for mat in result.asset_materializations_for_node("raw_ohlcv")[:1]:  # one per partition, same metadata
+        meta = mat.metadata
+        if "reconciliation" in meta:
+            print(f"raw_ohlcv rows: {meta['reconciliation'].value}")
+        notes = meta["notes"].value if "notes" in meta else ""
+        for note in filter(None, notes.split("\n")):
+            print(f"note: {note}")
 
 
 def print_summary(settings: Settings) -> None:
@@ -151,23 +268,42 @@ def print_summary(settings: Settings) -> None:
 
 
 def lineage(settings: Settings, model: str, tau: float, ticker: str, cost_bps: float | None) -> int:
-    import re
+    import duckdb
 
     from kinematic_pipeline.lineage import trace
 
     if model not in settings.train.variants:
         print(f"unknown model {model!r}: expected one of {', '.join(settings.train.variants)}", file=sys.stderr)
         return 2
-    if not re.fullmatch(r"[A-Za-z0-9._^=-]+", ticker):
-        print(f"not a ticker: {ticker!r}", file=sys.stderr)
-        return 2
+    # Any ticker ingest accepts (BRK/B, "BRK B", unicode) is fine: the query binds it as a parameter.
     try:
-        report = trace(settings, model, tau, ticker, cost_bps)
+        report = trace(settings, model, tau, ticker.strip(), cost_bps)
     except (LookupError, FileNotFoundError) as exc:
-        print(exc, file=sys.stderr)
+        print(_one_line(exc), file=sys.stderr)
+        return 1
+    except duckdb.Error as exc:
+        print(
+            f"catalog {settings.catalog_path}: {_one_line(exc)}. Hint: materialize the report "
+            "(python -m kinematic_pipeline materialize) so the backtests and provenance views exist",
+            file=sys.stderr,
+        )
         return 1
     print("\n".join(report.lines))
     return 0 if report.ok else 1
+
+
+def _require_warehouse(settings: Settings) -> bool:
+    """Read-only commands never create the warehouse (nor its catalog or lock file) by looking at it."""
+    if settings.catalog_path.exists():
+        return True
+    where = settings.warehouse if not settings.warehouse.exists() else settings.catalog_path
+    what = "no warehouse" if not settings.warehouse.exists() else "no catalog"
+    print(
+        f"{what} at {where}. Hint: set KP_WAREHOUSE (or --warehouse) to an existing warehouse, "
+        "or run `python -m kinematic_pipeline materialize` first",
+        file=sys.stderr,
+    )
+    return False
 
 
 def print_report(settings: Settings) -> int:
@@ -191,18 +327,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", choices=SOURCES, help="overrides KP_SOURCE")
     parser.add_argument("--source-path", help="overrides KP_SOURCE_PATH")
     parser.add_argument("--warehouse", help="overrides KP_WAREHOUSE")
+    parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
+    # --debug also after the command (`materialize --debug`), as users type it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True)
-    mat = sub.add_parser("materialize", help="materialize the whole DAG, or --select a part of it")
-    mat.add_argument("--select", help="Dagster asset selection, e.g. 'raw_ohlcv' or 'group:ingest' or '+spline_tokens'")
-    sub.add_parser("info", help="print the resolved settings and the catalog's views")
-    lin = sub.add_parser("lineage", help="the chain behind a backtest metric, every file re-hashed")
+    mat = sub.add_parser("materialize", parents=[common], help="materialize the whole DAG, or --select a part of it")
+    mat.add_argument(
+        "--select",
+        help="assets to materialize: names ('raw_ohlcv', 'raw_ohlcv,spline_tokens', 'raw_ohlcv or labels') or "
+        "Dagster's selection syntax ('group:ingest', '+spline_tokens')",
+    )
+    sub.add_parser("info", parents=[common], help="print the resolved settings and the catalog's views")
+    lin = sub.add_parser("lineage", parents=[common], help="the chain behind a backtest metric, every file re-hashed")
     lin.add_argument("--model", required=True, help="model variant, e.g. splinegpt")
     lin.add_argument("--tau", required=True, type=float, help="label threshold of the adapter, e.g. 0.01")
     lin.add_argument("--ticker", required=True, help="test ticker, e.g. NVDA")
     lin.add_argument("--cost-bps", type=float, help="cost of the backtest row (default: the report's)")
-    sub.add_parser("report", help="print the paper's tables of the last report and where it is")
+    sub.add_parser("report", parents=[common], help="print the paper's tables of the last report and where it is")
     args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # one line for the user; the traceback on request
+        if args.debug:
+            raise
+        print(f"error: {_one_line(exc)} (run with --debug for the traceback)", file=sys.stderr)
+        return 1
 
+
+def _run(args: argparse.Namespace) -> int:
     # The definitions read KP_* when they load: pass overrides through the environment.
     for var, value in (
         ("KP_PROFILE", args.profile),
@@ -214,7 +370,9 @@ def main(argv: list[str] | None = None) -> int:
             os.environ[var] = value
     settings = load_settings()
     if args.command == "materialize":
-        return materialize(settings, args.select)
+        return materialize(settings, args.select, debug=args.debug)
+    if not _require_warehouse(settings):
+        return 1
     if args.command == "lineage":
         return lineage(settings, args.model, args.tau, args.ticker, args.cost_bps)
     if args.command == "report":

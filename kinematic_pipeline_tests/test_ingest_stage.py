@@ -6,6 +6,7 @@ import dataclasses
 import datetime as dt
 
 import polars as pl
+import pytest
 
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.sources.files import FileSource
@@ -79,3 +80,46 @@ def test_the_contract_checks_catch_a_corrupted_shard(ci_settings):
         "no_date_after_partition",
         "kept_plus_quarantined_equals_read",
     }
+
+
+def test_an_infinite_value_in_a_shard_fails_the_check_and_the_tokenizer_names_ticker_and_day(ci_settings):
+    from kinematic_pipeline.stages.tokenize import load_panel
+
+    days = _days()
+    materialize_raw_ohlcv(ci_settings, days, progress=False)
+    path = Warehouse(ci_settings.warehouse).shard("raw_ohlcv", days[5])
+    good = pl.read_parquet(path)
+    ticker = good["ticker"][0]
+    bad = good.with_columns(
+        pl.when(pl.int_range(pl.len()) == 0).then(float("inf")).otherwise(pl.col("close")).alias("close")
+    )
+    bad.write_parquet(path)
+    passed, text = verify_raw_ohlcv(ci_settings, days)["no_nan_in_kept_rows"]
+    assert not passed and "1 kept row(s)" in text
+    with pytest.raises(ValueError, match=f"ticker {ticker} on {days[5]}: close=inf"):
+        load_panel(ci_settings, days[-1], days[-1])
+
+
+def test_rows_a_run_does_not_read_are_counted_by_reason(tmp_path):
+    from kinematic_pipeline.stages.ingest import count_out_of_range
+
+    path = tmp_path / "bars.csv"
+    path.write_text(
+        "ticker,date,open,high,low,close,volume\n"
+        + "".join(
+            f"{t},{d},1,2,0.5,1.5,10\n" for t, d in [("A", "2021-01-28"), ("A", "2021-01-29"), ("B", "2021-01-29")]
+        )
+        + "A,2021-01-30,1,2,0.5,1.5,10\nA,2021-02-01,1,2,0.5,1.5,10\nA,2031-01-02,1,2,0.5,1.5,10\n"
+    )
+    friday = [dt.date(2021, 1, 29)]
+    source = FileSource(path, "csv")
+    on_saturday = count_out_of_range(source, friday, ("A",), today=dt.date(2021, 1, 30))
+    assert on_saturday == {
+        "before_range": 1,
+        "after_range": 0,
+        "after_last_session": 1,  # Saturday's bar waits for Monday's partition
+        "future_date": 2,  # Monday's and 2031's bars
+        "other_ticker": 1,
+    }
+    later = count_out_of_range(source, friday, None, today=dt.date(2021, 2, 5))
+    assert later == {"before_range": 1, "after_range": 1, "after_last_session": 1, "future_date": 1, "other_ticker": 0}

@@ -18,7 +18,7 @@ DIRTY_ROWS = [
     ("AAA", "2021-03-03", 10.2, 10.6, -1.0, 10.3, 1200),  # 2 negative low
     ("AAA", "2021-03-04", 10.3, 10.7, 10.1, 10.4, 1300),  # 3 ok
     ("AAA", "2021-03-04", 10.3, 10.8, 10.1, 10.5, 1310),  # 4 duplicate of row 3
-    ("AAA", "2021-03-02", 10.2, 10.6, 10.0, 10.1, 1100),  # 5 unsorted (after 03-04)
+    ("AAA", "2021-03-02", 10.2, 10.6, 10.0, 10.1, 1100),  # 5 out of order (after 03-04): sorted, kept
     ("AAA", "2021-03-05", 10.4, 10.9, 10.2, 10.6, 0),  # 6 zero volume: kept, marked
     ("AAA", "2021-03-08", 10.6, 10.5, 10.3, 10.4, 900),  # 7 high < open
     ("BBB", "2021-03-01", 50.0, 51.0, 49.0, 50.5, -5),  # 8 negative volume
@@ -32,7 +32,6 @@ EXPECTED_REASON = {
     1: "missing_value",
     2: "nonpositive_price",
     4: "duplicate_key",
-    5: "unsorted_date",
     7: "high_low_inconsistent",
     8: "negative_volume",
     9: "non_trading_day",
@@ -153,5 +152,50 @@ def test_an_unparseable_date_is_a_clear_error_naming_file_row_and_text(tmp_path)
     path.write_text(
         "ticker,date,open,high,low,close,volume\nAAA,2021-03-01,1,2,0.5,1.5,10\nAAA,03/02/2021,1,2,0.5,1.5,10\n"
     )
-    with pytest.raises(ValueError, match=r"bad.csv: row 1 \(ticker AAA\): column 'date' = '03/02/2021'"):
+    with pytest.raises(ValueError, match=r"bad.csv: row 3 \(ticker AAA\): column 'date' = '03/02/2021'"):
         FileSource(path, "csv").read(dt.date(2021, 1, 1), dt.date(2021, 12, 31))
+
+
+def _raw(rows: list[tuple]) -> pl.DataFrame:
+    """RAW_SCHEMA rows (ticker, date, open, high, low, close, volume) from file "f", in this order."""
+    cols = ["ticker", "date", "open", "high", "low", "close", "volume"]
+    frame = pl.DataFrame(rows, schema=cols, orient="row").with_columns(*[pl.col(c).cast(pl.Float64) for c in cols[2:]])
+    return frame.with_columns(
+        pl.lit(None, pl.Float64).alias("adj_close"),
+        pl.lit("f").alias("source_file"),
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("source_row"),
+        pl.lit(None, pl.String).alias("raw_text"),
+    )
+
+
+def test_infinite_values_are_quarantined_as_non_finite_and_nothing_else():
+    inf = float("inf")
+    day = dt.date(2021, 3, 1)
+    raw = _raw(
+        [
+            ("AAA", day, 10.0, 10.5, 9.5, inf, 1000.0),  # was high_low_inconsistent
+            ("BBB", day, 10.0, 10.5, 9.5, 10.2, inf),  # was kept
+            ("CCC", day, -inf, 10.5, 9.5, 10.2, 1000.0),  # was nonpositive_price + high_low
+            ("DDD", day, 10.0, 10.5, 9.5, 10.2, 1000.0),
+        ]
+    )
+    result = validate_bars(raw)
+    assert result.kept["ticker"].to_list() == ["DDD"]
+    q = result.quarantine.sort("ticker")
+    assert q["reason"].to_list() == ["non_finite_value"] * 3
+    assert q["detail"].to_list() == [
+        "non_finite_value: close=inf",
+        "non_finite_value: volume=inf",
+        "non_finite_value: open=-inf",
+    ]
+
+
+def test_a_newest_first_file_is_sorted_not_quarantined():
+    days = [dt.date(2021, 3, d) for d in (1, 2, 3, 4, 5)]
+    rows = [("AAA", d, 10.0, 10.5, 9.5, 10.2, 1000.0) for d in reversed(days)]
+    rows.append(("AAA", days[2], 10.0, 10.5, 9.5, 10.3, 1000.0))  # a real repeat: the later copy goes
+    result = validate_bars(_raw(rows))
+    assert result.kept["date"].to_list() == days
+    assert result.kept.filter(pl.col("date") == days[2])["close"].item() == 10.2  # the first copy in the file
+    assert result.quarantine.select("reason", "source_row").rows() == [("duplicate_key", 5)]
+    assert result.out_of_order == 5  # 4 rows dated before an earlier row, and the late repeat

@@ -32,6 +32,8 @@ def raw_ohlcv_asset(settings: Settings) -> dg.AssetsDefinition:
         summary = materialize_raw_ohlcv(cfg, days)
         manifest, totals = summary.manifest, summary.totals
         context.log.info(f"ingested {len(days)} trading day(s) from {cfg.data.source}: {totals}")
+        for note in summary.notes():
+            context.log.warning(note)
 
         if len(days) <= cfg.ingest.max_partitions_observed:
             for row in manifest.iter_rows(named=True):
@@ -61,6 +63,11 @@ def raw_ohlcv_asset(settings: Settings) -> dg.AssetsDefinition:
                 "dagster/row_count": totals["rows_kept"],
                 "partitions_preview": dg.MetadataValue.md(markdown_table(_preview(manifest))),
                 "quarantine_reasons": dg.MetadataValue.md(markdown_table(summary.quarantine_reasons)),
+                "rows_in_source": summary.rows_in_source if summary.rows_in_source is not None else "unknown",
+                "rows_out_of_range": dg.MetadataValue.json(summary.out_of_range or {}),
+                "rows_sorted_out_of_order": summary.out_of_order,
+                "reconciliation": summary.reconciliation(),
+                "notes": "\n".join(summary.notes()),
             },
         )
 

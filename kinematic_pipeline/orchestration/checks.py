@@ -16,7 +16,7 @@ from kinematic_pipeline.stages.ingest import verify_raw_ohlcv
 from kinematic_pipeline.storage import RAW_OHLCV, Warehouse
 
 RAW_CHECKS = (
-    ("no_nan_in_kept_rows", "Kept rows hold no NaN or null price/volume."),
+    ("no_nan_in_kept_rows", "Kept rows hold no NaN, infinite or null price/volume."),
     ("unique_ticker_date", "(ticker, date) is unique."),
     ("no_date_after_partition", "No kept row is dated after its trading-day partition."),
     ("kept_plus_quarantined_equals_read", "Every row read is kept or quarantined: nothing is dropped."),

@@ -38,6 +38,9 @@ class BarSource(Protocol):
     def read(self, start: dt.date, end: dt.date) -> pl.DataFrame:
         """All rows dated in [start, end] (inclusive), in source order."""
 
+    # Optional: ``read_all() -> pl.DataFrame``, every row the source holds (file and synthetic sources), so
+    # a run can report the rows outside its range and the totals reconcile with the source.
+
 
 def conform(frame: pl.DataFrame) -> pl.DataFrame:
     """Add missing optional columns as nulls and order/cast columns as RAW_SCHEMA."""

@@ -7,12 +7,16 @@ Accepted layouts (column names are matched case-insensitively, spaces become und
 - yfinance's multi-level CSV header (``Price,...`` / ``Ticker,NVDA,...`` / ``Date,,,``).
 
 CSV is read as text and parsed here, so a value that does not parse stays visible: it becomes null
-and its original text goes to ``raw_text`` (ingest quarantines the row). A date that does not parse
-cannot be assigned to a trading day; it raises a ValueError naming the file, row and text.
+and its original text goes to ``raw_text`` (ingest quarantines the row). A date that is missing or does
+not parse (``YYYY-MM-DD``, optionally followed by a time; nothing else) cannot be assigned to a trading
+day: it raises a ValueError naming the file, row and text. Parquet dates stored as text are parsed the
+same way. Rows in messages are 1-based as an editor shows them: for CSV the header line counts.
+A file that cannot be read at all raises a ValueError naming it and saying what is wrong.
 """
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 from pathlib import Path
 
@@ -22,6 +26,9 @@ from kinematic_pipeline.sources.base import VALUE_COLUMNS, conform
 
 _ALIASES = {"symbol": "ticker", "adj_close": "adj_close", "adjclose": "adj_close", "timestamp": "date"}
 _NUMERIC = (*VALUE_COLUMNS, "adj_close")
+# YYYY-MM-DD, optionally a time and a UTC offset (yfinance writes "2021-01-13 00:00:00-05:00"); the
+# whole text must match, so "2021-01-13junk" is not a date.
+_DATE_TEXT = r"^\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?$"
 
 
 class FileSource:
@@ -56,6 +63,10 @@ class FileSource:
     def read(self, start: dt.date, end: dt.date) -> pl.DataFrame:
         return self._all().filter(pl.col("date").is_between(start, end))
 
+    def read_all(self) -> pl.DataFrame:
+        """Every row of the files (a run counts what it does not read against it)."""
+        return self._all()
+
 
 def _normalize_names(frame: pl.DataFrame) -> pl.DataFrame:
     renamed = {}
@@ -78,18 +89,100 @@ def _with_provenance(frame: pl.DataFrame, path: Path) -> pl.DataFrame:
 
 
 def _read_parquet(path: Path) -> pl.DataFrame:
-    frame = _with_ticker(_normalize_names(pl.read_parquet(path)), path)
+    try:
+        frame = pl.read_parquet(path)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise ValueError(
+            f"{path}: not a readable Parquet file (truncated, or not Parquet): {_first_line(exc)}"
+        ) from exc
+    frame = _with_ticker(_normalize_names(frame), path)
     missing = [c for c in ("date", *VALUE_COLUMNS) if c not in frame.columns]
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)} (have {', '.join(frame.columns)})")
-    frame = frame.with_columns(
-        pl.col("date").cast(pl.Date), *[pl.col(c).cast(pl.Float64) for c in _NUMERIC if c in frame.columns]
+    frame = _with_provenance(frame, path)
+    dtype = frame.schema["date"]
+    if dtype == pl.String:
+        # Parquet rows have no header line: row k (0-based) is row k + 1.
+        frame = frame.with_columns(_parse_dates(frame, path, first_row=1))
+    elif dtype == pl.Date or isinstance(dtype, pl.Datetime):
+        frame = frame.with_columns(pl.col("date").cast(pl.Date))
+        _raise_on_null_dates(frame, frame, path, first_row=1)
+    else:
+        raise ValueError(f"{path}: column 'date' has type {dtype}; expected a date, a timestamp or YYYY-MM-DD text")
+    numeric = [pl.col(c).cast(pl.Float64, strict=False) for c in _NUMERIC if c in frame.columns]
+    return frame.with_columns(*numeric)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _parse_dates(text: pl.DataFrame, path: Path, first_row: int) -> pl.Expr:
+    """The ``date`` column of ``text`` (strings) parsed; a ValueError naming the first row that is no date."""
+    stripped = pl.col("date").str.strip_chars()
+    parsed = (
+        pl.when(stripped.str.contains(_DATE_TEXT))
+        .then(stripped.str.slice(0, 10).str.to_date("%Y-%m-%d", strict=False))
+        .alias("date")
     )
-    return _with_provenance(frame, path)
+    _raise_on_null_dates(text.with_columns(parsed), text, path, first_row)
+    return parsed
+
+
+def _raise_on_null_dates(parsed: pl.DataFrame, text: pl.DataFrame, path: Path, first_row: int) -> None:
+    bad = parsed.filter(pl.col("date").is_null())
+    if not bad.height:
+        return
+    row = bad.row(0, named=True)
+    original = text.filter(pl.col("source_row") == row["source_row"])["date"][0]
+    what = "is empty" if original is None or str(original).strip() == "" else f"= {str(original)!r} is not a date"
+    raise ValueError(
+        f"{path}: row {row['source_row'] + first_row} (ticker {row.get('ticker')}): column 'date' {what} "
+        f"(YYYY-MM-DD); {bad.height} such row(s). Hint: fix or remove them: a bar without a date cannot be placed."
+    )
+
+
+def _read_csv_text(path: Path) -> pl.DataFrame:
+    """Every cell as text; a ValueError naming the file (and the row, for a ragged row) if that fails."""
+    if b"\0" in path.read_bytes()[: 1 << 16]:  # polars reads some binary files as one odd column
+        raise ValueError(f"{path}: not a CSV text file (binary, or not UTF-8 text)")
+    try:
+        return pl.read_csv(path, infer_schema=False, has_header=True)
+    except pl.exceptions.NoDataError as exc:
+        raise ValueError(f"{path}: the CSV file is empty (not even a header row)") from exc
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise ValueError(_csv_problem(path) or f"{path}: not a readable CSV file: {_first_line(exc)}") from exc
+
+
+def _csv_problem(path: Path) -> str | None:
+    """What is wrong with a CSV polars could not read: binary content, or the first ragged row."""
+    head = path.read_bytes()[: 1 << 16]
+    bad = _bad_byte(head)
+    if b"\0" in head or 0 <= bad < len(head) - 3:  # a character cut at the 64 KiB edge is not an error
+        return f"{path}: not a CSV text file (binary, or not UTF-8 text)"
+    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+        rows = csv.reader(fh)
+        header = next(rows, [])
+        for line, fields in enumerate(rows, start=2):
+            if fields and len(fields) != len(header):
+                return (
+                    f"{path}: row {line}: {len(fields)} fields, the header has {len(header)}. Hint: a number "
+                    "written with a thousands separator (1,000) must be quoted or written 1000"
+                )
+    return None
+
+
+def _bad_byte(head: bytes) -> int:
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start
+    return -1
 
 
 def _read_csv(path: Path) -> pl.DataFrame:
-    text = pl.read_csv(path, infer_schema=False, has_header=True)
+    text = _read_csv_text(path)
+    first_row = 2  # the header is row 1
     ticker_from_header = None
     if text.columns and text.columns[0].strip().lower() == "price" and text.height >= 2:
         # yfinance multi-level header: row 0 = "Ticker,NVDA,...", row 1 = "Date,,,..."
@@ -97,6 +190,7 @@ def _read_csv(path: Path) -> pl.DataFrame:
         if first[0].strip().lower() == "ticker":
             ticker_from_header = next((v for v in first[1:] if v), None)
             text = text.slice(2).rename({text.columns[0]: "date"})
+            first_row = 4
     text = _normalize_names(text)
     missing = [c for c in ("date", *VALUE_COLUMNS) if c not in text.columns]
     if missing:
@@ -107,17 +201,9 @@ def _read_csv(path: Path) -> pl.DataFrame:
 
     numeric = [c for c in _NUMERIC if c in text.columns]
     parsed = text.with_columns(
-        pl.col("date").str.strip_chars().str.slice(0, 10).str.to_date("%Y-%m-%d", strict=False).alias("date"),
+        _parse_dates(text, path, first_row),
         *[pl.col(c).str.strip_chars().cast(pl.Float64, strict=False).alias(c) for c in numeric],
     )
-    bad_dates = parsed.filter(pl.col("date").is_null())
-    if bad_dates.height:
-        row = bad_dates.row(0, named=True)
-        original = text.filter(pl.col("source_row") == row["source_row"])["date"][0]
-        raise ValueError(
-            f"{path}: row {row['source_row']} (ticker {row['ticker']}): column 'date' = {original!r} is not a date "
-            f"(YYYY-MM-DD); {bad_dates.height} such row(s). Fix or remove them: a bar without a date cannot be placed."
-        )
     # Keep the original text of every value that failed to parse (empty cells are plain missing values).
     failures = [
         pl.when(pl.col(f"__{c}").is_null() & text_col.is_not_null() & (text_col.str.strip_chars() != ""))

@@ -62,6 +62,9 @@ class SyntheticSource:
         bars, _ = _universe(self.config, self.start, self.end)
         return bars.filter(pl.col("date").is_between(start, end))
 
+    def read_all(self) -> pl.DataFrame:
+        return _universe(self.config, self.start, self.end)[0]
+
     def ground_truth(self) -> pl.DataFrame:
         """Latent position (log price), velocity and acceleration per ticker and session, and the regime."""
         return _universe(self.config, self.start, self.end)[1]

@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 
 from kinematic_pipeline import __version__
 from kinematic_pipeline.bar_contract import KEPT_SCHEMA, QUARANTINE_SCHEMA, split_by_partition, validate_bars
-from kinematic_pipeline.calendar import previous_trading_day
+from kinematic_pipeline.calendar import previous_trading_day, trading_day_on_or_after
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.sources import BarSource, make_source
 from kinematic_pipeline.storage import QUARANTINE, RAW_OHLCV, Warehouse, remove_if_exists, write_parquet_atomic
@@ -33,25 +33,105 @@ MANIFEST_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
+# Why a row the source holds is not read by a run (it is neither kept nor quarantined by it).
+OUT_OF_RANGE_REASONS = (
+    "before_range",  # dated before the run's first session (or the session before it)
+    "after_range",  # dated after the run's last session, on or after the next session
+    "after_last_session",  # on a closed day after the run's last session: the next session reads it
+    "future_date",  # dated after today: no partition holds it yet
+    "other_ticker",  # a ticker the profile does not select (KP tickers)
+)
+
+
 @dataclass(frozen=True)
 class IngestSummary:
     manifest: pl.DataFrame  # MANIFEST_SCHEMA, one row per partition written
     quarantine_reasons: pl.DataFrame  # reason, rows
     tickers: int  # distinct tickers kept over the run
+    # Rows the source holds that this run did not read, by OUT_OF_RANGE_REASONS (None: the source
+    # cannot be counted as a whole, e.g. yfinance).
+    out_of_range: dict[str, int] | None = None
+    out_of_order: int = 0  # rows the (ticker, date) sort moved (the file was not sorted)
 
     @property
     def totals(self) -> dict[str, int]:
         m = self.manifest
         return {k: int(m[k].sum()) for k in ("rows_read", "rows_kept", "rows_quarantined", "zero_volume_rows")}
 
+    @property
+    def rows_in_source(self) -> int | None:
+        """Every row the source holds: read by this run (kept or quarantined) or out of its range."""
+        if self.out_of_range is None:
+            return None
+        return self.totals["rows_read"] + sum(self.out_of_range.values())
+
+    def notes(self) -> list[str]:
+        """What the user should hear about: rows this run cannot place, a file that was not sorted."""
+        out, notes = self.out_of_range or {}, []
+        if out.get("future_date"):
+            notes.append(f"{out['future_date']:,} row(s) dated after today were not ingested (future_date)")
+        if out.get("after_last_session"):
+            notes.append(
+                f"{out['after_last_session']:,} row(s) dated on a closed day after the last session wait for the "
+                "next session's partition (after_last_session)"
+            )
+        if self.out_of_order:
+            notes.append(f"{self.out_of_order:,} row(s) were out of (ticker, date) order in the source: sorted")
+        return notes
+
+    def reconciliation(self) -> str:
+        """One line that accounts for every row of the source."""
+        t = self.totals
+        reasons = ", ".join(f"{r} {n}" for r, n in self.quarantine_reasons.iter_rows())
+        line = f"kept {t['rows_kept']:,} + quarantined {t['rows_quarantined']:,}" + (f" ({reasons})" if reasons else "")
+        if self.out_of_range is None:
+            return line + f" = read {t['rows_read']:,}"
+        outside = {k: v for k, v in self.out_of_range.items() if v}
+        detail = ", ".join(f"{k} {v:,}" for k, v in outside.items())
+        return (
+            f"{line} + out of range {sum(outside.values()):,}"
+            + (f" ({detail})" if detail else "")
+            + f" = {self.rows_in_source:,} rows in the source"
+        )
+
+
+def read_window(days: list[dt.date]) -> tuple[dt.date, dt.date]:
+    """The dates a run over ``days`` reads: after the session before the first day, up to the last day."""
+    return previous_trading_day(days[0]) + dt.timedelta(days=1), days[-1]
+
 
 def read_range(source: BarSource, days: list[dt.date], tickers: tuple[str, ...] | None) -> pl.DataFrame:
     """Source rows that belong to ``days``: dated after the session before the first day, up to the last."""
-    start = previous_trading_day(days[0]) + dt.timedelta(days=1)
-    raw = source.read(start, days[-1])
+    raw = source.read(*read_window(days))
     if tickers is not None:
         raw = raw.filter(pl.col("ticker").is_in(list(tickers)))
     return raw
+
+
+def count_out_of_range(
+    source: BarSource, days: list[dt.date], tickers: tuple[str, ...] | None, today: dt.date | None = None
+) -> dict[str, int] | None:
+    """Rows the source holds that a run over ``days`` does not read, by reason (None: not countable)."""
+    read_all = getattr(source, "read_all", None)
+    if read_all is None:
+        return None
+    start, end = read_window(days)
+    today = today or dt.date.today()
+    next_session = trading_day_on_or_after(end + dt.timedelta(days=1))
+    date = pl.col("date")
+    selected = pl.col("ticker").is_in(list(tickers)).fill_null(False) if tickers is not None else pl.lit(True)
+    counts = (
+        read_all()
+        .select(
+            (selected & (date < start)).sum().alias("before_range"),
+            (selected & (date > end) & (date >= next_session) & (date <= today)).sum().alias("after_range"),
+            (selected & (date > end) & (date < next_session) & (date <= today)).sum().alias("after_last_session"),
+            (selected & (date > today)).sum().alias("future_date"),
+            (~selected).sum().alias("other_ticker"),
+        )
+        .row(0, named=True)
+    )
+    return {reason: int(counts[reason]) for reason in OUT_OF_RANGE_REASONS}
 
 
 def materialize_raw_ohlcv(
@@ -67,6 +147,7 @@ def materialize_raw_ohlcv(
     days = sorted(days)
     source = source or make_source(settings)
     result = validate_bars(read_range(source, days, settings.data.tickers), settings.ingest)
+    out_of_range = count_out_of_range(source, days, settings.data.tickers)
 
     records = []
     wh = Warehouse(settings.warehouse)
@@ -105,6 +186,8 @@ def materialize_raw_ohlcv(
         manifest=pl.DataFrame(records, schema=MANIFEST_SCHEMA),
         quarantine_reasons=reasons,
         tickers=result.kept["ticker"].n_unique(),
+        out_of_range=out_of_range,
+        out_of_order=result.out_of_order,
     )
 
 
@@ -129,7 +212,7 @@ def verify_raw_ohlcv(settings: Settings, days: list[dt.date]) -> dict[str, tuple
         kept.select(
             pl.len().alias("rows"),
             pl.any_horizontal(
-                [pl.col(c).is_nan() | pl.col(c).is_null() for c in ("open", "high", "low", "close", "volume")]
+                [pl.col(c).is_finite().not_().fill_null(True) for c in ("open", "high", "low", "close", "volume")]
             )
             .sum()
             .alias("nan_rows"),
@@ -144,7 +227,10 @@ def verify_raw_ohlcv(settings: Settings, days: list[dt.date]) -> dict[str, tuple
     quarantined = pl.scan_parquet(q_files).select(pl.len()).collect().item() if q_files else 0
     read = int(manifests["rows_read"].sum())
     return {
-        "no_nan_in_kept_rows": (stats["nan_rows"] == 0, f"{stats['nan_rows']} kept row(s) with NaN/null values"),
+        "no_nan_in_kept_rows": (
+            stats["nan_rows"] == 0,
+            f"{stats['nan_rows']} kept row(s) with a NaN, infinite or null value",
+        ),
         "unique_ticker_date": (stats["duplicates"] == 0, f"{stats['duplicates']} row(s) share a (ticker, date)"),
         "no_date_after_partition": (
             stats["after_partition"] == 0,

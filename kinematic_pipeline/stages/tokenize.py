@@ -82,6 +82,7 @@ def load_panel(settings: Settings, first_day: dt.date, last_day: dt.date) -> Pan
             )
     hashes = pl.read_parquet(manifests, columns=["content_hash"])["content_hash"].to_list()
     bars = pl.read_parquet(paths, columns=["ticker", "date", "close", "volume", "volume_missing"])
+    _raise_on_non_finite(bars, wh)
     tickers = sorted(bars["ticker"].unique().to_list())
     s_index = {d: k for k, d in enumerate(sessions)}
     t_index = {t: k for k, t in enumerate(tickers)}
@@ -94,6 +95,19 @@ def load_panel(settings: Settings, first_day: dt.date, last_day: dt.date) -> Pan
     with np.errstate(divide="ignore"):
         log_volume[rows, cols] = np.where(bars["volume_missing"].to_numpy(), np.nan, np.log(volume))
     return Panel(sessions, tickers, log_close, log_volume, hashes)
+
+
+def _raise_on_non_finite(bars: pl.DataFrame, wh) -> None:
+    """Name the bar when a shard holds what ingest should have quarantined (a shard written by old code or
+    edited by hand): the kernels would only report a window number."""
+    bad = bars.filter(~(pl.col("close").is_finite() & pl.col("volume").is_finite()).fill_null(True))
+    if bad.height:
+        row = bad.row(0, named=True)
+        raise ValueError(
+            f"raw_ohlcv {wh.shard(RAW_OHLCV, row['date'])}: ticker {row['ticker']} on {row['date']}: "
+            f"close={row['close']}, volume={row['volume']} is not finite ({bad.height} such bar(s)); "
+            "re-materialize raw_ohlcv for that day (ingest quarantines non-finite values)"
+        )
 
 
 def _sessions_before(day: dt.date, count: int) -> dt.date:

@@ -1,0 +1,285 @@
+"""Hostile input files through the real CLI (``python -m kinematic_pipeline``, ci profile, own warehouse
+and Dagster instance): every row the file holds is kept, quarantined with a reason, or reported out of
+range, and the totals add up to the file's rows; an unreadable file or a bad argument is one line on
+stderr (file, row, column, hint), never a traceback unless ``--debug``.
+
+A failing input is rejected before Dagster loads (about half a second); the three runs that materialize
+take about 9 s each on the 2-core machine.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from kinematic_pipeline.calendar import trading_days
+
+REPO = Path(__file__).resolve().parents[1]
+FIRST, LAST = dt.date(2021, 1, 4), dt.date(2021, 1, 29)  # a Monday and a Friday
+SATURDAY, MONDAY = dt.date(2021, 1, 30), dt.date(2021, 2, 1)
+FUTURE = dt.date(2030, 1, 2)
+BEFORE = dt.date(2020, 12, 31)  # before KP_START_DATE
+TICKERS = ("AAA", "BRK/B", "ÆØÅ")
+INF = float("inf")
+
+
+def _env(tmp_path: Path, source: str | None, path: Path | None) -> dict[str, str]:
+    env = dict(os.environ)
+    # The code under test, whichever checkout the venv's editable install points at.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    home = tmp_path / "dagster_home"
+    home.mkdir(exist_ok=True)
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    env.update(
+        KP_PROFILE="ci",
+        KP_WAREHOUSE=str(tmp_path / "warehouse"),
+        DAGSTER_HOME=str(home),
+        KP_START_DATE="2021-01-01",
+        KP_END_DATE="2021-12-31",
+    )
+    if source:
+        env.update(KP_SOURCE=source, KP_SOURCE_PATH=str(path))
+    return env
+
+
+def run_cli(tmp_path: Path, *args: str, source: str | None = None, path: Path | None = None):
+    return subprocess.run(
+        [sys.executable, "-m", "kinematic_pipeline", *args],
+        env=_env(tmp_path, source, path),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def last_line(proc) -> str:
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def assert_one_line_error(proc, *fragments: str) -> None:
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "Stack Trace" not in proc.stderr, proc.stderr
+    line = last_line(proc)
+    for fragment in fragments:
+        assert fragment in line, line
+
+
+def hostile_rows() -> list[dict]:
+    """Good bars of three tickers over January 2021, plus one row of each kind of trouble; newest first."""
+    rows = []
+    for k, day in enumerate(trading_days(FIRST, LAST)):
+        for j, ticker in enumerate(TICKERS):
+            close = 100.0 + 10 * j + k
+            rows.append(
+                dict(ticker=ticker, date=day, open=close, high=close + 1, low=close - 1, close=close, volume=1e6)
+            )
+
+    def bad(day, **values):
+        return dict(dict(ticker="AAA", date=day, open=50.0, high=51.0, low=49.0, close=50.0, volume=1e3), **values)
+
+    rows += [
+        bad(dt.date(2021, 1, 5), ticker="ZINF", close=INF),  # was high_low_inconsistent
+        bad(dt.date(2021, 1, 5), ticker="ZNEG", open=-INF),
+        bad(dt.date(2021, 1, 5), ticker="ZVOL", volume=INF),  # was kept, then broke spline_tokens
+        bad(dt.date(2021, 1, 6), ticker="ZNAN", close=float("nan")),
+        bad(dt.date(2021, 1, 7)),  # repeats AAA 2021-01-07: the later copy in the file goes
+        bad(SATURDAY),  # after Friday's close: Monday's partition reads it
+        bad(FUTURE),  # after today: reported, and no empty partitions up to today
+        bad(BEFORE),  # before KP_START_DATE: reported
+    ]
+    return sorted(rows, key=lambda r: r["date"], reverse=True)  # newest first: sorted, not quarantined
+
+
+EXPECTED_QUARANTINE = {"non_finite_value": 3, "missing_value": 1, "duplicate_key": 1, "non_trading_day": 1}
+EXPECTED_OUT_OF_RANGE = {"before_range": 1, "future_date": 1}
+
+
+def _warehouse_counts(tmp_path: Path) -> tuple[int, dict[str, int], int]:
+    wh = tmp_path / "warehouse"
+    kept = pl.read_parquet(wh / "raw_ohlcv" / "*.parquet")
+    quarantine = pl.read_parquet(wh / "quarantine" / "*.parquet")
+    reasons = dict(quarantine.group_by("reason").len().iter_rows())
+    return kept.height, reasons, len(list((wh / "raw_ohlcv").glob("*.parquet")))
+
+
+def _printed_totals(stdout: str) -> tuple[int, int, int, int]:
+    line = next(line for line in stdout.splitlines() if line.startswith("raw_ohlcv rows:"))
+    kept, quarantined = (int(re.search(rf"{w} ([\d,]+)", line)[1].replace(",", "")) for w in ("kept", "quarantined"))
+    outside = re.search(r"out of range ([\d,]+)", line)
+    total = int(re.search(r"= ([\d,]+) rows in the source", line)[1].replace(",", ""))
+    return kept, quarantined, int(outside[1]) if outside else 0, total
+
+
+def _check_hostile_run(proc, tmp_path: Path, file_rows: int) -> None:
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    kept, reasons, shards = _warehouse_counts(tmp_path)
+    assert reasons == EXPECTED_QUARANTINE  # no unsorted_date, no high_low_inconsistent for an inf
+    printed = _printed_totals(proc.stdout)
+    assert printed == (kept, sum(reasons.values()), sum(EXPECTED_OUT_OF_RANGE.values()), file_rows)
+    assert kept + sum(reasons.values()) + sum(EXPECTED_OUT_OF_RANGE.values()) == file_rows
+    # The Saturday bar is read by Monday's partition; nothing is written up to today for the 2030 bar.
+    assert shards == len(trading_days(FIRST, MONDAY))
+    assert "future_date" in proc.stdout and "out of (ticker, date) order" in proc.stdout
+
+
+def test_hostile_csv_every_row_is_kept_quarantined_or_reported(tmp_path):
+    path = tmp_path / "bars.csv"
+    frame = pl.DataFrame(hostile_rows())
+    frame.write_csv(path)
+    proc = run_cli(tmp_path, "materialize", "--select", "raw_ohlcv, group:ingest", source="csv", path=path)
+    _check_hostile_run(proc, tmp_path, frame.height)
+
+
+@pytest.mark.e2e
+def test_select_with_commas_runs_the_token_stage_on_what_ingest_kept(tmp_path):
+    """The README's `--select raw_ohlcv,spline_tokens`; before the fix an inf volume reached the
+    tokenizer (about 20 s: the Numba kernels load)."""
+    path = tmp_path / "bars.csv"
+    pl.DataFrame(hostile_rows()).write_csv(path)
+    proc = run_cli(tmp_path, "materialize", "--select", "raw_ohlcv,spline_tokens", source="csv", path=path)
+    assert proc.returncode == 0, proc.stderr
+    assert "materialized raw_ohlcv, fd_tokens, raw_tokens, spline_tokens" in proc.stdout
+
+
+def test_hostile_parquet_with_text_dates_and_a_run_killed_before(tmp_path):
+    import dagster as dg
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    from kinematic_pipeline.cli import HOST_TAG, PID_TAG
+
+    path = tmp_path / "bars.parquet"
+    frame = pl.DataFrame(hostile_rows()).with_columns(pl.col("date").cast(pl.String))  # ISO text dates
+    frame.write_parquet(path)
+    # A run whose process was SIGKILLed stays STARTED in the instance: the next CLI start marks it failed.
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    env = _env(tmp_path, None, None)
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        orphan = instance.add_run(
+            DagsterRun(
+                job_name="__ephemeral_asset_job__",
+                status=dg.DagsterRunStatus.STARTED,
+                tags={PID_TAG: str(gone.pid), HOST_TAG: socket.gethostname()},
+            )
+        )
+    proc = run_cli(tmp_path, "materialize", "--select", "raw_ohlcv or group:ingest", source="parquet", path=path)
+    _check_hostile_run(proc, tmp_path, frame.height)
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        assert instance.get_run_by_id(orphan.run_id).status == dg.DagsterRunStatus.FAILURE
+        ours = [r for r in instance.get_runs() if r.run_id != orphan.run_id]
+        assert ours and all(r.tags.get(PID_TAG) for r in ours)
+    assert f"marked run {orphan.run_id} failed" in proc.stderr
+
+
+def _write(tmp_path: Path, name: str, content: bytes) -> Path:
+    path = tmp_path / name
+    path.write_bytes(content)
+    return path
+
+
+HEADER = b"ticker,date,open,high,low,close,volume\n"
+GOOD = b"AAA,2021-03-01,1,2,0.5,1.5,10\n"
+
+
+def _truncated_parquet(tmp_path: Path) -> Path:
+    whole = tmp_path / "whole.parquet"
+    pl.DataFrame(hostile_rows()).write_parquet(whole)
+    return _write(tmp_path, "truncated.parquet", whole.read_bytes()[:-100])
+
+
+def _null_date_parquet(tmp_path: Path) -> Path:
+    path = tmp_path / "nulldate.parquet"
+    frame = pl.DataFrame(hostile_rows()[:3]).with_columns(
+        pl.when(pl.int_range(pl.len()) == 1).then(None).otherwise(pl.col("date")).alias("date")
+    )
+    frame.write_parquet(path)
+    return path
+
+
+UNREADABLE = {
+    "empty_csv": ("csv", lambda p: _write(p, "empty.csv", b""), ("empty.csv", "empty")),
+    "binary_garbage": ("csv", lambda p: _write(p, "garbage.csv", bytes(range(256)) * 8), ("garbage.csv", "not a CSV")),
+    "truncated_parquet": ("parquet", _truncated_parquet, ("truncated.parquet", "not a readable Parquet file")),
+    "unquoted_thousands": (
+        "csv",
+        lambda p: _write(p, "comma.csv", HEADER + GOOD + b"AAA,2021-03-02,1,2,0.5,1.5,1,000\n"),
+        ("comma.csv", "row 3", "8 fields", "Hint", "1,000"),
+    ),
+    "date_with_junk": (
+        "csv",
+        lambda p: _write(p, "junk.csv", HEADER + GOOD + b"AAA,2021-01-13junk,1,2,0.5,1.5,10\n"),
+        ("junk.csv", "row 3", "column 'date'", "'2021-01-13junk'", "Hint"),
+    ),
+    "parquet_null_date": ("parquet", _null_date_parquet, ("nulldate.parquet", "row 2", "column 'date'", "Hint")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNREADABLE))
+def test_an_unreadable_file_is_one_line_naming_it(tmp_path, case):
+    fmt, make, fragments = UNREADABLE[case]
+    path = make(tmp_path)
+    proc = run_cli(tmp_path, "materialize", "--select", "raw_ohlcv", source=fmt, path=path)
+    assert proc.returncode == 1
+    assert_one_line_error(proc, str(path), *fragments)
+    assert not (tmp_path / "warehouse" / "raw_ohlcv").exists()
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    path = _write(tmp_path, "empty.csv", b"")
+    proc = run_cli(tmp_path, "--debug", "materialize", source="csv", path=path)
+    assert proc.returncode != 0 and "Traceback" in proc.stderr and "empty.csv" in proc.stderr
+
+
+def test_an_unknown_asset_in_select_is_one_line(tmp_path):
+    path = _write(tmp_path, "ok.csv", HEADER + GOOD)
+    proc = run_cli(tmp_path, "materialize", "--select", "raw_ohlcv,nope", source="csv", path=path)
+    assert_one_line_error(proc, "--select 'raw_ohlcv,nope'", "Hint")
+
+
+@pytest.mark.parametrize(
+    "command", [["lineage", "--model", "splinegpt", "--tau", "0.01", "--ticker", "NVDA"], ["report"], ["info"]]
+)
+def test_read_only_commands_do_not_create_a_missing_warehouse(tmp_path, command):
+    proc = run_cli(tmp_path, *command)
+    assert_one_line_error(proc, f"no warehouse at {tmp_path / 'warehouse'}")
+    assert not (tmp_path / "warehouse").exists()
+
+
+@pytest.mark.parametrize("ticker", ["BRK/B", "BRK B", "ÆØÅ"])
+def test_lineage_takes_any_ticker_and_a_catalog_error_is_one_line(tmp_path, ticker):
+    import duckdb
+
+    (tmp_path / "warehouse").mkdir()
+    duckdb.connect(str(tmp_path / "warehouse" / "catalog.duckdb")).close()  # a catalog without the report's views
+    proc = run_cli(tmp_path, "lineage", "--model", "splinegpt", "--tau", "0.01", "--ticker", ticker)
+    assert_one_line_error(proc, "catalog.duckdb", "backtests", "Hint")
+    assert "not a ticker" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("typed", "dagster"),
+    [
+        ("raw_ohlcv", "key:raw_ohlcv"),
+        ("raw_ohlcv,spline_tokens", "(key:raw_ohlcv) or (key:spline_tokens)"),
+        ("raw_ohlcv or labels", "key:raw_ohlcv or key:labels"),
+        ("+spline_tokens", "+key:spline_tokens"),
+        ("group:ingest", "group:ingest"),
+        ('key:"raw_ohlcv"', 'key:"raw_ohlcv"'),
+        ("raw_ohlcv and not labels", "key:raw_ohlcv and not key:labels"),
+    ],
+)
+def test_select_takes_what_a_user_types(typed, dagster):
+    from kinematic_pipeline.cli import normalize_selection
+
+    assert normalize_selection(typed) == dagster
