@@ -259,15 +259,17 @@ def print_summary(settings: Settings) -> None:
         rows = query(settings.warehouse, f'SELECT count(*) AS n FROM "{view}"')["n"][0]
         print(f"  view {view:<24} {rows:>12,} rows")
     wh = Warehouse(settings.warehouse)
-    if any(wh.foundation_checkpoint(v).exists() for v in settings.train.variants):
-        print(f"Models under {wh.root / 'models'}/<variant>/ (foundation/model.pt, adapters/tau=*/):")
-        for v in settings.train.variants:
-            has = "yes" if wh.foundation_checkpoint(v).exists() else "no"
-            print(f"  {v:<10} foundation={has:<4} adapters={wh.adapter_count(v)}")
+    counts = {v: wh.model_count(v) for v in settings.train.variants}
+    if any(foundations for foundations, _ in counts.values()):
+        print(f"Models under {wh.root / 'models'}/<variant>/seed=<seed>/ (foundation/model.pt, adapters/tau=*/):")
+        for v, (foundations, adapters) in counts.items():
+            print(f"  {v:<10} foundations={foundations} adapters={adapters}")
     print(f'Try: duckdb {catalog} "SELECT * FROM quarantine LIMIT 10"')
 
 
-def lineage(settings: Settings, model: str, tau: float, ticker: str, cost_bps: float | None) -> int:
+def lineage(
+    settings: Settings, model: str, tau: float, ticker: str, cost_bps: float | None, seed: int | None = None
+) -> int:
     import duckdb
 
     from kinematic_pipeline.lineage import trace
@@ -277,7 +279,7 @@ def lineage(settings: Settings, model: str, tau: float, ticker: str, cost_bps: f
         return 2
     # Any ticker ingest accepts (BRK/B, "BRK B", unicode) is fine: the query binds it as a parameter.
     try:
-        report = trace(settings, model, tau, ticker.strip(), cost_bps)
+        report = trace(settings, model, tau, ticker.strip(), cost_bps, seed)
     except (LookupError, FileNotFoundError) as exc:
         print(_one_line(exc), file=sys.stderr)
         return 1
@@ -344,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     lin.add_argument("--tau", required=True, type=float, help="label threshold of the adapter, e.g. 0.01")
     lin.add_argument("--ticker", required=True, help="test ticker, e.g. NVDA")
     lin.add_argument("--cost-bps", type=float, help="cost of the backtest row (default: the report's)")
+    lin.add_argument("--seed", type=int, help="training seed of the policy (default: the first of train.seeds)")
     sub.add_parser("report", parents=[common], help="print the paper's tables of the last report and where it is")
     args = parser.parse_args(argv)
     try:
@@ -374,7 +377,7 @@ def _run(args: argparse.Namespace) -> int:
     if not _require_warehouse(settings):
         return 1
     if args.command == "lineage":
-        return lineage(settings, args.model, args.tau, args.ticker, args.cost_bps)
+        return lineage(settings, args.model, args.tau, args.ticker, args.cost_bps, args.seed)
     if args.command == "report":
         return print_report(settings)
     print(settings)

@@ -61,20 +61,30 @@ def _check(rows: pl.DataFrame, report: LineageReport) -> int:
     return good
 
 
-def trace(settings: Settings, variant: str, tau: float, ticker: str, cost_bps: float | None = None) -> LineageReport:
-    """The chain behind the backtest of ``variant`` at ``tau`` on ``ticker``, every file re-hashed."""
+def trace(
+    settings: Settings,
+    variant: str,
+    tau: float,
+    ticker: str,
+    cost_bps: float | None = None,
+    seed: int | None = None,
+) -> LineageReport:
+    """The chain behind the backtest of ``variant`` (trained with ``seed``; default: the first of
+    ``train.seeds``) at ``tau`` on ``ticker``, every file re-hashed."""
     wh, report = settings.warehouse, LineageReport()
     cost = settings.evaluate.report_cost_bps if cost_bps is None else cost_bps
+    seed = settings.train.seeds[0] if seed is None else seed
     metrics = query(
         wh,
-        "SELECT * FROM backtests WHERE variant = ? AND abs(tau - ?) < 1e-12 AND ticker = ? AND cost_bps = ?",
-        [variant, tau, ticker, cost],
+        "SELECT * FROM backtests WHERE variant = ? AND abs(tau - ?) < 1e-12 AND ticker = ? AND cost_bps = ? "
+        "AND seed = ?",
+        [variant, tau, ticker, cost, seed],
     )
     if metrics.height == 0:
-        have = query(wh, "SELECT DISTINCT variant, tau, ticker FROM backtests WHERE tau IS NOT NULL ORDER BY ALL")
+        have = query(wh, "SELECT DISTINCT variant, tau, seed, ticker FROM backtests WHERE tau IS NOT NULL ORDER BY ALL")
         raise LookupError(
-            f"no backtest of {variant} at tau={tau:g} on {ticker} at {cost:g} bps in {wh}; available: "
-            + ", ".join(f"{r[0]}/{r[1]:g}/{r[2]}" for r in have.iter_rows())
+            f"no backtest of {variant} at tau={tau:g}, seed {seed} on {ticker} at {cost:g} bps in {wh}; available: "
+            + ", ".join(f"{r[0]}/{r[1]:g}/seed {r[2]}/{r[3]}" for r in have.iter_rows())
         )
     row = metrics.row(0, named=True)
     report.lines.append(
@@ -82,7 +92,9 @@ def trace(settings: Settings, variant: str, tau: float, ticker: str, cost_bps: f
         f"Sharpe {_fmt(row['sharpe'])} [95% CI {_fmt(row['sharpe_ci_low'])}, {_fmt(row['sharpe_ci_high'])}], "
         f"return {row['total_return']:+.1%}, max drawdown {row['max_drawdown']:.1%}, seed {row['seed']}"
     )
-    prov = query(wh, "SELECT * FROM provenance WHERE variant = ? AND abs(tau - ?) < 1e-12", [variant, tau])
+    prov = query(
+        wh, "SELECT * FROM provenance WHERE variant = ? AND abs(tau - ?) < 1e-12 AND seed = ?", [variant, tau, seed]
+    )
     if prov.height == 0:
         raise LookupError(f"the backtest of {variant} at tau={tau:g} has no provenance rows; re-materialize backtests")
     for link in LINK_ORDER:

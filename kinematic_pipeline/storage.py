@@ -55,6 +55,16 @@ def tau_key(tau: float) -> str:
     return f"{tau:g}"
 
 
+def policy_key(variant: str, seed: int) -> str:
+    """A fine-tuned policy family as evaluation partitions name it: ``splinegpt@1234``."""
+    return f"{variant}@{seed}"
+
+
+def parse_policy_key(key: str) -> tuple[str, int]:
+    variant, _, seed = key.partition("@")
+    return variant, int(seed)
+
+
 def digest(hashes: list[str]) -> str:
     """sha256 over a list of content hashes, concatenated in order (the lineage of a set of shards)."""
     return hashlib.sha256("".join(hashes).encode()).hexdigest()
@@ -72,8 +82,8 @@ class Warehouse:
     - ``<asset>/<YYYY-MM-DD>.parquet``: one shard per trading-day partition (or ``<asset>/<name>.parquet``
       for the unpartitioned and the evaluation assets), with ``manifests/<asset>/<day>.parquet`` beside
       each trading-day shard (its content hash and counts);
-    - ``models/<variant>/foundation/model.pt`` and ``models/<variant>/adapters/tau=<tau>/``, each with
-      the ``shards_used.parquet`` it trained on;
+    - ``models/<variant>/seed=<seed>/foundation/model.pt`` and ``.../seed=<seed>/adapters/tau=<tau>/``,
+      each with the ``shards_used.parquet`` it trained on;
     - ``catalog.duckdb``: views over the shards (``refresh_view``).
     """
 
@@ -132,39 +142,43 @@ class Warehouse:
 
     # --- models -----------------------------------------------------------------------------------------
 
-    def model_dir(self, variant: str) -> Path:
-        """``models/<variant>/``: its ``foundation/`` and ``adapters/tau=<tau>/`` folders."""
-        return self.root / "models" / variant
+    def model_dir(self, variant: str, seed: int) -> Path:
+        """``models/<variant>/seed=<seed>/``: its ``foundation/`` and ``adapters/tau=<tau>/`` folders."""
+        return self.root / "models" / variant / f"seed={seed}"
 
-    def foundation_dir(self, variant: str) -> Path:
-        return self.model_dir(variant) / "foundation"
+    def foundation_dir(self, variant: str, seed: int) -> Path:
+        return self.model_dir(variant, seed) / "foundation"
 
-    def foundation_checkpoint(self, variant: str) -> Path:
-        return self.foundation_dir(variant) / "model.pt"
+    def foundation_checkpoint(self, variant: str, seed: int) -> Path:
+        return self.foundation_dir(variant, seed) / "model.pt"
 
-    def adapter_dir(self, variant: str, tau_key: str) -> Path:
-        return self.model_dir(variant) / "adapters" / f"tau={tau_key}"
+    def adapter_dir(self, variant: str, tau_key: str, seed: int) -> Path:
+        return self.model_dir(variant, seed) / "adapters" / f"tau={tau_key}"
 
-    def adapter_count(self, variant: str) -> int:
-        folder = self.model_dir(variant) / "adapters"
-        return len(list(folder.glob("tau=*"))) if folder.is_dir() else 0
+    def model_count(self, variant: str) -> tuple[int, int]:
+        """(foundations, adapters) of ``variant`` in the warehouse, over every seed."""
+        root = self.root / "models" / variant
+        return len(list(root.glob("seed=*/foundation/model.pt"))), len(list(root.glob("seed=*/adapters/tau=*")))
 
-    def has_adapter(self, variant: str, tau_key: str) -> bool:
-        """Whether the fine-tuned head of (variant, tau) was saved."""
-        return lookup_variant(variant).head_saved(self.adapter_dir(variant, tau_key))
+    def has_adapter(self, variant: str, tau_key: str, seed: int) -> bool:
+        """Whether the fine-tuned head of (variant, tau, seed) was saved."""
+        return lookup_variant(variant).head_saved(self.adapter_dir(variant, tau_key, seed))
 
-    def adapter_files(self, variant: str, tau_key: str) -> list[Path]:
-        """The files that define the fine-tuned head of (variant, tau), sorted."""
-        head = lookup_variant(variant).head_path(self.adapter_dir(variant, tau_key))
+    def adapter_files(self, variant: str, tau_key: str, seed: int) -> list[Path]:
+        """The files that define the fine-tuned head of (variant, tau, seed), sorted."""
+        head = lookup_variant(variant).head_path(self.adapter_dir(variant, tau_key, seed))
         return [head] if head.is_file() else sorted(p for p in head.rglob("*") if p.is_file())
 
-    def policy_files(self, variant: str, tau_key: str) -> tuple[Path, Path]:
+    def policy_files(self, variant: str, tau_key: str, seed: int) -> tuple[Path, Path]:
         """(foundation model.pt, adapter folder) of a fine-tuned policy; a clear error when either is missing."""
-        foundation, adapter = self.foundation_checkpoint(variant), self.adapter_dir(variant, tau_key)
+        foundation = self.foundation_checkpoint(variant, seed)
+        adapter = self.adapter_dir(variant, tau_key, seed)
         if not foundation.exists():
-            raise FileNotFoundError(f"{foundation} is missing: materialize {variant}_foundation first")
-        if not self.has_adapter(variant, tau_key):
-            raise FileNotFoundError(f"{adapter} holds no adapter: materialize {variant}_adapter partition {tau_key}")
+            raise FileNotFoundError(f"{foundation} is missing: materialize {variant}_foundation partition {seed}")
+        if not self.has_adapter(variant, tau_key, seed):
+            raise FileNotFoundError(
+                f"{adapter} holds no adapter: materialize {variant}_adapter partition {seed}|{tau_key}"
+            )
         return foundation, adapter
 
     # --- the catalog --------------------------------------------------------------------------------------

@@ -98,8 +98,9 @@ def test_an_empty_test_period_fails_with_a_message_that_names_the_cut(warehouses
     base, _ = warehouses
     late = dataclasses.replace(base, data=dataclasses.replace(base.data, train_end=dt.date(2021, 12, 31)))
     wh = Warehouse(late.warehouse)
-    adapter = wh.adapter_dir("splinegpt", "0.01") / "adapter" / "adapter_config.json"
-    foundation = wh.foundation_checkpoint("splinegpt")
+    seed = late.train.seed
+    adapter = wh.adapter_dir("splinegpt", "0.01", seed) / "adapter" / "adapter_config.json"
+    foundation = wh.foundation_checkpoint("splinegpt", seed)
     for path in (adapter, foundation):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()

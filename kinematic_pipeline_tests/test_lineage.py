@@ -22,11 +22,10 @@ def backtested(tmp_path_factory):
     settings = _settings(tmp_path_factory.mktemp("lineage"), "wh", _bars(), taus=(0.01,))
     _run_all(settings)
     materialize_corpus_stats(settings)
-    root = settings.warehouse / "models" / "splinegpt"
-    pretrain(settings, "splinegpt", root / "foundation", progress=False)
-    finetune(
-        settings, "splinegpt", 0.01, root / "foundation" / "model.pt", root / "adapters" / "tau=0.01", progress=False
-    )
+    wh, seed = Warehouse(settings.warehouse), settings.train.seed
+    pretrain(settings, "splinegpt", wh.foundation_dir("splinegpt", seed), progress=False)
+    foundation = wh.foundation_checkpoint("splinegpt", seed)
+    finetune(settings, "splinegpt", 0.01, foundation, wh.adapter_dir("splinegpt", "0.01", seed), progress=False)
     run_predictions(settings, "splinegpt", "0.01")
     run_backtests(settings, "splinegpt", "0.01", {"kinematic_pipeline": "test"})
     return settings
@@ -98,7 +97,7 @@ def test_lineage_of_an_unknown_backtest_lists_what_exists(backtested):
 
 def test_buy_and_hold_is_written_once_per_ticker_and_cost_and_never_in_a_policy_shard(backtested):
     wh = Warehouse(backtested.warehouse)
-    policy = pl.read_parquet(wh.shard("backtests", "splinegpt_tau0.01"))
+    policy = pl.read_parquet(wh.shard("backtests", f"splinegpt_tau0.01_seed{backtested.train.seed}"))
     bench = pl.read_parquet(wh.shard("backtests", "buy_and_hold"))
     assert policy.height > 0 and (policy["variant"] == "splinegpt").all()
     assert (bench["variant"] == "buy_and_hold").all()

@@ -18,6 +18,7 @@ import pytest
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.definitions import build_definitions
 from kinematic_pipeline.nightly import consecutive_blocks, plan_sessions
+from kinematic_pipeline.orchestration.assets_evaluate import evaluation_partitions
 from kinematic_pipeline.orchestration.schedules import (
     NIGHTLY_QUEUE,
     QUEUE_TAG,
@@ -130,26 +131,23 @@ def test_a_day_the_nyse_is_closed_gives_a_skip_reason_and_no_run(nightly_setting
 
 def test_the_evaluation_schedule_asks_for_each_fine_tuned_model_only(nightly_settings):
     settings = nightly_settings
-    partitions = dg.MultiPartitionsDefinition(
-        {
-            "tau": dg.StaticPartitionsDefinition(["0.0025", "0.005", "0.01", "0.02"]),
-            "variant": dg.StaticPartitionsDefinition(list(settings.train.variants)),
-        }
-    )
+    partitions = evaluation_partitions(settings)
     stubs = [dg.asset(name=name, partitions_def=partitions)(lambda: None) for name in ("predictions", "backtests")]
     assert [s.name for s in build_schedules(settings, [])] == ["nightly_tick"]  # no evaluate stage: no schedule
     schedule = nightly_evaluate_schedule(settings)
     defs = dg.Definitions(assets=stubs, schedules=[schedule])
 
     assert "no fine-tuned model" in _tick(defs, schedule, TICKS[0]).skip_message
-    adapters = settings.warehouse / "models"
-    (adapters / "splinegpt/adapters/tau=0.01/adapter").mkdir(parents=True)
-    (adapters / "splinegpt/adapters/tau=0.01/adapter/adapter_config.json").write_text("{}")
-    (adapters / "patchtst/adapters/tau=0.02").mkdir(parents=True)
-    (adapters / "patchtst/adapters/tau=0.02/head.pt").write_bytes(b"")
-    (adapters / "rawgpt/adapters/tau=0.005").mkdir(parents=True)  # a folder without a model: not ready
+    wh, (first, second) = Warehouse(settings.warehouse), settings.train.seeds
+    (wh.adapter_dir("splinegpt", "0.01", second) / "adapter").mkdir(parents=True)
+    (wh.adapter_dir("splinegpt", "0.01", second) / "adapter/adapter_config.json").write_text("{}")
+    wh.adapter_dir("patchtst", "0.02", first).mkdir(parents=True)
+    (wh.adapter_dir("patchtst", "0.02", first) / "head.pt").write_bytes(b"")
+    wh.adapter_dir("rawgpt", "0.005", first).mkdir(parents=True)  # a folder without a model: not ready
+    (wh.adapter_dir("rawgpt_fd", "0.01", first) / "head.pt").parent.mkdir(parents=True)
+    (wh.adapter_dir("rawgpt_fd", "0.01", first) / "head.pt").write_bytes(b"")  # a LoRA variant's is adapter/
     tick = _tick(defs, schedule, TICKS[0])
-    assert sorted(r.partition_key for r in tick.run_requests) == ["0.01|splinegpt", "0.02|patchtst"]
+    assert sorted(r.partition_key for r in tick.run_requests) == [f"patchtst@{first}|0.02", f"splinegpt@{second}|0.01"]
     assert all(sorted(k.path[0] for k in r.asset_selection) == ["backtests", "predictions"] for r in tick.run_requests)
     assert not _tick(defs, schedule, dt.date(2021, 4, 2)).run_requests  # Good Friday
 

@@ -254,3 +254,15 @@ def test_split_keeps_at_least_one_training_day():
     assert split_days(days[:1], 0.1) == (days[:1], [])
     assert split_days(days, 0.9) == (days[:1], days[1:])
     assert split_days(days, 0.0) == (days, [])
+
+
+def test_the_same_seed_gives_the_same_weights_and_another_seed_other_weights(foundations, tiny, tmp_path):
+    first, second = tiny.train.seeds[:2]
+    again = pretrain(tiny.for_seed(first), "splinegpt", tmp_path / "again", progress=False)
+    other = pretrain(tiny.for_seed(second), "splinegpt", tmp_path / "other", progress=False)
+    base = torch.load(foundations["splinegpt"].checkpoint_path, weights_only=True)["state_dict"]
+    same = torch.load(again.checkpoint_path, weights_only=True)["state_dict"]
+    different = torch.load(other.checkpoint_path, weights_only=True)["state_dict"]
+    assert all(torch.equal(base[k], same[k]) for k in base)
+    assert not all(torch.equal(base[k], different[k]) for k in base)
+    assert again.train_loss_curve == foundations["splinegpt"].train_loss_curve != other.train_loss_curve

@@ -1,4 +1,4 @@
-"""Evaluate stage: predictions and backtests, partitioned by tau x model variant.
+"""Evaluate stage: predictions and backtests, partitioned by tau x policy (a model variant and its seed).
 
 The stage module (torch, PEFT) is imported inside the bodies: loading the definitions stays light.
 """
@@ -14,7 +14,16 @@ from kinematic_pipeline.orchestration.assets_ingest import INGEST_CODE_VERSION
 from kinematic_pipeline.orchestration.assets_models import MODELS_CODE_VERSION, tau_partitions
 from kinematic_pipeline.orchestration.assets_tokenize import TOKENIZE_CODE_VERSION
 from kinematic_pipeline.orchestration.metadata import markdown_table
-from kinematic_pipeline.storage import BACKTESTS, CORPUS_STATS, LABELS, PREDICTIONS, PROVENANCE, RAW_OHLCV
+from kinematic_pipeline.storage import (
+    BACKTESTS,
+    CORPUS_STATS,
+    LABELS,
+    PREDICTIONS,
+    PROVENANCE,
+    RAW_OHLCV,
+    parse_policy_key,
+    policy_key,
+)
 from kinematic_pipeline.variants import ACTION_KEYS
 from kinematic_pipeline.variants import variant as lookup_variant
 
@@ -34,23 +43,39 @@ MAIN_METRICS = (
 )
 
 
+def policy_partitions(settings: Settings) -> dg.StaticPartitionsDefinition:
+    """One key per fine-tuned policy family: a variant and a seed, ``splinegpt@1234``."""
+    return dg.StaticPartitionsDefinition(
+        [policy_key(v, s) for v in settings.train.variants for s in settings.train.seeds]
+    )
+
+
 def evaluation_partitions(settings: Settings) -> dg.MultiPartitionsDefinition:
-    """One partition per (tau, variant): keys like ``0.01|splinegpt``."""
-    return dg.MultiPartitionsDefinition(
+    """One partition per (tau, policy): keys like ``0.01|splinegpt@1234`` (Dagster allows two dimensions,
+    so the variant and its seed share one)."""
+    return dg.MultiPartitionsDefinition({"tau": tau_partitions(settings), "policy": policy_partitions(settings)})
+
+
+def adapter_of_policy(settings: Settings) -> dg.MultiPartitionMapping:
+    """An evaluation partition (tau, variant@seed) reads the adapter partition (tau, seed)."""
+    # keyed by the upstream (adapter) dimension; each maps to the downstream (evaluation) dimension
+    policies = {str(s): {policy_key(v, s) for v in settings.train.variants} for s in settings.train.seeds}
+    return dg.MultiPartitionMapping(
         {
-            "tau": tau_partitions(settings),
-            "variant": dg.StaticPartitionsDefinition(list(settings.train.variants)),
+            "tau": dg.DimensionPartitionMapping("tau", dg.IdentityPartitionMapping()),
+            "seed": dg.DimensionPartitionMapping("policy", dg.StaticPartitionMapping(policies)),
         }
     )
 
 
-def _partition(context: dg.AssetExecutionContext) -> tuple[str, str]:
+def _partition(context: dg.AssetExecutionContext) -> tuple[str, int, str]:
     key = context.partition_key.keys_by_dimension  # a MultiPartitionKey
-    return key["variant"], key["tau"]
+    variant, seed = parse_policy_key(key["policy"])
+    return variant, seed, key["tau"]
 
 
 def predictions_asset(settings: Settings) -> dg.AssetsDefinition:
-    same_tau = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="tau")
+    same_tau_and_seed = adapter_of_policy(settings)
     every_day = dg.AllPartitionMapping()
     token_assets = sorted({lookup_variant(v).token_asset for v in settings.train.variants})
 
@@ -60,23 +85,23 @@ def predictions_asset(settings: Settings) -> dg.AssetsDefinition:
         code_version=EVALUATE_CODE_VERSION,
         partitions_def=evaluation_partitions(settings),
         deps=[
-            *[dg.AssetDep(f"{v}_adapter", partition_mapping=same_tau) for v in settings.train.variants],
+            *[dg.AssetDep(f"{v}_adapter", partition_mapping=same_tau_and_seed) for v in settings.train.variants],
             *[dg.AssetDep(a, partition_mapping=every_day) for a in token_assets],
             dg.AssetDep(LABELS, partition_mapping=every_day),
             dg.AssetDep(RAW_OHLCV, partition_mapping=every_day),
             dg.AssetDep(CORPUS_STATS),
         ],
         kinds={"pytorch", "parquet"},
-        description="Buy/Sell/Hold probabilities and the argmax action of one fine-tuned policy (variant x tau) "
+        description="Buy/Sell/Hold probabilities and the argmax action of one fine-tuned policy (tau x variant@seed) "
         "for every test ticker and test day (after data.train_end), each from the causal window ending that "
         "day (rolling protocol: no later bar enters). Realized labels ride along for evaluation only.",
     )
     def predictions(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from kinematic_pipeline.stages.evaluate import run_predictions
 
-        variant, tau = _partition(context)
+        variant, seed, tau = _partition(context)
         started = time.perf_counter()
-        result, path = run_predictions(settings, variant, tau)
+        result, path = run_predictions(settings.for_seed(seed), variant, tau)
         frame = result.frame
         if result.missing_tickers:
             context.log.warning(f"test tickers with no test-period window: {', '.join(result.missing_tickers)}")
@@ -94,6 +119,7 @@ def predictions_asset(settings: Settings) -> dg.AssetsDefinition:
         return dg.MaterializeResult(
             metadata={
                 "variant": variant,
+                "seed": seed,
                 "tau": float(tau),
                 "rows": frame.height,
                 "test_days": frame["date"].n_unique() if frame.height else 0,
@@ -122,7 +148,7 @@ def backtests_asset(settings: Settings) -> dg.AssetsDefinition:
     def backtests(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from kinematic_pipeline.stages.evaluate import code_revision, run_backtests
 
-        variant, tau = _partition(context)
+        variant, seed, tau = _partition(context)
         code = {
             "kinematic_pipeline": __version__,
             "git": code_revision(),
@@ -132,13 +158,14 @@ def backtests_asset(settings: Settings) -> dg.AssetsDefinition:
             "evaluate": EVALUATE_CODE_VERSION,
             "dagster_run_id": context.run_id,
         }
-        sweep, paths = run_backtests(settings, variant, tau, code)
+        sweep, paths = run_backtests(settings.for_seed(seed), variant, tau, code)
         ev = settings.evaluate
         main = sweep.metrics.filter(pl.col("cost_bps") == ev.report_cost_bps).select(MAIN_METRICS)
         policy = sweep.metrics.filter(pl.col("variant") == variant)
         return dg.MaterializeResult(
             metadata={
                 "variant": variant,
+                "seed": seed,
                 "tau": float(tau),
                 "backtests": policy.height,
                 "costs_bps": ", ".join(f"{c:g}" for c in ev.costs_bps),
@@ -146,7 +173,7 @@ def backtests_asset(settings: Settings) -> dg.AssetsDefinition:
                 "liquidation_equilibrium": bool(policy["liquidation_equilibrium"].all()) if policy.height else False,
                 "provenance_rows": pl.read_parquet(paths[PROVENANCE]).height,
                 **{f"{name}_path": dg.MetadataValue.path(str(p)) for name, p in paths.items()},
-                "lineage_command": f"python -m kinematic_pipeline lineage --model {variant} --tau {tau}",
+                "lineage_command": f"python -m kinematic_pipeline lineage --model {variant} --tau {tau} --seed {seed}",
             }
         )
 

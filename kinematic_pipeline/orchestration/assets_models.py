@@ -21,6 +21,16 @@ def tau_partitions(settings: Settings) -> dg.StaticPartitionsDefinition:
     return dg.StaticPartitionsDefinition([tau_key(t) for t in settings.tokenize.taus])
 
 
+def seed_partitions(settings: Settings) -> dg.StaticPartitionsDefinition:
+    """One partition per training seed (``train.seeds``): each seed's model is materialized on its own."""
+    return dg.StaticPartitionsDefinition([str(s) for s in settings.train.seeds])
+
+
+def adapter_partitions(settings: Settings) -> dg.MultiPartitionsDefinition:
+    """One adapter per (tau, seed): keys like ``0.01|1234``."""
+    return dg.MultiPartitionsDefinition({"tau": tau_partitions(settings), "seed": seed_partitions(settings)})
+
+
 def _shards_summary(shards: list[dict]) -> dict:
     """Lineage of a training run: how many shards per split and asset, their dates, one digest of all hashes."""
     frame = pl.DataFrame(
@@ -55,19 +65,24 @@ def foundation_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
         name=f"{variant}_foundation",
         group_name="pretrain",
         code_version=MODELS_CODE_VERSION,
-        deps=[dg.AssetDep(spec.token_asset), dg.AssetDep(CORPUS_STATS)],
+        # every seed's foundation reads the training period's shards (the DataModule keeps days <= train_end)
+        deps=[dg.AssetDep(spec.token_asset, partition_mapping=dg.AllPartitionMapping()), dg.AssetDep(CORPUS_STATS)],
+        partitions_def=seed_partitions(settings),
         kinds={"pytorch"},
         description=f"{spec.title}: pretrained on {spec.token_asset} of the training period "
-        "(Lightning; AdamW, cosine 6e-4 -> 0, clip 1.0). Checkpoint under $KP_WAREHOUSE/models/.",
+        "(Lightning; AdamW, cosine 6e-4 -> 0, clip 1.0), one per seed (partition). Checkpoint under "
+        "$KP_WAREHOUSE/models/<variant>/seed=<seed>/.",
     )
     def foundation(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from kinematic_pipeline.training.run import pretrain
 
-        out_dir = Warehouse(settings.warehouse).foundation_dir(variant)
-        result = pretrain(settings, variant, out_dir)
-        context.log.info(f"{variant}: {result.params_total:,} parameters, {result.seconds:.0f} s")
+        seed = int(context.partition_key)
+        out_dir = Warehouse(settings.warehouse).foundation_dir(variant, seed)
+        result = pretrain(settings.for_seed(seed), variant, out_dir)
+        context.log.info(f"{variant} seed {seed}: {result.params_total:,} parameters, {result.seconds:.0f} s")
         return dg.MaterializeResult(
             metadata={
+                "seed": seed,
                 "params_total": result.params_total,
                 "params_trainable": result.params_trainable,
                 "checkpoint_path": dg.MetadataValue.path(str(result.checkpoint_path)),
@@ -91,25 +106,33 @@ def adapter_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
         name=f"{variant}_adapter",
         group_name="finetune",
         code_version=MODELS_CODE_VERSION,
-        partitions_def=tau_partitions(settings),
+        partitions_def=adapter_partitions(settings),
         # every label day may feed the adapter (the DataModule keeps those on or before train_end)
-        deps=[dg.AssetDep(f"{variant}_foundation"), dg.AssetDep(LABELS, partition_mapping=dg.AllPartitionMapping())],
+        deps=[
+            dg.AssetDep(
+                f"{variant}_foundation",
+                partition_mapping=dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="seed"),
+            ),
+            dg.AssetDep(LABELS, partition_mapping=dg.AllPartitionMapping()),
+        ],
         kinds={"pytorch"},
         description=f"{spec.title}: Buy/Sell/Hold head ({spec.head_description}), weighted CE [2, 10, 1]; "
-        "one per tau (partition).",
+        "one per (tau, seed) (partition).",
     )
     def adapter(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from kinematic_pipeline.training.run import finetune
 
-        wh, tau = Warehouse(settings.warehouse), float(context.partition_key)
-        foundation = wh.foundation_checkpoint(variant)
+        key = context.partition_key.keys_by_dimension  # a MultiPartitionKey
+        wh, tau, seed = Warehouse(settings.warehouse), float(key["tau"]), int(key["seed"])
+        foundation = wh.foundation_checkpoint(variant, seed)
         if not foundation.exists():
-            raise FileNotFoundError(f"{foundation} is missing: materialize {variant}_foundation first")
-        out_dir = wh.adapter_dir(variant, context.partition_key)
-        result = finetune(settings, variant, tau, foundation, out_dir)
+            raise FileNotFoundError(f"{foundation} is missing: materialize {variant}_foundation partition {seed}")
+        out_dir = wh.adapter_dir(variant, key["tau"], seed)
+        result = finetune(settings.for_seed(seed), variant, tau, foundation, out_dir)
         return dg.MaterializeResult(
             metadata={
                 "tau": tau,
+                "seed": seed,
                 "params_total": result.params_total,
                 "params_trainable": result.params_trainable,
                 "adapter_path": dg.MetadataValue.path(str(result.adapter_path)),

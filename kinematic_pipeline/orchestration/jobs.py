@@ -6,7 +6,7 @@ import dagster as dg
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.orchestration.assets_evaluate import evaluation_partitions
-from kinematic_pipeline.orchestration.assets_models import tau_partitions
+from kinematic_pipeline.orchestration.assets_models import adapter_partitions, seed_partitions
 from kinematic_pipeline.orchestration.partitions import trading_day_partitions
 from kinematic_pipeline.storage import ALPHA_ESTIMATES, CORPUS_STATS, LABELS, TOKEN_ASSETS
 
@@ -29,19 +29,20 @@ def build_jobs(settings: Settings) -> list[dg.UnresolvedAssetJobDefinition]:
         dg.define_asset_job(
             "pretrain_job",
             selection=dg.AssetSelection.groups("pretrain"),
-            description="Pretrain the four foundation models (SplineGPT, RawGPT-FD, RawGPT, PatchTST).",
+            partitions_def=seed_partitions(settings),
+            description="Pretrain the four foundation models (SplineGPT, RawGPT-FD, RawGPT, PatchTST), one per seed.",
         ),
         dg.define_asset_job(
             "finetune_job",
             selection=dg.AssetSelection.groups("finetune"),
-            partitions_def=tau_partitions(settings),
-            description="Fine-tune one adapter per model and tau (LoRA; PatchTST: linear probe).",
+            partitions_def=adapter_partitions(settings),
+            description="Fine-tune one adapter per model, tau and seed (LoRA; PatchTST: linear probe).",
         ),
         dg.define_asset_job(
             "evaluate_job",
             selection=dg.AssetSelection.groups("evaluate"),
             partitions_def=evaluation_partitions(settings),
-            description="Predict the test period and backtest it, one (tau, variant) policy per partition.",
+            description="Predict the test period and backtest it, one (tau, variant@seed) policy per partition.",
         ),
         dg.define_asset_job(
             "report_job",

@@ -17,7 +17,16 @@ import dagster as dg
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.nightly import EXCHANGE_TIMEZONE, NIGHTLY_CRON, SessionPlan, exchange_date, tick_plan
-from kinematic_pipeline.storage import BACKTESTS, LABELS, PREDICTIONS, RAW_OHLCV, TOKEN_ASSETS, Warehouse, tau_key
+from kinematic_pipeline.storage import (
+    BACKTESTS,
+    LABELS,
+    PREDICTIONS,
+    RAW_OHLCV,
+    TOKEN_ASSETS,
+    Warehouse,
+    policy_key,
+    tau_key,
+)
 
 NIGHTLY_SCHEDULE, NIGHTLY_EVALUATE_SCHEDULE = "nightly_tick", "nightly_evaluate"
 NIGHTLY_EVALUATE_CRON = "15 18 * * 1-5"  # after the tick's runs are queued
@@ -70,23 +79,28 @@ def session_run_requests(plan: SessionPlan, origin: str, run_config: dict | None
     return requests
 
 
-def ready_models(settings: Settings) -> list[tuple[str, str]]:
-    """(variant, tau key) of every fine-tuned model in the warehouse: a PEFT adapter or PatchTST's head."""
-    wh = Warehouse(settings.warehouse)
-    keys = [tau_key(t) for t in settings.tokenize.taus]
-    return [(v, tau) for v in settings.train.variants for tau in keys if wh.has_adapter(v, tau)]
+def ready_models(settings: Settings) -> list[tuple[str, str, int]]:
+    """(variant, tau key, seed) of every fine-tuned model in the warehouse: a PEFT adapter or PatchTST's head."""
+    wh, taus = Warehouse(settings.warehouse), [tau_key(t) for t in settings.tokenize.taus]
+    return [
+        (v, tau, s)
+        for v in settings.train.variants
+        for tau in taus
+        for s in settings.train.seeds
+        if wh.has_adapter(v, tau, s)
+    ]
 
 
 def evaluate_run_requests(settings: Settings, origin: str, session: str) -> list[dg.RunRequest]:
-    """predictions + backtests of each (tau, variant) partition whose fine-tuned model exists."""
+    """predictions + backtests of each (tau, variant@seed) partition whose fine-tuned model exists."""
     return [
         dg.RunRequest(
-            run_key=f"{origin}:evaluate:{variant}:{tau}",
+            run_key=f"{origin}:evaluate:{policy_key(variant, seed)}:{tau}",
             asset_selection=[dg.AssetKey(a) for a in EVALUATE_ASSETS],
-            partition_key=dg.MultiPartitionKey({"tau": tau, "variant": variant}),
+            partition_key=dg.MultiPartitionKey({"tau": tau, "policy": policy_key(variant, seed)}),
             tags={QUEUE_TAG: NIGHTLY_QUEUE, SESSION_TAG: session},
         )
-        for variant, tau in ready_models(settings)
+        for variant, tau, seed in ready_models(settings)
     ]
 
 

@@ -84,12 +84,14 @@ def _nan_mean(column: str) -> pl.Expr:
 
 def equity_curves_png(equity: pl.DataFrame, tau: float, cost_bps: float, path: Path) -> bytes:
     """Paper fig sector_sweep: left the policies' equity per ticker (SplineGPT thick, baselines thin),
-    right Buy & Hold per ticker. Several seeds: the mean equity over seeds per day."""
+    right Buy & Hold per ticker. Several seeds: every seed's curve (faint) and their mean per day."""
     runs = runs_at(equity, tau, cost_bps)
     if runs.is_empty():
         return _no_data("Equity curves", path)
     curves = runs.group_by("variant", "ticker", "date").agg(_nan_mean("equity")).sort("variant", "ticker", "date")
     by_run = curves.partition_by(["variant", "ticker"], as_dict=True)
+    policies = runs.filter(pl.col("variant") != BENCHMARK)
+    seeds = policies["seed"].drop_nulls().unique().sort().to_list() if policies.height else []
     tickers = runs["ticker"].unique(maintain_order=True).to_list()
     colors = {t: f"C{i % 10}" for i, t in enumerate(tickers)}
     fig = Figure(figsize=(12, 4.5), layout="constrained")
@@ -100,6 +102,10 @@ def equity_curves_png(equity: pl.DataFrame, tau: float, cost_bps: float, path: P
             if curve is None:
                 continue
             thick = variant in ("splinegpt", BENCHMARK)
+            if len(seeds) > 1 and variant != BENCHMARK:  # each seed, faint, under the mean over seeds
+                per_seed = policies.filter((pl.col("variant") == variant) & (pl.col("ticker") == ticker))
+                for one in per_seed.sort("seed", "date").partition_by("seed"):
+                    ax.plot(one["date"].to_numpy(), one["equity"].to_numpy(), color=colors[ticker], lw=0.4, alpha=0.3)
             ax.plot(
                 curve["date"].to_numpy(),
                 curve["equity"].to_numpy(),
@@ -122,7 +128,8 @@ def equity_curves_png(equity: pl.DataFrame, tau: float, cost_bps: float, path: P
     ]
     left.legend(handles=ticker_handles + style_handles, fontsize=7, ncols=2)
     right.legend(handles=ticker_handles, fontsize=7)
-    left.set_title(f"Policies (tau = {100 * tau:.2f}%, cost {cost_bps:g} bps)", fontsize=10)
+    seed_note = f"; mean of {len(seeds)} seeds, each seed faint" if len(seeds) > 1 else ""
+    left.set_title(f"Policies (tau = {100 * tau:.2f}%, cost {cost_bps:g} bps{seed_note})", fontsize=10)
     right.set_title("Buy & Hold", fontsize=10)
     left.set_ylabel("equity")
     for ax in (left, right):

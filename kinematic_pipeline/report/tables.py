@@ -241,3 +241,27 @@ def calibration_summary(metrics: pl.DataFrame, tau: float, cost_bps: float) -> p
         for t in tickers
     ]
     return _table(rows, ["Model", "Ticker", *cells])
+
+
+def per_seed(metrics: pl.DataFrame, tau: float, cost_bps: float) -> pl.DataFrame:
+    """One row per (model, seed): the test tickers' mean Sharpe, return and max drawdown, the action rate and
+    how many tickers the policy liquidated (never held), so the spread behind every "± std" is visible."""
+    runs = runs_at(metrics, tau, cost_bps)
+    runs = runs.filter(pl.col("variant") != BENCHMARK) if not runs.is_empty() else runs
+    columns = ["Model", "Seed", "Tickers", "Mean Sharpe", "Mean Return", "Mean MaxDD", "Action Rate", "Liquidated"]
+    rows = []
+    for (variant, seed), group in sorted(_groups(runs, ["variant", "seed"]).items(), key=lambda kv: str(kv[0])):
+        sharpe = group["sharpe"].fill_nan(None).drop_nulls()
+        rows.append(
+            {
+                "Model": display_name(variant),
+                "Seed": str(seed),
+                "Tickers": str(group.height),
+                "Mean Sharpe": _ratio(float(sharpe.mean())) if sharpe.len() else UNDEFINED,
+                "Mean Return": _percent(float(group["total_return"].mean())),
+                "Mean MaxDD": _percent(float(group["max_drawdown"].mean())),
+                "Action Rate": _percent(float(group["action_rate"].mean())),
+                "Liquidated": f"{int(group['liquidation_equilibrium'].sum())}/{group.height}",
+            }
+        )
+    return _table(rows, columns)

@@ -30,6 +30,7 @@ from kinematic_pipeline.storage import (
     TRADES,
     Warehouse,
     file_sha256,
+    policy_key,
     write_parquet_atomic,
 )
 from kinematic_pipeline.training.run import load_classifier
@@ -52,9 +53,10 @@ PREDICTIONS_SCHEMA: dict[str, pl.DataType] = {
     "action": pl.Int8,  # argmax of the probabilities: a code of kinematic_pipeline.variants
     "label": pl.Int8,  # the realized label of day t (needs day t+1; -1 when unknown): evaluation only
 }
-PROVENANCE_SCHEMA: dict[str, pl.DataType] = {  # every link holds for every ticker of the (variant, tau) backtest
+PROVENANCE_SCHEMA: dict[str, pl.DataType] = {  # every link holds for every ticker of the (variant, tau, seed)
     "variant": pl.String,
     "tau": pl.Float64,
+    "seed": pl.Int64,
     "link": pl.String,  # backtests, predictions, adapter, foundation, training_shard, test_shard, raw_ohlcv, code
     "asset": pl.String,
     "date": pl.String,  # the shard's partition (trading day), when it has one
@@ -64,9 +66,9 @@ PROVENANCE_SCHEMA: dict[str, pl.DataType] = {  # every link holds for every tick
 }
 
 
-def partition_name(variant: str, tau_key: str) -> str:
-    """File stem of a (variant, tau) partition's shards, e.g. ``splinegpt_tau0.01``."""
-    return f"{variant}_tau{tau_key}"
+def partition_name(variant: str, tau_key: str, seed: int) -> str:
+    """File stem of a (variant, tau, seed) partition's shards, e.g. ``splinegpt_tau0.01_seed1234``."""
+    return f"{variant}_tau{tau_key}_seed{seed}"
 
 
 def evaluation_days(settings: Settings, asset: str) -> list[dt.date]:
@@ -204,6 +206,7 @@ def code_revision() -> str:
 def provenance_frame(
     variant: str,
     tau: float,
+    seed: int,
     *,
     outputs: dict[str, Path],
     adapter_files: list[Path],
@@ -244,8 +247,9 @@ def provenance_frame(
         add(link, shard["asset"], shard["path"], shard["content_hash"], date=str(shard["date"]))
     for name, version in code_versions.items():
         rows.append(dict(link="code", asset=name, path="", sha256=version))
-    frame = pl.DataFrame(rows, schema={k: v for k, v in PROVENANCE_SCHEMA.items() if k not in ("variant", "tau")})
-    frame = frame.with_columns(pl.lit(variant).alias("variant"), pl.lit(tau).alias("tau"))
+    keys = ("variant", "tau", "seed")
+    frame = pl.DataFrame(rows, schema={k: v for k, v in PROVENANCE_SCHEMA.items() if k not in keys})
+    frame = frame.with_columns(pl.lit(variant).alias("variant"), pl.lit(tau).alias("tau"), pl.lit(seed).alias("seed"))
     return frame.select(list(PROVENANCE_SCHEMA)).cast(PROVENANCE_SCHEMA)  # type: ignore[arg-type]
 
 
@@ -280,7 +284,8 @@ def _shards_frame(shards: list[dict]) -> pl.DataFrame:
 
 def run_predictions(settings: Settings, variant: str, tau_key: str) -> tuple[Predictions, Path]:
     """Load the (variant, tau) policy, predict the test period, write the partition's shard and its inputs."""
-    foundation, adapter = Warehouse(settings.warehouse).policy_files(variant, tau_key)
+    seed = settings.train.seed
+    foundation, adapter = Warehouse(settings.warehouse).policy_files(variant, tau_key, seed)
     asset = lookup_variant(variant).token_asset
     if not evaluation_days(settings, asset):
         raise ValueError(
@@ -293,7 +298,7 @@ def run_predictions(settings: Settings, variant: str, tau_key: str) -> tuple[Pre
         raise ValueError(
             f"none of the test tickers {result.missing_tickers} has a {asset} window after {settings.data.train_end}"
         )
-    name = partition_name(variant, tau_key)
+    name = partition_name(variant, tau_key, seed)
     path = write_partition(settings, PREDICTIONS, name, result.frame)
     # the shards read, for the backtest's provenance (a subfolder: not part of the predictions view)
     write_parquet_atomic(_shards_frame(result.shards), predictions_inputs_path(settings, name))
@@ -312,12 +317,14 @@ def run_backtests(settings: Settings, variant: str, tau_key: str, code_versions:
     asset (``buy_and_hold.parquet``) that every partition writes with the same bytes, so each view holds
     them once.
     """
-    ev, wh = settings.evaluate, Warehouse(settings.warehouse)
-    name = partition_name(variant, tau_key)
+    ev, wh, seed = settings.evaluate, Warehouse(settings.warehouse), settings.train.seed
+    name = partition_name(variant, tau_key, seed)
     predictions_file = wh.shard(PREDICTIONS, name)
     inputs_file = predictions_inputs_path(settings, name)
     if not predictions_file.exists():
-        raise FileNotFoundError(f"{predictions_file} is missing: materialize predictions partition {tau_key}|{variant}")
+        raise FileNotFoundError(
+            f"{predictions_file} is missing: materialize predictions partition {policy_key(variant, seed)}|{tau_key}"
+        )
     sweep = run_sweep(
         pl.read_parquet(predictions_file),
         ev.costs_bps,
@@ -334,13 +341,14 @@ def run_backtests(settings: Settings, variant: str, tau_key: str, code_versions:
         is_benchmark = pl.col("variant") == BENCHMARK
         write_partition(settings, asset, BENCHMARK, frame.filter(is_benchmark))
         paths[asset] = write_partition(settings, asset, name, frame.filter(~is_benchmark))
-    foundation, adapter = wh.policy_files(variant, tau_key)
+    foundation, adapter = wh.policy_files(variant, tau_key, seed)
     inputs = pl.read_parquet(inputs_file)
     provenance = provenance_frame(
         variant,
         float(tau_key),
+        seed,
         outputs={**paths, PREDICTIONS: predictions_file, f"{PREDICTIONS}_inputs": inputs_file},
-        adapter_files=wh.adapter_files(variant, tau_key),
+        adapter_files=wh.adapter_files(variant, tau_key, seed),
         foundation=foundation,
         training_shards={
             "pretrain": foundation.parent / SHARDS_USED_FILE,
