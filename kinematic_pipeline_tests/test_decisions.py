@@ -16,11 +16,6 @@ W = (2.0, 10.0, 1.0)  # the paper's class weights
 PAPER_RATES = np.array([0.25, 0.23, 0.52])  # base rates B/S/H at tau 1% on the real data
 
 
-def _labels_with_rates(rates, n=100):
-    counts = np.round(np.asarray(rates) * n).astype(int)
-    return np.repeat([B, S, H], counts)
-
-
 def _weighted(p, w=W):
     """What a weighted-CE softmax reports for calibrated p: q ∝ w p."""
     q = np.asarray(p, dtype=float) * np.asarray(w)
@@ -118,7 +113,7 @@ def test_choose_margin_depends_only_on_its_labelled_inputs_and_is_stable():
 def test_decision_diagnostics_report_rates_margins_and_departures_from_the_prior():
     q = np.array([[0.2, 0.1, 0.7], [0.1, 0.8, 0.1], [0.05, 0.9, 0.05], [0.5, 0.3, 0.2]])
     actions = q.argmax(axis=1)
-    diag = d.decision_diagnostics(q, actions, _labels_with_rates(PAPER_RATES), W)
+    diag = d.decision_diagnostics(q, actions, PAPER_RATES, W)
     assert diag["base_rate_sell"] == pytest.approx(0.23) and diag["weighted_rate_sell"] == pytest.approx(2.3)
     assert diag["no_information_action"] == S
     assert diag["margin_threshold"] == pytest.approx(math.log(5))
@@ -132,7 +127,7 @@ def test_decision_diagnostics_report_rates_margins_and_departures_from_the_prior
 
 def test_a_model_without_information_is_in_liquidation_because_of_the_class_weights():
     q = _weighted(np.tile(PAPER_RATES, (40, 1)))  # the base rates on every day
-    diag = d.decision_diagnostics(q, q.argmax(axis=1), _labels_with_rates(PAPER_RATES), W)
+    diag = d.decision_diagnostics(q, q.argmax(axis=1), PAPER_RATES, W)
     assert d.liquidation_cause_code(diag) == d.CAUSE_CLASS_WEIGHTS
     text = d.liquidation_cause(diag)
     assert text.startswith("Class weighting: the no-information action under weights [2, 10, 1] is Sell")
@@ -147,7 +142,7 @@ def test_a_policy_that_leaves_the_prior_for_hold_only_lacks_buy_sell_separation(
     q = _weighted(p)  # p_buy < 5 p_sell everywhere; Hold wins on some rows
     actions = q.argmax(axis=1)
     assert 0.05 < np.mean(actions == H) < 1 and not (actions == B).any()
-    diag = d.decision_diagnostics(q, actions, _labels_with_rates(PAPER_RATES), W)
+    diag = d.decision_diagnostics(q, actions, PAPER_RATES, W)
     assert d.liquidation_cause_code(diag) == d.CAUSE_NO_SEPARATION
     assert d.liquidation_cause(diag).startswith("No Buy/Sell separation:")
     assert "Buy never outranks Sell" in d.liquidation_cause(diag)
@@ -155,13 +150,13 @@ def test_a_policy_that_leaves_the_prior_for_hold_only_lacks_buy_sell_separation(
 
 def test_buy_beating_sell_but_never_hold_is_reported_as_hold_dominance():
     q = np.array([[0.3, 0.1, 0.6]] * 10 + [[0.1, 0.8, 0.1]] * 10)
-    diag = d.decision_diagnostics(q, q.argmax(axis=1), _labels_with_rates(PAPER_RATES), W)
+    diag = d.decision_diagnostics(q, q.argmax(axis=1), PAPER_RATES, W)
     assert d.liquidation_cause_code(diag) == d.CAUSE_HOLD_DOMINATES
     assert "Buy outranks Sell on 50% of rows" in d.liquidation_cause(diag)
 
 
 def test_a_policy_that_buys_is_not_in_liquidation_equilibrium():
     q = np.array([[0.6, 0.1, 0.3], [0.1, 0.8, 0.1]])
-    diag = d.decision_diagnostics(q, q.argmax(axis=1), _labels_with_rates(PAPER_RATES), W)
+    diag = d.decision_diagnostics(q, q.argmax(axis=1), PAPER_RATES, W)
     assert d.liquidation_cause_code(diag) == d.NO_LIQUIDATION
     assert d.liquidation_cause(diag) == "No Liquidation Equilibrium: the policy buys on 50.0% of rows."

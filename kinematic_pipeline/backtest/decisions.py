@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kinematic_pipeline.backtest.skill import _labels, _probs, balanced_accuracy, base_rates
+from kinematic_pipeline.backtest.skill import _labels, _probs, balanced_accuracy
 from kinematic_pipeline.variants import ACTION_NAMES, BUY, HOLD, SELL
 
 MARGIN_GRID = tuple(round(0.01 * k, 2) for k in range(51))  # m = 0.00, 0.01, ..., 0.50 for choose_margin
@@ -107,11 +107,11 @@ def buy_sell_margin(q, class_weights) -> np.ndarray:
     return np.log(np.maximum(q[:, BUY], _TINY) / w[BUY]) - np.log(np.maximum(q[:, SELL], _TINY) / w[SELL])
 
 
-def decision_diagnostics(q, actions, train_labels, class_weights) -> dict:
+def decision_diagnostics(q, actions, train_base_rates, class_weights) -> dict:
     """One flat row describing how a policy decides, on its test rows.
 
-    q: (n, 3) the classifier's softmax (weighted); actions: (n,) the policy's codes; train_labels: the
-    labels of the training period (their base rates). Keys: the training base rates and their weighted
+    q: (n, 3) the classifier's softmax (weighted); actions: (n,) the policy's codes; train_base_rates:
+    ``skill.base_rates`` of the training period's labels. Keys: the training base rates and their weighted
     values, the no-information action, quantiles of ``buy_sell_margin`` and the share above its threshold
     ln(w_sell / w_buy), the share of those rows on which Hold still outranks Buy, the share of rows whose
     action differs from the no-information action, and the action shares.
@@ -121,7 +121,9 @@ def decision_diagnostics(q, actions, train_labels, class_weights) -> dict:
     if actions.shape != (q.shape[0],) or actions.size == 0:
         raise ValueError(f"actions must have shape ({q.shape[0]},) with n >= 1, got {actions.shape}")
     w = _weights(class_weights)
-    rates = base_rates(train_labels)
+    rates = np.asarray(train_base_rates, dtype=np.float64)
+    if rates.shape != (3,) or not (np.isfinite(rates).all() and (rates >= 0).all()):
+        raise ValueError(f"train_base_rates must be 3 non-negative shares, got {train_base_rates}")
     no_info = no_information_action(rates, w)
     margin = buy_sell_margin(q, w)
     threshold = float(np.log(w[SELL] / w[BUY]))
