@@ -108,7 +108,7 @@ def buy_sell_margin(q, class_weights) -> np.ndarray:
 
 
 def decision_diagnostics(q, actions, train_base_rates, class_weights) -> dict:
-    """One flat row describing how a policy decides, on its test rows.
+    """One flat row describing how the argmax policy of a weighted-CE classifier decides, on its test rows.
 
     q: (n, 3) the classifier's softmax (weighted); actions: (n,) the policy's codes; train_base_rates:
     ``skill.base_rates`` of the training period's labels. Keys: the training base rates and their weighted

@@ -21,7 +21,7 @@ from kinematic_pipeline.backtest.metrics import brier_score
 from kinematic_pipeline.variants import BUY, SELL
 
 LOG_EPS = 1e-15  # probabilities are clipped to [LOG_EPS, 1] inside the log (as scikit-learn does)
-_CHUNK_CELLS = 4_000_000  # resamples are evaluated in chunks of about this many (resample x row) weights
+_CHUNK_CELLS = 1_000_000  # resamples are evaluated in chunks of about this many (resample x row) weights
 # The columns of skill_table, in order; each also has "<name>_ci_low" and "<name>_ci_high".
 SKILL_METRICS = (
     "log_loss",
