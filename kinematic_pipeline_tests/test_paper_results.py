@@ -63,7 +63,7 @@ def latex() -> str:
     return SEED.read_text()
 
 
-def _csv(table: str, **keys) -> dict[tuple, str]:
+def _csv(table: str, **keys) -> pl.DataFrame:
     frame = paper_results().filter(pl.col("table") == table)
     for column, value in keys.items():
         frame = frame.filter(pl.col(column) == value)
