@@ -14,7 +14,7 @@ import polars as pl
 
 from kinematic_pipeline.backtest.metrics import conventions
 from kinematic_pipeline.config import EvalConfig, Settings
-from kinematic_pipeline.report import document, figures, tables
+from kinematic_pipeline.report import document, figures, paper, tables
 from kinematic_pipeline.report.markdown import markdown_table
 from kinematic_pipeline.stages.evaluate import window_end_kinematics
 from kinematic_pipeline.storage import BACKTESTS, EQUITY_CURVES, PREDICTIONS, RAW_OHLCV, Warehouse
@@ -33,6 +33,7 @@ TABLE_TITLES = {
     "cost_sensitivity": "Sensitivity to transaction costs, with annualized turnover (paper Table sensitivity)",
     "calibration": "Calibration of every policy: accuracy, Brier score, ECE (not in the paper)",
     "per_seed": "Every seed on its own: what the mean +- std cells summarize (not in the paper)",
+    "paper_comparison": "This run next to the paper's published numbers (paper Tables absolute_perf and risk_adjusted)",
 }
 
 
@@ -84,7 +85,19 @@ def build_tables(settings: Settings, metrics: pl.DataFrame) -> dict[str, pl.Data
         "cost_sensitivity": tables.cost_sensitivity(metrics, "splinegpt", ev.report_tau),
         "calibration": tables.calibration_summary(metrics, ev.report_tau, ev.report_cost_bps),
         "per_seed": tables.per_seed(metrics, ev.report_tau, ev.report_cost_bps),
+        "paper_comparison": _paper_comparison(metrics)[0],
     }
+
+
+def run_test_period(metrics: pl.DataFrame) -> tuple[dt.date | None, dt.date | None]:
+    """First and last test day over every backtest row."""
+    return metrics["first_date"].min(), metrics["last_date"].max()
+
+
+def _paper_comparison(metrics: pl.DataFrame) -> tuple[pl.DataFrame, str]:
+    """The side-by-side table (or the one-cell table saying why not comparable), and the explanation."""
+    frame, why = paper.paper_comparison(metrics, run_test_period(metrics))
+    return (paper.not_comparable_table(why) if frame is None else frame), why
 
 
 def _context(settings: Settings, metrics: pl.DataFrame) -> dict[str, str]:
@@ -104,6 +117,7 @@ def _context(settings: Settings, metrics: pl.DataFrame) -> dict[str, str]:
             if len(seeds) == 1
             else ": cells are the mean over seeds +- their sample std; the per-seed table lists each"
         ),
+        "paper's published numbers": _paper_comparison(metrics)[1],
     }
 
 
