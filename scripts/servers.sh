@@ -10,14 +10,13 @@
 #   scripts/servers.sh status   exit 0 when both answer
 #   scripts/servers.sh url      print the settings:  eval "$(scripts/servers.sh url)"
 #
-# Settings (environment): KP_SERVERS_DIR (default: <repo>/warehouse/servers), KP_PG_PORT (55432),
+# Settings (environment): KP_SERVERS_DIR (default: /tmp/kinematic_pipeline_servers), KP_PG_PORT (55432),
 # KP_REDIS_PORT (56379), KP_PG_DB (dagster). Postgres refuses to run as root: as root, the cluster is
 # initialized and run as the `postgres` user that Debian's package creates (it must be able to reach
 # $KP_SERVERS_DIR: the script makes the directory world-traversable).
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DIR="${KP_SERVERS_DIR:-$ROOT/warehouse/servers}"
+DIR="${KP_SERVERS_DIR:-/tmp/kinematic_pipeline_servers}"
 PG_PORT="${KP_PG_PORT:-55432}"
 REDIS_PORT="${KP_REDIS_PORT:-56379}"
 PG_DB="${KP_PG_DB:-dagster}"
@@ -74,7 +73,11 @@ start_postgres() {
     local bin; bin=$(pg_bin)
     mkdir -p "$DIR/postgres"
     chmod 755 "$DIR" "$DIR/postgres"
-    if [[ $(id -u) -eq 0 ]]; then chown postgres: "$DIR/postgres"; fi
+    if [[ $(id -u) -eq 0 ]]; then
+        chown postgres: "$DIR/postgres"
+        runuser -u postgres -- test -w "$DIR/postgres" ||
+            { say "the postgres user cannot reach $DIR (a parent folder is not world-traversable): set KP_SERVERS_DIR, e.g. under /tmp"; exit 1; }
+    fi
     if [[ ! -s "$PGDATA/PG_VERSION" ]]; then
         say "initdb $PGDATA"
         as_pg "$bin/initdb" -D "$PGDATA" --username=postgres --auth=trust --encoding=UTF8 --locale=C.UTF-8 \
