@@ -2,8 +2,9 @@
 
     PYTHONPATH=<dir with dagster-k8s, dagster-celery, dagster-postgres 0.29.27> python deploy/check_configs.py
 
-Loads deploy/local/dagster.yaml as an instance; validates deploy/k8s/dagster.yaml's storage and run
-launcher sections against dagster-postgres's and dagster-k8s's config types; loads both code locations
+Loads deploy/local/dagster.yaml as an instance; validates deploy/postgres/dagster.yaml's storage sections
+and deploy/k8s/dagster.yaml's storage and run launcher sections against dagster-postgres's and dagster-k8s's
+config types; loads both code locations
 and validates their run_config.yaml against the asset job's config schema (executor included). Examples
 whose library is not installed are reported as skipped.
 """
@@ -57,8 +58,26 @@ def check_k8s_instance() -> str:
     return ", ".join(checked)
 
 
+def check_postgres_instance() -> str:
+    from dagster._config import process_config
+
+    os.environ.setdefault("DAGSTER_PG_URL", "postgresql+psycopg2://postgres@localhost:5432/dagster")
+    config = yaml.safe_load((DEPLOY / "postgres" / "dagster.yaml").read_text())
+    checked = []
+    for section in ("run_storage", "event_log_storage", "schedule_storage"):
+        entry = config[section]
+        cls = getattr(importlib.import_module(entry["module"]), entry["class"])
+        result = process_config(cls.config_type(), entry["config"])
+        assert result.success, f"{section}: {[e.message for e in result.errors]}"
+        checked.append(entry["class"])
+    return ", ".join(checked) + " (schemas; test_cluster.py runs it against a server)"
+
+
 def check_code_location(name: str) -> str:
     import dagster as dg
+
+    os.environ.setdefault("KP_CELERY_BROKER", "redis://localhost:6379/0")  # deploy/celery/run_config.yaml
+    os.environ.setdefault("KP_CELERY_BACKEND", "redis://localhost:6379/1")
 
     spec = importlib.util.spec_from_file_location(f"{name}_code_location", DEPLOY / name / "code_location.py")
     module = importlib.util.module_from_spec(spec)
@@ -74,6 +93,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     checks = [
         ("local/dagster.yaml", check_local, None),
+        ("postgres/dagster.yaml", check_postgres_instance, "dagster_postgres"),
         ("k8s/dagster.yaml", check_k8s_instance, "dagster_k8s"),
         ("k8s/code_location.py + run_config.yaml", lambda: check_code_location("k8s"), "dagster_k8s"),
         ("celery/code_location.py + run_config.yaml", lambda: check_code_location("celery"), "dagster_celery"),

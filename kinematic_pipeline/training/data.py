@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import lightning as L
 import numpy as np
@@ -112,6 +114,30 @@ class WindowStream(IterableDataset):
         cap = None if self.max_windows is None else self.max_windows // parts + (part < self.max_windows % parts)
         return mine, cap, np.random.default_rng([self.seed, self.epoch, part])
 
+    def _batches_per_part(self) -> int | None:
+        """Under DDP, the batches every rank yields: the fewest any part has (from the manifests' window
+        counts). Every rank must run the same number of steps, or the one with more waits forever in its
+        gradient all-reduce. One process (world 1): None, no limit. Label filtering is not counted here."""
+        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            return None
+        world = torch.distributed.get_world_size()
+        info = get_worker_info()
+        workers = info.num_workers if info is not None else 1
+        parts = world * workers
+        if parts == 1:
+            return None
+        order = np.arange(len(self.shards))
+        if self.shuffle:
+            order = np.random.default_rng([self.seed, self.epoch]).permutation(len(self.shards))
+        fewest = None
+        for part in range(parts):
+            windows = sum(self.shards[k].windows for k in order[part::parts])
+            if self.max_windows is not None:
+                windows = min(windows, self.max_windows // parts + (part < self.max_windows % parts))
+            batches = math.ceil(windows / self.batch_size)
+            fewest = batches if fewest is None else min(fewest, batches)
+        return fewest
+
     def _read(self, group: list[Shard]) -> tuple[np.ndarray, np.ndarray | None]:
         frame = pl.read_parquet([s.path for s in group], columns=["ticker", "date", "tokens"])
         labels = None
@@ -137,15 +163,34 @@ class WindowStream(IterableDataset):
 
     def __iter__(self):
         shards, cap, rng = self._partition()
+        _trace(self, shards)
         remaining = math.inf if cap is None else cap
+        batches_left = self._batches_per_part()
         for x, y in _buffered(self._chunks(shards), self.buffer_windows, self.batch_size, rng, self.shuffle):
-            if remaining <= 0:
+            if remaining <= 0 or batches_left == 0:
                 return
+            if batches_left is not None:
+                batches_left -= 1
             if len(x) > remaining:
                 x, y = x[: int(remaining)], None if y is None else y[: int(remaining)]
             remaining -= len(x)
             xt = torch.from_numpy(x)
             yield xt if y is None else (xt, torch.from_numpy(y))
+
+
+def _trace(stream: WindowStream, shards: list[Shard]) -> None:
+    """KP_TRAIN_SHARD_TRACE=<dir>: each rank appends the shards it streams (epoch, split, rank, path) to
+    <dir>/rank<r>.tsv, to see how an epoch's shards were dealt (test_ddp_cpu.py); unset: nothing."""
+    folder = os.environ.get("KP_TRAIN_SHARD_TRACE")
+    if not folder:
+        return
+    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+    info = get_worker_info()
+    worker = info.id if info is not None else 0
+    split = "train" if stream.shuffle else "val"
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    with open(Path(folder) / f"rank{rank}.tsv", "a") as out:
+        out.writelines(f"{stream.epoch}\t{split}\t{rank}\t{worker}\t{s.path}\n" for s in shards)
 
 
 def _buffered(chunks, capacity: int, batch_size: int, rng: np.random.Generator, shuffle: bool):

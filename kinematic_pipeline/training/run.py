@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import os
 import shutil
 import time
@@ -141,8 +142,10 @@ def _trainer(cfg: TrainConfig, out_dir: Path, epochs: int, steps_per_epoch: int,
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     counter = _WindowCounter()
     strategy = cfg.strategy
-    if strategy == "auto" and on_gpu and _gpus_requested(cfg.devices) > 1:
-        strategy = "ddp_spawn"  # ranks spawned in-process: the default launcher re-runs sys.argv (Dagster's)
+    if strategy == "auto" and _ranks(cfg) > 1:
+        # Ranks spawned in-process: the default launcher re-runs sys.argv (Dagster's). CPU ranks
+        # (KP_TRAIN_ACCELERATOR=cpu KP_TRAIN_DEVICES=2) take the same path with gloo: tested without a GPU.
+        strategy = "ddp_spawn"
     trainer = L.Trainer(
         accelerator=cfg.accelerator,
         devices=cfg.devices,
@@ -161,6 +164,17 @@ def _trainer(cfg: TrainConfig, out_dir: Path, epochs: int, steps_per_epoch: int,
         default_root_dir=out_dir,
     )
     return trainer, counter, Path(loggers[0].log_dir) / "metrics.csv"
+
+
+def _ranks(cfg: TrainConfig) -> int:
+    """Processes the Trainer will train in: GPUs requested when on GPUs, ``devices`` CPU ranks with
+    ``accelerator="cpu"``, else 1. Each rank takes 1/ranks of an epoch's batches (training/data.py)."""
+    if cfg.accelerator == "cpu":
+        text = str(cfg.devices).strip()
+        return int(text) if text.isdigit() and int(text) > 0 else 1
+    if cfg.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
+        return max(1, _gpus_requested(cfg.devices))
+    return 1
 
 
 def _gpus_requested(devices: str) -> int:
@@ -203,7 +217,7 @@ def pretrain(
         data = WindowDataModule(settings, variant, num_workers=num_workers)
         data.setup()
         model = build_model(variant, settings.model)
-        steps = data.steps_per_epoch()
+        steps = math.ceil(data.steps_per_epoch() / _ranks(cfg))  # per rank: the schedule ends with the run
         module = PretrainModule(model, cfg, total_steps=steps * cfg.epochs)
         trainer, counter, metrics_csv = _trainer(cfg, out_dir, cfg.epochs, steps, bool(data.val_shards), progress)
         trainer.fit(module, datamodule=data)
@@ -268,7 +282,7 @@ def finetune(
         classifier = _classifier(settings, variant, load_foundation(settings, variant, foundation_path))
         data = WindowDataModule(settings, variant, with_labels=True, tau=tau, num_workers=num_workers)
         data.setup()
-        steps = data.steps_per_epoch()
+        steps = math.ceil(data.steps_per_epoch() / _ranks(cfg))
         module = FinetuneModule(classifier, cfg, total_steps=steps * cfg.finetune_epochs)
         epochs = cfg.finetune_epochs
         trainer, counter, metrics_csv = _trainer(cfg, out_dir, epochs, steps, bool(data.val_shards), progress)

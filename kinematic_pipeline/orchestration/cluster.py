@@ -1,0 +1,96 @@
+"""More than one process: Postgres-backed instance storage and the Celery executor, with clear errors.
+
+Thin wrappers around dagster-postgres's storages and dagster-celery's ``celery_executor`` (the ``cluster``
+extra: ``pip install -e '.[cluster]'``), used by ``deploy/postgres/dagster.yaml`` and
+``deploy/celery/code_location.py``. They add only a check before connecting: a Postgres server or Redis
+broker that does not answer gives an error naming its host and port and ``scripts/servers.sh``, instead of a
+driver's traceback (or, for Celery, a run that waits on a broker forever); a missing library names the extra.
+"""
+
+from __future__ import annotations
+
+import socket
+from urllib.parse import urlsplit
+
+import dagster as dg
+
+EXTRA_HINT = "pip install -e '.[cluster]' (or: pip install -c constraints.txt dagster-postgres dagster-celery[redis])"
+SERVERS_HINT = 'start it with `scripts/servers.sh start` (then `eval "$(scripts/servers.sh url)"`)'
+
+
+class ServerUnreachable(dg.DagsterError):
+    """A server the instance or the executor needs does not accept connections."""
+
+
+def check_reachable(url: str, what: str, default_port: int, timeout: float = 3.0) -> None:
+    """Open (and close) a TCP connection to the host and port of ``url``; raise ServerUnreachable if refused."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "localhost", parts.port or default_port
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return
+    except OSError as exc:
+        raise ServerUnreachable(f"{what} at {host}:{port} is not reachable ({exc}); {SERVERS_HINT}") from exc
+
+
+def _missing(library: str, exc: ImportError) -> ImportError:
+    return ImportError(f"{library} is not installed ({exc}); install the cluster extra: {EXTRA_HINT}")
+
+
+try:
+    import dagster_postgres
+    from dagster_postgres.utils import pg_url_from_config
+except ImportError as _pg_error:  # the module still imports; using a storage names the extra
+    _PG_ERROR: ImportError | None = _pg_error
+else:
+    _PG_ERROR = None
+
+    def _checked(base):
+        class Checked(base):
+            """dagster-postgres's storage, after checking that the server answers."""
+
+            @classmethod
+            def from_config_value(cls, inst_data, config_value):
+                check_reachable(pg_url_from_config(config_value), "PostgreSQL (Dagster instance storage)", 5432)
+                return base.from_config_value(inst_data, config_value)
+
+        Checked.__name__ = Checked.__qualname__ = base.__name__
+        return Checked
+
+    PostgresRunStorage = _checked(dagster_postgres.PostgresRunStorage)
+    PostgresEventLogStorage = _checked(dagster_postgres.PostgresEventLogStorage)
+    PostgresScheduleStorage = _checked(dagster_postgres.PostgresScheduleStorage)
+
+
+def __getattr__(name: str):
+    if name.startswith("Postgres") and _PG_ERROR is not None:
+        raise _missing("dagster-postgres", _PG_ERROR)
+    if name == "celery_executor":
+        return _make_celery_executor()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _make_celery_executor() -> dg.ExecutorDefinition:
+    """dagster-celery's ``celery_executor`` (same name and config schema) that first checks the broker."""
+    try:
+        from dagster_celery import celery_executor as upstream
+        from dagster_celery.defaults import broker_url as default_broker
+    except ImportError as exc:
+        raise _missing("dagster-celery", exc) from exc
+
+    @dg.executor(
+        name=upstream.name,
+        config_schema=upstream.config_schema,
+        requirements=dg.multiple_process_executor_requirements(),
+    )
+    def celery_executor(init_context):
+        config = init_context.executor_config
+        broker = config.get("broker") or default_broker
+        check_reachable(broker, "the Celery broker", 6379 if broker.startswith("redis") else 5672)
+        backend = config.get("backend") or ""
+        if backend.startswith("redis"):
+            check_reachable(backend, "the Celery result backend", 6379)
+        return upstream.executor_creation_fn(init_context)
+
+    celery_executor.__doc__ = upstream.__doc__
+    return celery_executor

@@ -1,0 +1,91 @@
+"""The multi-GPU training path without a GPU: `KP_TRAIN_ACCELERATOR=cpu KP_TRAIN_DEVICES=2` trains
+splinegpt_foundation with `ddp_spawn` over two CPU ranks (gloo) inside a Dagster step
+(`dagster asset materialize`, multiprocess executor: the step is its own process, as on a cluster).
+
+Checks: both ranks streamed disjoint shards that together are the epoch's training split; the checkpoint is
+written once (one model.pt, one set of Lightning checkpoints, one materialization with its sha256); the
+training loss is finite and decreases.
+
+    .venv/bin/pytest -m e2e kinematic_pipeline_tests/test_ddp_cpu.py
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from kinematic_pipeline.storage import file_sha256
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+pytestmark = pytest.mark.e2e
+
+
+def _run(cmd: list[str], env: dict[str, str]) -> str:
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    return out.stdout + out.stderr
+
+
+def test_two_cpu_ranks_train_a_foundation_with_ddp_spawn_inside_a_dagster_step(tmp_path):
+    home, warehouse, trace = tmp_path / "dagster_home", tmp_path / "warehouse", tmp_path / "trace"
+    home.mkdir()
+    text = (ROOT / "dagster.yaml").read_text().replace("base_dir: warehouse/", f"base_dir: {home}/")
+    (home / "dagster.yaml").write_text(text)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KP_", "DAGSTER_"))}
+    env.update(
+        DAGSTER_HOME=str(home),
+        KP_PROFILE="ci",
+        KP_WAREHOUSE=str(warehouse),
+        KP_END_DATE="2021-08-31",  # ~105 token days, all in the training period
+        PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    )
+    inputs = " or ".join(f"key:{k}" for k in ("raw_ohlcv", "spline_tokens", "corpus_stats"))
+    _run([sys.executable, "-m", "kinematic_pipeline", "materialize", "--select", inputs], env)
+
+    env.update(KP_TRAIN_ACCELERATOR="cpu", KP_TRAIN_DEVICES="2", KP_TRAIN_SHARD_TRACE=str(trace))
+    cmd = [str(BIN / "dagster"), "asset", "materialize", "-m", "kinematic_pipeline", "--select", "splinegpt_foundation"]
+    output = _run(cmd, env)
+    assert "RUN_SUCCESS" in output
+
+    # Both ranks ran and streamed disjoint halves of each epoch's training shards.
+    cols = ["epoch", "split", "rank", "worker", "path"]
+    dealt = pl.concat(
+        [pl.read_csv(p, separator="\t", has_header=False, new_columns=cols) for p in sorted(trace.glob("rank*.tsv"))]
+    )
+    assert sorted(dealt["rank"].unique().to_list()) == [0, 1], dealt
+    out_dir = warehouse / "models" / "splinegpt" / "foundation"
+    used = pl.read_parquet(out_dir / "shards_used.parquet")  # the DataModule's splits, written by the step
+    for (epoch, split), group in dealt.group_by(["epoch", "split"]):
+        by_rank = {r: set(g["path"].to_list()) for (r,), g in group.group_by(["rank"])}
+        assert set(by_rank) == {0, 1}, (epoch, split)
+        assert not by_rank[0] & by_rank[1], f"epoch {epoch} {split}: a shard went to both ranks"
+        assert by_rank[0] | by_rank[1] == set(used.filter(pl.col("split") == split)["path"]), (epoch, split)
+        assert abs(len(by_rank[0]) - len(by_rank[1])) <= 1
+
+    # The checkpoint is written once: rank 0 saves, the step process writes model.pt.
+    assert sorted(p.name for p in (out_dir / "checkpoints").iterdir()) == ["epoch00.ckpt", "last.ckpt"]
+    assert len(list(out_dir.rglob("model*.pt"))) == 1
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        records = instance.fetch_materializations(dg.AssetKey("splinegpt_foundation"), limit=10).records
+        assert len(records) == 1
+        metadata = records[0].asset_materialization.metadata
+        assert metadata["checkpoint_sha256"].value == file_sha256(out_dir / "model.pt")
+
+    # The loss is finite and decreasing (rank 0's CSV log).
+    metrics = pl.read_csv(out_dir / "logs" / "version_0" / "metrics.csv", infer_schema_length=None)
+    losses = metrics["train/loss_step"].drop_nulls().to_list()
+    assert len(losses) >= 2 and all(math.isfinite(v) for v in losses), losses
+    third = max(1, len(losses) // 3)
+    assert losses[-1] < losses[0] and sum(losses[-third:]) < sum(losses[:third]), losses
+    val = metrics["val/loss"].drop_nulls().to_list()
+    assert val and all(math.isfinite(v) for v in val), val
+    print(f"DDP over 2 CPU ranks: train loss {losses[0]:.4f} -> {losses[-1]:.4f} ({len(losses)} logged), val {val}")
