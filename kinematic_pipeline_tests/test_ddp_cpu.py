@@ -21,7 +21,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from kinematic_pipeline.storage import file_sha256
+from kinematic_pipeline.storage import Warehouse, file_sha256
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -53,6 +53,7 @@ def test_two_cpu_ranks_train_a_foundation_with_ddp_spawn_inside_a_dagster_step(t
 
     env.update(KP_TRAIN_ACCELERATOR="cpu", KP_TRAIN_DEVICES="2", KP_TRAIN_SHARD_TRACE=str(trace))
     cmd = [str(BIN / "dagster"), "asset", "materialize", "-m", "kinematic_pipeline", "--select", "splinegpt_foundation"]
+    cmd += ["--partition", "1234"]  # one seed's foundation
     output = _run(cmd, env)
     assert "RUN_SUCCESS" in output
 
@@ -62,7 +63,7 @@ def test_two_cpu_ranks_train_a_foundation_with_ddp_spawn_inside_a_dagster_step(t
         [pl.read_csv(p, separator="\t", has_header=False, new_columns=cols) for p in sorted(trace.glob("rank*.tsv"))]
     )
     assert sorted(dealt["rank"].unique().to_list()) == [0, 1], dealt
-    out_dir = warehouse / "models" / "splinegpt" / "foundation"
+    out_dir = Warehouse(warehouse).foundation_dir("splinegpt", 1234)
     used = pl.read_parquet(out_dir / "shards_used.parquet")  # the DataModule's splits, written by the step
     for (epoch, split), group in dealt.group_by(["epoch", "split"]):
         by_rank = {r: set(g["path"].to_list()) for (r,), g in group.group_by(["rank"])}
