@@ -195,6 +195,7 @@ class EvalConfig:
     bootstrap_resamples: int = 2000  # circular block bootstrap of the Sharpe
     bootstrap_block_days: int = 20
     bootstrap_seed: int = 0
+    skill_bootstrap_resamples: int = 1000  # resamples of test days behind the skill scores' intervals
     predict_batch_size: int = 512  # windows per forward pass
 
 
@@ -245,6 +246,7 @@ def _profile_ci() -> Settings:
             lora_alpha=8,
             seeds=(1234, 1235),  # two seeds: the report's mean +- std and per-seed tables are exercised in CI
         ),
+        evaluate=EvalConfig(skill_bootstrap_resamples=200),
     )
 
 

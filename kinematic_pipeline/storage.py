@@ -39,6 +39,7 @@ PREDICTIONS, BACKTESTS, EQUITY_CURVES, TRADES, PROVENANCE = (
     "trades",
     "provenance",
 )
+MARGIN_BACKTESTS = "margin_backtests"  # the second decision rule's backtests (beside the paper's argmax)
 SHARDS_USED_FILE = "shards_used.parquet"  # beside each checkpoint/adapter: the token shards it trained on
 SHARDS_USED_SCHEMA: dict[str, pl.DataType] = {
     "asset": pl.String,

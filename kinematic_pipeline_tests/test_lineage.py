@@ -121,3 +121,44 @@ def test_the_report_states_the_tax_rate_the_backtests_used(backtested, tmp_path)
     assert "we pay 25% of that year's net realized gains" in text
     assert "32%" not in text
     assert "(20-day blocks, 50 resamples" in text
+
+
+def _margin_of(settings) -> float:
+    name = f"splinegpt_tau0.01_seed{settings.train.seed}"
+    return pl.read_parquet(Warehouse(settings.warehouse).shard("margin_backtests", name))["margin"].unique().item()
+
+
+def test_the_second_rules_margin_depends_on_validation_days_only(backtested, tmp_path):
+    wh = Warehouse(backtested.warehouse)
+    name = f"splinegpt_tau0.01_seed{backtested.train.seed}"
+    validation = pl.read_parquet(wh.root / "predictions" / "validation" / f"{name}.parquet")
+    assert validation.height > 0 and validation["date"].max() <= backtested.data.train_end
+    assert validation["ticker"].n_unique() == pl.read_parquet(wh.shard("predictions", name))["ticker"].n_unique()
+    # Perturb every test-period label (the days after the cut), re-run predictions and backtests: same m.
+    settings = dataclasses.replace(backtested, warehouse=tmp_path / "wh")
+    shutil.copytree(backtested.warehouse, settings.warehouse)
+    perturbed = Warehouse(settings.warehouse)
+    column = "label_tau_0p0100"
+    for day in perturbed.shard_days("labels", after=settings.data.train_end):
+        path = perturbed.shard("labels", day)
+        frame = pl.read_parquet(path)
+        frame.with_columns(((pl.col(column) + 1) % 3).cast(pl.Int8)).write_parquet(path)
+    run_predictions(settings, "splinegpt", "0.01")
+    run_backtests(settings, "splinegpt", "0.01", {"kinematic_pipeline": "test"})
+    test_labels = pl.read_parquet(perturbed.shard("predictions", name))["label"]
+    assert not test_labels.equals(pl.read_parquet(wh.shard("predictions", name))["label"])  # the labels did change
+    assert _margin_of(settings) == _margin_of(backtested)
+
+
+def test_the_evidence_tables_put_the_variant_side_by_side_and_explain_each_decision(backtested):
+    from kinematic_pipeline.stages.evidence import evidence_tables
+    from kinematic_pipeline.stages.report import load_metrics
+
+    built = evidence_tables(backtested, load_metrics(backtested))
+    info = built["information"]
+    assert info["Metric"].to_list()[0].startswith("Log-loss skill") and info.height == 6
+    assert "SplineGPT" in info.columns and all("[" in c or c == "N/A" for c in info["SplineGPT"].to_list())
+    why = built["decisions"]["Why it trades or liquidates"].to_list()
+    assert len(why) == 1 and len(why[0]) > 20
+    rules = built["decision_rules"]
+    assert rules["Model"].to_list() == ["SplineGPT"] and {"Sharpe (argmax)", "Sharpe (margin)"} <= set(rules.columns)

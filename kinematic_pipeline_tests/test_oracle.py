@@ -16,10 +16,9 @@ from kinematic_pipeline.backtest.oracle import (
     oracle_predictions,
     skill_table,
 )
-from kinematic_pipeline.backtest.sweep import run_sweep
+from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA, run_sweep
 from kinematic_pipeline.config import SyntheticConfig
 from kinematic_pipeline.sources.synthetic import SyntheticSource
-from kinematic_pipeline.stages.evaluate import PREDICTIONS_SCHEMA
 from kinematic_pipeline.variants import BUY, HOLD, SELL, UNKNOWN_LABEL
 
 START, END = dt.date(2021, 1, 4), dt.date(2022, 12, 30)

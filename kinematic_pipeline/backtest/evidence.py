@@ -1,6 +1,6 @@
 """Per-policy frames of the predictive evidence (skill.py) and the decision diagnostics (decisions.py).
 
-Input: the predictions frame (``stages.evaluate.PREDICTIONS_SCHEMA``: variant, tau, seed, ticker, date,
+Input: the predictions frame (``sweep.PREDICTIONS_SCHEMA``: variant, tau, seed, ticker, date,
 p_buy, p_sell, p_hold, action, label) and, per tau, the TRAINING labels' base rates
 (``skill.base_rates``: {tau: (3,) array}). One output row per
 policy (variant, tau, seed), sorted by those keys. Pure: frames and arrays in, frames out; no dagster.

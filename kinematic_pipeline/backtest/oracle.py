@@ -18,8 +18,8 @@ from collections.abc import Iterable
 import numpy as np
 import polars as pl
 
+from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA
 from kinematic_pipeline.label_rules import label_returns_close, labels_from_returns
-from kinematic_pipeline.stages.evaluate import PREDICTIONS_SCHEMA
 from kinematic_pipeline.variants import BUY, HOLD, SELL, UNKNOWN_LABEL
 
 ORACLE = "oracle"  # the variant name of the informed policy's predictions and backtests

@@ -34,6 +34,20 @@ INPUT_SCHEMA: dict[str, pl.DataType] = {
     "action": pl.Int8,  # 0 Buy, 1 Sell, 2 Hold
     "label": pl.Int8,  # 0 Buy, 1 Sell, 2 Hold, -1 unknown
 }
+# What the predictions asset stores (one row per policy, ticker and test day): the input of run_sweep.
+PREDICTIONS_SCHEMA: dict[str, pl.DataType] = {
+    "variant": pl.String,
+    "tau": pl.Float64,
+    "seed": pl.Int64,
+    "ticker": pl.String,
+    "date": pl.Date,
+    "close": pl.Float64,  # the day's raw close: the market-on-close fill price
+    "p_buy": pl.Float32,
+    "p_sell": pl.Float32,
+    "p_hold": pl.Float32,
+    "action": pl.Int8,  # argmax of the probabilities: a code of kinematic_pipeline.variants
+    "label": pl.Int8,  # the realized label of day t (needs day t+1; -1 when unknown): evaluation only
+}
 ROW_KEY_SCHEMA: dict[str, pl.DataType] = {
     "variant": pl.String,
     "tau": pl.Float64,  # null for Buy & Hold

@@ -355,3 +355,32 @@ def responsiveness_png(
         ax_a.legend(fontsize=8)
     _date_axis(ax_c)
     return _save(fig, path)
+
+
+def decision_rules_png(metrics: pl.DataFrame, margin: pl.DataFrame, tau: float, cost_bps: float, path: Path) -> bytes:
+    """The paper's weighted argmax next to the margin rule: (A) mean Sharpe over tickers and seeds per
+    variant, (B) mean action rate (a policy at 0% never trades: the Liquidation Equilibrium)."""
+    argmax = runs_at(metrics, tau, cost_bps)
+    second = runs_at(margin, tau, cost_bps) if margin.height else margin
+    variants = [v for v in POLICY_VARIANTS if argmax.height and v in set(argmax["variant"].to_list())]
+    if not variants:
+        return _no_data("Decision rules", path)
+    fig = Figure(figsize=(10, 3.8), layout="constrained")
+    ax_a, ax_b = fig.subplots(1, 2)
+    x, width = np.arange(len(variants)), 0.38
+    for offset, (rule, rows) in zip((-width / 2, width / 2), (("argmax (paper)", argmax), ("margin rule", second))):
+        sharpe, rate = [], []
+        for v in variants:
+            r = rows.filter(pl.col("variant") == v) if rows.height else rows
+            s = r["sharpe"].fill_nan(None).drop_nulls() if r.height else None
+            sharpe.append(float(s.mean()) if s is not None and s.len() else 0.0)
+            rate.append(100 * float(r["action_rate"].mean()) if r.height else 0.0)
+        ax_a.bar(x + offset, sharpe, width, label=rule)
+        ax_b.bar(x + offset, rate, width, label=rule)
+    for ax, title in ((ax_a, "(A) mean Sharpe (N/A counted as 0)"), (ax_b, "(B) mean action rate, %")):
+        ax.set_xticks(x, [display_name(v) for v in variants], fontsize=8)
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=8)
+    fig.suptitle(f"Decision rules at tau = {100 * tau:.2f}%, cost {cost_bps:g} bps", fontsize=10)
+    return _save(fig, path)

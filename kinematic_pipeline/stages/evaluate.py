@@ -16,13 +16,21 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline.backtest.sweep import EQUITY_SCHEMA, METRICS_SCHEMA, TRADES_SCHEMA, run_sweep
+from kinematic_pipeline.backtest.decisions import choose_margin, threshold_actions, unweighted_probabilities
+from kinematic_pipeline.backtest.sweep import (
+    EQUITY_SCHEMA,
+    METRICS_SCHEMA,
+    PREDICTIONS_SCHEMA,
+    TRADES_SCHEMA,
+    run_sweep,
+)
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.storage import (
     BACKTESTS,
     CORPUS_STATS,
     EQUITY_CURVES,
     LABELS,
+    MARGIN_BACKTESTS,
     PREDICTIONS,
     PROVENANCE,
     RAW_OHLCV,
@@ -33,6 +41,7 @@ from kinematic_pipeline.storage import (
     policy_key,
     write_parquet_atomic,
 )
+from kinematic_pipeline.training.data import list_shards, split_days
 from kinematic_pipeline.training.run import load_classifier
 from kinematic_pipeline.variants import BENCHMARK
 from kinematic_pipeline.variants import variant as lookup_variant
@@ -40,19 +49,6 @@ from kinematic_pipeline.windows import WindowNormalizer, tau_column
 
 N_DEFAULT_TEST_TICKERS = 6  # the paper backtests six names
 
-PREDICTIONS_SCHEMA: dict[str, pl.DataType] = {
-    "variant": pl.String,
-    "tau": pl.Float64,
-    "seed": pl.Int64,
-    "ticker": pl.String,
-    "date": pl.Date,
-    "close": pl.Float64,  # the day's raw close: the market-on-close fill price
-    "p_buy": pl.Float32,
-    "p_sell": pl.Float32,
-    "p_hold": pl.Float32,
-    "action": pl.Int8,  # argmax of the probabilities: a code of kinematic_pipeline.variants
-    "label": pl.Int8,  # the realized label of day t (needs day t+1; -1 when unknown): evaluation only
-}
 PROVENANCE_SCHEMA: dict[str, pl.DataType] = {  # every link holds for every ticker of the (variant, tau, seed)
     "variant": pl.String,
     "tau": pl.Float64,
@@ -259,9 +255,11 @@ def write_partition(settings: Settings, asset: str, name: str, frame: pl.DataFra
     return path
 
 
+MARGIN_METRICS_SCHEMA = {**METRICS_SCHEMA, "margin": pl.Float64, "validation_rows": pl.Int64}
 EVALUATION_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     PREDICTIONS: PREDICTIONS_SCHEMA,
     BACKTESTS: METRICS_SCHEMA,
+    MARGIN_BACKTESTS: MARGIN_METRICS_SCHEMA,
     EQUITY_CURVES: EQUITY_SCHEMA,
     TRADES: TRADES_SCHEMA,
     PROVENANCE: PROVENANCE_SCHEMA,
@@ -300,14 +298,57 @@ def run_predictions(settings: Settings, variant: str, tau_key: str) -> tuple[Pre
         )
     name = partition_name(variant, tau_key, seed)
     path = write_partition(settings, PREDICTIONS, name, result.frame)
-    # the shards read, for the backtest's provenance (a subfolder: not part of the predictions view)
-    write_parquet_atomic(_shards_frame(result.shards), predictions_inputs_path(settings, name))
+    # The same policy on the validation days of the training period (the fine-tuning's own split), for the
+    # test tickers: what the second decision rule's margin is chosen on (never on test days).
+    tickers = sorted(result.frame["ticker"].unique().to_list())
+    validation = predict(settings, variant, float(tau_key), classifier, validation_days(settings, asset), tickers)
+    write_parquet_atomic(validation.frame, predictions_subfolder(settings, "validation", name))
+    # the shards read, for the backtest's provenance (subfolders: not part of the predictions view)
+    write_parquet_atomic(_shards_frame(result.shards), predictions_subfolder(settings, "inputs", name))
     refresh_evaluation_views(settings, (PREDICTIONS,))
     return result, path
 
 
-def predictions_inputs_path(settings: Settings, name: str) -> Path:
-    return Warehouse(settings.warehouse).root / PREDICTIONS / "inputs" / f"{name}.parquet"
+def validation_days(settings: Settings, asset: str) -> list[dt.date]:
+    """The validation days of fine-tuning: the last ``val_fraction`` of the labelled training-period days."""
+    days = [s.day for s in list_shards(settings, asset, with_labels=True)]
+    return split_days(days, settings.train.val_fraction)[1] if days else []
+
+
+def margin_rule_backtests(settings: Settings, predictions: pl.DataFrame, name: str) -> pl.DataFrame:
+    """The second decision rule, backtested like the paper's: undo the class weighting (p = q / w) and Buy /
+    Sell when p_buy - p_sell exceeds +m / falls below -m, m chosen on the validation-day predictions only
+    (``decisions.choose_margin``: balanced accuracy over a fixed grid). Metrics rows with ``m`` beside."""
+    ev, weights = settings.evaluate, settings.train.class_weights
+    validation = pl.read_parquet(predictions_subfolder(settings, "validation", name))
+    labelled = validation.filter(pl.col("label") >= 0)
+    probs = [pl.col(c) for c in ("p_buy", "p_sell", "p_hold")]
+    margin = 0.0
+    if labelled.height:
+        p_val = unweighted_probabilities(labelled.select(probs).to_numpy().astype(np.float64), weights)
+        margin = choose_margin(p_val, labelled["label"].to_numpy())
+    p_test = unweighted_probabilities(predictions.select(probs).to_numpy().astype(np.float64), weights)
+    actions = pl.Series("action", threshold_actions(p_test, margin), dtype=pl.Int8)
+    sweep = run_sweep(
+        predictions.with_columns(actions),
+        ev.costs_bps,
+        initial_cash=ev.initial_cash,
+        tax_rate=ev.tax_rate,
+        tax_year_days=ev.tax_year_days,
+        n_boot=ev.bootstrap_resamples,
+        block_days=ev.bootstrap_block_days,
+        boot_seed=ev.bootstrap_seed,
+        rf_annual=ev.rf_annual,
+        benchmark=False,
+    )
+    return sweep.metrics.with_columns(
+        pl.lit(margin).alias("margin"), pl.lit(labelled.height).cast(pl.Int64).alias("validation_rows")
+    )
+
+
+def predictions_subfolder(settings: Settings, folder: str, name: str) -> Path:
+    """``predictions/<folder>/<name>.parquet``: the validation-day predictions and the shards read."""
+    return Warehouse(settings.warehouse).root / PREDICTIONS / folder / f"{name}.parquet"
 
 
 def run_backtests(settings: Settings, variant: str, tau_key: str, code_versions: dict[str, str]):
@@ -320,7 +361,7 @@ def run_backtests(settings: Settings, variant: str, tau_key: str, code_versions:
     ev, wh, seed = settings.evaluate, Warehouse(settings.warehouse), settings.train.seed
     name = partition_name(variant, tau_key, seed)
     predictions_file = wh.shard(PREDICTIONS, name)
-    inputs_file = predictions_inputs_path(settings, name)
+    inputs_file = predictions_subfolder(settings, "inputs", name)
     if not predictions_file.exists():
         raise FileNotFoundError(
             f"{predictions_file} is missing: materialize predictions partition {policy_key(variant, seed)}|{tau_key}"
@@ -341,13 +382,20 @@ def run_backtests(settings: Settings, variant: str, tau_key: str, code_versions:
         is_benchmark = pl.col("variant") == BENCHMARK
         write_partition(settings, asset, BENCHMARK, frame.filter(is_benchmark))
         paths[asset] = write_partition(settings, asset, name, frame.filter(~is_benchmark))
+    margin_metrics = margin_rule_backtests(settings, pl.read_parquet(predictions_file), name)
+    paths[MARGIN_BACKTESTS] = write_partition(settings, MARGIN_BACKTESTS, name, margin_metrics)
     foundation, adapter = wh.policy_files(variant, tau_key, seed)
     inputs = pl.read_parquet(inputs_file)
     provenance = provenance_frame(
         variant,
         float(tau_key),
         seed,
-        outputs={**paths, PREDICTIONS: predictions_file, f"{PREDICTIONS}_inputs": inputs_file},
+        outputs={
+            **paths,
+            PREDICTIONS: predictions_file,
+            f"{PREDICTIONS}_validation": predictions_subfolder(settings, "validation", name),
+            f"{PREDICTIONS}_inputs": inputs_file,
+        },
         adapter_files=wh.adapter_files(variant, tau_key, seed),
         foundation=foundation,
         training_shards={

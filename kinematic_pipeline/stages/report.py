@@ -17,6 +17,7 @@ from kinematic_pipeline.config import EvalConfig, Settings
 from kinematic_pipeline.report import document, figures, paper, tables
 from kinematic_pipeline.report.markdown import markdown_table
 from kinematic_pipeline.stages.evaluate import window_end_kinematics
+from kinematic_pipeline.stages.evidence import evidence_tables, margin_metrics
 from kinematic_pipeline.storage import BACKTESTS, EQUITY_CURVES, PREDICTIONS, RAW_OHLCV, Warehouse
 from kinematic_pipeline.variants import BENCHMARK
 from kinematic_pipeline.windows import CHANNEL_NAMES
@@ -33,6 +34,11 @@ TABLE_TITLES = {
     "cost_sensitivity": "Sensitivity to transaction costs, with annualized turnover (paper Table sensitivity)",
     "calibration": "Calibration of every policy: accuracy, Brier score, ECE (not in the paper)",
     "per_seed": "Every seed on its own: what the mean +- std cells summarize (not in the paper)",
+    "information": "Do the tokens carry information? Skill of the unweighted probabilities on test days, mean over "
+    "seeds [95% day-bootstrap interval] (not in the paper)",
+    "decisions": "Why each policy trades or liquidates under the paper's weighted argmax (not in the paper)",
+    "decision_rules": "The paper's argmax next to the margin rule (weights undone, m chosen on validation days; "
+    "not in the paper)",
     "paper_comparison": "This run next to the paper's published numbers (paper Tables absolute_perf and risk_adjusted)",
 }
 
@@ -85,6 +91,7 @@ def build_tables(settings: Settings, metrics: pl.DataFrame) -> dict[str, pl.Data
         "cost_sensitivity": tables.cost_sensitivity(metrics, "splinegpt", ev.report_tau),
         "calibration": tables.calibration_summary(metrics, ev.report_tau, ev.report_cost_bps),
         "per_seed": tables.per_seed(metrics, ev.report_tau, ev.report_cost_bps),
+        **evidence_tables(settings, metrics),
         "paper_comparison": _paper_comparison(metrics)[0],
     }
 
@@ -181,11 +188,14 @@ def materialize_figures(settings: Settings) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = {
         name: out / f"{name}.png"
-        for name in ("equity_curves", "diagnostics", "sweeps", "kinematic_manifold", "responsiveness")
+        for name in ("equity_curves", "diagnostics", "sweeps", "kinematic_manifold", "responsiveness", "decision_rules")
     }
     figures.equity_curves_png(equity, ev.report_tau, ev.report_cost_bps, paths["equity_curves"])
     figures.diagnostics_png(predictions, focus, ev.report_tau, paths["diagnostics"])
     figures.sweeps_png(metrics, focus, paths["sweeps"])
+    figures.decision_rules_png(
+        metrics, margin_metrics(settings), ev.report_tau, ev.report_cost_bps, paths["decision_rules"]
+    )
     days = _window_days(settings, predictions, focus)
     bars, kin = load_bars_and_kinematics(settings, focus, days)
     start, end = (days[0], days[-1]) if days else (settings.data.train_end, settings.data.train_end)
