@@ -24,14 +24,14 @@ def paper_tables_asset(settings: Settings) -> dg.AssetsDefinition:
         "sensitivity with turnover, and calibration. Files under $KP_WAREHOUSE/reports/tables/.",
     )
     def paper_tables() -> dg.MaterializeResult:
-        from kinematic_pipeline.stages.report import TABLE_TITLES, headline, materialize_paper_tables
+        from kinematic_pipeline.stages.report import ALL_TITLES, headline, materialize_paper_tables
 
         built, path, metrics = materialize_paper_tables(settings)
         ev = settings.evaluate
         return dg.MaterializeResult(
             metadata={
                 **{
-                    name: dg.MetadataValue.md(f"**{TABLE_TITLES[name]}**\n\n" + markdown_table(f))
+                    name: dg.MetadataValue.md(f"**{ALL_TITLES[name]}**\n\n" + markdown_table(f))
                     for name, f in built.items()
                 },
                 "headline": dg.MetadataValue.md(markdown_table(headline(metrics, ev.report_tau, ev.report_cost_bps))),

@@ -34,13 +34,17 @@ TABLE_TITLES = {
     "cost_sensitivity": "Sensitivity to transaction costs, with annualized turnover (paper Table sensitivity)",
     "calibration": "Calibration of every policy: accuracy, Brier score, ECE (not in the paper)",
     "per_seed": "Every seed on its own: what the mean +- std cells summarize (not in the paper)",
+    "paper_comparison": "This run next to the paper's published numbers (paper Tables absolute_perf and risk_adjusted)",
+}
+# Tables built from the predictions and the training labels as well (stages/evidence.py), not the metrics alone.
+EVIDENCE_TITLES = {
     "information": "Do the tokens carry information? Skill of the unweighted probabilities on test days, mean over "
     "seeds [95% day-bootstrap interval] (not in the paper)",
     "decisions": "Why each policy trades or liquidates under the paper's weighted argmax (not in the paper)",
     "decision_rules": "The paper's argmax next to the margin rule (weights undone, m chosen on validation days; "
     "not in the paper)",
-    "paper_comparison": "This run next to the paper's published numbers (paper Tables absolute_perf and risk_adjusted)",
 }
+ALL_TITLES = {**TABLE_TITLES, **EVIDENCE_TITLES}
 
 
 def reports_dir(settings: Settings) -> Path:
@@ -91,7 +95,6 @@ def build_tables(settings: Settings, metrics: pl.DataFrame) -> dict[str, pl.Data
         "cost_sensitivity": tables.cost_sensitivity(metrics, "splinegpt", ev.report_tau),
         "calibration": tables.calibration_summary(metrics, ev.report_tau, ev.report_cost_bps),
         "per_seed": tables.per_seed(metrics, ev.report_tau, ev.report_cost_bps),
-        **evidence_tables(settings, metrics),
         "paper_comparison": _paper_comparison(metrics)[0],
     }
 
@@ -132,14 +135,14 @@ def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame
     """Write every table (``tables/<name>.md|.parquet``), their context and ``tables.md``; returns the
     tables, the path of ``tables.md`` and the metrics they were built from."""
     metrics = load_metrics(settings)
-    built = build_tables(settings, metrics)
+    built = {**build_tables(settings, metrics), **evidence_tables(settings, metrics)}
     out = reports_dir(settings) / "tables"
     out.mkdir(parents=True, exist_ok=True)
     sections = []
     for name, frame in built.items():
         (out / f"{name}.md").write_text(markdown_table(frame) + "\n")
         frame.write_parquet(out / f"{name}.parquet")
-        sections.append(f"### {TABLE_TITLES[name]}\n\n{markdown_table(frame)}\n")
+        sections.append(f"### {ALL_TITLES[name]}\n\n{markdown_table(frame)}\n")
     context = _context(settings, metrics)
     (out / CONTEXT_FILE).write_text(json.dumps(context, indent=1))
     lines = "\n".join(f"- {k}: {v}" for k, v in context.items())
@@ -217,7 +220,7 @@ def materialize_report(settings: Settings, extra_context: dict[str, str] | None 
     tables_dir = root / "tables"
     if not (tables_dir / CONTEXT_FILE).exists():
         raise FileNotFoundError(f"no tables under {tables_dir}: materialize paper_tables first")
-    built = {TABLE_TITLES[name]: pl.read_parquet(tables_dir / f"{name}.parquet") for name in TABLE_TITLES}
+    built = {ALL_TITLES[name]: pl.read_parquet(tables_dir / f"{name}.parquet") for name in ALL_TITLES}
     figure_paths = {p.stem: p for p in sorted((root / "figures").glob("*.png"))}
     text = document.render_report(
         f"Kinematic Tokenization: backtest report ({settings.profile} profile)",
