@@ -85,3 +85,30 @@ def test_a_copied_warehouse_reads_its_own_files_once_the_original_is_gone(tmp_pa
     materialize_raw_ohlcv(moved, days, progress=False)
     assert not original.root.exists()
     assert copy.query(views).row(0) == expected
+
+
+def test_a_day_unit_is_replaced_whole_also_where_the_kernel_cannot_exchange_two_names(tmp_path, monkeypatch):
+    """renameat2(RENAME_EXCHANGE) is refused on NFS and FUSE mounts: the unit is then moved aside and replaced."""
+    from kinematic_pipeline import storage
+
+    wh = storage.Warehouse(tmp_path / "warehouse")
+    day = dt.date(2021, 3, 1)
+    schema = {"partition_date": pl.Date, "content_hash": pl.String, "quarantine_hash": pl.String}
+    record = {"partition_date": day}
+    quarantined = pl.DataFrame({"reason": ["missing_value"]})
+    first = wh.write_shard(
+        "raw_ohlcv", day, pl.DataFrame({"x": [1.0]}), record, schema, companions={"quarantine": quarantined}
+    )
+    assert first["quarantine_hash"] == file_sha256(wh.shard("quarantine", day))
+    monkeypatch.setattr(storage, "_exchange", lambda a, b: False)
+    second = wh.write_shard(
+        "raw_ohlcv", day, pl.DataFrame({"x": [2.0, 3.0]}), record, schema, companions={"quarantine": None}
+    )
+    assert pl.read_parquet(wh.shard("raw_ohlcv", day))["x"].to_list() == [2.0, 3.0]
+    assert (
+        not wh.shard("quarantine", day).exists() and second["quarantine_hash"] == ""
+    )  # the old one went with its unit
+    manifest = pl.read_parquet(wh.manifest("raw_ohlcv", day)).row(0, named=True)
+    assert manifest["content_hash"] == second["content_hash"] == file_sha256(wh.shard("raw_ohlcv", day))
+    assert wh.shard_days("raw_ohlcv") == wh.manifest_days("raw_ohlcv") == [day]
+    assert not list((wh.root / "raw_ohlcv" / ".staging").iterdir())
