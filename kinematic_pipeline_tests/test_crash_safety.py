@@ -152,7 +152,7 @@ def test_a_tick_killed_mid_write_leaves_no_partial_shard_and_the_next_run_repair
     instance = dg.DagsterInstance.ephemeral()
     assert all(r.success for r in execute_run_requests(clean_defs, _tick_requests(defs, DAY), instance, QUIET))
     shards = [*((a, DAY) for a in ("raw_ohlcv", *TOKEN_ASSETS)), ("labels", PREVIOUS)]
-    rels = [Warehouse(clean).shard(a, d).relative_to(clean) for a, d in shards]
+    rels = [Warehouse(clean).shard(a, d).relative_to(clean).as_posix() for a, d in shards]
     expected = {rel: file_sha256(clean / rel) for rel in rels}
     rows_before, last_before = _visible_windows(settings, "spline_tokens")
     streamed_before = _streamed(settings)
