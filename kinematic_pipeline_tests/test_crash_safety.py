@@ -267,6 +267,35 @@ def _assert_catalog_matches_the_files(wh: Warehouse, days: list[dt.date]) -> Non
     assert view.row(0) == (len(days), kept, quarantined)
 
 
+def _kill_ingest_at_day_17(source: Path, warehouse: Path, marker: Path, when: str) -> None:
+    """Ingest ``source`` in a child and SIGKILL it just before or just after its 17th day's swap."""
+    args = [str(source), str(warehouse), str(marker), "17", when, str(REINGEST_START), str(REINGEST_END)]
+    child = subprocess.Popen([sys.executable, "-c", REINGEST_CHILD, *args], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert child.poll() is None, f"the ingest ended (exit {child.returncode}) before its 17th day"
+            assert time.monotonic() < deadline, "the ingest never reached its 17th day"
+            time.sleep(0.02)
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.wait(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+
+
+@pytest.mark.e2e  # kills a real ingest process mid-way; run in CI with -m e2e
+def test_a_first_ingest_killed_mid_way_shows_exactly_the_days_written(tmp_path):
+    """Into an empty warehouse: the views exist before the first day lands and count every day once it has."""
+    days = trading_days(REINGEST_START, REINGEST_END)
+    source, wh_path = tmp_path / "bars.parquet", tmp_path / "warehouse"
+    _reingest_bars(0).write_parquet(source)
+    _kill_ingest_at_day_17(source, wh_path, tmp_path / "marker", "after_swap")
+    wh = Warehouse(wh_path)
+    _assert_catalog_matches_the_files(wh, days[:17])
+    materialize_raw_ohlcv(_reingest_settings(source, wh_path), days, progress=False)
+    _assert_catalog_matches_the_files(wh, days)
+
+
 @pytest.mark.e2e  # kills a real ingest process mid-way; run in CI with -m e2e
 @pytest.mark.parametrize("when", ["before_swap", "after_swap"])
 def test_a_reingest_killed_mid_way_leaves_every_day_whole_and_the_catalog_right(tmp_path, when):
@@ -285,19 +314,7 @@ def test_a_reingest_killed_mid_way_leaves_every_day_whole_and_the_catalog_right(
     _assert_catalog_matches_the_files(wh, days)
 
     # The re-ingest of the changed input is killed at its 17th day, with that day staged whole.
-    marker = tmp_path / "marker"
-    args = [str(new_source), str(wh_path), str(marker), "17", when, str(REINGEST_START), str(REINGEST_END)]
-    child = subprocess.Popen([sys.executable, "-c", REINGEST_CHILD, *args], cwd=ROOT)
-    try:
-        deadline = time.monotonic() + 120
-        while not marker.exists():
-            assert child.poll() is None, f"the re-ingest ended (exit {child.returncode}) before its 17th day"
-            assert time.monotonic() < deadline, "the re-ingest never reached its 17th day"
-            time.sleep(0.02)
-        child.send_signal(signal.SIGKILL)
-    finally:
-        child.wait(timeout=60)
-    assert child.returncode == -signal.SIGKILL
+    _kill_ingest_at_day_17(new_source, wh_path, tmp_path / "marker", when)
 
     # Old days and new days side by side, each whole; the killed writer's staging folder holds a whole day
     # with rows (the new one before the swap, the old one after it) that no view shows.
