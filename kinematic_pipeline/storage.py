@@ -8,10 +8,14 @@ except for the brief view refresh, which is serialized by a file lock.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import datetime as dt
+import errno
 import fcntl
 import hashlib
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -30,6 +34,14 @@ DURABLE_WRITES = os.environ.get("KP_DURABLE_WRITES", "0") == "1"
 
 # Asset names: each is the folder of its shards under the warehouse and the name of its catalog view.
 RAW_OHLCV, QUARANTINE = "raw_ohlcv", "quarantine"
+# Assets whose trading day is one unit: a folder ``<asset>/<day>/`` holding the shard (``bars.parquet``),
+# its companions (the quarantine) and its manifest, swapped in whole by one atomic rename. Each member has
+# a catalog view over ``<asset>/*/<file>``, which always matches the typed zero-row files of ``<asset>/_schema/``.
+DAY_UNITS: dict[str, dict[str, str]] = {
+    RAW_OHLCV: {RAW_OHLCV: "bars.parquet", QUARANTINE: "quarantine.parquet", "manifest": "manifest.parquet"}
+}
+UNIT_OF = {member: asset for asset, members in DAY_UNITS.items() for member in members if member != "manifest"}
+SCHEMA_DIR, STAGING_DIR = "_schema", ".staging"
 TOKEN_ASSETS = ("spline_tokens", "fd_tokens", "raw_tokens")
 ALPHA_ESTIMATES, LABELS, CORPUS_STATS = "alpha_estimates", "labels", "corpus_stats"
 PREDICTIONS, BACKTESTS, EQUITY_CURVES, TRADES, PROVENANCE = (
@@ -83,9 +95,14 @@ class Warehouse:
     - ``<asset>/<YYYY-MM-DD>.parquet``: one shard per trading-day partition (or ``<asset>/<name>.parquet``
       for the unpartitioned and the evaluation assets), with ``manifests/<asset>/<day>.parquet`` beside
       each trading-day shard (its content hash and counts);
+    - ``raw_ohlcv/<YYYY-MM-DD>/`` (``DAY_UNITS``): a day as one unit, ``bars.parquet`` (the kept bars),
+      ``quarantine.parquet`` (only when rows were quarantined) and ``manifest.parquet``, replaced together
+      by one atomic rename (``write_shard`` with ``companions``); ``raw_ohlcv/_schema/`` holds typed
+      zero-row twins so that the catalog's globs always match;
     - ``models/<variant>/seed=<seed>/foundation/model.pt`` and ``.../seed=<seed>/adapters/tau=<tau>/``,
       each with the ``shards_used.parquet`` it trained on;
-    - ``catalog.duckdb``: views over the shards (``refresh_view``).
+    - ``catalog.duckdb``: views over the shards (``refresh_view``), with globs relative to the warehouse
+      (every connection sets ``file_search_path`` to it): a copied or moved warehouse reads its own files.
     """
 
     root: Path
@@ -100,18 +117,31 @@ class Warehouse:
     # --- shards and manifests -------------------------------------------------------------------------
 
     def shard(self, asset: str, key: dt.date | str) -> Path:
-        """``<asset>/<key>.parquet``: a trading day's shard, or a named one (``stats``, ``splinegpt_tau0.01``)."""
+        """``<asset>/<key>.parquet``: a trading day's shard, or a named one (``stats``, ``splinegpt_tau0.01``);
+        for a member of a day unit (``raw_ohlcv``, ``quarantine``), its file in ``<unit>/<day>/``."""
+        if asset in UNIT_OF:
+            return self.unit_dir(UNIT_OF[asset], key) / DAY_UNITS[UNIT_OF[asset]][asset]
         return self.root / asset / f"{key}.parquet"
 
     def manifest(self, asset: str, day: dt.date | str) -> Path:
+        if asset in DAY_UNITS:
+            return self.unit_dir(asset, day) / DAY_UNITS[asset]["manifest"]
         return self.root / "manifests" / asset / f"{day}.parquet"
+
+    def unit_dir(self, asset: str, day: dt.date | str) -> Path:
+        """``<asset>/<day>/``: the folder of a day unit (``DAY_UNITS``)."""
+        return self.root / asset / str(day)
 
     def shard_days(self, asset: str, *, after: dt.date | None = None, until: dt.date | None = None) -> list[dt.date]:
         """Sorted days of ``asset``'s shards with ``after < day <= until`` (file names only: nothing is opened)."""
+        if asset in DAY_UNITS:
+            return _unit_days_in(self.root / asset, after, until)
         return _days_in(self.root / asset, after, until)
 
     def manifest_days(self, asset: str) -> list[dt.date]:
         """Sorted days whose ``asset`` shard has a manifest (a shard counts once its manifest is written)."""
+        if asset in DAY_UNITS:
+            return _unit_days_in(self.root / asset, None, None)  # a unit exists whole or not at all
         return _days_in(self.root / "manifests" / asset, None, None)
 
     def manifest_row(self, asset: str, day: dt.date, columns: list[str] | None = None) -> dict:
@@ -134,12 +164,73 @@ class Warehouse:
         record: dict,
         manifest_schema: dict[str, pl.DataType],
         compression: str = PARQUET_COMPRESSION,
+        companions: dict[str, pl.DataFrame | None] | None = None,
     ) -> dict:
-        """Write a day's shard, then its manifest (``record`` plus the shard's ``content_hash``); return the row."""
+        """Write a day's shard, then its manifest (``record`` plus the shard's ``content_hash``); return the row.
+
+        For a day unit (``DAY_UNITS``), the shard, its ``companions`` (member name: frame, None or zero rows
+        for none; their hashes go to ``<member>_hash``, "" for none) and the manifest are written to a
+        staging folder and swapped in by one atomic rename: readers see the old day or the new one, whole.
+        """
+        if asset in DAY_UNITS:
+            return self._write_unit(asset, day, frame, record, manifest_schema, compression, companions or {})
         record = {**record, "content_hash": write_parquet_atomic(frame, self.shard(asset, day), compression)}
         row = {k: record[k] for k in manifest_schema}
         write_parquet_atomic(pl.DataFrame([row], schema=manifest_schema), self.manifest(asset, day))
         return record
+
+    def _write_unit(self, asset, day, frame, record, manifest_schema, compression, companions) -> dict:
+        members = DAY_UNITS[asset]
+        folder = self.root / asset
+        staging = folder / STAGING_DIR
+        staging.mkdir(parents=True, exist_ok=True)
+        for stale in staging.glob(f"{day}.*"):  # left by a writer of this day that was killed: repair
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(dir=staging, prefix=f"{day}."))
+        try:
+            os.chmod(tmp, 0o755)  # mkdtemp's 0700 would become the day's
+            record = {**record, "content_hash": _write_file(frame, tmp / members[asset], compression)}
+            for member, companion in companions.items():
+                if companion is not None and companion.height:
+                    record[f"{member}_hash"] = _write_file(companion, tmp / members[member], compression)
+                else:
+                    record[f"{member}_hash"] = ""
+            row = {k: record[k] for k in manifest_schema}
+            _write_file(pl.DataFrame([row], schema=manifest_schema), tmp / members["manifest"], PARQUET_COMPRESSION)
+            final = self.unit_dir(asset, day)
+            if _same_files(tmp, final):
+                shutil.rmtree(tmp)  # a re-run with the same input: the day and its mtimes stay untouched
+            else:
+                if DURABLE_WRITES:
+                    _fsync_dir(tmp)
+                _swap_in(tmp, final)
+                if DURABLE_WRITES:
+                    _fsync_dir(folder)
+                shutil.rmtree(tmp, ignore_errors=True)  # now the old day (if there was one)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        for legacy in (folder / f"{day}.parquet", self.root / "manifests" / asset / f"{day}.parquet"):
+            remove_if_exists(legacy)  # the flat layout before day units
+        for member in members:
+            if member not in (asset, "manifest"):
+                remove_if_exists(self.root / member / f"{day}.parquet")
+        return record
+
+    def ensure_unit_views(self, asset: str, schemas: dict[str, dict[str, pl.DataType]]) -> None:
+        """The typed zero-row files of ``<asset>/_schema/`` and one view per member of the unit over
+        ``<asset>/*/<file>`` (the manifest's view is ``<asset>_manifest``). The globs always match, so the
+        views are right at every instant, before, during and after any write: no refresh is needed."""
+        members = DAY_UNITS[asset]
+        with catalog_connection(self.root) as con:  # its lock: one writer of the _schema files at a time
+            for member, schema in schemas.items():
+                write_parquet_atomic(pl.DataFrame(schema=schema), self.root / asset / SCHEMA_DIR / members[member])
+            for member in schemas:
+                view = f"{asset}_manifest" if member == "manifest" else member
+                glob = f"{asset}/*/{members[member]}"
+                con.execute(
+                    f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM read_parquet({_sql_str(glob)}, union_by_name = true)'
+                )
 
     # --- models -----------------------------------------------------------------------------------------
 
@@ -200,6 +291,76 @@ def _days_in(folder: Path, after: dt.date | None, until: dt.date | None) -> list
         return []
     days = (dt.date.fromisoformat(p.stem) for p in folder.glob("*.parquet") if _is_day(p.stem))
     return sorted(d for d in days if (after is None or d > after) and (until is None or d <= until))
+
+
+def _unit_days_in(folder: Path, after: dt.date | None, until: dt.date | None) -> list[dt.date]:
+    if not folder.is_dir():
+        return []
+    days = (dt.date.fromisoformat(p.name) for p in folder.iterdir() if _is_day(p.name) and p.is_dir())
+    return sorted(d for d in days if (after is None or d > after) and (until is None or d <= until))
+
+
+def _write_file(frame: pl.DataFrame, path: Path, compression: str) -> str:
+    """Write ``frame`` to a fresh ``path`` (in a staging folder) and return its sha256."""
+    frame.write_parquet(path, compression=compression, statistics=True)
+    if DURABLE_WRITES:
+        with open(path, "rb") as fh:
+            os.fsync(fh.fileno())
+    return file_sha256(path)
+
+
+def _same_files(new: Path, old: Path) -> bool:
+    """Whether folder ``old`` holds exactly the files of ``new``, byte for byte."""
+    if not old.is_dir():
+        return False
+    names = sorted(p.name for p in new.iterdir())
+    if names != sorted(p.name for p in old.iterdir()):
+        return False
+    return all(_holds(old / n, file_sha256(new / n), (new / n).stat().st_size) for n in names)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_RENAME_EXCHANGE, _AT_FDCWD = 2, -100
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False where that is not supported."""
+    renameat2 = getattr(_libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _swap_in(new: Path, final: Path) -> None:
+    """Put folder ``new`` at ``final``; the old ``final`` (if any) ends at ``new``'s path. One atomic step
+    where the kernel can exchange two names; else the old folder is moved aside first (the day is absent,
+    never torn, for that instant)."""
+    if not final.exists():
+        os.rename(new, final)  # a new day: one rename
+        return
+    if _exchange(new, final):
+        return
+    aside = new.with_name(new.name + ".old")
+    os.rename(final, aside)
+    os.rename(new, final)
+    os.rename(aside, new)
+
+
+def _sql_str(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _is_day(stem: str) -> bool:
@@ -290,6 +451,8 @@ def catalog_connection(warehouse: Path, read_only: bool = False, timeout_s: floa
                 time.sleep(0.05)
         con = duckdb.connect(str(warehouse / "catalog.duckdb"), read_only=read_only)
         try:
+            # The views' globs are relative to the warehouse: a copied or moved warehouse reads its own files.
+            con.execute(f"SET file_search_path = {_sql_str(str(warehouse.resolve()))}")
             yield con
         finally:
             con.close()
@@ -313,12 +476,16 @@ def _sql_schema(schema: dict[str, pl.DataType]) -> str:
 
 
 def refresh_view(warehouse: Path, view: str, directory: Path, schema: dict[str, pl.DataType]) -> None:
-    """(Re)create ``view`` over every ``*.parquet`` in ``directory``; typed and empty when there are none."""
+    """(Re)create ``view`` over every ``*.parquet`` in ``directory``; typed and empty when there are none.
+
+    The glob is relative to the warehouse when ``directory`` is inside it (see ``catalog_connection``)."""
     directory = Path(directory).resolve()
     has_files = directory.is_dir() and any(directory.glob("*.parquet"))
     if has_files:
-        glob = str(directory / "*.parquet").replace("'", "''")
-        body = f"SELECT * FROM read_parquet('{glob}', union_by_name = true)"
+        root = Path(warehouse).resolve()
+        glob = directory / "*.parquet"
+        rel = glob.relative_to(root) if glob.is_relative_to(root) else glob
+        body = f"SELECT * FROM read_parquet({_sql_str(str(rel))}, union_by_name = true)"
     else:
         body = f"SELECT {_sql_schema(schema)} WHERE false"
     with catalog_connection(warehouse) as con:

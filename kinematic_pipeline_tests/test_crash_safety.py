@@ -151,10 +151,9 @@ def test_a_tick_killed_mid_write_leaves_no_partial_shard_and_the_next_run_repair
     clean_defs = build_definitions(dataclasses.replace(settings, warehouse=clean))
     instance = dg.DagsterInstance.ephemeral()
     assert all(r.success for r in execute_run_requests(clean_defs, _tick_requests(defs, DAY), instance, QUIET))
-    expected = {
-        rel: file_sha256(clean / rel)
-        for rel in [*(f"{a}/{DAY}.parquet" for a in ("raw_ohlcv", *TOKEN_ASSETS)), f"labels/{PREVIOUS}.parquet"]
-    }
+    shards = [*((a, DAY) for a in ("raw_ohlcv", *TOKEN_ASSETS)), ("labels", PREVIOUS)]
+    rels = [Warehouse(clean).shard(a, d).relative_to(clean).as_posix() for a, d in shards]
+    expected = {rel: file_sha256(clean / rel) for rel in rels}
     rows_before, last_before = _visible_windows(settings, "spline_tokens")
     streamed_before = _streamed(settings)
     old_labels = file_sha256(Warehouse(wh).shard("labels", PREVIOUS))
@@ -191,3 +190,150 @@ def test_a_tick_killed_mid_write_leaves_no_partial_shard_and_the_next_run_repair
             assert file_sha256(shard) == pl.read_parquet(Warehouse(wh).manifest(asset, shard.stem))["content_hash"][0]
     assert _visible_windows(settings, "spline_tokens")[1] == DAY
     assert _streamed(settings) > streamed_before
+
+
+# --- a re-ingest killed mid-way: every day is one unit (bars, quarantine, manifest) and the catalog is right --
+
+REINGEST_START, REINGEST_END = dt.date(2021, 3, 1), dt.date(2021, 4, 26)  # 40 sessions
+REINGEST_CHILD = """
+import datetime as dt, sys, time
+from pathlib import Path
+import kinematic_pipeline.storage as storage
+from kinematic_pipeline.calendar import trading_days
+from kinematic_pipeline.config import load_settings
+from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
+
+source_path, warehouse, marker, victim, when = sys.argv[1:6]
+swap_in, calls = storage._swap_in, []
+
+def stalling_swap_in(new, final):  # the day's unit is staged whole: stall right before or after its swap
+    calls.append(final)
+    if len(calls) == int(victim) and when == "before_swap":
+        Path(marker).touch(); time.sleep(600)
+    swap_in(new, final)
+    if len(calls) == int(victim) and when == "after_swap":
+        Path(marker).touch(); time.sleep(600)
+
+storage._swap_in = stalling_swap_in
+start, end = dt.date.fromisoformat(sys.argv[6]), dt.date.fromisoformat(sys.argv[7])
+settings = load_settings("ci", source="parquet", source_path=source_path, warehouse=warehouse,
+                         start_date=start, end_date=end, env={})
+materialize_raw_ohlcv(settings, trading_days(start, end), progress=False)
+sys.exit("the re-ingest finished: the victim day was never swapped in")
+"""
+
+
+def _reingest_bars(version: int) -> pl.DataFrame:
+    """Bars of the re-ingest test: each version scales prices differently and spoils other rows (NaN close:
+    quarantined), so that an old and a new day differ in the kept bars, the quarantine and the manifest."""
+    from kinematic_pipeline_tests.conftest import _bars
+
+    bars = _bars().filter(pl.col("date").is_between(REINGEST_START, REINGEST_END))
+    spoiled = (pl.int_range(pl.len()) % 7) == version  # about one row in seven, another set per version
+    return bars.with_columns(
+        *[(pl.col(c) * (1 + 0.01 * version)).alias(c) for c in ("open", "high", "low", "close")],
+    ).with_columns(pl.when(spoiled).then(float("nan")).otherwise(pl.col("close")).alias("close"))
+
+
+def _reingest_settings(source: Path, warehouse: Path):
+    return load_settings(
+        "ci",
+        source="parquet",
+        source_path=str(source),
+        warehouse=warehouse,
+        start_date=REINGEST_START,
+        end_date=REINGEST_END,
+        env={},
+    )
+
+
+def _assert_catalog_matches_the_files(wh: Warehouse, days: list[dt.date]) -> None:
+    """Per day kept + quarantined = read (from the files), and every view counts exactly the day units' files."""
+    assert wh.shard_days("raw_ohlcv") == wh.manifest_days("raw_ohlcv") == days
+    kept = quarantined = 0
+    for day in days:
+        manifest = pl.read_parquet(wh.manifest("raw_ohlcv", day)).row(0, named=True)
+        shard, q_path = wh.shard("raw_ohlcv", day), wh.shard("quarantine", day)
+        n_kept = pl.read_parquet(shard).height
+        n_quarantined = pl.read_parquet(q_path).height if q_path.exists() else 0
+        assert n_kept + n_quarantined == manifest["rows_read"], day
+        assert (n_kept, n_quarantined) == (manifest["rows_kept"], manifest["rows_quarantined"]), day
+        assert file_sha256(shard) == manifest["content_hash"], day  # the manifest vouches for its own shard
+        assert manifest["quarantine_hash"] == (file_sha256(q_path) if q_path.exists() else ""), day
+        kept, quarantined = kept + n_kept, quarantined + n_quarantined
+    assert wh.query("SELECT count(*) FROM raw_ohlcv").item() == kept
+    assert wh.query("SELECT count(*) FROM quarantine").item() == quarantined > 0
+    view = wh.query("SELECT count(*) AS n, sum(rows_kept) AS k, sum(rows_quarantined) AS q FROM raw_ohlcv_manifest")
+    assert view.row(0) == (len(days), kept, quarantined)
+
+
+def _kill_ingest_at_day_17(source: Path, warehouse: Path, marker: Path, when: str) -> None:
+    """Ingest ``source`` in a child and SIGKILL it just before or just after its 17th day's swap."""
+    args = [str(source), str(warehouse), str(marker), "17", when, str(REINGEST_START), str(REINGEST_END)]
+    child = subprocess.Popen([sys.executable, "-c", REINGEST_CHILD, *args], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert child.poll() is None, f"the ingest ended (exit {child.returncode}) before its 17th day"
+            assert time.monotonic() < deadline, "the ingest never reached its 17th day"
+            time.sleep(0.02)
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.wait(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+
+
+@pytest.mark.e2e  # kills a real ingest process mid-way; run in CI with -m e2e
+def test_a_first_ingest_killed_mid_way_shows_exactly_the_days_written(tmp_path):
+    """Into an empty warehouse: the views exist before the first day lands and count every day once it has."""
+    days = trading_days(REINGEST_START, REINGEST_END)
+    source, wh_path = tmp_path / "bars.parquet", tmp_path / "warehouse"
+    _reingest_bars(0).write_parquet(source)
+    _kill_ingest_at_day_17(source, wh_path, tmp_path / "marker", "after_swap")
+    wh = Warehouse(wh_path)
+    _assert_catalog_matches_the_files(wh, days[:17])
+    materialize_raw_ohlcv(_reingest_settings(source, wh_path), days, progress=False)
+    _assert_catalog_matches_the_files(wh, days)
+
+
+@pytest.mark.e2e  # kills a real ingest process mid-way; run in CI with -m e2e
+@pytest.mark.parametrize("when", ["before_swap", "after_swap"])
+def test_a_reingest_killed_mid_way_leaves_every_day_whole_and_the_catalog_right(tmp_path, when):
+    days = trading_days(REINGEST_START, REINGEST_END)
+    assert len(days) == 40
+    old_source, new_source = tmp_path / "old.parquet", tmp_path / "new.parquet"
+    _reingest_bars(0).write_parquet(old_source)
+    _reingest_bars(1).write_parquet(new_source)
+    wh_path, clean_path = tmp_path / "warehouse", tmp_path / "clean"
+    materialize_raw_ohlcv(_reingest_settings(old_source, wh_path), days, progress=False)
+    materialize_raw_ohlcv(_reingest_settings(new_source, clean_path), days, progress=False)  # uninterrupted
+    wh, clean = Warehouse(wh_path), Warehouse(clean_path)
+    old = {d: file_sha256(wh.shard("raw_ohlcv", d)) for d in days}
+    new = {d: file_sha256(clean.shard("raw_ohlcv", d)) for d in days}
+    assert all(old[d] != new[d] for d in days)
+    _assert_catalog_matches_the_files(wh, days)
+
+    # The re-ingest of the changed input is killed at its 17th day, with that day staged whole.
+    _kill_ingest_at_day_17(new_source, wh_path, tmp_path / "marker", when)
+
+    # Old days and new days side by side, each whole; the killed writer's staging folder holds a whole day
+    # with rows (the new one before the swap, the old one after it) that no view shows.
+    now = {d: file_sha256(wh.shard("raw_ohlcv", d)) for d in days}
+    swapped = 17 if when == "after_swap" else 16
+    assert [now[d] == new[d] for d in days] == [True] * swapped + [False] * (40 - swapped)
+    assert [now[d] == old[d] for d in days] == [False] * swapped + [True] * (40 - swapped)
+    (staged,) = (wh_path / "raw_ohlcv" / ".staging").iterdir()
+    assert pl.read_parquet(staged / "bars.parquet").height > 0
+    _assert_catalog_matches_the_files(wh, days)
+    files = wh.query("SELECT DISTINCT filename FROM read_parquet('raw_ohlcv/*/*.parquet', filename = true)")
+    assert not [f for f in files["filename"] if ".staging" in f]
+
+    # The next run repairs everything: the bytes of the uninterrupted run, no staging left.
+    materialize_raw_ohlcv(_reingest_settings(new_source, wh_path), days, progress=False)
+    for day in days:
+        for member in ("raw_ohlcv", "quarantine"):
+            assert wh.shard(member, day).exists() == clean.shard(member, day).exists()
+        for path, twin in [(wh.unit_dir("raw_ohlcv", day), clean.unit_dir("raw_ohlcv", day))]:
+            assert {p.name: file_sha256(p) for p in path.iterdir()} == {p.name: file_sha256(p) for p in twin.iterdir()}
+    assert not list((wh_path / "raw_ohlcv" / ".staging").iterdir())
+    _assert_catalog_matches_the_files(wh, days)

@@ -21,6 +21,7 @@ import polars as pl
 import pytest
 
 from kinematic_pipeline.calendar import trading_days
+from kinematic_pipeline.storage import Warehouse
 
 REPO = Path(__file__).resolve().parents[1]
 FIRST, LAST = dt.date(2021, 1, 4), dt.date(2021, 1, 29)  # a Monday and a Friday
@@ -105,11 +106,12 @@ EXPECTED_OUT_OF_RANGE = {"before_range": 1, "future_date": 1}
 
 
 def _warehouse_counts(tmp_path: Path) -> tuple[int, dict[str, int], int]:
-    wh = tmp_path / "warehouse"
-    kept = pl.read_parquet(wh / "raw_ohlcv" / "*.parquet")
-    quarantine = pl.read_parquet(wh / "quarantine" / "*.parquet")
+    wh = Warehouse(tmp_path / "warehouse")
+    days = wh.shard_days("raw_ohlcv")
+    kept = pl.read_parquet([wh.shard("raw_ohlcv", d) for d in days])
+    quarantine = pl.read_parquet([p for p in (wh.shard("quarantine", d) for d in days) if p.exists()])
     reasons = dict(quarantine.group_by("reason").len().iter_rows())
-    return kept.height, reasons, len(list((wh / "raw_ohlcv").glob("*.parquet")))
+    return kept.height, reasons, len(days)
 
 
 def _printed_totals(stdout: str) -> tuple[int, int, int, int]:

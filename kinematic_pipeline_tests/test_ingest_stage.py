@@ -23,8 +23,9 @@ def _days():
 def test_ingest_writes_one_shard_per_day_and_duckdb_views(ci_settings):
     summary = materialize_raw_ohlcv(ci_settings, _days(), progress=False)
     wh = ci_settings.warehouse
-    assert sorted(p.stem for p in (wh / "raw_ohlcv").glob("*.parquet")) == [d.isoformat() for d in _days()]
-    assert not list((wh / "raw_ohlcv").glob(".*"))  # no temporary files left behind
+    assert Warehouse(wh).shard_days("raw_ohlcv") == _days()
+    assert all(Warehouse(wh).manifest("raw_ohlcv", d).exists() for d in _days())
+    assert not [p for p in (wh / "raw_ohlcv").rglob("*") if p.is_file() and ".staging" in p.parts]  # no temp files
     counts = query(wh, "SELECT count(*) AS n, count(DISTINCT ticker) AS t FROM raw_ohlcv").row(0)
     assert counts == (summary.totals["rows_kept"], ci_settings.synthetic.n_tickers)
     manifest = query(wh, "SELECT * FROM raw_ohlcv_manifest ORDER BY partition_date")

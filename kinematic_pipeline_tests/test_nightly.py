@@ -104,14 +104,18 @@ def test_three_nightly_ticks_add_one_shard_per_asset_and_a_rerun_changes_nothing
         changed = {f for f in before if after[f] != before[f]}
         for asset in TOKEN_ASSETS:
             assert {f for f in new if f.startswith(f"{asset}/")} == {f"{asset}/{day}.parquet"}
-        assert {f for f in new if f.startswith("raw_ohlcv/")} == {f"raw_ohlcv/{day}.parquet"}
+        unit = Warehouse(wh).unit_dir("raw_ohlcv", day).relative_to(wh)  # the day's unit: bars and manifest
+        assert {f for f in new if f.startswith("raw_ohlcv/")} == {f"{unit}/bars.parquet", f"{unit}/manifest.parquet"}
         # The only older files rewritten: the previous session's labels (and its manifest), now with returns.
         labels = {f"labels/{previous}.parquet", f"manifests/labels/{previous}.parquet"}
         assert changed <= labels and labels <= changed | new
         assert not Warehouse(wh).shard("labels", day).exists()  # the new day's labels wait for the next session
         known = pl.read_parquet(Warehouse(wh).shard("labels", previous))["label_tau_0p0100"]
         assert known.len() > 0 and (known >= 0).all()
-        assert all(f.split("/")[-1].removesuffix(".parquet") in (str(day), str(previous)) for f in new | changed)
+        assert all(
+            any(part.removesuffix(".parquet") in (str(day), str(previous)) for part in f.split("/"))
+            for f in new | changed
+        )
 
         again = _tick(defs, schedule, day)
         assert [r.run_key for r in again.run_requests] == [r.run_key for r in tick.run_requests]  # no duplicates

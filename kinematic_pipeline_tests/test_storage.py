@@ -1,7 +1,8 @@
-"""Crash safety of the shard writer: a process killed mid-write leaves no partial shard visible."""
+"""The warehouse on disk: a process killed mid-write leaves no partial shard visible; a copied warehouse reads its own files."""
 
 from __future__ import annotations
 
+import datetime as dt
 import signal
 import subprocess
 import sys
@@ -50,3 +51,64 @@ def test_a_killed_write_leaves_no_partial_shard_and_the_next_write_repairs_it(tm
     repaired_hash = write_parquet_atomic(old, shard)  # the next run rewrites the shard ...
     assert repaired_hash == old_hash == file_sha256(shard)  # ... byte-identically
     assert not list(shard.parent.glob(".*.tmp"))  # and clears what the killed writer left
+
+
+def test_a_copied_warehouse_reads_its_own_files_once_the_original_is_gone(tmp_path, ci_settings):
+    """The catalog's views hold globs relative to the warehouse: ``cp -a`` it, delete the original, query."""
+    import dataclasses
+    import shutil
+
+    from kinematic_pipeline.calendar import trading_days
+    from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
+    from kinematic_pipeline.storage import Warehouse
+
+    days = trading_days(dt.date(2021, 3, 1), dt.date(2021, 3, 12))
+    summary = materialize_raw_ohlcv(ci_settings, days, progress=False)
+    original = Warehouse(ci_settings.warehouse)
+    labels = pl.DataFrame({"ticker": ["A", "B"], "date": [days[0]] * 2})
+    write_parquet_atomic(labels, original.shard("labels", days[0]))
+    original.refresh_view("labels", {"ticker": pl.String, "date": pl.Date})
+    views = "SELECT (SELECT count(*) FROM raw_ohlcv), (SELECT count(*) FROM raw_ohlcv_manifest), (SELECT count(*) FROM labels)"
+    expected = (summary.totals["rows_kept"], len(days), 2)
+    assert original.query(views).row(0) == expected
+
+    copy = Warehouse(tmp_path / "moved" / "warehouse")
+    copy.root.parent.mkdir()
+    subprocess.run(["cp", "-a", str(original.root), str(copy.root)], check=True)
+    shutil.rmtree(original.root)
+    assert copy.query(views).row(0) == expected
+    assert copy.query("SELECT count(*) FROM quarantine").item() == 0
+    definitions = copy.query("SELECT sql FROM duckdb_views() WHERE NOT internal")["sql"].to_list()
+    assert len(definitions) == 4 and not [sql for sql in definitions if str(original.root) in sql]
+    # and the copy goes on: a re-ingest there writes there
+    moved = dataclasses.replace(ci_settings, warehouse=copy.root)
+    materialize_raw_ohlcv(moved, days, progress=False)
+    assert not original.root.exists()
+    assert copy.query(views).row(0) == expected
+
+
+def test_a_day_unit_is_replaced_whole_also_where_the_kernel_cannot_exchange_two_names(tmp_path, monkeypatch):
+    """renameat2(RENAME_EXCHANGE) is refused on NFS and FUSE mounts: the unit is then moved aside and replaced."""
+    from kinematic_pipeline import storage
+
+    wh = storage.Warehouse(tmp_path / "warehouse")
+    day = dt.date(2021, 3, 1)
+    schema = {"partition_date": pl.Date, "content_hash": pl.String, "quarantine_hash": pl.String}
+    record = {"partition_date": day}
+    quarantined = pl.DataFrame({"reason": ["missing_value"]})
+    first = wh.write_shard(
+        "raw_ohlcv", day, pl.DataFrame({"x": [1.0]}), record, schema, companions={"quarantine": quarantined}
+    )
+    assert first["quarantine_hash"] == file_sha256(wh.shard("quarantine", day))
+    monkeypatch.setattr(storage, "_exchange", lambda a, b: False)
+    second = wh.write_shard(
+        "raw_ohlcv", day, pl.DataFrame({"x": [2.0, 3.0]}), record, schema, companions={"quarantine": None}
+    )
+    assert pl.read_parquet(wh.shard("raw_ohlcv", day))["x"].to_list() == [2.0, 3.0]
+    assert (
+        not wh.shard("quarantine", day).exists() and second["quarantine_hash"] == ""
+    )  # the old one went with its unit
+    manifest = pl.read_parquet(wh.manifest("raw_ohlcv", day)).row(0, named=True)
+    assert manifest["content_hash"] == second["content_hash"] == file_sha256(wh.shard("raw_ohlcv", day))
+    assert wh.shard_days("raw_ohlcv") == wh.manifest_days("raw_ohlcv") == [day]
+    assert not list((wh.root / "raw_ohlcv" / ".staging").iterdir())

@@ -16,10 +16,11 @@ INGEST_CODE_VERSION = "ingest-1"
 def raw_ohlcv_asset(settings: Settings) -> dg.AssetsDefinition:
     @dg.asset(
         name=RAW_OHLCV,
-        description="Validated daily OHLCV bars, one Parquet shard per NYSE session "
-        "($KP_WAREHOUSE/raw_ohlcv/<date>.parquet; DuckDB view raw_ohlcv). Zero volume is kept and marked "
-        "volume_missing. Rows that break the data contract go to the quarantine (DuckDB view quarantine, "
-        "with reason, detail and original values); the per-day manifest is the view raw_ohlcv_manifest.",
+        description="Validated daily OHLCV bars, one unit per NYSE session swapped in whole "
+        "($KP_WAREHOUSE/raw_ohlcv/<date>/bars.parquet; DuckDB view raw_ohlcv). Zero volume is kept and marked "
+        "volume_missing. Rows that break the data contract go to the quarantine (<date>/quarantine.parquet, "
+        "DuckDB view quarantine, with reason, detail and original values); the per-day manifest "
+        "(<date>/manifest.parquet) is the view raw_ohlcv_manifest.",
         partitions_def=trading_day_partitions(settings),
         group_name="ingest",
         code_version=INGEST_CODE_VERSION,

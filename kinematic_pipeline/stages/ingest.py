@@ -17,7 +17,7 @@ from kinematic_pipeline.bar_contract import KEPT_SCHEMA, QUARANTINE_SCHEMA, spli
 from kinematic_pipeline.calendar import previous_trading_day, trading_day_on_or_after
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.sources import BarSource, make_source
-from kinematic_pipeline.storage import QUARANTINE, RAW_OHLCV, Warehouse, remove_if_exists, write_parquet_atomic
+from kinematic_pipeline.storage import QUARANTINE, RAW_OHLCV, Warehouse
 
 MANIFEST_SCHEMA: dict[str, pl.DataType] = {
     "partition_date": pl.Date,
@@ -137,10 +137,11 @@ def count_out_of_range(
 def materialize_raw_ohlcv(
     settings: Settings, days: list[dt.date], source: BarSource | None = None, progress: bool = True
 ) -> IngestSummary:
-    """Ingest ``days`` (sorted trading days): one kept shard and at most one quarantine shard per day.
+    """Ingest ``days`` (sorted trading days): per day one unit of a kept shard, at most one quarantine
+    shard and the manifest, swapped in whole (``Warehouse.write_shard``).
 
-    Re-materializing a day replaces its shards (a stale quarantine shard is removed), and the same
-    input gives byte-identical files.
+    Re-materializing a day replaces its unit (a stale quarantine shard goes with the old unit), and the
+    same input gives byte-identical files. The catalog's views are right before, during and after the run.
     """
     if not days:
         raise ValueError("no trading days to ingest")
@@ -151,16 +152,10 @@ def materialize_raw_ohlcv(
 
     records = []
     wh = Warehouse(settings.warehouse)
+    refresh_catalog(settings)  # the views cover every unit as soon as it is swapped in
     for day, kept, quarantined, rows_read in tqdm(
         split_by_partition(result, days), desc="raw_ohlcv partitions", unit="day", disable=not progress
     ):
-        # The quarantine shard first: the manifest, written last, vouches for both.
-        q_path = wh.shard(QUARANTINE, day)
-        if quarantined.height:
-            quarantine_hash = write_parquet_atomic(quarantined.sort("source_file", "source_row"), q_path)
-        else:
-            remove_if_exists(q_path)
-            quarantine_hash = ""
         record = {
             "partition_date": day,
             "rows_read": rows_read,
@@ -168,13 +163,14 @@ def materialize_raw_ohlcv(
             "rows_quarantined": quarantined.height,
             "zero_volume_rows": int(kept["volume_missing"].sum()),
             "tickers": kept["ticker"].n_unique(),
-            "quarantine_hash": quarantine_hash,
             "source": source.name,
             "code_version": __version__,
         }
-        records.append(wh.write_shard(RAW_OHLCV, day, kept, record, MANIFEST_SCHEMA))
+        quarantined = quarantined.sort("source_file", "source_row")
+        records.append(
+            wh.write_shard(RAW_OHLCV, day, kept, record, MANIFEST_SCHEMA, companions={QUARANTINE: quarantined})
+        )
 
-    refresh_catalog(settings)
     reasons = (
         result.quarantine.select(pl.col("reason").str.split(";"))
         .explode("reason")
@@ -192,10 +188,10 @@ def materialize_raw_ohlcv(
 
 
 def refresh_catalog(settings: Settings) -> None:
-    wh = Warehouse(settings.warehouse)
-    wh.refresh_view(RAW_OHLCV, {**KEPT_SCHEMA})
-    wh.refresh_view(QUARANTINE, QUARANTINE_SCHEMA)
-    wh.refresh_manifest_view(RAW_OHLCV, MANIFEST_SCHEMA)
+    """The views raw_ohlcv, quarantine and raw_ohlcv_manifest (globs over every day unit, always valid)."""
+    Warehouse(settings.warehouse).ensure_unit_views(
+        RAW_OHLCV, {RAW_OHLCV: {**KEPT_SCHEMA}, QUARANTINE: QUARANTINE_SCHEMA, "manifest": MANIFEST_SCHEMA}
+    )
 
 
 def verify_raw_ohlcv(settings: Settings, days: list[dt.date]) -> dict[str, tuple[bool, str]]:
@@ -205,8 +201,8 @@ def verify_raw_ohlcv(settings: Settings, days: list[dt.date]) -> dict[str, tuple
     missing = [str(p) for p in kept_files if not p.exists()]
     if missing:
         return {"shards_exist": (False, f"{len(missing)} shard(s) missing, e.g. {missing[0]}")}
-    kept = pl.scan_parquet(kept_files, include_file_paths="_file").with_columns(
-        pl.col("_file").str.extract(r"(\d{4}-\d{2}-\d{2})\.parquet$").str.to_date().alias("_partition")
+    kept = pl.concat(
+        [pl.scan_parquet(path).with_columns(pl.lit(day).alias("_partition")) for day, path in zip(days, kept_files)]
     )
     stats = (
         kept.select(
