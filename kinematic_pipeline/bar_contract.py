@@ -37,14 +37,7 @@ from kinematic_pipeline.config import IngestConfig
 from kinematic_pipeline.sources.base import PRICE_COLUMNS, RAW_SCHEMA, VALUE_COLUMNS
 
 KEPT_SCHEMA: dict[str, pl.DataType] = {
-    "ticker": pl.String,
-    "date": pl.Date,
-    "open": pl.Float64,
-    "high": pl.Float64,
-    "low": pl.Float64,
-    "close": pl.Float64,
-    "volume": pl.Float64,
-    "adj_close": pl.Float64,
+    **{c: t for c, t in RAW_SCHEMA.items() if c not in ("source_file", "source_row", "raw_text")},  # the bar
     "volume_missing": pl.Boolean,  # volume == 0: a missing measurement, not ln(0)
     "hl_inconsistent": pl.Boolean,  # only ever true with hl_policy = "flag"
 }

@@ -222,6 +222,20 @@ class Settings:
         return dataclasses.replace(self, train=dataclasses.replace(self.train, seed=seed))
 
 
+# The backbones of the CPU profiles (demo, real): d_model 64 / d_ff 256 (paper: 512 / 2048), PatchTST alike.
+SMALL_CPU_MODEL = ModelConfig(
+    d_model=64,
+    n_layers=4,
+    n_heads=4,
+    d_ff=256,
+    dropout=0.1,
+    patchtst_d_model=64,
+    patchtst_heads=4,
+    patchtst_layers=2,
+    patchtst_d_ff=256,
+)
+
+
 def _profile_ci() -> Settings:
     return Settings(
         profile="ci",
@@ -255,17 +269,7 @@ def _profile_demo() -> Settings:
         profile="demo",
         data=DataConfig(start_date=dt.date(2017, 1, 3), end_date=dt.date(2022, 12, 30)),
         synthetic=SyntheticConfig(n_tickers=40),
-        model=ModelConfig(
-            d_model=64,
-            n_layers=4,
-            n_heads=4,
-            d_ff=256,
-            dropout=0.1,
-            patchtst_d_model=64,
-            patchtst_heads=4,
-            patchtst_layers=2,
-            patchtst_d_ff=256,
-        ),
+        model=SMALL_CPU_MODEL,
         # about 15 minutes for the whole demo DAG on 2 CPU cores: 4 foundations and 16 adapters
         train=TrainConfig(
             epochs=2,
@@ -308,17 +312,7 @@ def _profile_real() -> Settings:
             end_date=None,
             train_end=dt.date(2018, 12, 31),
         ),
-        model=ModelConfig(
-            d_model=64,
-            n_layers=4,
-            n_heads=4,
-            d_ff=256,
-            dropout=0.1,
-            patchtst_d_model=64,
-            patchtst_heads=4,
-            patchtst_layers=2,
-            patchtst_d_ff=256,
-        ),
+        model=SMALL_CPU_MODEL,
         train=TrainConfig(
             epochs=1,
             batch_size=128,

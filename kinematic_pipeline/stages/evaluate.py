@@ -24,7 +24,7 @@ from kinematic_pipeline.backtest.sweep import (
     TRADES_SCHEMA,
     run_sweep,
 )
-from kinematic_pipeline.config import Settings
+from kinematic_pipeline.config import EvalConfig, Settings
 from kinematic_pipeline.storage import (
     BACKTESTS,
     CORPUS_STATS,
@@ -329,8 +329,16 @@ def margin_rule_backtests(settings: Settings, predictions: pl.DataFrame, name: s
         margin = choose_margin(p_val, labelled["label"].to_numpy())
     p_test = unweighted_probabilities(predictions.select(probs).to_numpy().astype(np.float64), weights)
     actions = pl.Series("action", threshold_actions(p_test, margin), dtype=pl.Int8)
-    sweep = run_sweep(
-        predictions.with_columns(actions),
+    sweep = sweep_costs(ev, predictions.with_columns(actions), benchmark=False)
+    return sweep.metrics.with_columns(
+        pl.lit(margin).alias("margin"), pl.lit(labelled.height).cast(pl.Int64).alias("validation_rows")
+    )
+
+
+def sweep_costs(ev: EvalConfig, predictions: pl.DataFrame, benchmark: bool = True):
+    """``run_sweep`` of ``predictions`` with the run's evaluation settings (costs, tax, bootstrap, rf)."""
+    return run_sweep(
+        predictions,
         ev.costs_bps,
         initial_cash=ev.initial_cash,
         tax_rate=ev.tax_rate,
@@ -339,10 +347,7 @@ def margin_rule_backtests(settings: Settings, predictions: pl.DataFrame, name: s
         block_days=ev.bootstrap_block_days,
         boot_seed=ev.bootstrap_seed,
         rf_annual=ev.rf_annual,
-        benchmark=False,
-    )
-    return sweep.metrics.with_columns(
-        pl.lit(margin).alias("margin"), pl.lit(labelled.height).cast(pl.Int64).alias("validation_rows")
+        benchmark=benchmark,
     )
 
 
@@ -366,17 +371,7 @@ def run_backtests(settings: Settings, variant: str, tau_key: str, code_versions:
         raise FileNotFoundError(
             f"{predictions_file} is missing: materialize predictions partition {policy_key(variant, seed)}|{tau_key}"
         )
-    sweep = run_sweep(
-        pl.read_parquet(predictions_file),
-        ev.costs_bps,
-        initial_cash=ev.initial_cash,
-        tax_rate=ev.tax_rate,
-        tax_year_days=ev.tax_year_days,
-        n_boot=ev.bootstrap_resamples,
-        block_days=ev.bootstrap_block_days,
-        boot_seed=ev.bootstrap_seed,
-        rf_annual=ev.rf_annual,
-    )
+    sweep = sweep_costs(ev, pl.read_parquet(predictions_file))
     paths = {}
     for asset, frame in ((BACKTESTS, sweep.metrics), (EQUITY_CURVES, sweep.equity), (TRADES, sweep.trades)):
         is_benchmark = pl.col("variant") == BENCHMARK
