@@ -7,7 +7,7 @@ SQLite instance, another warehouse); Postgres holds exactly one materialization 
 kill leaves no partial shard visible (every *.parquet reads; leftovers are `.<name>.*.tmp` only) and re-running
 the failed partitions writes the same bytes. The servers and workers are stopped at the end, also on failure.
 
-    .venv/bin/pytest -m e2e kinematic_pipeline_tests/test_cluster.py     (as root on Debian: apt-get installs
+    pytest -m e2e kinematic_pipeline_tests/test_cluster.py     (as root on Debian: apt-get installs
                                                                           postgresql / redis-server if missing)
 """
 

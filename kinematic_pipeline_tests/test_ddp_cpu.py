@@ -6,7 +6,7 @@ Checks: both ranks streamed disjoint shards that together are the epoch's traini
 written once (one model.pt, one set of Lightning checkpoints, one materialization with its sha256); the
 training loss is finite and decreases.
 
-    .venv/bin/pytest -m e2e kinematic_pipeline_tests/test_ddp_cpu.py
+    pytest -m e2e kinematic_pipeline_tests/test_ddp_cpu.py
 """
 
 from __future__ import annotations
