@@ -201,9 +201,9 @@ def verify_raw_ohlcv(settings: Settings, days: list[dt.date]) -> dict[str, tuple
     missing = [str(p) for p in kept_files if not p.exists()]
     if missing:
         return {"shards_exist": (False, f"{len(missing)} shard(s) missing, e.g. {missing[0]}")}
-    kept = pl.concat(
-        [pl.scan_parquet(path).with_columns(pl.lit(day).alias("_partition")) for day, path in zip(days, kept_files)]
-    )
+    # one scan over the file list (a concat of one scan per day is quadratic to plan: 281 s for 5,787 days)
+    partition_of = pl.LazyFrame({"_file": [str(p) for p in kept_files], "_partition": days})
+    kept = pl.scan_parquet(kept_files, include_file_paths="_file").join(partition_of, on="_file", how="left")
     stats = (
         kept.select(
             pl.len().alias("rows"),
