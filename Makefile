@@ -1,11 +1,13 @@
 # Two commands do all the set-up on a fresh machine (README.md):
 #   make demo   - the whole DAG on the embedded synthetic universe (demo profile); prints where results are
+#                 (KP_PROFILE=real KP_SOURCE=parquet KP_SOURCE_PATH=... make demo: the real profile instead)
 #   make test   - the test suite
 # Both create (or reuse) the virtual environment .venv from constraints.txt.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 export DAGSTER_HOME := $(CURDIR)
+KP_PROFILE ?= demo
 
 .PHONY: demo test venv ci materialize-ci ui clean
 
@@ -20,7 +22,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 demo: venv
-	KP_PROFILE=demo $(BIN)/python -m kinematic_pipeline materialize
+	KP_PROFILE=$(KP_PROFILE) $(BIN)/python -m kinematic_pipeline materialize
 
 test: venv
 	$(BIN)/python -m pytest

@@ -101,7 +101,7 @@ def main() -> None:
         if args.asset != "raw_ohlcv":  # the inputs, outside the timing
             materialize_raw_ohlcv(settings, days, progress=False)
         if args.asset == "labels":
-            materialize_tokens(settings, days, kinds=("spline",), progress=False)
+            materialize_tokens(settings, days, kinds=("spline_tokens",), progress=False)
 
         home = tmp / "home"
         home.mkdir()

@@ -156,6 +156,18 @@ class Warehouse:
             return default
         return self.manifest_row(asset, day, ["content_hash"])["content_hash"]
 
+    def manifest_rows(self, asset: str, days: list[dt.date], columns: list[str]) -> list[dict]:
+        """``manifest_row`` of many days, in their order, in one read of their manifests."""
+        if not days:
+            return []
+        frame = pl.read_parquet([self.manifest(asset, d) for d in days], columns=["partition_date", *columns])
+        by_day = {row.pop("partition_date"): row for row in frame.iter_rows(named=True)}
+        return [by_day[d] for d in days]
+
+    def content_hashes(self, asset: str, days: list[dt.date]) -> list[str]:
+        """``content_hash`` of many days, in their order."""
+        return [row["content_hash"] for row in self.manifest_rows(asset, days, ["content_hash"])]
+
     def write_shard(
         self,
         asset: str,

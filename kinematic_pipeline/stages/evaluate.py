@@ -118,28 +118,14 @@ def predict(
     tickers = evaluation_tickers(settings, asset, days) if tickers is None else tickers
     stats = pl.read_parquet(wh.shard(CORPUS_STATS, "stats")) if spec.normalized else None
     normalize = WindowNormalizer(spec, stats)
-    frames, shards = [], []
     label_col = tau_column(tau)
-    for day in days:
-        token_file = wh.shard(asset, day)
-        windows = pl.read_parquet(token_file, columns=["ticker", "date", "tokens"]).filter(
-            pl.col("ticker").is_in(tickers)
-        )
-        shards.append(dict(asset=asset, date=day, path=token_file, content_hash=wh.content_hash(asset, day)))
-        raw_file = wh.shard(RAW_OHLCV, day)
-        closes = pl.read_parquet(raw_file, columns=["ticker", "close"])
-        shards.append(dict(asset=RAW_OHLCV, date=day, path=raw_file, content_hash=wh.content_hash(RAW_OHLCV, day)))
-        frame = windows.join(closes, on="ticker", how="left")
-        label_file = wh.shard(LABELS, day)
-        if label_file.exists():
-            labels = pl.read_parquet(label_file, columns=["ticker", label_col])
-            frame = frame.join(labels, on="ticker", how="left")
-        else:
-            frame = frame.with_columns(pl.lit(None, pl.Int8).alias(label_col))
-        frames.append(frame)
-    if not frames:  # no test day: an empty frame of the same columns
-        frames = [pl.DataFrame(schema={"ticker": pl.String, "date": pl.Date, "close": pl.Float64, label_col: pl.Int8})]
-    frame = pl.concat(frames, how="diagonal_relaxed")
+    frame = _test_windows(wh, asset, days, tickers, label_col)
+    hashes = {a: wh.content_hashes(a, days) for a in (asset, RAW_OHLCV)}
+    shards = [
+        dict(asset=a, date=day, path=wh.shard(a, day), content_hash=hashes[a][i])
+        for i, day in enumerate(days)
+        for a in (asset, RAW_OHLCV)
+    ]
     if frame["close"].is_null().any():
         bad = frame.filter(pl.col("close").is_null()).row(0, named=True)
         raise ValueError(f"{bad['ticker']} has a test window on {bad['date']} but no raw close that day")
@@ -278,6 +264,32 @@ def _shards_frame(shards: list[dict]) -> pl.DataFrame:
         [{**s, "date": str(s["date"]), "path": str(s["path"])} for s in shards],
         schema={"asset": pl.String, "date": pl.String, "path": pl.String, "content_hash": pl.String},
     )
+
+
+def _test_windows(wh: Warehouse, asset: str, days: list[dt.date], tickers: list[str], label_col: str) -> pl.DataFrame:
+    """The ``tickers``' windows of ``days`` with the day's close and label (null where none yet): one scan per
+    asset over the days' files, not one read per day (a day's token shard holds every ticker's window)."""
+    if not days:  # no test day: an empty frame (tokens are then not read)
+        return pl.DataFrame(schema={"ticker": pl.String, "date": pl.Date, "close": pl.Float64, label_col: pl.Int8})
+    wanted = pl.col("ticker").is_in(tickers)
+    windows = pl.scan_parquet([wh.shard(asset, d) for d in days]).select("ticker", "date", "tokens").filter(wanted)
+    # a raw_ohlcv day's bars: its partition is the folder's date (join on the file, not on the bar's date)
+    day_of = pl.LazyFrame({"_file": [str(wh.shard(RAW_OHLCV, d)) for d in days], "date": days})
+    closes = (
+        pl.scan_parquet([wh.shard(RAW_OHLCV, d) for d in days], include_file_paths="_file")
+        .filter(wanted)
+        .select("ticker", "close", "_file")
+        .join(day_of, on="_file")
+        .drop("_file")
+    )
+    frame = windows.join(closes, on=["ticker", "date"], how="left")
+    label_files = [p for p in (wh.shard(LABELS, d) for d in days) if p.exists()]
+    if label_files:
+        labels = pl.scan_parquet(label_files).filter(wanted).select("ticker", "date", label_col)
+        frame = frame.join(labels, on=["ticker", "date"], how="left")
+    else:
+        frame = frame.with_columns(pl.lit(None, pl.Int8).alias(label_col))
+    return frame.collect()
 
 
 def run_predictions(settings: Settings, variant: str, tau_key: str) -> tuple[Predictions, Path]:

@@ -53,19 +53,20 @@ def split_days(days: list[dt.date], val_fraction: float) -> tuple[list[dt.date],
 def list_shards(settings: Settings, asset: str, with_labels: bool = False) -> list[Shard]:
     """Non-empty shards of ``asset`` in the training period (file names and manifests only)."""
     wh = Warehouse(settings.warehouse)
+    days = wh.shard_days(asset, until=settings.data.train_end)
+    metas = wh.manifest_rows(asset, days, ["windows", "content_hash"])
+    # with labels: the newest session has none yet (its labels need the next day's bar; nightly ticks)
+    label_days = [d for d in days if wh.manifest(LABELS, d).exists()] if with_labels else []
+    label_hashes = dict(zip(label_days, wh.content_hashes(LABELS, label_days)))
     shards = []
-    for day in wh.shard_days(asset, until=settings.data.train_end):
-        meta = wh.manifest_row(asset, day, ["windows", "content_hash"])
+    for day, meta in zip(days, metas):
         if meta["windows"] == 0:
             continue  # days before a ticker has 64 sessions of history
-        label_path = label_hash = None
-        if with_labels:
-            if not wh.manifest(LABELS, day).exists():
-                continue  # the newest session: its labels need the next day's bar (nightly ticks)
-            label_path = str(wh.shard(LABELS, day))
-            label_hash = wh.content_hash(LABELS, day)
+        if with_labels and day not in label_hashes:
+            continue
+        label_path = str(wh.shard(LABELS, day)) if with_labels else None
         shards.append(
-            Shard(day, str(wh.shard(asset, day)), meta["content_hash"], meta["windows"], label_path, label_hash)
+            Shard(day, str(wh.shard(asset, day)), meta["content_hash"], meta["windows"], label_path, label_hashes.get(day))
         )
     return shards
 
