@@ -112,3 +112,19 @@ def test_a_day_unit_is_replaced_whole_also_where_the_kernel_cannot_exchange_two_
     assert manifest["content_hash"] == second["content_hash"] == file_sha256(wh.shard("raw_ohlcv", day))
     assert wh.shard_days("raw_ohlcv") == wh.manifest_days("raw_ohlcv") == [day]
     assert not list((wh.root / "raw_ohlcv" / ".staging").iterdir())
+
+
+def test_manifest_rows_read_at_once_equal_the_day_by_day_rows_in_the_order_asked(tmp_path):
+    from kinematic_pipeline.storage import Warehouse
+
+    wh = Warehouse(tmp_path / "warehouse")
+    schema = {"partition_date": pl.Date, "content_hash": pl.String, "windows": pl.Int64}
+    days = [dt.date(2021, 3, d) for d in (1, 2, 3, 4)]
+    for n, day in enumerate(days):
+        wh.write_shard("spline_tokens", day, pl.DataFrame({"x": [float(n)] * n}), {"partition_date": day, "windows": n}, schema)
+    asked = [days[2], days[0], days[3]]
+    rows = wh.manifest_rows("spline_tokens", asked, ["windows", "content_hash"])
+    assert rows == [wh.manifest_row("spline_tokens", d, ["windows", "content_hash"]) for d in asked]
+    assert [r["windows"] for r in rows] == [2, 0, 3]
+    assert wh.content_hashes("spline_tokens", asked) == [wh.content_hash("spline_tokens", d) for d in asked]
+    assert wh.manifest_rows("spline_tokens", [], ["windows"]) == [] == wh.content_hashes("spline_tokens", [])
