@@ -2,7 +2,8 @@
 
 Thin wrappers around dagster-postgres's storages and dagster-celery's ``celery_executor`` (the ``cluster``
 extra: ``pip install -e '.[cluster]'``), used by ``deploy/postgres/dagster.yaml`` and
-``deploy/celery/code_location.py``. They add only a check before connecting: a Postgres server or Redis
+``deploy/celery/code_location.py`` (the event log also writes event batches in one transaction, as the default
+SQLite one does). They add a check before connecting: a Postgres server or Redis
 broker that does not answer gives an error naming its host and port and ``scripts/servers.sh``, instead of a
 driver's traceback (or, for Celery, a run that waits on a broker forever); a missing library names the extra.
 """
@@ -39,7 +40,7 @@ def _missing(library: str, exc: ImportError) -> ImportError:
 
 try:
     import dagster_postgres
-    from dagster_postgres.utils import pg_url_from_config
+    from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
 except ImportError as _pg_error:  # the module still imports; using a storage names the extra
     _PG_ERROR: ImportError | None = _pg_error
 else:
@@ -58,7 +59,24 @@ else:
         return Checked
 
     PostgresRunStorage = _checked(dagster_postgres.PostgresRunStorage)
-    PostgresEventLogStorage = _checked(dagster_postgres.PostgresEventLogStorage)
+
+    from kinematic_pipeline.orchestration.event_log import BatchedWrites
+
+    class PostgresEventLogStorage(BatchedWrites, dagster_postgres.PostgresEventLogStorage):
+        """dagster-postgres's event log, after checking that the server answers, writing a batch of events
+        (a backfill's planned events: one per partition) in one transaction (orchestration/event_log.py)."""
+
+        @classmethod
+        def from_config_value(cls, inst_data, config_value):
+            url = pg_url_from_config(config_value)
+            check_reachable(url, "PostgreSQL (Dagster instance storage)", 5432)
+            return cls(  # dagster-postgres's own from_config_value builds its base class, not cls
+                inst_data=inst_data,
+                postgres_url=url,
+                should_autocreate_tables=config_value.get("should_autocreate_tables", True),
+                token_provider=get_token_provider_from_config(config_value),
+            )
+
     PostgresScheduleStorage = _checked(dagster_postgres.PostgresScheduleStorage)
 
 
