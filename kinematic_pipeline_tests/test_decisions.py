@@ -160,3 +160,58 @@ def test_a_policy_that_buys_is_not_in_liquidation_equilibrium():
     diag = d.decision_diagnostics(q, q.argmax(axis=1), PAPER_RATES, W)
     assert d.liquidation_cause_code(diag) == d.NO_LIQUIDATION
     assert d.liquidation_cause(diag) == "No Liquidation Equilibrium: the policy buys on 50.0% of rows."
+
+
+def test_the_margin_rules_m_comes_from_the_validation_file_whatever_the_test_period_holds(tmp_path):
+    """The stage: perturbing every test-period label and probability leaves m (and the validation rows) as they
+    were; changing the validation predictions moves it. The actions on test days follow the test probabilities."""
+    import datetime as dt
+
+    import polars as pl
+
+    from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA
+    from kinematic_pipeline.config import load_settings
+    from kinematic_pipeline.stages.evaluate import margin_rule_backtests, predictions_subfolder
+    from kinematic_pipeline.storage import write_parquet_atomic
+
+    settings = load_settings("ci", warehouse=tmp_path / "warehouse", env={})
+    rng = np.random.default_rng(11)
+
+    def frame(days: int, start: dt.date, scale: float) -> pl.DataFrame:
+        q = rng.dirichlet([2, 2, 2], days)
+        return pl.DataFrame(
+            {
+                "variant": "splinegpt",
+                "tau": 0.01,
+                "seed": 1234,
+                "ticker": "AAA",
+                "date": [start + dt.timedelta(days=i) for i in range(days)],
+                "close": 100.0 * np.exp(np.cumsum(rng.normal(0, 0.01 * scale, days))),
+                "p_buy": q[:, 0],
+                "p_sell": q[:, 1],
+                "p_hold": q[:, 2],
+                "action": q.argmax(axis=1),
+                "label": rng.integers(0, 3, days),
+            }
+        ).cast(PREDICTIONS_SCHEMA)
+
+    validation = frame(120, dt.date(2020, 1, 1), 1.0)
+    # validation labels that follow the unweighted Buy - Sell gap: a clear margin to find
+    p = d.unweighted_probabilities(validation.select("p_buy", "p_sell", "p_hold").to_numpy().astype(float), W)
+    gap = p[:, 0] - p[:, 1]
+    validation = validation.with_columns(
+        pl.Series("label", np.where(gap > 0.1, 0, np.where(gap < -0.1, 1, 2)), dtype=pl.Int8)
+    )
+    write_parquet_atomic(validation, predictions_subfolder(settings, "validation", "p"))
+    test = frame(80, dt.date(2021, 1, 1), 1.0)
+    perturbed = frame(80, dt.date(2021, 1, 1), 3.0)  # other labels, probabilities and prices on every test day
+    first = margin_rule_backtests(settings, test, "p")
+    second = margin_rule_backtests(settings, perturbed, "p")
+    assert first["margin"].unique().to_list() == second["margin"].unique().to_list()
+    assert first["validation_rows"].unique().to_list() == [120]
+    assert not first.select(pl.exclude("margin", "validation_rows")).equals(
+        second.select(pl.exclude("margin", "validation_rows"))
+    )  # the test period itself did change the backtest
+    shuffled = validation.with_columns(pl.Series("label", rng.permutation(validation["label"].to_numpy())))
+    write_parquet_atomic(shuffled, predictions_subfolder(settings, "validation", "p"))
+    assert margin_rule_backtests(settings, test, "p")["margin"].unique().to_list() != first["margin"].unique().to_list()
