@@ -1,11 +1,12 @@
-"""Training throughput on the demo profile: Lightning fit, the streaming DataModule alone, Lightning's overhead.
+"""Training throughput on the demo profile: Lightning fit, the sampling DataModule alone, Lightning's overhead.
 
     python benchmarks/bench_training.py [--warehouse DIR] [--end 2018-12-31] [--batches 40] [--repeats 2]
 
 Builds a demo warehouse (synthetic, 40 tickers) from 2017-01-03 through ``--end`` if it is missing
 (not timed; a shorter history keeps that step short), then reports:
   * training windows/s: the real PretrainModule fit on SplineGPT for a fixed number of batches;
-  * DataModule windows/s: one epoch of the train loader without a model (target >= 10x training);
+  * DataModule windows/s: one epoch of the train loader (uniform sample from the window store) without a
+    model (target >= 10x training; benchmarks/bench_window_sampling.py measures it on real data);
   * Lightning's step overhead vs a plain PyTorch loop (same model init, batches, AdamW groups,
     clipping and cosine schedule): (lightning - plain) / plain (target <= 10%).
 Timings take the best of ``--repeats`` runs (the 2-core machine is shared: the minimum is the signal).
@@ -34,12 +35,14 @@ from kinematic_pipeline.models import build_model  # noqa: E402
 from kinematic_pipeline.training.data import WindowDataModule  # noqa: E402
 from kinematic_pipeline.training.modules import PretrainModule, adamw_with_cosine, pretrain_objective  # noqa: E402
 from kinematic_pipeline.training.run import configure_threads, quiet_lightning  # noqa: E402
+from kinematic_pipeline.window_store import build_window_store  # noqa: E402
 
 VARIANT = "splinegpt"
 
 
 def ensure_warehouse(settings, end: dt.date) -> None:
     if (settings.warehouse / "corpus_stats" / "stats.parquet").exists():
+        build_window_store(settings, "spline_tokens", progress=False)  # kept as it is when current
         return
     from kinematic_pipeline.stages.corpus import materialize_corpus_stats
     from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
@@ -50,6 +53,7 @@ def ensure_warehouse(settings, end: dt.date) -> None:
     materialize_raw_ohlcv(settings, days, progress=False)
     materialize_tokens(settings, days, progress=False)  # corpus_stats fits every tokenization
     materialize_corpus_stats(settings)
+    build_window_store(settings, "spline_tokens", progress=False)
     print(f"built the demo warehouse {settings.warehouse} through {end} (not timed): {time.perf_counter() - t0:.0f} s")
 
 
@@ -130,7 +134,7 @@ def main() -> None:
     dm.setup()
     print(
         f"demo profile: {VARIANT} d_model={settings.model.d_model} layers={settings.model.n_layers}, batch "
-        f"{cfg.batch_size}, {len(dm.train_shards)} train shards, epoch cap {cfg.max_windows_per_epoch}, "
+        f"{cfg.batch_size}, {len(dm.train_days)} training days, epoch cap {cfg.max_windows_per_epoch}, "
         f"torch threads {torch.get_num_threads()}"
     )
 
@@ -156,7 +160,7 @@ def main() -> None:
 
     rows = [
         ("DataModule alone (1 epoch, no model)", data_windows, data_s),
-        ("Lightning fit, streaming loader + CSV log + ckpt", n, stream_s),
+        ("Lightning fit, sampling loader + CSV log + ckpt", n, stream_s),
         ("Lightning fit, pre-materialized batches, bare", n, bare_s),
         ("Lightning fit, pre-materialized batches, CSV + ckpt", n, logged_s),
         ("plain PyTorch loop, same batches", n, plain_s),

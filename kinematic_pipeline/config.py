@@ -145,9 +145,9 @@ class TrainConfig:
     grad_clip: float = 1.0  # gradient norm clipping
     batch_size: int = 256
     val_fraction: float = 0.1  # the last 10% of training-period days validate (split by date)
-    max_windows_per_epoch: int | None = None  # cap for small profiles (None: every training window)
+    # an epoch is a uniform sample of this many training windows (None: every window once, shuffled)
+    max_windows_per_epoch: int | None = None
     finetune_max_windows_per_epoch: int | None = None  # fine-tuning's cap (None: max_windows_per_epoch)
-    shuffle_buffer: int = 16384  # windows shuffled in a bounded buffer while streaming shards
     accelerator: str = "auto"  # "auto" uses a GPU (and DDP over several) when present
     devices: str = "auto"
     precision: str = "32-true"  # e.g. "bf16-mixed" on a GPU
@@ -255,7 +255,6 @@ def _profile_ci() -> Settings:
             batch_size=64,
             max_windows_per_epoch=2048,
             finetune_epochs=1,
-            shuffle_buffer=1024,
             lora_rank=4,
             lora_alpha=8,
             seeds=(1234, 1235),  # two seeds: the report's mean +- std and per-seed tables are exercised in CI
@@ -277,7 +276,6 @@ def _profile_demo() -> Settings:
             max_windows_per_epoch=12000,
             finetune_epochs=1,
             finetune_max_windows_per_epoch=5000,
-            shuffle_buffer=8192,
         ),
     )
 
@@ -319,7 +317,6 @@ def _profile_real() -> Settings:
             max_windows_per_epoch=8192,
             finetune_epochs=1,
             finetune_max_windows_per_epoch=4096,
-            shuffle_buffer=8192,
             seeds=(1234, 1235, 1236),
         ),
         evaluate=EvalConfig(test_tickers=PAPER_TEST_TICKERS, focus_ticker="NVDA", responsiveness_ticker="XOM"),

@@ -27,6 +27,7 @@ LINK_ORDER = (
     "foundation",
     "finetune_lineage",
     "pretrain_lineage",
+    "window_store",
     "training_shard",
     "test_shard",
     "raw_ohlcv",

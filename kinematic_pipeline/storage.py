@@ -52,14 +52,15 @@ PREDICTIONS, BACKTESTS, EQUITY_CURVES, TRADES, PROVENANCE = (
     "provenance",
 )
 MARGIN_BACKTESTS = "margin_backtests"  # the second decision rule's backtests (beside the paper's argmax)
-SHARDS_USED_FILE = "shards_used.parquet"  # beside each checkpoint/adapter: the token shards it trained on
+SHARDS_USED_FILE = "shards_used.parquet"  # beside each checkpoint/adapter: the store and shards it trained on
 SHARDS_USED_SCHEMA: dict[str, pl.DataType] = {
-    "asset": pl.String,
-    "split": pl.String,
+    "asset": pl.String,  # the token asset, labels, or the window store (split "store")
+    "split": pl.String,  # train | val | store
     "date": pl.String,
     "path": pl.String,
     "content_hash": pl.String,
-    "windows": pl.Int64,
+    "windows": pl.Int64,  # windows of the day (of the whole store for the store's row)
+    "served": pl.Int64,  # windows of it served over every epoch (0: never drawn)
 }
 
 
@@ -244,6 +245,12 @@ class Warehouse:
                     f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM read_parquet({_sql_str(glob)}, union_by_name = true)'
                 )
 
+    # --- derived stores -------------------------------------------------------------------------------
+
+    def window_store_dir(self, asset: str) -> Path:
+        """``window_store/<token asset>/``: the training-period windows of a token asset (``window_store.py``)."""
+        return self.root / "window_store" / asset
+
     # --- models -----------------------------------------------------------------------------------------
 
     def model_dir(self, variant: str, seed: int) -> Path:
@@ -354,6 +361,17 @@ def _exchange(a: Path, b: Path) -> bool:
     if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
         return False
     raise OSError(err, os.strerror(err), str(b))
+
+
+def swap_in_folder(new: Path, final: Path) -> None:
+    """Replace folder ``final`` by folder ``new`` in one atomic step (see ``_swap_in``); the old one, if any,
+    is left at ``new``'s path for the caller to remove."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    if DURABLE_WRITES:
+        _fsync_dir(new)
+    _swap_in(new, final)
+    if DURABLE_WRITES:
+        _fsync_dir(final.parent)
 
 
 def _swap_in(new: Path, final: Path) -> None:

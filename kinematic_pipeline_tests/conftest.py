@@ -73,6 +73,17 @@ def _run_all(settings) -> list[dt.date]:
     return token_days
 
 
+def _training_inputs(settings) -> None:
+    """What training reads beside the shards: corpus_stats and the three window stores (the cut's windows)."""
+    from kinematic_pipeline.stages.corpus import materialize_corpus_stats
+    from kinematic_pipeline.storage import TOKEN_ASSETS
+    from kinematic_pipeline.window_store import build_window_store
+
+    materialize_corpus_stats(settings)
+    for asset in TOKEN_ASSETS:
+        build_window_store(settings, asset, progress=False)
+
+
 def _perturb_after(bars: pl.DataFrame, day: dt.date, seed: int = 7) -> pl.DataFrame:
     rng = np.random.default_rng(seed)
     n = bars.height

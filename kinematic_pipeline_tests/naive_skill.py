@@ -1,5 +1,5 @@
-"""Slow, obviously correct twins of kinematic_pipeline/backtest/skill.py and decisions.py: plain Python
-loops over rows, pairs and resamples (the bootstrap materializes every resampled row)."""
+"""Slow, obviously correct twins of kinematic_pipeline/backtest/skill.py, skill_seeds.py and decisions.py:
+plain Python loops over rows, pairs, resamples and seeds (the bootstrap materializes every resampled row)."""
 
 from __future__ import annotations
 
@@ -66,11 +66,14 @@ def naive_auc(scores, is_class):
     return wins / (len(pos) * len(neg))
 
 
-def naive_metrics(probs, labels, reference):
-    """Every skill_table metric on one sample (labels -1 dropped first)."""
-    rows = [(p, int(y)) for p, y in zip(probs, labels) if y >= 0]
-    probs = [p for p, _ in rows]
-    labels = [y for _, y in rows]
+def naive_metrics(probs, labels, reference, actions=None):
+    """Every skill_table metric on one sample (labels -1 dropped first); actions None: the policy's
+    balanced accuracy is NaN."""
+    actions = [None] * len(labels) if actions is None else actions
+    rows = [(p, int(y), a) for p, y, a in zip(probs, labels, actions) if y >= 0]
+    probs = [p for p, _, _ in rows]
+    labels = [y for _, y, _ in rows]
+    acted = [a for _, _, a in rows]
     ref = [reference] * len(labels)
     predicted = [max(range(3), key=lambda k, p=p: (p[k], -k)) for p in probs]  # argmax, first on ties
     out = {
@@ -82,6 +85,7 @@ def naive_metrics(probs, labels, reference):
         "macro_f1": naive_macro_f1(predicted, labels),
         "auc_buy": naive_auc([p[0] for p in probs], [y == 0 for y in labels]),
         "auc_sell": naive_auc([p[1] for p in probs], [y == 1 for y in labels]),
+        "policy_balanced_accuracy": float("nan") if None in acted else naive_balanced_accuracy(acted, labels),
     }
     for name in ("log_loss", "brier"):
         r = out[f"{name}_reference"]
@@ -89,37 +93,74 @@ def naive_metrics(probs, labels, reference):
     return out
 
 
-def naive_skill_table(probs, labels, days, reference, n_boot, block_days, seed, alpha=0.05):
-    """Twin of skill_table: the same block starts, but every resample is built row by row and scored with
-    the naive metrics."""
+def _labelled(probs, labels, days, actions):
     keep = [i for i, y in enumerate(labels) if y >= 0]
-    probs = [probs[i] for i in keep]
-    labels = [int(labels[i]) for i in keep]
-    days = [days[i] for i in keep]
-    distinct = sorted(set(days))
-    rows_of = {d: [i for i, x in enumerate(days) if x == d] for d in distinct}
-    n_days = len(distinct)
-    out = {"n_rows": len(labels), "n_days": n_days}
-    point = naive_metrics(probs, labels, reference)
+    acted = None if actions is None else [int(actions[i]) for i in keep]
+    return [probs[i] for i in keep], [int(labels[i]) for i in keep], [days[i] for i in keep], acted
+
+
+def naive_resampled_days(n_days, n_boot, block_days, seed):
+    """Per resample, the list of drawn day positions (0..n_days-1), block by block, as skill.py draws them."""
     block = max(1, min(block_days, n_days))
     n_blocks = -(-n_days // block)
     starts = np.random.default_rng(seed).integers(0, n_days, size=(n_boot, n_blocks))
-    draws = {k: [] for k in point}
+    out = []
     for b in range(n_boot):
         picked = []
         for s in starts[b]:
             for j in range(block):
                 picked.append((int(s) + j) % n_days)
-        picked = picked[:n_days]
-        rows = [i for d in picked for i in rows_of[distinct[d]]]
-        m = naive_metrics([probs[i] for i in rows], [labels[i] for i in rows], reference)
-        for k, v in m.items():
+        out.append(picked[:n_days])
+    return out
+
+
+def naive_resample_metrics(probs, labels, days, actions, reference, distinct, picked):
+    """naive_metrics of the rows of the drawn days (a day drawn twice contributes its rows twice)."""
+    rows = [i for d in picked for i, x in enumerate(days) if x == distinct[d]]
+    acted = None if actions is None else [actions[i] for i in rows]
+    return naive_metrics([probs[i] for i in rows], [labels[i] for i in rows], reference, acted)
+
+
+def _interval(values, alpha):
+    values = np.array([x for x in values if math.isfinite(x)])
+    low, high = np.quantile(values, [alpha / 2, 1 - alpha / 2]) if values.size else (np.nan, np.nan)
+    return float(low), float(high)
+
+
+def naive_skill_table(probs, labels, days, reference, n_boot, block_days, seed, alpha=0.05, actions=None):
+    """Twin of skill_table: the same block starts, but every resample is built row by row and scored with
+    the naive metrics."""
+    probs, labels, days, actions = _labelled(probs, labels, days, actions)
+    distinct = sorted(set(days))
+    out = {"n_rows": len(labels), "n_days": len(distinct)}
+    point = naive_metrics(probs, labels, reference, actions)
+    draws = {k: [] for k in point}
+    for picked in naive_resampled_days(len(distinct), n_boot, block_days, seed):
+        for k, v in naive_resample_metrics(probs, labels, days, actions, reference, distinct, picked).items():
             draws[k].append(v)
     for k, v in point.items():
         out[k] = v
-        values = np.array([x for x in draws[k] if math.isfinite(x)])
-        low, high = np.quantile(values, [alpha / 2, 1 - alpha / 2]) if values.size else (np.nan, np.nan)
-        out[f"{k}_ci_low"], out[f"{k}_ci_high"] = float(low), float(high)
+        out[f"{k}_ci_low"], out[f"{k}_ci_high"] = _interval(draws[k], alpha)
+    return out
+
+
+def naive_seed_mean_skill(seeds, reference, n_boot, block_days, seed, alpha=0.05):
+    """Twin of skill_seeds.seed_mean_skill. seeds: list of (probs, labels, days, actions). One draw of the
+    union's days; per resample each seed's naive metrics, then their mean; the interval of those means."""
+    seeds = [_labelled(*one) for one in seeds]
+    distinct = sorted({d for _, _, days, _ in seeds for d in days})
+    points = [naive_metrics(p, y, reference, a) for p, y, _, a in seeds]
+    out = {"n_seeds": len(seeds), "n_rows": sum(len(y) for _, y, _, _ in seeds), "n_days": len(distinct)}
+    means = {k: [] for k in points[0]}
+    for picked in naive_resampled_days(len(distinct), n_boot, block_days, seed):
+        per_seed = [naive_resample_metrics(p, y, d, a, reference, distinct, picked) for p, y, d, a in seeds]
+        for k in means:
+            means[k].append(sum(m[k] for m in per_seed) / len(per_seed))
+    for k in points[0]:
+        values = [pt[k] for pt in points]
+        out[k] = sum(values) / len(values)
+        out[f"{k}_ci_low"], out[f"{k}_ci_high"] = _interval(means[k], alpha)
+        out[f"{k}_seed_std"] = float(np.std(values, ddof=1)) if len(values) > 1 else float("nan")
     return out
 
 

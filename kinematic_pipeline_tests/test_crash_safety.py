@@ -1,5 +1,5 @@
 """A nightly tick killed (SIGKILL) in the middle of writing a shard: DuckDB and the training loader see
-no partial shard, only the complete ones (old or new), and the next run repairs the warehouse to the
+no partial shard (nor does the window store training draws from), only the complete ones (old or new), and the next run repairs the warehouse to the
 bytes an uninterrupted run writes."""
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.storage import TOKEN_ASSETS, Warehouse, file_sha256, query
-from kinematic_pipeline.training.data import WindowStream, list_shards
-from kinematic_pipeline.variants import VARIANTS
-from kinematic_pipeline.windows import WindowNormalizer
+from kinematic_pipeline.training.data import store_labels
+from kinematic_pipeline.window_store import build_window_store, open_store, training_shard_days
 
 ROOT = Path(__file__).resolve().parents[1]
 DAY, PREVIOUS = dt.date(2021, 4, 1), dt.date(2021, 3, 31)
@@ -127,18 +126,13 @@ def _visible_windows(settings, asset: str) -> tuple[int, dt.date]:
 
 
 def _streamed(settings, tau: float | None = None) -> int:
-    """Windows the training loader streams from spline_tokens (with labels of ``tau`` when given)."""
-    shards = list_shards(settings, "spline_tokens", with_labels=tau is not None)
-    stream = WindowStream(
-        shards,
-        WindowNormalizer(VARIANTS["patchtst"], None),  # raw channels: no corpus_stats needed
-        batch_size=256,
-        shuffle=False,
-        buffer_windows=1024,
-        seed=0,
-        tau=tau,
-    )
-    return sum(len(batch[0] if tau is not None else batch) for batch in stream)
+    """Windows training can draw from spline_tokens (with a known label of ``tau`` when given): the window
+    store built from the complete shards."""
+    build_window_store(settings, "spline_tokens", progress=False)
+    store = open_store(settings, "spline_tokens")
+    if tau is None:
+        return store.rows.height
+    return int((store_labels(settings, store, tau)[0] >= 0).sum())
 
 
 @pytest.mark.e2e  # kills a real writer process mid-write; run in CI with -m e2e
@@ -163,7 +157,7 @@ def test_a_tick_killed_mid_write_leaves_no_partial_shard_and_the_next_run_repair
     _partial(wh / "spline_tokens", DAY)
     assert not Warehouse(wh).shard("spline_tokens", DAY).exists()
     assert _visible_windows(settings, "spline_tokens") == (rows_before, last_before)  # DuckDB: the old days only
-    assert DAY not in [s.day for s in list_shards(settings, "spline_tokens")]
+    assert DAY not in training_shard_days(settings, "spline_tokens")[0]
     assert _streamed(settings) == streamed_before  # the loader streams every complete shard, nothing more
 
     # 2. The next tick is killed while rewriting an existing shard (labels of PREVIOUS, now with returns):

@@ -11,10 +11,9 @@ import pytest
 import torch
 
 from kinematic_pipeline.models import PatchTSTClassifier, SequenceClassifier, build_model
-from kinematic_pipeline.stages.corpus import materialize_corpus_stats
 from kinematic_pipeline.stages.evaluate import evaluation_days, evaluation_tickers, predict, window_end_kinematics
 from kinematic_pipeline.storage import Warehouse
-from kinematic_pipeline_tests.conftest import CUT, _bars, _perturb_after, _run_all, _settings
+from kinematic_pipeline_tests.conftest import CUT, _bars, _perturb_after, _run_all, _settings, _training_inputs
 
 DECISION_DAY = dt.date(2021, 7, 9)  # "day t" of the perturbation: inside the test period (after CUT)
 
@@ -34,7 +33,7 @@ def warehouses(tmp_path_factory):
     other = _settings(tmp, "perturbed", _perturb_after(bars, DECISION_DAY), taus=(0.01,))
     for settings in (base, other):
         _run_all(settings)
-        materialize_corpus_stats(settings)
+        _training_inputs(settings)
     return base, other
 
 

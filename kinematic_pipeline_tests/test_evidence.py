@@ -1,5 +1,6 @@
-"""Per-policy frames (backtest/evidence.py) over a predictions frame: one row per (variant, tau, seed), the
-same numbers as the array functions, days resampled as dates, rows independent of the other policies."""
+"""Per-policy frames (backtest/evidence.py) over a predictions frame: one row per (variant, tau, seed), or per
+(variant, tau) for the seed mean, the same numbers as the array functions, days resampled as dates, rows
+independent of the other policies."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 
 from kinematic_pipeline.backtest import decisions as d
 from kinematic_pipeline.backtest import skill as s
-from kinematic_pipeline.backtest.evidence import decision_frame, skill_frame
+from kinematic_pipeline.backtest.evidence import decision_frame, seed_mean_skill_frame, skill_frame
+from kinematic_pipeline.backtest.skill_seeds import seed_mean_skill
 from kinematic_pipeline.backtest.sweep import INPUT_SCHEMA, bootstrap_seed
 
 # the predictions frame as stages.evaluate writes it (float32 probabilities), without importing torch
@@ -20,19 +22,27 @@ W = (2.0, 10.0, 1.0)
 RATES = {0.01: np.array([0.25, 0.23, 0.52]), 0.02: np.array([0.15, 0.13, 0.72])}
 
 
-def _predictions(variants=("splinegpt", "rawgpt"), taus=(0.01, 0.02), n_days=15, tickers=("A", "B", "C")):
+def _predictions(variants=("splinegpt", "rawgpt"), taus=(0.01, 0.02), n_days=15, tickers=("A", "B", "C"), seeds=(0,)):
     rng = np.random.default_rng(0)
     rows = []
     for v in variants:
         for tau in taus:
-            for ticker in tickers:
-                for k in range(n_days):
-                    q = rng.dirichlet([1, 1, 1])
-                    label = int(rng.integers(-1, 3))
-                    rows.append(
-                        (v, tau, 0, ticker, dt.date(2023, 1, 2) + dt.timedelta(k), 100.0, *q, int(q.argmax()), label)
-                    )
+            for seed in seeds:
+                for ticker in tickers:
+                    for k in range(n_days):
+                        q = rng.dirichlet([1, 1, 1])
+                        label = int(rng.integers(-1, 3))
+                        day = dt.date(2023, 1, 2) + dt.timedelta(k)
+                        rows.append((v, tau, seed, ticker, day, 100.0, *q, int(q.argmax()), label))
     return pl.DataFrame(rows, schema=PREDICTIONS_SCHEMA, orient="row")
+
+
+def _arrays(group: pl.DataFrame, label_column: str = "label"):
+    """(p, labels, days, actions) of one policy's rows as skill_frame orders them (date, ticker)."""
+    group = group.sort("date", "ticker")
+    q = group.select("p_buy", "p_sell", "p_hold").to_numpy().astype(np.float64)
+    days = group["date"].to_physical().to_numpy()
+    return d.unweighted_probabilities(q, W), group[label_column].to_numpy(), days, group["action"].to_numpy()
 
 
 def test_skill_frame_has_one_row_per_policy_with_the_numbers_of_skill_table():
@@ -44,15 +54,9 @@ def test_skill_frame_has_one_row_per_policy_with_the_numbers_of_skill_table():
         ("splinegpt", 0.01, 0),
         ("splinegpt", 0.02, 0),
     ]
-    group = preds.filter(variant="splinegpt", tau=0.02).sort("ticker", "date")
-    q = group.select("p_buy", "p_sell", "p_hold").to_numpy().astype(np.float64)
+    p, labels, days, actions = _arrays(preds.filter(variant="splinegpt", tau=0.02))
     want = s.skill_table(
-        d.unweighted_probabilities(q, W),
-        group["label"].to_numpy(),
-        group["date"].to_physical().to_numpy(),
-        RATES[0.02],
-        n_boot=50,
-        seed=bootstrap_seed(3, ("splinegpt", 0.02, 0)),
+        p, labels, days, RATES[0.02], actions=actions, n_boot=50, seed=bootstrap_seed(3, ("splinegpt", 0.02, 0))
     )
     got = frame.filter(variant="splinegpt", tau=0.02).row(0, named=True)
     for k, v in want.items():
@@ -91,3 +95,71 @@ def test_decision_frame_names_a_cause_per_policy_and_refuses_a_tau_without_rates
         decision_frame(preds, {0.01: RATES[0.01]}, W)
     with pytest.raises(ValueError, match="lacks the columns"):
         skill_frame(preds.drop("label"), RATES, W)
+
+
+def test_the_seed_mean_frame_of_one_seed_is_skill_table_under_the_variant_and_tau_draws():
+    preds = _predictions()
+    frame = seed_mean_skill_frame(preds, RATES, W, n_boot=50, boot_seed=3)
+    assert frame.select("variant", "tau", "n_seeds").rows() == [
+        ("rawgpt", 0.01, 1),
+        ("rawgpt", 0.02, 1),
+        ("splinegpt", 0.01, 1),
+        ("splinegpt", 0.02, 1),
+    ]
+    p, labels, days, actions = _arrays(preds.filter(variant="rawgpt", tau=0.01))
+    seed = bootstrap_seed(3, ("rawgpt", 0.01))  # one draw per (variant, tau), shared by its seeds
+    want = s.skill_table(p, labels, days, RATES[0.01], actions=actions, n_boot=50, seed=seed)
+    got = frame.filter(variant="rawgpt", tau=0.01).row(0, named=True)
+    for k, v in want.items():
+        assert got[k] == pytest.approx(v, rel=1e-12, nan_ok=True), k
+
+
+def test_the_seed_mean_frame_pools_the_seeds_of_a_policy_under_one_draw():
+    preds = _predictions(variants=("splinegpt",), taus=(0.01,), seeds=(1, 2, 3))
+    got = seed_mean_skill_frame(preds, RATES, W, n_boot=40, boot_seed=1).row(0, named=True)
+    seeds = [_arrays(preds.filter(seed=k)) for k in (1, 2, 3)]
+    want = seed_mean_skill(
+        *([x[i] for x in seeds] for i in range(3)),
+        RATES[0.01],
+        actions=[x[3] for x in seeds],
+        n_boot=40,
+        seed=bootstrap_seed(1, ("splinegpt", 0.01)),
+    )
+    assert got["n_seeds"] == 3
+    for k, v in want.items():
+        assert got[k] == pytest.approx(v, rel=1e-12, nan_ok=True), k
+
+
+def test_a_policy_that_sells_while_its_probabilities_say_hold_is_scored_on_its_actions():
+    # q = w p / sum(w p) with p = (0.25, 0.2, 0.55): the weighted argmax (the action) is Sell, the argmax of
+    # the de-weighted p is Hold. Labels are Buy or Hold only, so the policy recalls nothing (0) and the
+    # argmax of p recalls every Hold (1/2 over the two classes present).
+    preds = _predictions(variants=("splinegpt",), taus=(0.01,))
+    q = np.array(W) * np.array([0.25, 0.2, 0.55])
+    q /= q.sum()
+    preds = preds.with_columns(
+        p_buy=pl.lit(q[0], pl.Float32),
+        p_sell=pl.lit(q[1], pl.Float32),
+        p_hold=pl.lit(q[2], pl.Float32),
+        action=pl.lit(1, pl.Int8),
+        label=pl.when(pl.col("label") == 1).then(2).otherwise(pl.col("label")).cast(pl.Int8),
+    )
+    row = seed_mean_skill_frame(preds, RATES, W, n_boot=30).row(0, named=True)
+    assert row["policy_balanced_accuracy"] == 0.0 and row["policy_balanced_accuracy_ci_high"] == 0.0
+    assert row["balanced_accuracy"] == pytest.approx(0.5)
+    n_buy, n_hold = (preds["label"] == 0).sum(), (preds["label"] == 2).sum()
+    assert row["macro_f1"] == pytest.approx((0 + 2 * n_hold / (2 * n_hold + n_buy)) / 2)  # F1 of Buy, Hold
+    assert skill_frame(preds, RATES, W, n_boot=0)["policy_balanced_accuracy"].to_list() == [0.0]
+
+
+def test_other_label_columns_are_scored_with_their_own_base_rates():
+    preds = _predictions(variants=("splinegpt",), taus=(0.01,))
+    flipped = preds.with_columns(label_close=pl.when(pl.col("label") >= 0).then(2 - pl.col("label")).otherwise(-1))
+    on_label = seed_mean_skill_frame(flipped, RATES, W, n_boot=0)
+    on_close = seed_mean_skill_frame(flipped, RATES, W, n_boot=0, label_column="label_close")
+    assert on_label["brier"].item() != on_close["brier"].item()
+    p, labels, days, actions = _arrays(flipped, "label_close")
+    want = s.skill_table(p, labels, days, RATES[0.01], actions=actions, n_boot=0)
+    assert on_close["brier_skill"].item() == pytest.approx(want["brier_skill"], rel=1e-12)
+    with pytest.raises(ValueError, match="label_close"):
+        seed_mean_skill_frame(preds, RATES, W, label_column="label_close")

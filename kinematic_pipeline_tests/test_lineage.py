@@ -9,19 +9,18 @@ import polars as pl
 import pytest
 
 from kinematic_pipeline.lineage import trace
-from kinematic_pipeline.stages.corpus import materialize_corpus_stats
 from kinematic_pipeline.stages.evaluate import run_backtests, run_predictions
 from kinematic_pipeline.stages.report import materialize_paper_tables, materialize_report
 from kinematic_pipeline.storage import Warehouse, file_sha256, query
 from kinematic_pipeline.training.run import finetune, pretrain
-from kinematic_pipeline_tests.conftest import _bars, _run_all, _settings
+from kinematic_pipeline_tests.conftest import _bars, _run_all, _settings, _training_inputs
 
 
 @pytest.fixture(scope="module")
 def backtested(tmp_path_factory):
     settings = _settings(tmp_path_factory.mktemp("lineage"), "wh", _bars(), taus=(0.01,))
     _run_all(settings)
-    materialize_corpus_stats(settings)
+    _training_inputs(settings)
     wh, seed = Warehouse(settings.warehouse), settings.train.seed
     pretrain(settings, "splinegpt", wh.foundation_dir("splinegpt", seed), progress=False)
     foundation = wh.foundation_checkpoint("splinegpt", seed)
@@ -156,7 +155,7 @@ def test_the_evidence_tables_put_the_variant_side_by_side_and_explain_each_decis
 
     built = evidence_tables(backtested, load_metrics(backtested))
     info = built["information"]
-    assert info["Metric"].to_list()[0].startswith("Log-loss skill") and info.height == 6
+    assert info["Metric"].to_list()[0].startswith("Log-loss skill") and info.height == 2 * 7  # spline, close
     assert "SplineGPT" in info.columns and all("[" in c or c == "N/A" for c in info["SplineGPT"].to_list())
     why = built["decisions"]["Why it trades or liquidates"].to_list()
     assert len(why) == 1 and len(why[0]) > 20

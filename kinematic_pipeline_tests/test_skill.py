@@ -1,5 +1,6 @@
 """Predictive skill (backtest/skill.py): hand-made cases with known answers, and agreement with the
-loop twins of naive_skill.py on random, tied, one-class and absent-class inputs."""
+loop twins of naive_skill.py on random, tied, one-class and absent-class inputs (with and without the
+policy's actions)."""
 
 from __future__ import annotations
 
@@ -108,6 +109,21 @@ def test_a_class_neither_labelled_nor_predicted_is_left_out_of_the_averages():
     assert s.balanced_accuracy([S, S], [S, S]) == 1.0 and s.macro_f1([S, S], [S, S]) == 1.0
 
 
+def test_policy_balanced_accuracy_is_of_the_actions_while_the_argmax_rows_are_of_the_probabilities():
+    # p says Hold on every row (argmax Hold); the policy Sells on every row but row 0, where it Buys
+    labels = np.array([B, B, B, B, S, S, H, H, H, H])
+    probs = np.tile([0.25, 0.2, 0.55], (10, 1))
+    actions = np.array([B] + [S] * 9)
+    t = s.skill_table(probs, labels, np.arange(10), [0.25, 0.2, 0.55], actions=actions, n_boot=0)
+    assert t["policy_balanced_accuracy"] == pytest.approx((1 / 4 + 2 / 2 + 0 / 4) / 3)  # recall B, S, H
+    assert t["balanced_accuracy"] == pytest.approx((0 + 0 + 4 / 4) / 3)
+    assert t["macro_f1"] == pytest.approx((0 + 0 + 2 * 4 / (2 * 4 + 6)) / 3)  # Hold: TP 4, FP 6, FN 0
+    without = s.skill_table(probs, labels, np.arange(10), [0.25, 0.2, 0.55], n_boot=0)
+    assert math.isnan(without["policy_balanced_accuracy"]) and without["balanced_accuracy"] == t["balanced_accuracy"]
+    with pytest.raises(ValueError, match="actions"):
+        s.skill_table(probs, labels, np.arange(10), [0.25, 0.2, 0.55], actions=actions[:3])
+
+
 def test_skill_score_is_one_minus_the_ratio_and_nan_without_a_reference():
     assert s.skill_score(0.5, 1.0) == 0.5
     assert s.skill_score(1.2, 1.0) == pytest.approx(-0.2)
@@ -160,18 +176,23 @@ def test_skill_table_matches_the_row_by_row_bootstrap_twin(case):
     rng = np.random.default_rng(case["seed"])
     kw = {k: case[k] for k in ("quantize", "classes", "p_unknown") if k in case}
     probs, labels, days = _random_case(rng, case["n"], case["n_days"], **kw)
+    actions = rng.integers(0, 3, labels.size) if case["seed"] % 2 == 0 else None  # with and without a policy
     reference = np.array([0.25, 0.23, 0.52])
-    got = s.skill_table(probs, labels, days, reference, n_boot=60, block_days=case["block_days"], seed=7)
-    want = naive_skill_table(probs, labels, days, reference, 60, case["block_days"], 7)
+    got = s.skill_table(
+        probs, labels, days, reference, actions=actions, n_boot=60, block_days=case["block_days"], seed=7
+    )
+    want = naive_skill_table(probs, labels, days, reference, 60, case["block_days"], 7, actions=actions)
     _assert_same(got, want)
+    assert math.isnan(got["policy_balanced_accuracy"]) == (actions is None)
 
 
 def test_skill_table_is_deterministic_for_a_seed_and_resamples_whole_days():
     rng = np.random.default_rng(11)
     probs, labels, days = _random_case(rng, 120, 30)
-    a = s.skill_table(probs, labels, days, [0.3, 0.3, 0.4], n_boot=200, seed=5)
-    assert a == s.skill_table(probs, labels, days, [0.3, 0.3, 0.4], n_boot=200, seed=5)
-    assert a != s.skill_table(probs, labels, days, [0.3, 0.3, 0.4], n_boot=200, seed=6)
+    acts = rng.integers(0, 3, 120)  # with actions every metric is finite, so == compares numbers, not NaNs
+    a = s.skill_table(probs, labels, days, [0.3, 0.3, 0.4], actions=acts, n_boot=200, seed=5)
+    assert a == s.skill_table(probs, labels, days, [0.3, 0.3, 0.4], actions=acts, n_boot=200, seed=5)
+    assert a != s.skill_table(probs, labels, days, [0.3, 0.3, 0.4], actions=acts, n_boot=200, seed=6)
     assert a["n_days"] == len(set(days[labels >= 0].tolist())) and a["n_rows"] == int((labels >= 0).sum())
     assert a["auc_buy_ci_low"] <= a["auc_buy"] <= a["auc_buy_ci_high"]
     counts = s.day_resample_counts(30, 200, block_days=4, seed=5)
@@ -179,7 +200,9 @@ def test_skill_table_is_deterministic_for_a_seed_and_resamples_whole_days():
     # a chunked evaluation (tiny chunks) gives the same intervals, up to the order of float sums
     old, s._CHUNK_CELLS = s._CHUNK_CELLS, 1
     try:
-        _assert_same(s.skill_table(probs, labels, days, [0.3, 0.3, 0.4], n_boot=200, seed=5), a, rtol=1e-12)
+        _assert_same(
+            s.skill_table(probs, labels, days, [0.3, 0.3, 0.4], actions=acts, n_boot=200, seed=5), a, rtol=1e-12
+        )
     finally:
         s._CHUNK_CELLS = old
 

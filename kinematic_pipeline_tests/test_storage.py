@@ -121,7 +121,9 @@ def test_manifest_rows_read_at_once_equal_the_day_by_day_rows_in_the_order_asked
     schema = {"partition_date": pl.Date, "content_hash": pl.String, "windows": pl.Int64}
     days = [dt.date(2021, 3, d) for d in (1, 2, 3, 4)]
     for n, day in enumerate(days):
-        wh.write_shard("spline_tokens", day, pl.DataFrame({"x": [float(n)] * n}), {"partition_date": day, "windows": n}, schema)
+        wh.write_shard(
+            "spline_tokens", day, pl.DataFrame({"x": [float(n)] * n}), {"partition_date": day, "windows": n}, schema
+        )
     asked = [days[2], days[0], days[3]]
     rows = wh.manifest_rows("spline_tokens", asked, ["windows", "content_hash"])
     assert rows == [wh.manifest_row("spline_tokens", d, ["windows", "content_hash"]) for d in asked]

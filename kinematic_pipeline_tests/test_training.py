@@ -1,4 +1,5 @@
-"""Training: the date split, bounded deterministic streaming, the Lightning modules and the entry points."""
+"""Training: the date split, uniform epoch samples from the window store, the Lightning modules and the
+entry points."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.models import build_model
 from kinematic_pipeline.storage import Warehouse, file_sha256
 from kinematic_pipeline.training import data as data_mod
-from kinematic_pipeline.training.data import WindowDataModule, _buffered, split_days
+from kinematic_pipeline.training.data import WindowDataModule, split_days
 from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule, adamw_with_cosine
 from kinematic_pipeline.training.run import _classifier, finetune, load_classifier, load_foundation, pretrain
+from kinematic_pipeline.window_store import build_window_store, expected_distinct_days
 from kinematic_pipeline.windows import tau_column
 
 TAU = 0.01
@@ -42,6 +44,8 @@ def ci_warehouse(tmp_path_factory):
     materialize_tokens(settings, days, progress=False)
     materialize_labels(settings, days, progress=False)
     materialize_corpus_stats(settings)
+    for asset in ("spline_tokens", "raw_tokens"):
+        build_window_store(settings, asset, progress=False)
     return settings
 
 
@@ -72,8 +76,7 @@ def test_split_by_date_puts_the_last_days_in_validation():
 def test_validation_days_are_the_last_days_of_the_training_period(ci_warehouse):
     dm = WindowDataModule(ci_warehouse, "splinegpt")
     dm.setup()
-    train_days = [s.day for s in dm.train_shards]
-    val_days = [s.day for s in dm.val_shards]
+    train_days, val_days = dm.train_days, dm.val_days
     assert max(train_days) < min(val_days)
     assert (
         max(val_days)
@@ -81,9 +84,13 @@ def test_validation_days_are_the_last_days_of_the_training_period(ci_warehouse):
         <= ci_warehouse.data.train_end
     )
     assert len(val_days) == math.ceil(ci_warehouse.train.val_fraction * (len(train_days) + len(val_days)))
-    used = dm.shards_used()
-    assert {r["split"] for r in used} == {"train", "val"}
+    used = dm.shards_used(epochs=1)
+    assert {r["split"] for r in used} == {"train", "val", "store"}
     assert all(r["date"] <= ci_warehouse.data.train_end.isoformat() and len(r["content_hash"]) == 64 for r in used)
+    # every window of the store is accounted for; the store's row says how many were served in all
+    days = [r for r in used if r["split"] != "store"]
+    (store,) = [r for r in used if r["split"] == "store"]
+    assert sum(r["windows"] for r in days) == store["windows"] and sum(r["served"] for r in days) == store["served"]
 
 
 def test_no_shard_after_train_end_is_ever_opened(ci_warehouse, tmp_path):
@@ -96,6 +103,9 @@ def test_no_shard_after_train_end_is_ever_opened(ci_warehouse, tmp_path):
             path.write_bytes(b"not parquet: reading this shard is a look-ahead bug")
             corrupted += 1
     assert corrupted > 0
+    shutil.rmtree(wh / "window_store")  # rebuilt from the shards: it must not open a day after the cut
+    for asset in ("spline_tokens", "raw_tokens"):
+        build_window_store(settings, asset, progress=False)
     for variant in ("splinegpt", "patchtst"):
         dm = WindowDataModule(settings, variant, with_labels=True, tau=TAU)
         dm.setup()
@@ -104,65 +114,101 @@ def test_no_shard_after_train_end_is_ever_opened(ci_warehouse, tmp_path):
         assert dm.class_counts()["hold"] > 0
 
 
-def _stream(settings, epoch=0, shuffle=True, buffer=256, **kw):
+def _module(settings, cap=None, **kw):
+    settings = dataclasses.replace(settings, train=dataclasses.replace(settings.train, max_windows_per_epoch=cap))
     dm = WindowDataModule(settings, "splinegpt", **kw)
     dm.setup()
-    stream = dm._train
-    stream.shuffle, stream.buffer_windows, stream.max_windows = shuffle, buffer, None
-    stream.set_epoch(epoch)
-    return stream
+    return dm
 
 
-def test_streaming_is_deterministic_for_a_seed_and_epoch(ci_warehouse):
-    first = torch.cat(list(_stream(ci_warehouse, epoch=0)))
-    again = torch.cat(list(_stream(ci_warehouse, epoch=0)))
-    other_epoch = torch.cat(list(_stream(ci_warehouse, epoch=1)))
-    in_order = torch.cat(list(_stream(ci_warehouse, shuffle=False)))
+def _epoch(dm, epoch=0) -> torch.Tensor:
+    dm.set_epoch(epoch)
+    return torch.cat(_windows(dm.train_dataloader()))
+
+
+def test_an_epoch_is_deterministic_for_a_seed_and_epoch_and_differs_between_epochs(ci_warehouse):
+    dm = _module(ci_warehouse)
+    first, again, other_epoch = _epoch(dm, 0), _epoch(dm, 0), _epoch(dm, 1)
     assert torch.equal(first, again)
-    assert not torch.equal(first, other_epoch) and not torch.equal(first, in_order)
+    assert not torch.equal(first, other_epoch)
     key = lambda x: np.sort(x.double().sum(dim=(1, 2)).numpy())  # noqa: E731  # the same windows, reordered
-    np.testing.assert_allclose(key(first), key(in_order), rtol=1e-6)
-    np.testing.assert_allclose(key(other_epoch), key(in_order), rtol=1e-6)
+    np.testing.assert_allclose(key(first), key(other_epoch), rtol=1e-6)  # no cap: every window once per epoch
+    assert len(first) == dm.train_windows() == len(dm._train.rows)
     assert first.dtype == torch.float32 and first.shape[1:] == (64, 9)
+    other_seed = WindowDataModule(ci_warehouse.for_seed(ci_warehouse.train.seeds[1]), "splinegpt")
+    assert not torch.equal(first, _epoch(other_seed, 0))
 
 
-def test_shuffle_buffer_is_bounded_and_mixes():
-    """A window leaves the buffer at most capacity + one chunk after it was read: memory never grows."""
-    chunk, capacity, batch = 50, 300, 32
-    ids = np.arange(5000)
-    chunks = ((ids[k : k + chunk, None, None].astype(np.float32), None) for k in range(0, len(ids), chunk))
-    out = np.concatenate([x[:, 0, 0] for x, _ in _buffered(chunks, capacity, batch, np.random.default_rng(0), True)])
-    assert sorted(out.tolist()) == ids.tolist()
-    assert (out - np.arange(len(out)) <= capacity + chunk).all()
-    assert (out != ids).mean() > 0.9
+def test_a_capped_epoch_covers_the_days_a_uniform_sample_covers(ci_warehouse):
+    """20 epochs of 128 windows drawn from the ~1,200 training windows of ~170 days: the distinct days each
+    epoch serves average the number expected of a uniform sample (within 3%), and every day's share of all
+    served windows is its share of the windows (chi-square); the old stream served a few consecutive days."""
+    cap = 128
+    dm = _module(ci_warehouse, cap=cap)
+    day_of_row = dm.store.day_of_row
+    n_days = dm.store.days.height
+    per_day = np.bincount(day_of_row[dm._train.rows], minlength=n_days)
+    expected = expected_distinct_days(per_day[per_day > 0], cap)
+    distinct, served = [], np.zeros(n_days)
+    for epoch in range(20):
+        rows = dm._train.served_rows(epoch)
+        assert len(rows) == cap and len(np.unique(rows)) == cap
+        distinct.append(len(np.unique(day_of_row[rows])))
+        served += np.bincount(day_of_row[rows], minlength=n_days)
+    assert abs(np.mean(distinct) / expected - 1) < 0.03, (np.mean(distinct), expected)
+    from scipy.stats import chisquare
+
+    used = per_day > 0
+    assert chisquare(served[used], per_day[used] / per_day.sum() * served.sum()).pvalue > 0.001
 
 
-def test_workers_and_the_cap_split_an_epoch_without_overlap(ci_warehouse, monkeypatch):
-    whole = torch.cat(list(_stream(ci_warehouse)))
+def test_parts_serve_disjoint_equal_shares_of_the_epoch(ci_warehouse, monkeypatch):
+    dm = _module(ci_warehouse, cap=500)
+    whole = _epoch(dm)
+    assert len(whole) == 500
     parts = []
     for worker in range(2):
         monkeypatch.setattr(data_mod, "get_worker_info", lambda w=worker: SimpleNamespace(id=w, num_workers=2))
-        parts.append(torch.cat(list(_stream(ci_warehouse))))
-    assert len(parts[0]) + len(parts[1]) == len(whole) and min(map(len, parts)) > 0
+        parts.append(_epoch(dm))
+    assert len(parts[0]) == len(parts[1]) == 250
     windows = lambda x: {w.numpy().tobytes() for w in x}  # noqa: E731
     assert not windows(parts[0]) & windows(parts[1])
-    monkeypatch.setattr(data_mod, "get_worker_info", lambda: None)
-    capped = _stream(ci_warehouse)
-    capped.max_windows = 100
-    assert sum(len(b) for b in capped) == 100
+    assert windows(parts[0]) | windows(parts[1]) == windows(whole)
 
 
-def test_labels_are_joined_by_ticker_and_unknown_labels_dropped(ci_warehouse):
+def test_the_trace_records_each_day_served_and_no_day_after_the_cut(ci_warehouse, tmp_path, monkeypatch):
+    monkeypatch.setenv("KP_TRAIN_SHARD_TRACE", str(tmp_path / "trace"))
+    dm = _module(ci_warehouse, cap=300, with_labels=True, tau=TAU)
+    served = sum(len(y) for _, y in dm.train_dataloader()) + sum(len(y) for _, y in dm.val_dataloader())
+    trace = pl.read_csv(
+        tmp_path / "trace" / "rank0.tsv",
+        separator="\t",
+        has_header=False,
+        new_columns=["epoch", "split", "rank", "day", "windows"],
+        schema_overrides={"day": pl.Date},
+    )
+    assert trace["windows"].sum() == served and set(trace["split"]) == {"train", "val"}
+    assert trace["day"].max() <= ci_warehouse.data.train_end
+    day_of_row = dm.store.day_of_row
+    days = dm.store.days["date"]
+    for split, stream in (("train", dm._train), ("val", dm._val)):
+        counts = np.bincount(day_of_row[stream.served_rows(0)], minlength=days.len())
+        expected = {days[int(d)]: int(counts[d]) for d in np.flatnonzero(counts)}
+        got = trace.filter(pl.col("split") == split)
+        assert dict(zip(got["day"].to_list(), got["windows"].to_list())) == expected
+
+
+def test_labels_are_those_of_the_served_windows_and_unknown_labels_are_never_drawn(ci_warehouse):
     dm = WindowDataModule(ci_warehouse, "splinegpt", with_labels=True, tau=TAU)
     dm.setup()
-    got = torch.cat([y for _, y in dm.val_dataloader()]).numpy()  # validation: shard order, no shuffle
+    got = torch.cat([y for _, y in dm.val_dataloader()]).numpy()
     col = tau_column(TAU)
-    expected = []
-    for s in dm.val_shards:
-        tokens = pl.read_parquet(s.path, columns=["ticker", "date"])
-        labels = pl.read_parquet(Warehouse(ci_warehouse.warehouse).shard("labels", s.day), columns=["ticker", col])
-        joined = tokens.join(labels, on="ticker", how="left", maintain_order="left")[col].to_numpy()
-        expected.extend(v for v in joined if v is not None and v >= 0)
+    wh = Warehouse(ci_warehouse.warehouse)
+    keys = dm.store.rows[dm._val.served_rows(0)].select("date", "ticker")
+    expected = []  # the slow way: each served window's own labels shard, looked up by ticker
+    for day, ticker in keys.iter_rows():
+        labels = pl.read_parquet(wh.shard("labels", day), columns=["ticker", col])
+        expected.append(labels.filter(pl.col("ticker") == ticker)[col].item())
     np.testing.assert_array_equal(got, np.array(expected))
     assert set(np.unique(got)) <= {0, 1, 2}
 

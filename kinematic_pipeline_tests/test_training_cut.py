@@ -1,5 +1,5 @@
 """KP_TRAIN_END moves the training cut with no code change: the test period, the corpus statistics and the
-training shards all follow it, and a cut that leaves no training or no test day is a clear error."""
+window store all follow it, and a cut that leaves no training or no test day is a clear error."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from kinematic_pipeline.calendar import trading_day_on_or_after
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.stages.corpus import fit_corpus_stats
 from kinematic_pipeline.stages.evaluate import evaluation_days
-from kinematic_pipeline.training.data import list_shards
+from kinematic_pipeline.window_store import build_window_store, open_store
 from kinematic_pipeline_tests.conftest import END, START, _bars, _run_all
 
 
@@ -37,8 +37,9 @@ def test_the_test_period_corpus_statistics_and_training_shards_follow_the_cut(so
     assert test_days[0] == trading_day_on_or_after(cut_day + dt.timedelta(days=1)) and test_days[-1] == END
     stats = fit_corpus_stats(settings)
     assert stats["fit_end"].max() == cut_day  # the last session on or before the cut (both cuts are sessions)
-    shards = list_shards(settings, "spline_tokens", with_labels=True)
-    assert max(s.day for s in shards) == cut_day and min(test_days) > cut_day
+    build_window_store(settings, "spline_tokens", progress=False)
+    store = open_store(settings, "spline_tokens")
+    assert store.days["date"].max() == cut_day and store.manifest["train_end"] == cut_day and min(test_days) > cut_day
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,12 @@
-"""Per-policy frames of the predictive evidence (skill.py) and the decision diagnostics (decisions.py).
+"""Per-policy frames of the predictive evidence (skill.py, skill_seeds.py) and the decision diagnostics
+(decisions.py).
 
 Input: the predictions frame (``sweep.PREDICTIONS_SCHEMA``: variant, tau, seed, ticker, date,
-p_buy, p_sell, p_hold, action, label) and, per tau, the TRAINING labels' base rates
-(``skill.base_rates``: {tau: (3,) array}). One output row per
-policy (variant, tau, seed), sorted by those keys. Pure: frames and arrays in, frames out; no dagster.
+p_buy, p_sell, p_hold, action, label, optionally other label columns such as close-to-close labels) and,
+per tau, the TRAINING labels' base rates (``skill.base_rates``: {tau: (3,) array}) of the same outcome.
+``skill_frame`` and ``decision_frame``: one row per policy (variant, tau, seed); ``seed_mean_skill_frame``:
+one row per (variant, tau), the mean over seeds with a day-bootstrap interval of that mean. Rows are
+sorted by their keys. Pure: frames and arrays in, frames out; no dagster.
 """
 
 from __future__ import annotations
@@ -13,19 +16,31 @@ import polars as pl
 
 from kinematic_pipeline.backtest.decisions import decision_diagnostics, liquidation_cause, unweighted_probabilities
 from kinematic_pipeline.backtest.skill import skill_table
+from kinematic_pipeline.backtest.skill_seeds import seed_mean_skill
 from kinematic_pipeline.backtest.sweep import PROB_COLUMNS, bootstrap_seed
 
 POLICY_KEYS = ("variant", "tau", "seed")
-_NEEDED = (*POLICY_KEYS, "ticker", "date", *PROB_COLUMNS, "action", "label")
+_NEEDED = (*POLICY_KEYS, "ticker", "date", *PROB_COLUMNS, "action")
 
 
-def _policies(predictions: pl.DataFrame):
-    missing = [c for c in _NEEDED if c not in predictions.columns]
+def _groups(predictions: pl.DataFrame, keys: tuple[str, ...], label_column: str = "label"):
+    """(key, rows) per group of ``keys``, rows sorted by (seed, date, ticker) so that float sums do not
+    depend on the input's order."""
+    missing = [c for c in (*_NEEDED, label_column) if c not in predictions.columns]
     if missing:
         raise ValueError(f"predictions lacks the columns {missing}")
-    for key, group in predictions.sort([*POLICY_KEYS, "date", "ticker"]).group_by(POLICY_KEYS, maintain_order=True):
-        q = group.select(PROB_COLUMNS).to_numpy().astype(np.float64)
-        yield tuple(key), group, q  # rows in a fixed order, so float sums do not depend on the input's
+    rows = predictions.sort([*POLICY_KEYS, "date", "ticker"])
+    for key, group in rows.group_by(list(keys), maintain_order=True):
+        yield tuple(key), group
+
+
+def _probs_of(group: pl.DataFrame) -> np.ndarray:
+    return group.select(PROB_COLUMNS).to_numpy().astype(np.float64)
+
+
+def _policies(predictions: pl.DataFrame, label_column: str = "label"):
+    for key, group in _groups(predictions, POLICY_KEYS, label_column):
+        yield key, group, _probs_of(group)
 
 
 def _rates_for(train_base_rates: dict, tau: float) -> np.ndarray:
@@ -43,25 +58,58 @@ def skill_frame(
     n_boot: int = 1000,
     block_days: int = 1,
     boot_seed: int = 0,
+    label_column: str = "label",
 ) -> pl.DataFrame:
     """``skill_table`` of every policy: variant, tau, seed, n_rows, n_days, then each SKILL_METRICS entry
-    with its _ci_low/_ci_high. Every metric is of the unweighted probabilities p = q / w (renormalized),
-    the model's estimate of the label distribution, so no decision rule enters. Days are the ``date``
-    column (all tickers of a date resampled together); each policy's resamples are seeded with
+    with its _ci_low/_ci_high. Every probability metric is of the unweighted probabilities p = q / w
+    (renormalized), the model's estimate of the label distribution, so no decision rule enters; the
+    policy's balanced accuracy is of its ``action`` column. Labels are ``label_column``. Days are the
+    ``date`` column (all tickers of a date resampled together); each policy's resamples are seeded with
     ``sweep.bootstrap_seed(boot_seed, key)``, so a row does not change when other policies are added."""
     rows = []
-    for key, group, q in _policies(predictions):
-        p = unweighted_probabilities(q, class_weights)
+    for key, group, q in _policies(predictions, label_column):
         table = skill_table(
-            p,
-            group["label"].to_numpy(),
+            unweighted_probabilities(q, class_weights),
+            group[label_column].to_numpy(),
             group["date"].to_physical().to_numpy(),
             _rates_for(train_base_rates, key[1]),
+            actions=group["action"].to_numpy(),
             n_boot=n_boot,
             block_days=block_days,
             seed=bootstrap_seed(boot_seed, key),
         )
         rows.append(dict(zip(POLICY_KEYS, key)) | table)
+    return pl.DataFrame(rows)
+
+
+def seed_mean_skill_frame(
+    predictions: pl.DataFrame,
+    train_base_rates: dict[float, np.ndarray],
+    class_weights,
+    *,
+    n_boot: int = 1000,
+    block_days: int = 1,
+    boot_seed: int = 0,
+    label_column: str = "label",
+) -> pl.DataFrame:
+    """``skill_seeds.seed_mean_skill`` of every (variant, tau): variant, tau, n_seeds, n_rows, n_days, then
+    each SKILL_METRICS entry (the mean over seeds) with _ci_low/_ci_high (the day-bootstrap interval of the
+    seed mean) and _seed_std. The metrics are those of ``skill_frame``; the day draws are seeded with
+    ``sweep.bootstrap_seed(boot_seed, (variant, tau))`` and shared by the seeds."""
+    rows = []
+    for key, group in _groups(predictions, ("variant", "tau"), label_column):
+        seeds = group.partition_by("seed", maintain_order=True)
+        table = seed_mean_skill(
+            [unweighted_probabilities(_probs_of(g), class_weights) for g in seeds],
+            [g[label_column].to_numpy() for g in seeds],
+            [g["date"].to_physical().to_numpy() for g in seeds],
+            _rates_for(train_base_rates, key[1]),
+            actions=[g["action"].to_numpy() for g in seeds],
+            n_boot=n_boot,
+            block_days=block_days,
+            seed=bootstrap_seed(boot_seed, key),
+        )
+        rows.append({"variant": key[0], "tau": key[1]} | table)
     return pl.DataFrame(rows)
 
 

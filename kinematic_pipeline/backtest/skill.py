@@ -3,9 +3,14 @@
 "Do the tokens carry information?" For one (variant, tau, seed) on the test period: log loss and Brier
 score as skill scores against the constant predictor that outputs the TRAINING base rates (0 = no more
 information than the base rates, 1 = perfect, < 0 = worse than the base rates), balanced accuracy and
-macro-F1 of the argmax, and the AUC of Buy-vs-rest and Sell-vs-rest, each with a percentile bootstrap
-interval that resamples whole test days (every ticker of a day together, optionally in circular blocks of
-consecutive days). Codes: ``kinematic_pipeline.variants`` (0 Buy, 1 Sell, 2 Hold; label -1 is ignored).
+macro-F1 of the argmax of the probabilities, the AUC of Buy-vs-rest and Sell-vs-rest, and (given the
+policy's actions) the balanced accuracy of those actions, each with a percentile bootstrap interval that
+resamples whole test days (every ticker of a day together, optionally in circular blocks of consecutive
+days). Codes: ``kinematic_pipeline.variants`` (0 Buy, 1 Sell, 2 Hold; label -1 is ignored).
+
+``skill_table`` scores one sample; ``skill_seeds.seed_mean_skill`` scores the mean over seeds of one
+(variant, tau) under one shared day resample. Both call ``point_and_draws``: the point values and the
+(n_boot,) resample values of every metric for given day resample counts.
 
 The classifier is trained with weighted cross-entropy, so its softmax q is tilted toward the heavy classes
 (q_i ∝ w_i p_i). Log loss and Brier score are proper scores of calibrated probabilities: pass
@@ -30,10 +35,11 @@ SKILL_METRICS = (
     "brier",
     "brier_reference",
     "brier_skill",
-    "balanced_accuracy",
-    "macro_f1",
+    "balanced_accuracy",  # of the argmax of the probabilities
+    "macro_f1",  # of the argmax of the probabilities
     "auc_buy",
     "auc_sell",
+    "policy_balanced_accuracy",  # of the policy's actions (NaN when none are given)
 )
 
 __all__ = [
@@ -43,8 +49,12 @@ __all__ = [
     "base_rates",
     "brier_score",
     "day_resample_counts",
+    "labelled_sample",
     "log_loss",
     "macro_f1",
+    "percentile_interval",
+    "point_and_draws",
+    "reference_rates",
     "skill_score",
     "skill_table",
 ]
@@ -197,8 +207,15 @@ def _row_losses(probs: np.ndarray, labels: np.ndarray, reference: np.ndarray) ->
     }
 
 
-def _metrics_for_weights(probs, labels, reference, weights: np.ndarray) -> dict[str, np.ndarray]:
-    """Every SKILL_METRICS entry for each row of ``weights`` (B, n) over labelled rows: (B,) arrays."""
+def _confusions(weights: np.ndarray, labels: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+    """(B, n) row weights -> (B, 3, 3) weighted confusion counts (rows true, columns predicted)."""
+    cell = np.eye(9)[labels * 3 + predicted]  # (n, 9): one confusion cell per row
+    return (weights @ cell).reshape(-1, 3, 3)
+
+
+def _metrics_for_weights(probs, labels, actions, reference, weights: np.ndarray) -> dict[str, np.ndarray]:
+    """Every SKILL_METRICS entry for each row of ``weights`` (B, n) over labelled rows: (B,) arrays.
+    ``actions`` (n,) or None: the policy's codes (None: policy_balanced_accuracy is NaN)."""
     losses = _row_losses(probs, labels, reference)
     total = weights.sum(axis=1)
     out: dict[str, np.ndarray] = {}
@@ -207,12 +224,16 @@ def _metrics_for_weights(probs, labels, reference, weights: np.ndarray) -> dict[
             out[name] = np.where(total > 0, weights @ per_row / total, np.nan)
     out["log_loss_skill"] = np.atleast_1d(skill_score(out["log_loss"], out["log_loss_reference"]))
     out["brier_skill"] = np.atleast_1d(skill_score(out["brier"], out["brier_reference"]))
-    cell = np.eye(9)[labels * 3 + probs.argmax(axis=1)]  # (n, 9): one confusion cell per row
-    conf = (weights @ cell).reshape(-1, 3, 3)
+    conf = _confusions(weights, labels, probs.argmax(axis=1))
     out["balanced_accuracy"] = _balanced_accuracy(conf)
     out["macro_f1"] = _macro_f1(conf)
     out["auc_buy"] = _weighted_auc(probs[:, BUY], labels == BUY, weights)
     out["auc_sell"] = _weighted_auc(probs[:, SELL], labels == SELL, weights)
+    out["policy_balanced_accuracy"] = (
+        np.full(weights.shape[0], np.nan)
+        if actions is None
+        else _balanced_accuracy(_confusions(weights, labels, actions))
+    )
     return out
 
 
@@ -236,12 +257,69 @@ def day_resample_counts(n_days: int, n_boot: int, block_days: int = 1, seed: int
     return np.bincount(flat.ravel(), minlength=int(n_boot) * n_days).reshape(int(n_boot), n_days)
 
 
+def labelled_sample(probs, labels, days, actions=None):
+    """Checked (probs (n, 3), labels (n,), days (n,), actions (n,) or None), rows with label -1 dropped.
+    ValueError naming what is wrong (shapes, codes, non-finite probabilities)."""
+    labels = _labels(labels)
+    probs = _probs(probs, labels.size)
+    days = np.asarray(days)
+    if days.shape != labels.shape:
+        raise ValueError(f"days has shape {days.shape} but labels has {labels.shape}")
+    keep = labels >= 0
+    if actions is not None:
+        actions = np.asarray(actions).astype(np.int64)
+        if actions.shape != labels.shape:
+            raise ValueError(f"actions has shape {actions.shape} but labels has {labels.shape}")
+        if ((actions[keep] < 0) | (actions[keep] > 2)).any():
+            raise ValueError("actions must be 0 Buy, 1 Sell or 2 Hold")
+        actions = actions[keep]
+    return probs[keep], labels[keep], days[keep], actions
+
+
+def reference_rates(train_base_rates) -> np.ndarray:
+    """The (3,) training base rates as float64; ValueError unless 3 finite non-negative shares."""
+    reference = np.asarray(train_base_rates, dtype=np.float64)
+    if reference.shape != (3,) or not np.isfinite(reference).all() or (reference < 0).any():
+        raise ValueError(f"train_base_rates must be 3 non-negative shares, got {train_base_rates}")
+    return reference
+
+
+def point_and_draws(probs, labels, actions, reference, day_index, counts) -> tuple[dict, dict]:
+    """The shared kernel: ({metric: point value}, {metric: (n_boot,) resample values}) of every
+    SKILL_METRICS entry. Inputs are checked labelled rows (``labelled_sample``); day_index (n,) maps each
+    row to a column of counts (n_boot, n_days), how often each day is drawn in each resample (a row's
+    weight in a resample is its day's count). Resamples run in chunks of about _CHUNK_CELLS weights."""
+    n_boot = counts.shape[0]
+    if labels.size == 0:
+        return {k: float("nan") for k in SKILL_METRICS}, {k: np.full(n_boot, np.nan) for k in SKILL_METRICS}
+    point = _metrics_for_weights(probs, labels, actions, reference, np.ones((1, labels.size)))
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in SKILL_METRICS}
+    chunk = max(1, _CHUNK_CELLS // labels.size)
+    counts = counts.astype(np.float64)
+    for lo in range(0, n_boot, chunk):
+        boot = _metrics_for_weights(probs, labels, actions, reference, counts[lo : lo + chunk][:, day_index])
+        for k in SKILL_METRICS:
+            parts[k].append(boot[k])
+    draws = {k: np.concatenate(parts[k]) if parts[k] else np.zeros(0) for k in SKILL_METRICS}
+    return {k: float(point[k][0]) for k in SKILL_METRICS}, draws
+
+
+def percentile_interval(values: np.ndarray, alpha: float) -> tuple[float, float]:
+    """(alpha/2, 1 - alpha/2) quantiles of the finite values; (NaN, NaN) when there is none."""
+    values = values[np.isfinite(values)]
+    if not values.size:
+        return float("nan"), float("nan")
+    low, high = np.quantile(values, [alpha / 2, 1 - alpha / 2])
+    return float(low), float(high)
+
+
 def skill_table(
     probs,
     labels,
     days,
     train_base_rates,
     *,
+    actions=None,
     n_boot: int = 1000,
     block_days: int = 1,
     seed: int = 0,
@@ -252,42 +330,25 @@ def skill_table(
     probs: (n, 3) Buy/Sell/Hold probabilities (for log loss and Brier, calibrated ones: see the module
     docstring); labels: (n,) codes, -1 rows are dropped; days: (n,) any sortable day key (date, int),
     rows of one day are resampled together; train_base_rates: (3,) ``base_rates`` of the TRAINING labels,
-    the reference predictor of both skill scores. The bootstrap resamples the distinct labelled days with
+    the reference predictor of both skill scores; actions: (n,) the policy's codes, or None (then
+    policy_balanced_accuracy is NaN). The bootstrap resamples the distinct labelled days with
     ``day_resample_counts(n_days, n_boot, block_days, seed)`` (deterministic for a seed) and takes the
     (alpha/2, 1 - alpha/2) quantiles of the finite resample values; NaN intervals with n_boot = 0.
     Returns {metric: estimate, metric_ci_low: ..., metric_ci_high: ..., "n_rows": int, "n_days": int}.
     """
-    labels = _labels(labels)
-    probs = _probs(probs, labels.size)
-    days = np.asarray(days)
-    if days.shape != labels.shape:
-        raise ValueError(f"days has shape {days.shape} but labels has {labels.shape}")
-    reference = np.asarray(train_base_rates, dtype=np.float64)
-    if reference.shape != (3,) or not np.isfinite(reference).all() or (reference < 0).any():
-        raise ValueError(f"train_base_rates must be 3 non-negative shares, got {train_base_rates}")
+    probs, labels, days, actions = labelled_sample(probs, labels, days, actions)
+    reference = reference_rates(train_base_rates)
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    keep = labels >= 0
-    probs, labels, days = probs[keep], labels[keep], days[keep]
     row = {"n_rows": int(labels.size), "n_days": 0}
     if labels.size == 0:
         return {**row, **{f"{k}{s}": float("nan") for k in SKILL_METRICS for s in ("", "_ci_low", "_ci_high")}}
     _, day_index = np.unique(days, return_inverse=True)
     day_index = day_index.reshape(-1)
-    n_days = int(day_index.max()) + 1
-    row["n_days"] = n_days
-    point = _metrics_for_weights(probs, labels, reference, np.ones((1, labels.size)))
-    draws: dict[str, list[np.ndarray]] = {k: [] for k in SKILL_METRICS}
-    counts = day_resample_counts(n_days, n_boot, block_days, seed).astype(np.float64)
-    chunk = max(1, _CHUNK_CELLS // labels.size)
-    for lo in range(0, int(n_boot), chunk):
-        boot = _metrics_for_weights(probs, labels, reference, counts[lo : lo + chunk][:, day_index])
-        for k in SKILL_METRICS:
-            draws[k].append(boot[k])
+    row["n_days"] = int(day_index.max()) + 1
+    counts = day_resample_counts(row["n_days"], n_boot, block_days, seed)
+    point, draws = point_and_draws(probs, labels, actions, reference, day_index, counts)
     for k in SKILL_METRICS:
-        row[k] = float(point[k][0])
-        values = np.concatenate(draws[k]) if draws[k] else np.zeros(0)
-        values = values[np.isfinite(values)]
-        low, high = np.quantile(values, [alpha / 2, 1 - alpha / 2]) if values.size else (np.nan, np.nan)
-        row[f"{k}_ci_low"], row[f"{k}_ci_high"] = float(low), float(high)
+        row[k] = point[k]
+        row[f"{k}_ci_low"], row[f"{k}_ci_high"] = percentile_interval(draws[k], alpha)
     return row

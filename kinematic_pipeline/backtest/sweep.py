@@ -5,6 +5,10 @@ action, and the day's label (``INPUT_SCHEMA``). Every series (a (variant, tau, s
 date) is backtested with ``run_backtest`` at every cost and summarized with the pure functions of
 ``metrics``; Buy & Hold rows (variant "buy_and_hold", tau and seed null) run over each ticker's dates.
 Output frames are sorted by their key columns (nulls first), then date; see ``SweepResult``.
+
+The stored probabilities are the softmax q of a classifier trained with weighted cross-entropy
+(q_i ∝ w_i p_i), miscalibrated by construction; given those ``class_weights``, the Brier score and ECE
+columns score the de-weighted probabilities p = (q/w)/Σ(q/w) (``decisions.unweighted_probabilities``).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import numpy as np
 import polars as pl
 
 from kinematic_pipeline.backtest import metrics as m
+from kinematic_pipeline.backtest.decisions import _weights, unweighted_probabilities
 from kinematic_pipeline.backtest.engine import run_backtest
 from kinematic_pipeline.variants import BENCHMARK, BUY, HOLD, SELL
 
@@ -78,7 +83,10 @@ METRICS_SCHEMA: dict[str, pl.DataType] = {
     "action_rate": pl.Float64,
     "liquidation_equilibrium": pl.Boolean,
     "exposure": pl.Float64,  # fraction of days long at the close
-    "accuracy": pl.Float64,  # on labelled days; NaN if none, null for Buy & Hold
+    "accuracy": pl.Float64,  # share of labelled days whose action is the label; NaN if none, null for Buy & Hold
+    # Multi-class Brier score and top-label ECE (10 bins) on labelled days, of the de-weighted probabilities
+    # p = (q/w)/Σ(q/w) when run_sweep is given the class weights w the probabilities were trained with (the
+    # pipeline always passes them), of the stored probabilities as they are otherwise; NaN / null as accuracy.
     "brier": pl.Float64,
     "ece": pl.Float64,
 }
@@ -219,8 +227,9 @@ def _series_sort_key(s: _Series) -> tuple:
     return (variant, tau is not None, tau or 0.0, seed is not None, seed or 0, ticker)  # nulls first, as polars
 
 
-def _prediction_metrics(s: _Series) -> dict:
-    """Cost-independent columns: action counts and, on labelled days, accuracy, Brier and ECE."""
+def _prediction_metrics(s: _Series, class_weights: np.ndarray | None) -> dict:
+    """Cost-independent columns: action counts and, on labelled days, accuracy of the actions, and Brier
+    and ECE of the probabilities (de-weighted when ``class_weights`` is given)."""
     counts = m.action_distribution(s.actions)
     out = {
         "n_buy": counts["Buy"],
@@ -233,11 +242,12 @@ def _prediction_metrics(s: _Series) -> dict:
     labelled = s.labels >= 0
     if not labelled.any():
         return {**out, "accuracy": float("nan"), "brier": float("nan"), "ece": float("nan")}
+    p = s.probs if class_weights is None else unweighted_probabilities(s.probs, class_weights)
     return {
         **out,
         "accuracy": float(np.mean(s.actions[labelled] == s.labels[labelled])),
-        "brier": m.brier_score(s.probs, s.labels),
-        "ece": m.expected_calibration_error(s.probs, s.labels),
+        "brier": m.brier_score(p, s.labels),
+        "ece": m.expected_calibration_error(p, s.labels),
     }
 
 
@@ -281,10 +291,14 @@ def run_sweep(
     boot_seed: int = 0,
     rf_annual: float = m.RF_ANNUAL,
     benchmark: bool = True,
+    class_weights=None,
 ) -> SweepResult:
     """Backtest every (variant, tau, seed, ticker) series of ``predictions`` at every cost; see the module
-    docstring. n_boot=0 skips the Sharpe bootstrap (CI columns NaN). Raises ValueError on bad input."""
+    docstring. n_boot=0 skips the Sharpe bootstrap (CI columns NaN). class_weights: the [Buy, Sell, Hold]
+    weights of the cross-entropy the stored probabilities were trained with (Brier and ECE then score
+    p = (q/w)/Σ(q/w)); None: the stored probabilities are plain probabilities. Raises ValueError on bad input."""
     costs = _check_costs(costs_bps)
+    weights = None if class_weights is None else _weights(class_weights)
     if int(n_boot) < 0:
         raise ValueError(f"n_boot must be >= 0, got {n_boot}")
     series = _split_series(_validate(predictions))
@@ -294,7 +308,7 @@ def run_sweep(
 
     key_rows, metric_rows, eq_cols, eq_counts, tr_cols, tr_counts = [], [], {}, [], {}, []
     for s in series:
-        per_series = _prediction_metrics(s)
+        per_series = _prediction_metrics(s, weights)
         first_date, last_date = _date(s.days[0]), _date(s.days[-1])
         seed = bootstrap_seed(boot_seed, s.key)
         for cost in costs:

@@ -10,8 +10,9 @@ import polars as pl
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.orchestration.metadata import curve_table, embedded_image, loss_curve_png, markdown_table
-from kinematic_pipeline.storage import CORPUS_STATS, LABELS, Warehouse, digest, tau_key
+from kinematic_pipeline.storage import CORPUS_STATS, LABELS, SHARDS_USED_SCHEMA, Warehouse, digest, tau_key
 from kinematic_pipeline.variants import variant as lookup_variant
+from kinematic_pipeline.window_store import window_store_asset
 
 MODELS_CODE_VERSION = "models-1"
 
@@ -33,16 +34,21 @@ def adapter_partitions(settings: Settings) -> dg.MultiPartitionsDefinition:
 
 def _shards_summary(shards: list[dict]) -> dict:
     """Lineage of a training run: how many shards per split and asset, their dates, one digest of all hashes."""
-    frame = pl.DataFrame(
-        shards, schema={"asset": pl.String, "split": pl.String, "date": pl.String, "content_hash": pl.String}
-    )
+    frame = pl.DataFrame(shards, schema=SHARDS_USED_SCHEMA)
     per_split = (
         frame.group_by("asset", "split")
-        .agg(pl.len().alias("shards"), pl.col("date").min().alias("first"), pl.col("date").max().alias("last"))
+        .agg(
+            pl.len().alias("shards"),
+            (pl.col("served") > 0).sum().alias("served from"),
+            pl.col("served").sum().alias("windows served"),
+            pl.col("date").min().alias("first"),
+            pl.col("date").max().alias("last"),
+        )
         .sort("asset", "split")
     )
     return {
         "training_shards": dg.MetadataValue.md(markdown_table(per_split)),
+        "windows_served": int(frame.filter(pl.col("split") == "store")["served"].sum()),
         "training_shards_digest": digest(frame["content_hash"].fill_null("").to_list()),
     }
 
@@ -65,8 +71,8 @@ def foundation_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
         name=f"{variant}_foundation",
         group_name="pretrain",
         code_version=MODELS_CODE_VERSION,
-        # every seed's foundation reads the training period's shards (the DataModule keeps days <= train_end)
-        deps=[dg.AssetDep(spec.token_asset, partition_mapping=dg.AllPartitionMapping()), dg.AssetDep(CORPUS_STATS)],
+        # every seed's foundation samples the training period's windows from its token asset's store
+        deps=[dg.AssetDep(window_store_asset(spec.token_asset)), dg.AssetDep(CORPUS_STATS)],
         partitions_def=seed_partitions(settings),
         kinds={"pytorch"},
         description=f"{spec.title}: pretrained on {spec.token_asset} of the training period "
@@ -107,8 +113,9 @@ def adapter_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
         group_name="finetune",
         code_version=MODELS_CODE_VERSION,
         partitions_def=adapter_partitions(settings),
-        # every label day may feed the adapter (the DataModule keeps those on or before train_end)
+        # windows from the store; every label day on or before train_end may feed the adapter
         deps=[
+            dg.AssetDep(window_store_asset(spec.token_asset)),
             dg.AssetDep(
                 f"{variant}_foundation",
                 partition_mapping=dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="seed"),

@@ -1,4 +1,4 @@
-"""Tokenize and corpus stages: alpha_estimates, the three token assets, labels, corpus_stats.
+"""Tokenize and corpus stages: alpha_estimates, the three token assets, labels, corpus_stats, the window stores.
 
 One factory per asset definition; each body calls one stage function and turns its result into metadata.
 """
@@ -23,6 +23,7 @@ from kinematic_pipeline.storage import (
     TOKEN_ASSETS,
     combined_hash,
 )
+from kinematic_pipeline.window_store import STORE_CODE_VERSION, WINDOW_BYTES, build_window_store, window_store_asset
 
 TOKENIZE_CODE_VERSION = "tokenize-1"
 TOKEN_DESCRIPTIONS = {
@@ -175,10 +176,62 @@ def corpus_stats_asset(settings: Settings) -> dg.AssetsDefinition:
     return corpus_stats
 
 
+def window_store_assets(settings: Settings) -> dg.AssetsDefinition:
+    """One window store per token asset (``window_store.py``): what training samples its windows from."""
+
+    @dg.multi_asset(
+        specs=[
+            dg.AssetSpec(
+                window_store_asset(kind),
+                description=f"The training-period windows of {kind} (days <= data.train_end) in one memory-mapped "
+                "file indexed by row, built from the day shards: every training epoch is a uniform sample of it. "
+                f"$KP_WAREHOUSE/window_store/{kind}/ (tokens.npy, rows, days, manifest with sha256s).",
+                group_name="corpus",
+                code_version=STORE_CODE_VERSION,
+                deps=[dg.AssetDep(kind, partition_mapping=dg.AllPartitionMapping())],
+                kinds={"numpy"},
+            )
+            for kind in TOKEN_ASSETS
+        ],
+        can_subset=True,
+        name="window_stores",
+    )
+    def window_stores(context: dg.AssetExecutionContext):
+        for kind in TOKEN_ASSETS:
+            name = window_store_asset(kind)
+            if dg.AssetKey(name) not in context.selected_asset_keys:
+                continue
+            summary = build_window_store(settings, kind)
+            m = summary.manifest
+            context.log.info(
+                f"{name}: {m['windows']:,} windows of {m['days']:,} days "
+                f"({'built' if summary.rebuilt else 'unchanged'}, {summary.seconds:.0f} s)"
+            )
+            yield dg.MaterializeResult(
+                asset_key=name,
+                metadata={
+                    "windows": m["windows"],
+                    "days": m["days"],
+                    "date_range": f"{m['first_day']} .. {m['last_day']} (train_end {m['train_end']})",
+                    "non_finite_windows": m["non_finite_windows"],
+                    "tokens_sha256": m["tokens_sha256"],
+                    "shards_digest": m["shards_digest"],
+                    "rebuilt": summary.rebuilt,
+                    "gigabytes": round(m["windows"] * WINDOW_BYTES / 1e9, 3),
+                    "stage_seconds": round(summary.seconds, 1),
+                    "path": dg.MetadataValue.path(str(summary.folder)),
+                    "dagster/row_count": m["windows"],
+                },
+            )
+
+    return window_stores
+
+
 def build_tokenize_assets(settings: Settings) -> list[dg.AssetsDefinition]:
     return [
         alpha_estimates_asset(settings),
         token_assets(settings),
         labels_asset(settings),
         corpus_stats_asset(settings),
+        window_store_assets(settings),
     ]

@@ -32,8 +32,8 @@ from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from dagster._core.storage.event_log import ConsolidatedSqliteEventLogStorage
 from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable
-from dagster._core.storage.sqlalchemy_compat import db_result
 from dagster._core.storage.sql import create_engine
+from dagster._core.storage.sqlalchemy_compat import db_result
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
 from dagster._serdes import serialize_value
 from sqlalchemy.pool import NullPool

@@ -40,8 +40,9 @@ TABLE_CAPTIONS = {
     ),
     "calibration_summary": (
         "Calibration of the Action Probabilities",
-        "Accuracy, multi-class Brier score and top-label expected calibration error of each model's "
-        "Buy/Sell/Hold probabilities on labelled test days (our addition to the paper).",
+        "Accuracy of each model's actions, and multi-class Brier score and top-label expected calibration error "
+        "of its de-weighted Buy/Sell/Hold probabilities p = (q/w)/Σ(q/w) (the class-weighted softmax q is "
+        "miscalibrated by construction), on labelled test days (our addition to the paper).",
     ),
 }
 FIGURE_CAPTIONS = {
@@ -53,7 +54,8 @@ FIGURE_CAPTIONS = {
     "diagnostics": (
         "Behavioral Divergence and Calibration",
         "(A) Action distribution of each model; (B) SplineGPT confusion matrix, true label x action on "
-        "labelled days; (C) reliability of the predicted Buy probability against the empirical Buy rate.",
+        "labelled days; (C) reliability of the de-weighted Buy probability p = (q/w)/Σ(q/w) against the "
+        "empirical Buy rate.",
     ),
     "sweeps": (
         "Parameter Sensitivity Analysis",

@@ -226,7 +226,9 @@ def cost_sensitivity(metrics: pl.DataFrame, variant: str, tau: float) -> pl.Data
 
 
 def calibration_summary(metrics: pl.DataFrame, tau: float, cost_bps: float) -> pl.DataFrame:
-    """Our extra table: per model and ticker, accuracy, multi-class Brier score and top-label ECE."""
+    """Our extra table: per model and ticker, accuracy of the actions, multi-class Brier score and top-label
+    ECE of the probabilities (the backtests' columns: of p = (q/w)/Σ(q/w) when the sweep had the class
+    weights, as the pipeline's does; see ``sweep.METRICS_SCHEMA``)."""
     runs = runs_at(metrics, tau, cost_bps)
     groups = _groups(runs, ["variant", "ticker"])
     cells = {

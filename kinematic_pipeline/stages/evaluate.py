@@ -41,10 +41,11 @@ from kinematic_pipeline.storage import (
     policy_key,
     write_parquet_atomic,
 )
-from kinematic_pipeline.training.data import list_shards, split_days
+from kinematic_pipeline.training.data import split_days
 from kinematic_pipeline.training.run import load_classifier
 from kinematic_pipeline.variants import BENCHMARK
 from kinematic_pipeline.variants import variant as lookup_variant
+from kinematic_pipeline.window_store import training_shard_days
 from kinematic_pipeline.windows import WindowNormalizer, tau_column
 
 N_DEFAULT_TEST_TICKERS = 6  # the paper backtests six names
@@ -215,15 +216,10 @@ def provenance_frame(
     for prefix, used_file in training_shards.items():
         add(f"{prefix}_lineage", f"{variant}_{'foundation' if prefix == 'pretrain' else 'adapter'}", used_file)
         used = pl.read_parquet(used_file)
-        for row in used.iter_rows(named=True):
-            add(
-                "training_shard",
-                row["asset"],
-                row["path"],
-                row["content_hash"],
-                date=row["date"],
-                split=f"{prefix}_{row['split']}",
-            )
+        for row in used.filter(pl.col("served") > 0).iter_rows(named=True):  # what the model was served
+            link = "window_store" if row["split"] == "store" else "training_shard"
+            date = None if link == "window_store" else row["date"]
+            add(link, row["asset"], row["path"], row["content_hash"], date=date, split=f"{prefix}_{row['split']}")
     for shard in test_shards:
         link = "raw_ohlcv" if shard["asset"] == "raw_ohlcv" else "test_shard"
         add(link, shard["asset"], shard["path"], shard["content_hash"], date=str(shard["date"]))
@@ -322,9 +318,9 @@ def run_predictions(settings: Settings, variant: str, tau_key: str) -> tuple[Pre
 
 
 def validation_days(settings: Settings, asset: str) -> list[dt.date]:
-    """The validation days of fine-tuning: the last ``val_fraction`` of the labelled training-period days."""
-    days = [s.day for s in list_shards(settings, asset, with_labels=True)]
-    return split_days(days, settings.train.val_fraction)[1] if days else []
+    """The validation days of training: the last ``val_fraction`` of the days on or before the cut that hold
+    windows (the days of the window store, listed from the manifests)."""
+    return split_days(training_shard_days(settings, asset)[0], settings.train.val_fraction)[1]
 
 
 def margin_rule_backtests(settings: Settings, predictions: pl.DataFrame, name: str) -> pl.DataFrame:
@@ -341,14 +337,16 @@ def margin_rule_backtests(settings: Settings, predictions: pl.DataFrame, name: s
         margin = choose_margin(p_val, labelled["label"].to_numpy())
     p_test = unweighted_probabilities(predictions.select(probs).to_numpy().astype(np.float64), weights)
     actions = pl.Series("action", threshold_actions(p_test, margin), dtype=pl.Int8)
-    sweep = sweep_costs(ev, predictions.with_columns(actions), benchmark=False)
+    sweep = sweep_costs(ev, predictions.with_columns(actions), benchmark=False, class_weights=weights)
     return sweep.metrics.with_columns(
         pl.lit(margin).alias("margin"), pl.lit(labelled.height).cast(pl.Int64).alias("validation_rows")
     )
 
 
-def sweep_costs(ev: EvalConfig, predictions: pl.DataFrame, benchmark: bool = True):
-    """``run_sweep`` of ``predictions`` with the run's evaluation settings (costs, tax, bootstrap, rf)."""
+def sweep_costs(ev: EvalConfig, predictions: pl.DataFrame, benchmark: bool = True, class_weights=None):
+    """``run_sweep`` of ``predictions`` with the run's evaluation settings (costs, tax, bootstrap, rf);
+    ``class_weights``: those the probabilities were trained with (``train.class_weights``), so that the Brier
+    and ECE columns score the de-weighted probabilities (None: the probabilities as stored)."""
     return run_sweep(
         predictions,
         ev.costs_bps,
@@ -360,6 +358,7 @@ def sweep_costs(ev: EvalConfig, predictions: pl.DataFrame, benchmark: bool = Tru
         boot_seed=ev.bootstrap_seed,
         rf_annual=ev.rf_annual,
         benchmark=benchmark,
+        class_weights=class_weights,
     )
 
 
@@ -383,7 +382,7 @@ def run_backtests(settings: Settings, variant: str, tau_key: str, code_versions:
         raise FileNotFoundError(
             f"{predictions_file} is missing: materialize predictions partition {policy_key(variant, seed)}|{tau_key}"
         )
-    sweep = sweep_costs(ev, pl.read_parquet(predictions_file))
+    sweep = sweep_costs(ev, pl.read_parquet(predictions_file), class_weights=settings.train.class_weights)
     paths = {}
     for asset, frame in ((BACKTESTS, sweep.metrics), (EQUITY_CURVES, sweep.equity), (TRADES, sweep.trades)):
         is_benchmark = pl.col("variant") == BENCHMARK

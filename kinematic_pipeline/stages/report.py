@@ -32,14 +32,16 @@ TABLE_TITLES = {
     "liquidation_equilibrium)",
     "tau_sweep": "Behaviour under the tau sensitivity sweep (paper Table sensitivity_sweep)",
     "cost_sensitivity": "Sensitivity to transaction costs, with annualized turnover (paper Table sensitivity)",
-    "calibration": "Calibration of every policy: accuracy, Brier score, ECE (not in the paper)",
+    "calibration": "Calibration of every policy: accuracy of its actions; Brier score and ECE of the de-weighted "
+    "probabilities p = (q/w)/Σ(q/w), not of the class-weighted softmax q (not in the paper)",
     "per_seed": "Every seed on its own: what the mean +- std cells summarize (not in the paper)",
     "paper_comparison": "This run next to the paper's published numbers (paper Tables absolute_perf and risk_adjusted)",
 }
 # Tables built from the predictions and the training labels as well (stages/evidence.py), not the metrics alone.
 EVIDENCE_TITLES = {
-    "information": "Do the tokens carry information? Skill of the unweighted probabilities on test days, mean over "
-    "seeds [95% day-bootstrap interval] (not in the paper)",
+    "information": "Do the tokens carry information? Skill of the de-weighted probabilities p = (q/w)/Σ(q/w) on "
+    "test days, on the trained-on labels and on close-to-close labels (what the backtest trades): mean over seeds "
+    "[95% day-bootstrap interval of the seed mean] ± std over seeds (not in the paper)",
     "decisions": "Why each policy trades or liquidates under the paper's weighted argmax (not in the paper)",
     "decision_rules": "The paper's argmax next to the margin rule (weights undone, m chosen on validation days; "
     "not in the paper)",
@@ -194,7 +196,9 @@ def materialize_figures(settings: Settings) -> dict[str, Path]:
         for name in ("equity_curves", "diagnostics", "sweeps", "kinematic_manifold", "responsiveness", "decision_rules")
     }
     figures.equity_curves_png(equity, ev.report_tau, ev.report_cost_bps, paths["equity_curves"])
-    figures.diagnostics_png(predictions, focus, ev.report_tau, paths["diagnostics"])
+    figures.diagnostics_png(
+        predictions, focus, ev.report_tau, paths["diagnostics"], class_weights=settings.train.class_weights
+    )
     figures.sweeps_png(metrics, focus, paths["sweeps"])
     figures.decision_rules_png(
         metrics, margin_metrics(settings), ev.report_tau, ev.report_cost_bps, paths["decision_rules"]

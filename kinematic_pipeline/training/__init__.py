@@ -1,8 +1,8 @@
-"""Training (no dagster): streaming data, LightningModules, and the pretrain/finetune entry points."""
+"""Training (no dagster): window samples from the store, LightningModules, and the pretrain/finetune entry points."""
 
 from __future__ import annotations
 
-from kinematic_pipeline.training.data import WindowDataModule, WindowStream, split_days
+from kinematic_pipeline.training.data import SampledWindows, WindowDataModule, split_days
 from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule
 from kinematic_pipeline.training.run import FinetuneResult, PretrainResult, finetune, load_classifier, pretrain
 
@@ -11,8 +11,8 @@ __all__ = [
     "FinetuneResult",
     "PretrainModule",
     "PretrainResult",
+    "SampledWindows",
     "WindowDataModule",
-    "WindowStream",
     "finetune",
     "load_classifier",
     "pretrain",

@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import math
 import os
 import shutil
 import time
@@ -217,16 +216,17 @@ def pretrain(
         data = WindowDataModule(settings, variant, num_workers=num_workers)
         data.setup()
         model = build_model(variant, settings.model)
-        steps = math.ceil(data.steps_per_epoch() / _ranks(cfg))  # per rank: the schedule ends with the run
+        steps = data.steps_per_epoch(_ranks(cfg))  # per rank: the schedule ends with the run
         module = PretrainModule(model, cfg, total_steps=steps * cfg.epochs)
-        trainer, counter, metrics_csv = _trainer(cfg, out_dir, cfg.epochs, steps, bool(data.val_shards), progress)
+        trainer, counter, metrics_csv = _trainer(cfg, out_dir, cfg.epochs, steps, data.has_validation, progress)
         trainer.fit(module, datamodule=data)
     path = out_dir / "model.pt"
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     torch.save({"variant": variant, "model_config": dataclasses.asdict(settings.model), "state_dict": state}, path)
     total, trainable = count_parameters(model)
     train_curve, val_curve = _curves(metrics_csv)
-    write_shards_used(out_dir, data.shards_used())
+    shards_used = data.shards_used(cfg.epochs, _ranks(cfg))
+    write_shards_used(out_dir, shards_used)
     return PretrainResult(
         variant=variant,
         checkpoint_path=path,
@@ -237,7 +237,7 @@ def pretrain(
         val_loss_curve=val_curve,
         seconds=time.perf_counter() - started,
         windows_seen=counter.windows,
-        shards_used=data.shards_used(),
+        shards_used=shards_used,
         metrics_csv=metrics_csv,
     )
 
@@ -282,10 +282,10 @@ def finetune(
         classifier = _classifier(settings, variant, load_foundation(settings, variant, foundation_path))
         data = WindowDataModule(settings, variant, with_labels=True, tau=tau, num_workers=num_workers)
         data.setup()
-        steps = math.ceil(data.steps_per_epoch() / _ranks(cfg))
+        steps = data.steps_per_epoch(_ranks(cfg))
         module = FinetuneModule(classifier, cfg, total_steps=steps * cfg.finetune_epochs)
         epochs = cfg.finetune_epochs
-        trainer, counter, metrics_csv = _trainer(cfg, out_dir, epochs, steps, bool(data.val_shards), progress)
+        trainer, counter, metrics_csv = _trainer(cfg, out_dir, epochs, steps, data.has_validation, progress)
         trainer.fit(module, datamodule=data)
         classifier.eval()
         adapter_path = lookup_variant(variant).head_path(out_dir)
@@ -300,7 +300,8 @@ def finetune(
             files = sorted(p for p in adapter_path.rglob("*") if p.is_file())
     total, trainable = count_parameters(classifier)
     train_curve, val_curve = _curves(metrics_csv)
-    write_shards_used(out_dir, data.shards_used())
+    shards_used = data.shards_used(cfg.finetune_epochs, _ranks(cfg))
+    write_shards_used(out_dir, shards_used)
     return FinetuneResult(
         variant=variant,
         tau=tau,
@@ -314,7 +315,7 @@ def finetune(
         class_counts=data.class_counts(),
         seconds=time.perf_counter() - started,
         windows_seen=counter.windows,
-        shards_used=data.shards_used(),
+        shards_used=shards_used,
         metrics_csv=metrics_csv,
     )
 

@@ -1,0 +1,83 @@
+"""Skill of the mean over seeds, with a day-bootstrap interval of that mean: pure functions of arrays.
+
+The seeds of one (variant, tau) are scored on the same test days, so their metrics are not independent
+draws: averaging each seed's interval ends gives no interval of anything. Here the day resample is drawn
+ONCE for the union of the seeds' labelled test days (``skill.day_resample_counts``); every seed's metrics
+are computed under those same draws (``skill.point_and_draws``: a row weighs its day's count), averaged
+over seeds per resample, and the percentile interval is taken of that seed mean. With one seed it is
+``skill.skill_table`` of that seed under the same draws. No dagster and no file I/O here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from kinematic_pipeline.backtest.skill import (
+    SKILL_METRICS,
+    day_resample_counts,
+    labelled_sample,
+    percentile_interval,
+    point_and_draws,
+    reference_rates,
+)
+
+SUFFIXES = ("", "_ci_low", "_ci_high", "_seed_std")  # the columns of seed_mean_skill, per SKILL_METRICS entry
+
+__all__ = ["SUFFIXES", "seed_mean_skill"]
+
+
+def _nan_row(n_seeds: int, n_rows: int) -> dict[str, float]:
+    return {"n_seeds": n_seeds, "n_rows": n_rows, "n_days": 0} | {
+        f"{k}{s}": float("nan") for k in SKILL_METRICS for s in SUFFIXES
+    }
+
+
+def seed_mean_skill(
+    probs: Sequence,
+    labels: Sequence,
+    days: Sequence,
+    train_base_rates,
+    *,
+    actions: Sequence | None = None,
+    n_boot: int = 1000,
+    block_days: int = 1,
+    seed: int = 0,
+    alpha: float = 0.05,
+) -> dict[str, float]:
+    """Mean over seeds of every SKILL_METRICS entry, with the percentile interval of that mean.
+
+    probs, labels, days (and actions, or None): one array per seed, as ``skill.skill_table`` takes them
+    (probs (n_s, 3), labels (n_s,) with -1 dropped, days (n_s,) sortable keys comparable across seeds,
+    actions (n_s,) the policy's codes). The resample counts are ``day_resample_counts(n_days, n_boot,
+    block_days, seed)`` over the sorted union of the seeds' labelled days; a seed without some day simply
+    has no rows there. Per resample the seeds' values are averaged (a NaN in one seed makes that resample's
+    mean NaN; intervals use the finite means). Returns {metric: mean over seeds, metric_ci_low,
+    metric_ci_high, metric_seed_std (sample std over seeds, ddof 1; NaN with one seed), "n_seeds",
+    "n_rows" (labelled rows, all seeds), "n_days" (the union)}.
+    """
+    if not len(probs) == len(labels) == len(days) or (actions is not None and len(actions) != len(labels)):
+        raise ValueError("probs, labels, days (and actions) need one entry per seed")
+    if len(labels) == 0:
+        raise ValueError("seed_mean_skill needs at least one seed")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    reference = reference_rates(train_base_rates)
+    per_action = actions if actions is not None else [None] * len(labels)
+    seeds = [labelled_sample(*one) for one in zip(probs, labels, days, per_action)]
+    n_rows = sum(int(s[1].size) for s in seeds)
+    if n_rows == 0:
+        return _nan_row(len(seeds), 0)
+    union, day_index = np.unique(np.concatenate([s[2] for s in seeds]), return_inverse=True)
+    counts = day_resample_counts(union.size, n_boot, block_days, seed)
+    splits = np.split(day_index.reshape(-1), np.cumsum([s[1].size for s in seeds])[:-1])
+    scored = [point_and_draws(p, y, a, reference, idx, counts) for (p, y, _, a), idx in zip(seeds, splits)]
+    row = {"n_seeds": len(seeds), "n_rows": n_rows, "n_days": int(union.size)}
+    for k in SKILL_METRICS:
+        points = np.array([point[k] for point, _ in scored])  # (n_seeds,)
+        draws = np.mean([draw[k] for _, draw in scored], axis=0)  # (n_boot,): the seed mean per resample
+        row[k] = float(np.mean(points))
+        row[f"{k}_ci_low"], row[f"{k}_ci_high"] = percentile_interval(draws, alpha)
+        row[f"{k}_seed_std"] = float(np.std(points, ddof=1)) if points.size > 1 else float("nan")
+    return row

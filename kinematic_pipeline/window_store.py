@@ -1,0 +1,402 @@
+"""The window store: one token asset's training-period windows in one memory-mapped file, indexed by row.
+
+Training draws each epoch as a uniform sample of every training window (every day and ticker equally
+likely). Reading a sample spread over thousands of day shards from Parquet would read every shard whole;
+the store is built once per token asset and training cut from those shards and serves any set of rows at
+memory speed (page cache) or random-read speed (disk), without ever loading the corpus: at the paper's scale
+(~22.5 M windows) it is ~52 GB, of which an epoch touches only the rows it samples.
+
+Layout, ``$KP_WAREHOUSE/window_store/<token asset>/`` (``Warehouse.window_store_dir``), swapped in whole:
+- ``tokens.npy``: float32 [N, 64, 9], the shards' ``tokens`` in (day, shard row) order, as stored
+  (unanchored, unnormalized: corpus_stats normalize them where they are consumed); ``np.load(mmap_mode="r")``;
+- ``rows.parquet``: one row per window, same order: ``date``, ``ticker``, ``finite`` (every value finite);
+- ``days.parquet``: one row per day: ``date``, ``first_row``, ``windows``, ``path`` and ``content_hash`` of
+  the day's shard (the lineage of every row);
+- ``manifest.parquet``: one row: the asset, the training cut, the counts, the sha256 of the three files
+  above and ``shards_digest`` (sha256 over the shards' content hashes, in day order).
+
+Only shards dated on or before ``data.train_end`` are ever opened, so nothing after the cut can be served.
+``open_store`` compares the manifest with the settings' cut and the token manifests of today: a store built
+from other shards is an error that names the asset to re-materialize. No dagster and no torch here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import math
+import os
+import shutil
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from tqdm.auto import tqdm
+
+from kinematic_pipeline.config import Settings
+from kinematic_pipeline.storage import (
+    DURABLE_WRITES,
+    PARQUET_COMPRESSION,
+    Warehouse,
+    digest,
+    file_sha256,
+    swap_in_folder,
+)
+from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
+
+STORE_CODE_VERSION = "window-store-1"
+TOKENS_FILE, ROWS_FILE, DAYS_FILE, MANIFEST_FILE = "tokens.npy", "rows.parquet", "days.parquet", "manifest.parquet"
+BUILD_CHUNK_WINDOWS = 65_536  # windows read per Parquet call while building (~150 MB of tokens)
+WINDOW_BYTES = N_TOKENS * N_CHANNELS * 4
+ROWS_SCHEMA: dict[str, pl.DataType] = {"date": pl.Date, "ticker": pl.String, "finite": pl.Boolean}
+DAYS_SCHEMA: dict[str, pl.DataType] = {
+    "date": pl.Date,
+    "first_row": pl.Int64,
+    "windows": pl.Int64,
+    "path": pl.String,  # the day's token shard, relative to the warehouse
+    "content_hash": pl.String,
+}
+MANIFEST_SCHEMA: dict[str, pl.DataType] = {
+    "asset": pl.String,
+    "train_end": pl.Date,  # the cut the store was built for: no day after it
+    "first_day": pl.Date,
+    "last_day": pl.Date,
+    "days": pl.Int64,
+    "windows": pl.Int64,
+    "non_finite_windows": pl.Int64,  # kept in the file, never sampled (rows.finite is false)
+    "tokens_sha256": pl.String,
+    "rows_sha256": pl.String,
+    "days_sha256": pl.String,
+    "shards_digest": pl.String,
+    "code_version": pl.String,
+}
+
+
+class StaleStoreError(ValueError):
+    """The store on disk was built for another cut or from other shards than the warehouse holds now."""
+
+
+def training_shard_days(settings: Settings, asset: str) -> tuple[list[dt.date], list[dict]]:
+    """The days of ``asset`` on or before the cut that hold windows, and their manifest rows (file names and
+    manifests only: no shard is opened, none after the cut is listed)."""
+    wh = Warehouse(settings.warehouse)
+    days = wh.shard_days(asset, until=settings.data.train_end)
+    metas = wh.manifest_rows(asset, days, ["windows", "content_hash"])
+    kept = [(d, m) for d, m in zip(days, metas) if m["windows"] > 0]  # a day before any ticker has 64 sessions
+    return [d for d, _ in kept], [m for _, m in kept]
+
+
+@dataclass(frozen=True)
+class StoreSummary:
+    asset: str
+    folder: Path
+    manifest: dict
+    rebuilt: bool  # False: the store on disk already held exactly these shards (nothing was written)
+    seconds: float = 0.0
+
+
+def build_window_store(settings: Settings, asset: str, progress: bool = True) -> StoreSummary:
+    """Build (or keep, when it already holds exactly these shards) the store of ``asset`` for the cut."""
+    import time
+
+    started = time.perf_counter()
+    wh = Warehouse(settings.warehouse)
+    days, metas = training_shard_days(settings, asset)
+    if not days:
+        raise ValueError(f"no {asset} windows on or before {settings.data.train_end}: materialize {asset} first")
+    shards_digest = digest([m["content_hash"] for m in metas])
+    final = wh.window_store_dir(asset)
+    current = _read_manifest(final)
+    if current is not None and _holds(final, current, shards_digest, settings.data.train_end):
+        return StoreSummary(asset, final, current, rebuilt=False, seconds=time.perf_counter() - started)
+
+    counts = np.array([m["windows"] for m in metas], dtype=np.int64)
+    first_rows = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    total = int(counts.sum())
+    staging_root = final.parent / ".staging"
+    staging_root.mkdir(parents=True, exist_ok=True)
+    for stale in staging_root.glob(f"{asset}.*"):  # left by a build that was killed: repair
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(dir=staging_root, prefix=f"{asset}."))
+    try:
+        tmp.chmod(0o755)
+        rows = []
+        bar = tqdm(total=len(days), desc=f"{asset} window store", unit="day", disable=not progress)
+        # plain appends, hashed as they are written (a memory map would count every written page in the RSS)
+        with open(tmp / TOKENS_FILE, "wb") as out:
+            tokens_hash = _HashingWriter(out)
+            header = {"descr": "<f4", "fortran_order": False, "shape": (total, N_TOKENS, N_CHANNELS)}
+            np.lib.format.write_array_header_1_0(tokens_hash, header)
+            for lo, hi in _chunks(counts, BUILD_CHUNK_WINDOWS):
+                paths = [wh.shard(asset, d) for d in days[lo:hi]]
+                frame = pl.read_parquet(paths, columns=["ticker", "date", "tokens"])
+                _check_rows(frame, asset, days[lo:hi], counts[lo:hi])
+                block = frame["tokens"].to_numpy().reshape(-1, N_TOKENS, N_CHANNELS).astype("<f4", copy=False)
+                tokens_hash.write(np.ascontiguousarray(block).tobytes())
+                rows.append(frame.select("date", "ticker", pl.Series("finite", np.isfinite(block).all(axis=(1, 2)))))
+                bar.update(hi - lo)
+            if DURABLE_WRITES:
+                out.flush()
+                os.fsync(out.fileno())
+        bar.close()
+        row_frame = pl.concat(rows).cast(ROWS_SCHEMA)
+        day_frame = pl.DataFrame(
+            {
+                "date": days,
+                "first_row": first_rows,
+                "windows": counts,
+                "path": [wh.shard(asset, d).relative_to(wh.root).as_posix() for d in days],
+                "content_hash": [m["content_hash"] for m in metas],
+            },
+            schema=DAYS_SCHEMA,
+        )
+        row_frame.write_parquet(tmp / ROWS_FILE, compression=PARQUET_COMPRESSION, statistics=True)
+        day_frame.write_parquet(tmp / DAYS_FILE, compression=PARQUET_COMPRESSION, statistics=True)
+        manifest = {
+            "asset": asset,
+            "train_end": settings.data.train_end,
+            "first_day": days[0],
+            "last_day": days[-1],
+            "days": len(days),
+            "windows": total,
+            "non_finite_windows": int((~row_frame["finite"]).sum()),
+            "tokens_sha256": tokens_hash.hexdigest(),
+            "rows_sha256": file_sha256(tmp / ROWS_FILE),
+            "days_sha256": file_sha256(tmp / DAYS_FILE),
+            "shards_digest": shards_digest,
+            "code_version": STORE_CODE_VERSION,
+        }
+        pl.DataFrame([manifest], schema=MANIFEST_SCHEMA).write_parquet(
+            tmp / MANIFEST_FILE, compression=PARQUET_COMPRESSION
+        )
+        swap_in_folder(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # after the swap: the old store (if there was one)
+    return StoreSummary(asset, final, manifest, rebuilt=True, seconds=time.perf_counter() - started)
+
+
+class _HashingWriter:
+    """A binary file that hashes what is written to it (sha256), for numpy's header writer and the blocks."""
+
+    def __init__(self, out) -> None:
+        self.out, self.sha = out, hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self.sha.update(data)
+        return self.out.write(data)
+
+    def hexdigest(self) -> str:
+        return self.sha.hexdigest()
+
+
+def _chunks(counts: np.ndarray, max_windows: int):
+    """(lo, hi) day ranges of about ``max_windows`` windows each (at least one day)."""
+    lo, acc = 0, 0
+    for k, n in enumerate(counts):
+        acc += int(n)
+        if acc >= max_windows:
+            yield lo, k + 1
+            lo, acc = k + 1, 0
+    if lo < len(counts):
+        yield lo, len(counts)
+
+
+def _check_rows(frame: pl.DataFrame, asset: str, days: list[dt.date], counts: np.ndarray) -> None:
+    """The shards hold what their manifests say: per day, the recorded number of windows, dated that day."""
+    got = frame.group_by("date").len()
+    have = dict(zip(got["date"].to_list(), got["len"].to_list()))
+    for day, n in zip(days, counts):
+        if have.get(day, 0) != n:
+            raise ValueError(
+                f"{asset} shard {day} holds {have.get(day, 0)} windows dated {day}, its manifest says {n}: "
+                f"re-materialize {asset} for {day}"
+            )
+
+
+def _read_manifest(folder: Path) -> dict | None:
+    path = folder / MANIFEST_FILE
+    return pl.read_parquet(path).row(0, named=True) if path.exists() else None
+
+
+def _holds(folder: Path, manifest: dict, shards_digest: str, train_end: dt.date) -> bool:
+    """Whether the store in ``folder`` was built by this code for this cut from these shards, byte-intact."""
+    if (manifest["shards_digest"], manifest["train_end"], manifest["code_version"]) != (
+        shards_digest,
+        train_end,
+        STORE_CODE_VERSION,
+    ):
+        return False
+    files = {TOKENS_FILE: "tokens_sha256", ROWS_FILE: "rows_sha256", DAYS_FILE: "days_sha256"}
+    return all((folder / f).exists() and file_sha256(folder / f) == manifest[k] for f, k in files.items())
+
+
+READ_THREADS = 8  # positional reads in flight while serving a batch (a cold disk serves them in parallel)
+
+
+@dataclass
+class WindowStore:
+    """An open store: the manifest, the day and row index, and the tokens file. ``read`` serves any rows with
+    positional reads (one per run of consecutive rows, several in flight), at page-cache speed when the file
+    is cached and at the disk's random-read rate when it is not (a memory map would fault in 64 KB around
+    every 2.3 KB window). The file is opened on first use in each process: a pickled store (a DataLoader
+    worker, a DDP rank) reopens it, never copies it."""
+
+    folder: Path
+    manifest: dict
+    days: pl.DataFrame  # DAYS_SCHEMA
+    rows: pl.DataFrame  # ROWS_SCHEMA
+    _file: tuple | None = field(default=None, repr=False)  # (fd, data offset, thread pool) in this process
+
+    @property
+    def asset(self) -> str:
+        return self.manifest["asset"]
+
+    @property
+    def path(self) -> Path:
+        return self.folder / TOKENS_FILE
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """The whole file as a read-only memory map [N, 64, 9] (for sequential reads; ``read`` for samples)."""
+        return np.load(self.path, mmap_mode="r")
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_file": None}
+
+    def _open(self) -> tuple:
+        if self._file is None:
+            with open(self.path, "rb") as fh:
+                version = np.lib.format.read_magic(fh)
+                read_header = (
+                    np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                )
+                shape, _, dtype = read_header(fh)
+                offset = fh.tell()
+            if shape != (self.manifest["windows"], N_TOKENS, N_CHANNELS) or dtype != np.dtype("<f4"):
+                raise StaleStoreError(f"{self.path} holds {dtype} {shape}, not what its manifest says")
+            fd = os.open(self.path, os.O_RDONLY)
+            if hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no read-ahead around a sampled window
+            self._file = (fd, offset, ThreadPoolExecutor(READ_THREADS, thread_name_prefix="window-store"))
+        return self._file
+
+    @property
+    def day_of_row(self) -> np.ndarray:
+        """(N,) int32: the index into ``days`` of every row."""
+        return np.repeat(np.arange(self.days.height, dtype=np.int32), self.days["windows"].to_numpy())
+
+    def read(self, rows: np.ndarray) -> np.ndarray:
+        """The windows of store ``rows`` (distinct), float32 [len(rows), 64, 9], in the order asked."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= self.manifest["windows"]):
+            raise IndexError(f"rows outside the window store of {self.asset} (0 .. {self.manifest['windows'] - 1})")
+        fd, offset, pool = self._open()
+        order = np.argsort(rows, kind="stable")
+        ordered = rows[order]
+        buffer = np.empty((rows.size, N_TOKENS, N_CHANNELS), dtype=np.float32)
+        raw = memoryview(buffer.reshape(-1).view(np.uint8))
+        breaks = np.flatnonzero(np.diff(ordered) != 1) + 1
+        starts, ends = np.r_[0, breaks], np.r_[breaks, rows.size]
+
+        def read_run(k: int) -> None:
+            lo, hi = int(starts[k]), int(ends[k])
+            view = raw[lo * WINDOW_BYTES : hi * WINDOW_BYTES]
+            if os.preadv(fd, [view], offset + int(ordered[lo]) * WINDOW_BYTES) != len(view):
+                raise StaleStoreError(
+                    f"{self.path} is shorter than its manifest says: re-materialize {window_store_asset(self.asset)}"
+                )
+
+        if rows.size:
+            list(pool.map(read_run, range(starts.size)))
+        out = np.empty_like(buffer)
+        out[order] = buffer
+        return out
+
+
+def open_store(settings: Settings, asset: str) -> WindowStore:
+    """The store of ``asset`` for the settings' cut; ``StaleStoreError`` naming what to re-materialize when it is
+    missing, was built for another cut, or from shards other than the warehouse's current ones."""
+    wh = Warehouse(settings.warehouse)
+    folder = wh.window_store_dir(asset)
+    fix = f"materialize {window_store_asset(asset)}"
+    manifest = _read_manifest(folder)
+    if manifest is None:
+        raise StaleStoreError(f"no window store of {asset} under {folder}: {fix}")
+    if manifest["train_end"] != settings.data.train_end:
+        raise StaleStoreError(
+            f"the window store of {asset} ({folder}) was built for the training cut {manifest['train_end']}, "
+            f"not {settings.data.train_end}: {fix}"
+        )
+    _, metas = training_shard_days(settings, asset)
+    now = digest([m["content_hash"] for m in metas])
+    if now != manifest["shards_digest"]:
+        raise StaleStoreError(
+            f"the window store of {asset} ({folder}) was built from other {asset} shards (digest "
+            f"{manifest['shards_digest'][:12]}, the warehouse's is {now[:12]}): {fix}"
+        )
+    days = pl.read_parquet(folder / DAYS_FILE)
+    rows = pl.read_parquet(folder / ROWS_FILE)
+    if rows.height != manifest["windows"] or days.height != manifest["days"]:
+        raise StaleStoreError(f"the window store of {asset} ({folder}) does not match its manifest: {fix}")
+    return WindowStore(folder, manifest, days, rows)
+
+
+def window_store_asset(asset: str) -> str:
+    """The Dagster asset of a token asset's store: ``spline_tokens`` -> ``spline_window_store``."""
+    return asset.removesuffix("_tokens") + "_window_store"
+
+
+# --- sampling -------------------------------------------------------------------------------------------
+
+STREAM_SALT = {"train": 0, "val": 1}  # independent draws for the two splits of one seed
+
+
+def epoch_sample(n: int, cap: int | None, seed: int, epoch: int, split: str) -> np.ndarray:
+    """Positions 0..n-1 drawn for one epoch, in serving order: a uniform sample without replacement of
+    min(cap, n) of them (all of them, shuffled, when there is no cap). Deterministic in (seed, epoch, split);
+    another epoch or seed draws another sample."""
+    rng = np.random.default_rng([int(seed), int(epoch), STREAM_SALT[split]])
+    k = n if cap is None else min(int(cap), n)
+    if k == n:
+        return rng.permutation(n)
+    return rng.choice(n, size=k, replace=False, shuffle=True)
+
+
+def part_of(sample: np.ndarray, part: int, parts: int) -> np.ndarray:
+    """Part ``part`` of ``parts`` disjoint, equal shares of an epoch's sample (DDP ranks x DataLoader workers):
+    every part gets len // parts positions (the remainder is not served), so every rank runs the same steps."""
+    if parts == 1:
+        return sample
+    share = len(sample) // parts
+    return sample[part::parts][:share]
+
+
+def expected_distinct_days(day_windows: np.ndarray, k: int) -> float:
+    """Expected number of days with at least one of ``k`` windows drawn uniformly without replacement from days
+    holding ``day_windows`` windows each: sum over days of 1 - C(N - n_d, k) / C(N, k)."""
+    counts = np.asarray(day_windows, dtype=np.float64)
+    n = counts.sum()
+    if k >= n:
+        return float((counts > 0).sum())
+    lg = math.lgamma
+    miss = [
+        math.exp(lg(n - c + 1) - lg(n - c - k + 1) - lg(n + 1) + lg(n - k + 1)) if n - c >= k else 0.0 for c in counts
+    ]
+    return float(np.sum(1.0 - np.asarray(miss)))
+
+
+__all__ = [
+    "StaleStoreError",
+    "StoreSummary",
+    "WindowStore",
+    "build_window_store",
+    "epoch_sample",
+    "expected_distinct_days",
+    "open_store",
+    "part_of",
+    "training_shard_days",
+    "window_store_asset",
+]

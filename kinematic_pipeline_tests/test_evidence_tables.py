@@ -1,0 +1,152 @@
+"""The information table (stages/evidence.py) on a tiny hand-made warehouse: base rates of both outcomes from
+training days only, close-to-close labels from r_close, each metric once per outcome, one set when the
+trained-on labels are the close-to-close ones, and cells that state the seed mean, its interval and the std."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+import numpy as np
+import polars as pl
+import pytest
+
+from kinematic_pipeline.backtest.evidence import seed_mean_skill_frame
+from kinematic_pipeline.backtest.oracle import ORACLE
+from kinematic_pipeline.backtest.skill import base_rates
+from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA
+from kinematic_pipeline.config import load_settings
+from kinematic_pipeline.label_rules import labels_from_returns
+from kinematic_pipeline.stages import evidence as ev
+from kinematic_pipeline.stages.labels import labels_schema
+from kinematic_pipeline.storage import LABELS, Warehouse
+from kinematic_pipeline.windows import tau_column
+
+TAU = 0.01
+TICKERS = ("A", "B", "C", "D")
+TRAIN_DAYS = (dt.date(2023, 1, 2), dt.date(2023, 1, 3))
+TEST_DAYS = tuple(dt.date(2023, 1, 4) + dt.timedelta(k) for k in range(6))
+LABEL = tau_column(TAU)
+# training days: (trained-on labels, r_close) per ticker; the two disagree on purpose
+TRAIN_ROWS = {
+    TRAIN_DAYS[0]: ([0, 0, 2, 2], [-0.02, 0.0, 0.0, 0.03]),  # close-to-close: Sell, Hold, Hold, Buy
+    TRAIN_DAYS[1]: ([1, 2, 2, 2], [0.02, None, 0.0, -0.05]),  # Buy, unknown, Hold, Sell
+}
+
+
+def _settings(tmp_path, label_source="spline"):
+    settings = load_settings("ci", source="parquet", source_path=str(tmp_path / "unused.parquet"), env={})
+    return dataclasses.replace(
+        settings,
+        warehouse=tmp_path / "wh",
+        data=dataclasses.replace(settings.data, train_end=TRAIN_DAYS[-1]),
+        tokenize=dataclasses.replace(settings.tokenize, taus=(TAU,), label_source=label_source),
+        evaluate=dataclasses.replace(settings.evaluate, skill_bootstrap_resamples=60, report_tau=TAU),
+    )
+
+
+def _write_labels(settings, day, labels, r_close):
+    path = Warehouse(settings.warehouse).shard(LABELS, day)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame = {
+        "ticker": list(TICKERS),
+        "date": [day] * len(TICKERS),
+        "r_spline": [0.0] * len(TICKERS),
+        "r_close": r_close,
+        "label_source": [settings.tokenize.label_source] * len(TICKERS),
+        LABEL: labels,
+    }
+    pl.DataFrame(frame, schema=labels_schema((TAU,))).write_parquet(path)
+
+
+@pytest.fixture
+def warehouse(tmp_path):
+    """Labels shards of two training and six test days (test-day labels all Buy, so that a base rate that
+    read them would show it), and the test predictions of two seeds."""
+    settings = _settings(tmp_path)
+    for day, (labels, r_close) in TRAIN_ROWS.items():
+        _write_labels(settings, day, labels, r_close)
+    rng = np.random.default_rng(0)
+    rows = []
+    for day in TEST_DAYS:
+        r_close = rng.normal(0, 0.02, len(TICKERS)).tolist()
+        _write_labels(settings, day, [0] * len(TICKERS), r_close)
+        for seed in (1, 2):
+            for ticker in TICKERS:
+                q = rng.dirichlet([2, 2, 2])
+                rows.append(("splinegpt", TAU, seed, ticker, day, 100.0, *q, int(q.argmax()), 0))
+    return settings, pl.DataFrame(rows, schema=PREDICTIONS_SCHEMA, orient="row")
+
+
+def test_base_rates_of_both_outcomes_come_from_training_days_only(warehouse):
+    settings, _ = warehouse
+    rates = ev.train_base_rates(settings)
+    np.testing.assert_allclose(rates[ev.TRAINED][TAU], [2 / 8, 1 / 8, 5 / 8])
+    np.testing.assert_allclose(rates[ev.CLOSE][TAU], [2 / 7, 2 / 7, 3 / 7])  # r_close labels; one unknown
+
+
+def test_close_to_close_labels_follow_r_close_at_each_rows_tau_and_are_unknown_without_a_return():
+    predictions = pl.DataFrame(
+        {"ticker": ["A", "A", "B", "C"], "date": [TEST_DAYS[0]] * 4, "tau": [0.01, 0.03, 0.01, 0.01]}
+    )
+    returns = pl.DataFrame({"ticker": ["A", "B"], "date": [TEST_DAYS[0]] * 2, "r_close": [0.02, None]})
+    out = ev.with_close_labels(predictions, returns)
+    assert out[ev.CLOSE_LABEL].to_list() == [0, 2, -1, -1]  # Buy at 1%, Hold at 3%; no return; no row
+    assert out.columns == [*predictions.columns, ev.CLOSE_LABEL]
+
+
+def test_the_close_to_close_rows_score_r_close_labels_against_their_own_base_rates(warehouse):
+    settings, predictions = warehouse
+    rates = ev.train_base_rates(settings)
+    skill = ev.information_skill(settings, predictions, rates, TAU)
+    names = ev.outcome_names("spline")
+    assert list(skill) == [names[ev.TRAINED], names[ev.CLOSE]]
+    returns = pl.concat([pl.read_parquet(Warehouse(settings.warehouse).shard(LABELS, d)) for d in TEST_DAYS])
+    # the labels by hand: each prediction row's own r_close through the tau rule
+    joined = predictions.join(returns.select("ticker", "date", "r_close"), on=["ticker", "date"], how="left")
+    by_hand = joined.with_columns(label_close=pl.Series(labels_from_returns(joined["r_close"].to_numpy(), TAU)))
+    kw = dict(n_boot=60, boot_seed=settings.evaluate.bootstrap_seed, label_column="label_close")
+    want = seed_mean_skill_frame(by_hand, rates[ev.CLOSE], settings.train.class_weights, **kw)
+    got = skill[names[ev.CLOSE]]
+    assert got.select(want.columns).equals(want)
+    trained = skill[names[ev.TRAINED]]  # every trained-on test label is Buy: a different outcome, other numbers
+    assert trained["brier"].item() != got["brier"].item() and trained["n_rows"].item() == predictions.height
+    assert base_rates(by_hand["label_close"].to_numpy()).max() < 1  # the close labels are not all Buy
+
+
+def test_the_table_shows_every_metric_once_per_outcome_with_the_seed_mean_interval_and_std(warehouse):
+    settings, predictions = warehouse
+    skill = ev.information_skill(settings, predictions, ev.train_base_rates(settings), TAU)
+    table = ev.information_table(skill, TAU)
+    assert table.columns == ["Outcome", "Metric", "SplineGPT"]
+    assert table.height == 2 * len(ev.INFORMATION_ROWS)
+    assert table["Outcome"].unique(maintain_order=True).to_list() == list(ev.outcome_names("spline").values())
+    assert "Balanced accuracy (policy's actions)" in table["Metric"].to_list()
+    row = skill[ev.outcome_names("spline")[ev.CLOSE]].row(0, named=True)
+    cell = table.filter(pl.col("Outcome").str.starts_with("close"), pl.col("Metric").str.starts_with("Brier"))
+    assert cell["SplineGPT"].item() == (
+        f"{row['brier_skill']:.3f} [{row['brier_skill_ci_low']:.3f}, {row['brier_skill_ci_high']:.3f}] "
+        f"± {row['brier_skill_seed_std']:.3f}"
+    )
+
+
+def test_with_close_to_close_training_labels_the_table_shows_one_set_and_says_so(warehouse):
+    settings, predictions = warehouse
+    settings = dataclasses.replace(settings, tokenize=dataclasses.replace(settings.tokenize, label_source="close"))
+    skill = ev.information_skill(settings, predictions.filter(seed=1), ev.train_base_rates(settings), TAU)
+    table = ev.information_table(skill, TAU)
+    assert table.height == len(ev.INFORMATION_ROWS)
+    assert table["Outcome"].unique().to_list() == ["close-to-close (trained on and traded: one set, the two coincide)"]
+    assert not any("±" in c for c in table["SplineGPT"].to_list())  # one seed: no spread to state
+
+
+def test_the_informed_ceiling_reads_na_on_the_outcome_it_was_not_scored_on():
+    columns = {"tau": TAU, "n_seeds": 1, "variant": ["splinegpt", ORACLE]}
+    metrics = {f"{k}{x}": 0.5 for k, _ in ev.INFORMATION_ROWS for x in ("", "_ci_low", "_ci_high", "_seed_std")}
+    both = pl.DataFrame(columns | metrics)
+    skill = {"trained": both, "close": both.filter(pl.col("variant") != ORACLE)}
+    table = ev.information_table(skill, TAU)
+    oracle = table["Informed (latent drift)"].to_list()
+    assert oracle[:2] == ["N/A (one-hot)"] * 2 and oracle[2] == "0.500 [0.500, 0.500]"  # scores, then decisions
+    assert oracle[len(ev.INFORMATION_ROWS) :] == [ev.ORACLE_ELSEWHERE] * len(ev.INFORMATION_ROWS)
+    assert table["SplineGPT"][0] == "0.500 [0.500, 0.500]"

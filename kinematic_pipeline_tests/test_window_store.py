@@ -1,0 +1,158 @@
+"""The window store: the shards' windows byte for byte, nothing after the cut, deterministic, and an error
+when it no longer matches the warehouse; uniform epoch samples and their expected day coverage."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import itertools
+import shutil
+
+import numpy as np
+import polars as pl
+import pytest
+
+from kinematic_pipeline.storage import Warehouse, file_sha256
+from kinematic_pipeline.window_store import (
+    StaleStoreError,
+    build_window_store,
+    epoch_sample,
+    expected_distinct_days,
+    open_store,
+    part_of,
+)
+from kinematic_pipeline_tests.conftest import CUT, _bars, _perturb_after, _run_all, _settings
+
+ASSET = "spline_tokens"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    settings = _settings(tmp_path_factory.mktemp("store"), "wh", _bars(), taus=(0.01,))
+    _run_all(settings)
+    build_window_store(settings, ASSET, progress=False)
+    return settings
+
+
+def _files(folder) -> dict[str, str]:
+    return {p.name: file_sha256(p) for p in sorted(folder.iterdir())}
+
+
+def test_the_store_holds_every_window_of_every_day_up_to_the_cut_as_the_shards_do(built):
+    store = open_store(built, ASSET)
+    wh = Warehouse(built.warehouse)
+    days = wh.shard_days(ASSET, until=built.data.train_end)
+    assert store.days["date"].max() <= built.data.train_end and store.manifest["train_end"] == built.data.train_end
+    row = 0
+    for day in days:  # the slow way: each shard on its own, in day order
+        shard = pl.read_parquet(wh.shard(ASSET, day), columns=["ticker", "date", "tokens"])
+        if shard.height == 0:
+            continue
+        tokens = shard["tokens"].to_numpy()
+        np.testing.assert_array_equal(store.tokens[row : row + shard.height], tokens)
+        assert store.rows[row : row + shard.height].select("date", "ticker").equals(shard.select("date", "ticker"))
+        row += shard.height
+    assert row == store.tokens.shape[0] == store.manifest["windows"]
+    rows = np.array([row - 1, 0, row // 2, 3])
+    np.testing.assert_array_equal(store.read(rows), np.asarray(store.tokens)[rows])
+
+
+def test_a_rebuild_from_the_same_shards_is_byte_identical_and_an_unchanged_store_is_left_alone(built, tmp_path):
+    folder = Warehouse(built.warehouse).window_store_dir(ASSET)
+    before = _files(folder)
+    mtimes = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+    assert not build_window_store(built, ASSET, progress=False).rebuilt
+    assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == mtimes
+    copy = dataclasses.replace(built, warehouse=tmp_path / "copy")
+    shutil.copytree(built.warehouse, copy.warehouse, ignore=shutil.ignore_patterns("window_store"))
+    assert build_window_store(copy, ASSET, progress=False).rebuilt
+    assert _files(Warehouse(copy.warehouse).window_store_dir(ASSET)) == before
+
+
+def test_the_store_does_not_change_when_bars_after_the_cut_change(built, tmp_path):
+    other = _settings(tmp_path, "perturbed", _perturb_after(_bars(), CUT), taus=(0.01,))
+    _run_all(other)
+    build_window_store(other, ASSET, progress=False)
+    assert _files(Warehouse(other.warehouse).window_store_dir(ASSET)) == _files(
+        Warehouse(built.warehouse).window_store_dir(ASSET)
+    )
+
+
+def test_a_store_of_other_shards_or_another_cut_is_an_error_naming_the_asset_to_materialize(built, tmp_path):
+    settings = dataclasses.replace(built, warehouse=tmp_path / "wh")
+    shutil.copytree(built.warehouse, settings.warehouse)
+    earlier = dataclasses.replace(settings, data=dataclasses.replace(settings.data, train_end=dt.date(2021, 5, 28)))
+    with pytest.raises(StaleStoreError, match="built for the training cut .*: materialize spline_window_store"):
+        open_store(earlier, ASSET)
+    wh = Warehouse(settings.warehouse)
+    day = wh.shard_days(ASSET, until=settings.data.train_end)[-1]
+    manifest = pl.read_parquet(wh.manifest(ASSET, day)).with_columns(pl.lit("0" * 64).alias("content_hash"))
+    manifest.write_parquet(wh.manifest(ASSET, day))  # as a re-tokenized day would: its shard has new bytes
+    with pytest.raises(StaleStoreError, match="built from other spline_tokens shards.*materialize spline_window_store"):
+        open_store(settings, ASSET)
+    shutil.rmtree(wh.window_store_dir(ASSET))
+    with pytest.raises(StaleStoreError, match="no window store of spline_tokens"):
+        open_store(settings, ASSET)
+
+
+def test_a_shard_that_does_not_hold_what_its_manifest_says_stops_the_build_naming_the_day(built, tmp_path):
+    settings = dataclasses.replace(built, warehouse=tmp_path / "wh")
+    shutil.copytree(built.warehouse, settings.warehouse, ignore=shutil.ignore_patterns("window_store"))
+    wh = Warehouse(settings.warehouse)
+    day = wh.shard_days(ASSET, until=settings.data.train_end)[-3]
+    shard = pl.read_parquet(wh.shard(ASSET, day))
+    shard.head(shard.height - 1).write_parquet(wh.shard(ASSET, day))
+    with pytest.raises(ValueError, match=f"{ASSET} shard {day} holds {shard.height - 1} windows .* manifest says"):
+        build_window_store(settings, ASSET, progress=False)
+    assert not wh.window_store_dir(ASSET).exists() and not list(wh.window_store_dir(ASSET).parent.glob(".staging/*"))
+
+
+# --- sampling ------------------------------------------------------------------------------------------
+
+
+def test_an_epoch_sample_is_uniform_without_replacement_and_deterministic():
+    n, cap = 1000, 100
+    a = epoch_sample(n, cap, seed=1, epoch=0, split="train")
+    assert len(a) == cap and len(np.unique(a)) == cap and a.min() >= 0 and a.max() < n
+    np.testing.assert_array_equal(a, epoch_sample(n, cap, seed=1, epoch=0, split="train"))
+    assert not np.array_equal(a, epoch_sample(n, cap, seed=1, epoch=1, split="train"))
+    assert not np.array_equal(a, epoch_sample(n, cap, seed=2, epoch=0, split="train"))
+    assert not np.array_equal(a, epoch_sample(n, cap, seed=1, epoch=0, split="val"))
+    assert sorted(epoch_sample(n, None, 1, 0, "train")) == list(range(n))  # no cap: a permutation
+    hits = np.bincount(np.concatenate([epoch_sample(n, cap, 7, e, "train") for e in range(2000)]), minlength=n)
+    from scipy.stats import chisquare
+
+    assert chisquare(hits).pvalue > 0.001  # every window equally likely (expected 200 draws each)
+
+
+def test_parts_are_disjoint_equal_and_cover_the_sample_but_its_remainder():
+    sample = epoch_sample(1003, None, 3, 0, "train")
+    parts = [part_of(sample, p, 4) for p in range(4)]
+    assert {len(p) for p in parts} == {1003 // 4}
+    joined = np.concatenate(parts)
+    assert len(np.unique(joined)) == len(joined) and set(joined) <= set(sample)
+    np.testing.assert_array_equal(part_of(sample, 0, 1), sample)
+
+
+def _exact_expected_days(per_day: list[int], k: int) -> float:
+    """The slow twin: every k-subset of the windows, the mean number of days it touches."""
+    day_of = np.repeat(np.arange(len(per_day)), per_day)
+    subsets = list(itertools.combinations(range(len(day_of)), k))
+    return sum(len(set(day_of[list(s)])) for s in subsets) / len(subsets)
+
+
+@pytest.mark.parametrize("per_day, k", [([1, 2, 3], 2), ([4, 1, 1, 2], 3), ([2, 2, 2, 2, 2], 4), ([5, 1], 6)])
+def test_expected_distinct_days_equals_the_exhaustive_count(per_day, k):
+    assert expected_distinct_days(np.array(per_day), k) == pytest.approx(_exact_expected_days(per_day, k), rel=1e-9)
+
+
+def test_expected_distinct_days_at_real_scale_matches_a_simulation():
+    rng = np.random.default_rng(0)
+    per_day = rng.integers(200, 460, size=4300)
+    k = 8192
+    expected = expected_distinct_days(per_day, k)
+    day_of = np.repeat(np.arange(per_day.size), per_day)
+    simulated = [len(np.unique(day_of[epoch_sample(day_of.size, k, 5, e, "train")])) for e in range(20)]
+    assert abs(np.mean(simulated) / expected - 1) < 0.005
+    poisson = np.sum(1 - np.exp(-k * per_day / per_day.sum()))  # sampling with replacement, nearly the same here
+    assert poisson <= expected <= poisson * 1.002  # without replacement a sample touches a few more days
