@@ -37,7 +37,8 @@ from kinematic_pipeline.definitions import build_definitions
 from kinematic_pipeline.orchestration import assets_ingest, assets_tokenize, checks
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.tokenize import materialize_tokens
-from kinematic_pipeline.storage import LABELS, RAW_OHLCV, TOKEN_ASSETS
+from kinematic_pipeline.token_kinds import TOKEN_ASSETS
+from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT.parent / "shared" / "data" / "sp500_daily_2000_2022.parquet"

@@ -36,7 +36,7 @@ started = time.perf_counter()
 import dagster as dg
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.definitions import build_definitions
-from kinematic_pipeline.orchestration.schedules import execute_run_requests
+from kinematic_pipeline_tests.conftest import execute_run_requests
 defs = build_definitions(load_settings())
 repo = defs.get_repository_def()
 instance = dg.DagsterInstance.get()

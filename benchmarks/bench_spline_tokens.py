@@ -49,11 +49,10 @@ def main() -> None:
     from kinematic_pipeline.calendar import trading_days
     from kinematic_pipeline.config import load_settings
     from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
-    from kinematic_pipeline.storage import Warehouse
 
     settings = load_settings("paper", source="parquet", source_path=args.source, warehouse=args.warehouse, env={})
     days = trading_days(dt.date(2000, 1, 3), dt.date(2022, 12, 30))
-    if not all(Warehouse(settings.warehouse).manifest("raw_ohlcv", d).exists() for d in days):
+    if not all(settings.warehouse.manifest("raw_ohlcv", d).exists() for d in days):
         t0 = time.perf_counter()
         materialize_raw_ohlcv(settings, days, progress=False)
         print(f"ingested the real file first (not timed below): {time.perf_counter() - t0:.1f} s")

@@ -32,29 +32,29 @@ from torch.utils.data import DataLoader  # noqa: E402
 from kinematic_pipeline.calendar import trading_days  # noqa: E402
 from kinematic_pipeline.config import load_settings  # noqa: E402
 from kinematic_pipeline.models import build_model  # noqa: E402
+from kinematic_pipeline.policy import Policy  # noqa: E402
 from kinematic_pipeline.training.data import WindowDataModule  # noqa: E402
-from kinematic_pipeline.training.modules import PretrainModule, adamw_with_cosine, pretrain_objective  # noqa: E402
-from kinematic_pipeline.training.run import configure_threads, quiet_lightning  # noqa: E402
+from kinematic_pipeline.training.modules import PretrainModule, adamw_with_cosine  # noqa: E402
+from kinematic_pipeline.training.trainer import configure_threads, quiet_lightning  # noqa: E402
 from kinematic_pipeline.window_store import build_window_store  # noqa: E402
 
 VARIANT = "splinegpt"
 
 
 def ensure_warehouse(settings, end: dt.date) -> None:
-    if (settings.warehouse / "corpus_stats" / "stats.parquet").exists():
-        build_window_store(settings, "spline_tokens", progress=False)  # kept as it is when current
-        return
+    """The demo warehouse through ``end`` (not timed); the spline window store and statistics kept when current."""
     from kinematic_pipeline.stages.corpus import materialize_corpus_stats
     from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
     from kinematic_pipeline.stages.tokenize import materialize_tokens
 
     t0 = time.perf_counter()
-    days = trading_days(settings.data.start_date, end)
-    materialize_raw_ohlcv(settings, days, progress=False)
-    materialize_tokens(settings, days, progress=False)  # corpus_stats fits every tokenization
-    materialize_corpus_stats(settings)
+    if not settings.warehouse.shard_days("spline_tokens"):
+        days = trading_days(settings.data.start_date, end)
+        materialize_raw_ohlcv(settings, days, progress=False)
+        materialize_tokens(settings, days, progress=False)
     build_window_store(settings, "spline_tokens", progress=False)
-    print(f"built the demo warehouse {settings.warehouse} through {end} (not timed): {time.perf_counter() - t0:.0f} s")
+    materialize_corpus_stats(settings, ("spline_tokens",))
+    print(f"the demo warehouse {settings.warehouse} through {end} (not timed): {time.perf_counter() - t0:.0f} s")
 
 
 def time_loader(dm: WindowDataModule, repeats: int) -> tuple[float, int]:
@@ -68,7 +68,7 @@ def time_loader(dm: WindowDataModule, repeats: int) -> tuple[float, int]:
 
 
 def fresh_module(settings, total_steps: int) -> PretrainModule:
-    torch.manual_seed(settings.train.seed)
+    torch.manual_seed(settings.train.seeds[0])
     return PretrainModule(build_model(VARIANT, settings.model), settings.train, total_steps)
 
 
@@ -107,7 +107,7 @@ def plain_loop(settings, batches: list[torch.Tensor]) -> float:
     optimizer, schedule = adamw_with_cosine(list(model.named_parameters()), cfg.lr, cfg.weight_decay, len(batches))
     t0 = time.perf_counter()
     for x in batches:
-        loss = pretrain_objective(model, x)
+        loss = model.pretrain_loss(x)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -130,7 +130,7 @@ def main() -> None:
     settings = load_settings("demo", warehouse=args.warehouse, env={})
     ensure_warehouse(settings, args.end)
     cfg = settings.train
-    dm = WindowDataModule(settings, VARIANT)
+    dm = WindowDataModule(settings, Policy(VARIANT, settings.train.seeds[0]))
     dm.setup()
     print(
         f"demo profile: {VARIANT} d_model={settings.model.d_model} layers={settings.model.n_layers}, batch "

@@ -35,16 +35,13 @@ import torch  # noqa: E402
 
 from kinematic_pipeline.config import load_settings  # noqa: E402
 from kinematic_pipeline.models import build_model  # noqa: E402
+from kinematic_pipeline.policy import Policy  # noqa: E402
+from kinematic_pipeline.sampling import expected_distinct_days  # noqa: E402
 from kinematic_pipeline.training.data import WindowDataModule  # noqa: E402
-from kinematic_pipeline.training.modules import adamw_with_cosine, pretrain_objective  # noqa: E402
-from kinematic_pipeline.training.run import configure_threads  # noqa: E402
+from kinematic_pipeline.training.modules import adamw_with_cosine  # noqa: E402
+from kinematic_pipeline.training.trainer import configure_threads  # noqa: E402
 from kinematic_pipeline.variants import variant as lookup_variant  # noqa: E402
-from kinematic_pipeline.window_store import (  # noqa: E402
-    StaleStoreError,
-    build_window_store,
-    expected_distinct_days,
-    open_store,
-)
+from kinematic_pipeline.window_store import StaleStoreError, build_window_store, open_store  # noqa: E402
 
 
 def ensure_store(settings, asset: str) -> None:
@@ -69,14 +66,14 @@ def time_epochs(dm: WindowDataModule, epochs: int) -> list[tuple[float, int]]:
 
 
 def time_training(settings, variant: str, batches: list[torch.Tensor]) -> float:
-    torch.manual_seed(settings.train.seed)
+    torch.manual_seed(settings.train.seeds[0])
     model = build_model(variant, settings.model)
     model.train()
     cfg = settings.train
     optimizer, schedule = adamw_with_cosine(list(model.named_parameters()), cfg.lr, cfg.weight_decay, len(batches))
 
     def step(x: torch.Tensor) -> None:
-        loss = pretrain_objective(model, x)
+        loss = model.pretrain_loss(x)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -107,7 +104,7 @@ def main() -> None:
     settings = load_settings(args.profile, warehouse=args.warehouse)
     asset = lookup_variant(args.variant).token_asset
     ensure_store(settings, asset)
-    dm = WindowDataModule(settings, args.variant)
+    dm = WindowDataModule(settings, Policy(args.variant, settings.train.seeds[0]))
     dm.setup()
     cfg = settings.train
     store = dm.store

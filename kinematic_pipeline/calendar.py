@@ -14,7 +14,7 @@ import numpy as np
 CALENDAR_START = dt.date(1990, 1, 2)  # earliest day any profile can ask for
 
 
-def _calendar_end() -> dt.date:
+def calendar_end() -> dt.date:
     return dt.date(dt.date.today().year + 2, 12, 31)
 
 
@@ -23,13 +23,13 @@ def _sessions() -> np.ndarray:
     """All NYSE sessions in [CALENDAR_START, end of next year] as datetime64[D], sorted."""
     import exchange_calendars as xc
 
-    cal = xc.get_calendar("XNYS", start=CALENDAR_START.isoformat(), end=_calendar_end().isoformat())
+    cal = xc.get_calendar("XNYS", start=CALENDAR_START.isoformat(), end=calendar_end().isoformat())
     return np.asarray(cal.sessions.values, dtype="datetime64[D]")
 
 
 def _check_range(day: dt.date) -> None:
-    if not CALENDAR_START <= day <= _calendar_end():
-        raise ValueError(f"{day} is outside the trading calendar's range {CALENDAR_START}..{_calendar_end()}")
+    if not CALENDAR_START <= day <= calendar_end():
+        raise ValueError(f"{day} is outside the trading calendar's range {CALENDAR_START}..{calendar_end()}")
 
 
 def trading_days(start: dt.date, end: dt.date) -> list[dt.date]:

@@ -88,7 +88,8 @@ def normalize_selection(text: str) -> str:
 
 
 def _plan(defs, selection: str | None, typed: str | None = None) -> list[list]:
-    """Selected asset keys in dependency order, grouped into runs of consecutive same-partitioning assets."""
+    """Selected asset keys in dependency order, grouped into as few runs as their partitionings allow: an asset
+    joins the latest run of its partitioning that comes after every parent's run."""
     import dagster as dg
 
     graph = defs.resolve_asset_graph()
@@ -106,17 +107,29 @@ def _plan(defs, selection: str | None, typed: str | None = None) -> list[list]:
     for key in list(chosen):
         chosen |= set(graph.get(key).assets_def.keys)
     runs: list[list] = []
-    last_partitioning = object()
-    for key in graph.toposorted_asset_keys:
-        if key not in chosen:
-            continue
+    run_of: dict = {}
+    for key in _run_order(graph, chosen):
+        # join the latest run of the same partitioning that comes after every parent's run; else a new run
         partitioning = graph.get(key).partitions_def
-        if runs and partitioning == last_partitioning:
-            runs[-1].append(key)
+        after = max((run_of[p] for p in graph.get(key).parent_keys if p in run_of), default=-1)
+        same = [i for i, run in enumerate(runs) if graph.get(run[0]).partitions_def == partitioning]
+        if same and same[-1] >= after:
+            runs[same[-1]].append(key)
         else:
             runs.append([key])
-        last_partitioning = partitioning
+        run_of[key] = same[-1] if same and same[-1] >= after else len(runs) - 1
     return runs
+
+
+def _run_order(graph, chosen: set) -> list:
+    """``chosen`` in dependency order: by depth in the graph (every parent comes first), and within one depth the
+    trading-day assets before the others, so that a backfill reads the day shards the previous one just wrote
+    while they are still in the page cache (the window stores write gigabytes), then by name."""
+    depth: dict = {}
+    for key in graph.toposorted_asset_keys:
+        depth[key] = 1 + max((depth[p] for p in graph.get(key).parent_keys if p in depth), default=-1)
+    day_assets = {k for k in chosen if graph.get(k).partitions_def is not None}
+    return sorted(chosen, key=lambda k: (depth[k], k not in day_assets, k.to_user_string()))
 
 
 def materialize(settings: Settings, selection: str | None = None, debug: bool = False) -> int:
@@ -129,6 +142,7 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
     import dagster as dg
 
     from kinematic_pipeline.definitions import build_definitions
+    from kinematic_pipeline.orchestration.partitions import PARTITION_TAG, range_tags
 
     home = _ensure_dagster_home(settings)
     defs = build_definitions(settings)
@@ -148,16 +162,16 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
             if bounds is None:
                 print(f"skip {names}: the source holds no bars in the profile's range")
                 continue
-            runs = [{"dagster/asset_partition_range_start": bounds[0], "dagster/asset_partition_range_end": bounds[1]}]
+            runs = [range_tags(bounds[0], bounds[1])]
             print(f"materialize {names} for trading days {bounds[0]} .. {bounds[1]} (one run)")
         elif partitions_def is not None:
             keys_all = partitions_def.get_partition_keys(dynamic_partitions_store=instance)
-            runs = [{"dagster/partition": k} for k in keys_all]
+            runs = [{PARTITION_TAG: k} for k in keys_all]
             print(f"materialize {names} for partitions {', '.join(keys_all)}")
         else:
             print(f"materialize {names}")
         for tags in runs:
-            partition_key = tags.pop("dagster/partition", None)
+            partition_key = tags.pop(PARTITION_TAG, None)
             tags = {**tags, **owner_tags()}
             result = dg.materialize(
                 [*defs.assets, *defs.asset_checks],
@@ -248,20 +262,18 @@ def _print_ingest_totals(result, keys) -> None:
 
 
 def print_summary(settings: Settings) -> None:
-    from kinematic_pipeline.storage import Warehouse, query
-
-    catalog = settings.catalog_path
-    print(f"\nResults: Parquet shards under {settings.warehouse}/<asset>/, DuckDB catalog {catalog}")
+    wh = settings.warehouse
+    catalog = wh.catalog_path
+    print(f"\nResults: Parquet shards under {wh}/<asset>/, DuckDB catalog {catalog}")
     if not catalog.exists():
         return
-    views = query(settings.warehouse, "SELECT view_name FROM duckdb_views() WHERE NOT internal ORDER BY 1")["view_name"]
+    views = wh.query("SELECT view_name FROM duckdb_views() WHERE NOT internal ORDER BY 1")["view_name"]
     for view in views:
-        rows = query(settings.warehouse, f'SELECT count(*) AS n FROM "{view}"')["n"][0]
+        rows = wh.query(f'SELECT count(*) AS n FROM "{view}"')["n"][0]
         print(f"  view {view:<24} {rows:>12,} rows")
-    wh = Warehouse(settings.warehouse)
     counts = {v: wh.model_count(v) for v in settings.train.variants}
     if any(foundations for foundations, _ in counts.values()):
-        print(f"Models under {wh.root / 'models'}/<variant>/seed=<seed>/ (foundation/model.pt, adapters/tau=*/):")
+        print(f"Models under {wh / 'models'}/<variant>/seed=<seed>/ (foundation/model.pt, adapters/tau=*/):")
         for v, (foundations, adapters) in counts.items():
             print(f"  {v:<10} foundations={foundations} adapters={adapters}")
     print(f'Try: duckdb {catalog} "SELECT * FROM quarantine LIMIT 10"')
@@ -273,19 +285,21 @@ def lineage(
     import duckdb
 
     from kinematic_pipeline.lineage import trace
+    from kinematic_pipeline.policy import Policy
 
     if model not in settings.train.variants:
         print(f"unknown model {model!r}: expected one of {', '.join(settings.train.variants)}", file=sys.stderr)
         return 2
+    policy = Policy(model, settings.train.seeds[0] if seed is None else seed, tau)
     # Any ticker ingest accepts (BRK/B, "BRK B", unicode) is fine: the query binds it as a parameter.
     try:
-        report = trace(settings, model, tau, ticker.strip(), cost_bps, seed)
+        report = trace(settings, policy, ticker.strip(), cost_bps)
     except (LookupError, FileNotFoundError) as exc:
         print(_one_line(exc), file=sys.stderr)
         return 1
     except duckdb.Error as exc:
         print(
-            f"catalog {settings.catalog_path}: {_one_line(exc)}. Hint: materialize the report "
+            f"catalog {settings.warehouse.catalog_path}: {_one_line(exc)}. Hint: materialize the report "
             "(python -m kinematic_pipeline materialize) so the backtests and provenance views exist",
             file=sys.stderr,
         )
@@ -296,9 +310,9 @@ def lineage(
 
 def _require_warehouse(settings: Settings) -> bool:
     """Read-only commands never create the warehouse (nor its catalog or lock file) by looking at it."""
-    if settings.catalog_path.exists():
+    if settings.warehouse.catalog_path.exists():
         return True
-    where = settings.warehouse if not settings.warehouse.exists() else settings.catalog_path
+    where = settings.warehouse if not settings.warehouse.exists() else settings.warehouse.catalog_path
     what = "no warehouse" if not settings.warehouse.exists() else "no catalog"
     print(
         f"{what} at {where}. Hint: set KP_WAREHOUSE (or --warehouse) to an existing warehouse, "
@@ -310,16 +324,12 @@ def _require_warehouse(settings: Settings) -> bool:
 
 def print_report(settings: Settings) -> int:
     """The paper's tables of the last materialized report (Markdown), and where the report lives."""
-    from kinematic_pipeline.stages.report import REPORT_FILE, TABLES_FILE
-
-    tables = settings.warehouse / "reports" / TABLES_FILE
-    if not tables.exists():
-        print(f"no report under {settings.warehouse / 'reports'}: materialize the report asset", file=sys.stderr)
+    wh = settings.warehouse
+    if not wh.tables_file.exists():
+        print(f"no report under {wh.reports_dir}: materialize the report asset", file=sys.stderr)
         return 1
-    print(tables.read_text())
-    print(
-        f"Report: {settings.warehouse / 'reports' / REPORT_FILE} (figures under {settings.warehouse / 'reports'}/figures/)"
-    )
+    print(wh.tables_file.read_text())
+    print(f"Report: {wh.report_file} (figures under {wh.figures_dir}/)")
     return 0
 
 
@@ -362,16 +372,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    # The definitions read KP_* when they load: pass overrides through the environment.
-    for var, value in (
-        ("KP_PROFILE", args.profile),
-        ("KP_SOURCE", args.source),
-        ("KP_SOURCE_PATH", args.source_path),
-        ("KP_WAREHOUSE", args.warehouse),
-    ):
-        if value:
-            os.environ[var] = value
-    settings = load_settings()
+    # The flags override KP_*; the definitions are built from these settings (cli.materialize), in process.
+    settings = load_settings(args.profile, source=args.source, source_path=args.source_path, warehouse=args.warehouse)
     if args.command == "materialize":
         return materialize(settings, args.select, debug=args.debug)
     if not _require_warehouse(settings):

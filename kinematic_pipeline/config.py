@@ -1,11 +1,13 @@
-"""Configuration: frozen dataclasses, three named profiles and the operator's environment variables.
+"""Configuration: frozen dataclasses, four named profiles and the operator's environment variables.
 
-A profile (``ci``, ``demo``, ``paper``) is a named set of values, selected by ``KP_PROFILE``. The
-operator interface of DESIGN.md overrides a few fields from the environment: ``KP_SOURCE``,
-``KP_SOURCE_PATH``, ``KP_WAREHOUSE``, plus ``KP_START_DATE`` / ``KP_END_DATE`` to narrow the history.
-``load_settings`` resolves them once, when the Dagster definitions load: partitions, schedules, sensors
-and every asset body are built from that one ``Settings``. Enum-like fields are checked when a config is
-built: a typo is a ValueError naming the field and its choices. Nothing here imports dagster.
+A profile (``ci``, ``demo``, ``real``, ``paper``) is a named set of values, selected by ``KP_PROFILE``. The
+operator interface of DESIGN.md overrides fields from the environment: ``KP_SOURCE``, ``KP_SOURCE_PATH``,
+``KP_WAREHOUSE``, ``KP_START_DATE`` / ``KP_END_DATE`` (narrow the history), ``KP_TRAIN_END`` (the training
+cut), ``KP_TRAIN_ACCELERATOR`` / ``_DEVICES`` / ``_PRECISION`` / ``_STRATEGY`` (the Lightning Trainer),
+``KP_TRAIN_SHARD_TRACE``, ``KP_DROP_DIR`` and ``KP_DURABLE_WRITES``. ``load_settings`` is the only reader of the
+environment: it resolves them once, when the definitions load, and partitions, schedules, sensors and every
+asset body are built from that one ``Settings``. Enum-like fields are checked when a config is built: a typo
+is a ValueError naming the field and its choices. Nothing here imports dagster.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from pathlib import Path
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.label_rules import LABEL_SOURCES
 from kinematic_pipeline.variants import VARIANT_NAMES
+from kinematic_pipeline.warehouse import Warehouse
+from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
 
 PROFILES = ("ci", "demo", "real", "paper")
 SOURCES = ("synthetic", "parquet", "csv", "yfinance")
@@ -117,8 +121,8 @@ class ModelConfig:
     n_layers: int = 4  # decoder blocks
     n_heads: int = 8  # attention heads
     d_ff: int = 2048  # MLP width (GELU)
-    context: int = 64  # tokens per window
-    n_channels: int = 9  # 4 price + 5 volume coefficients per token
+    context: int = N_TOKENS  # tokens per window (windows.py: the window geometry's one home)
+    n_channels: int = N_CHANNELS  # 4 price + 5 volume coefficients per token
     dropout: float = 0.1
     rope_base: float = 10000.0  # rotary position embedding frequency base
     # PatchTST (external baseline): channel independent, RevIN, patch 16 / stride 8, d_model 256, 4 heads
@@ -136,9 +140,8 @@ class TrainConfig:
     """Pretraining (paper "Training Stability") and LoRA fine-tuning (paper "Fine-Tuning via LoRA")."""
 
     # One foundation, adapters and backtests per seed (data order, initialization and dropout); the report
-    # shows mean +- std over seeds. ``seed`` is the one a training run uses (``Settings.for_seed``).
+    # shows mean +- std over seeds. A training run's own seed is its ``Policy``'s.
     seeds: tuple[int, ...] = (1234,)
-    seed: int | None = None  # None: the first of seeds
     epochs: int = 5  # cosine schedule from lr to 0 over all epochs
     lr: float = 6e-4
     weight_decay: float = 0.1  # AdamW, on matrices only
@@ -162,15 +165,13 @@ class TrainConfig:
     lora_layers: tuple[int, ...] = (0, 1, 3)  # the paper's layers 1, 2 and 4 (0-based)
     class_weights: tuple[float, float, float] = (2.0, 10.0, 1.0)  # weighted CE for [Buy, Sell, Hold]
     variants: tuple[str, ...] = ("splinegpt", "rawgpt_fd", "rawgpt", "patchtst")
+    shard_trace: str | None = None  # KP_TRAIN_SHARD_TRACE: a folder where each rank records what it served
 
     def __post_init__(self) -> None:
         for name in self.variants:
             check_choice("train.variants", name, VARIANT_NAMES)
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"train.seeds={self.seeds!r}: expected distinct integers, at least one")
-        if self.seed is None:
-            object.__setattr__(self, "seed", self.seeds[0])
-        check_choice("train.seed", self.seed, self.seeds)
 
 
 PAPER_TEST_TICKERS = ("INTC", "NVDA", "JPM", "XOM", "PFE", "TSLA")  # the paper's backtest universe
@@ -204,7 +205,10 @@ class Settings:
     """Everything a stage needs, resolved once per process."""
 
     profile: str = "ci"
-    warehouse: Path = Path("warehouse")
+    # the layout of $KP_WAREHOUSE (a path given here becomes a Warehouse; it reads as its root path)
+    warehouse: Warehouse = Warehouse(Path("warehouse"))
+    durable_writes: bool = False  # KP_DURABLE_WRITES=1: fsync every file before its rename (power loss)
+    drop_dir: Path | None = None  # KP_DROP_DIR: what the drop_directory sensor watches (None: $KP_WAREHOUSE/drop)
     data: DataConfig = field(default_factory=DataConfig)
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
     ingest: IngestConfig = field(default_factory=IngestConfig)
@@ -213,13 +217,14 @@ class Settings:
     train: TrainConfig = field(default_factory=TrainConfig)
     evaluate: EvalConfig = field(default_factory=EvalConfig)
 
-    @property
-    def catalog_path(self) -> Path:
-        return self.warehouse / "catalog.duckdb"
+    def __post_init__(self) -> None:
+        root = self.warehouse.root if isinstance(self.warehouse, Warehouse) else Path(self.warehouse)
+        object.__setattr__(self, "warehouse", Warehouse(root, durable=self.durable_writes))
 
-    def for_seed(self, seed: int) -> Settings:
-        """These settings for the training run of one of ``train.seeds``."""
-        return dataclasses.replace(self, train=dataclasses.replace(self.train, seed=seed))
+    @property
+    def drop_directory(self) -> Path:
+        """What the drop_directory sensor watches: KP_DROP_DIR, else ``$KP_WAREHOUSE/drop``."""
+        return self.drop_dir if self.drop_dir is not None else self.warehouse.root / "drop"
 
 
 # The backbones of the CPU profiles (demo, real): d_model 64 / d_ff 256 (paper: 512 / 2048), PatchTST alike.
@@ -404,10 +409,13 @@ def load_settings(
         data = dataclasses.replace(data, train_end=_parse_date(env["KP_TRAIN_END"], "KP_TRAIN_END"))
         check_training_cut(data)
 
-    wh = Path(warehouse or env.get("KP_WAREHOUSE") or base.warehouse).expanduser().resolve()
+    wh = Path(warehouse or env.get("KP_WAREHOUSE") or base.warehouse.root).expanduser().resolve()
     # Deployment settings of training (GPUs, precision, DDP), without a code change
     train = dataclasses.replace(
         base.train,
         **{field: env[var] for var, field in TRAIN_ENV.items() if env.get(var)},
+        shard_trace=env.get("KP_TRAIN_SHARD_TRACE") or None,
     )
-    return dataclasses.replace(base, warehouse=wh, data=data, train=train)
+    drop = Path(env["KP_DROP_DIR"]).expanduser().resolve() if env.get("KP_DROP_DIR") else None
+    durable = env.get("KP_DURABLE_WRITES", "0") == "1"
+    return dataclasses.replace(base, warehouse=wh, data=data, train=train, drop_dir=drop, durable_writes=durable)

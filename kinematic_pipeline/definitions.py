@@ -1,7 +1,9 @@
 """The Dagster definitions: assembly only (assets, checks, jobs, resources), all built from one ``Settings``.
 
-``load_settings()`` reads KP_* once, here; partitions, schedules, sensors and every asset body use that
-same object, so nothing resolves settings again at run time.
+``build_definitions(settings)`` is called with one ``Settings`` (``config.load_settings()``, which reads KP_*
+once): by ``kinematic_pipeline.defs`` (what ``dagster ... -m kinematic_pipeline`` loads, built on first use)
+and by the CLI with its own flags. Partitions, schedules, sensors and every asset body use that same object,
+so nothing resolves settings again at run time.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import warnings
 
 import dagster as dg
 
-from kinematic_pipeline.config import Settings, load_settings
+from kinematic_pipeline.config import Settings
 from kinematic_pipeline.orchestration.assets_evaluate import build_evaluate_assets
 from kinematic_pipeline.orchestration.assets_ingest import raw_ohlcv_asset
 from kinematic_pipeline.orchestration.assets_models import build_model_assets
@@ -43,6 +45,3 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         sensors=build_sensors(settings),
         resources={"bar_source": BarSourceOverride()},
     )
-
-
-defs = build_definitions(load_settings())

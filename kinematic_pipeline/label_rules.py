@@ -8,15 +8,42 @@ Two sources of r_j (DESIGN.md "Labels"; record which one was used):
   causal fits, x_j+1(t_j+1) - x_j(t_j), each the fitted log price at the last knot of the window ending
   that day (``spline_end_position``).
 - "close": the next-day close-to-close log return ln C_t+1 - ln C_t, what the backtest trades.
+
+tau, the labelling threshold, has its one home here: how a tau is spelled as a partition key and folder
+(``tau_key``), as a labels column (``tau_column``), and how two taus read back from keys, columns or SQL
+compare (``same_tau``, ``at_tau``, ``TAU_SQL``): one tolerance.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 
 from kinematic_pipeline.variants import BUY, HOLD, SELL, UNKNOWN_LABEL
+from kinematic_pipeline.windows import N_PRICE_COEFFS, N_TOKENS
 
 LABEL_SOURCES = ("spline", "close")
+TAU_TOLERANCE = 1e-12  # two taus are the same when they differ by less (floats read back from text)
+TAU_SQL = f"abs(tau - ?) < {TAU_TOLERANCE}"  # the same comparison in the catalog's SQL (one ? for the tau)
+
+
+def tau_key(tau: float) -> str:
+    """A tau as partition keys, folders and file stems spell it: ``0.01``, ``0.0025``."""
+    return f"{float(tau):g}"
+
+
+def tau_column(tau: float) -> str:
+    """The labels column of threshold ``tau``: ``label_tau_0p0025`` for tau = 0.0025."""
+    return "label_tau_" + f"{float(tau):.4f}".replace(".", "p")
+
+
+def same_tau(a: float, b: float) -> bool:
+    return abs(float(a) - float(b)) < TAU_TOLERANCE
+
+
+def at_tau(tau: float, column: str = "tau") -> pl.Expr:
+    """Rows whose ``column`` is ``tau`` (null never matches)."""
+    return ((pl.col(column) - float(tau)).abs() < TAU_TOLERANCE).fill_null(False)
 
 
 def label_returns_close(log_close_t, log_close_next) -> np.ndarray:
@@ -36,14 +63,14 @@ def spline_end_position(price_tokens, h=1.0) -> np.ndarray:
     h: the last interval's length (scalar or [n]; 1 trading day by default).
     """
     tokens = np.asarray(price_tokens, dtype=np.float64)
-    if tokens.ndim != 3 or tokens.shape[1:] != (64, 4):
-        raise ValueError(f"price_tokens must have shape [n, 64, 4], got {tokens.shape}")
+    if tokens.ndim != 3 or tokens.shape[1:] != (N_TOKENS, N_PRICE_COEFFS):
+        raise ValueError(f"price_tokens must have shape [n, {N_TOKENS}, {N_PRICE_COEFFS}], got {tokens.shape}")
     h = np.asarray(h, dtype=np.float64)
     if h.ndim > 1 or (h.ndim == 1 and h.shape != (tokens.shape[0],)):
         raise ValueError(f"h must be a scalar or have shape ({tokens.shape[0]},), got {h.shape}")
     if not (np.isfinite(h).all() and (h > 0).all()):
         raise ValueError("h must be finite and > 0")
-    c0, c1, c2, c3 = (tokens[:, 63, j] for j in range(4))
+    c0, c1, c2, c3 = (tokens[:, N_TOKENS - 1, j] for j in range(N_PRICE_COEFFS))
     return c0 + h * (c1 + h * (c2 / 2.0 + h * c3 / 6.0))
 
 

@@ -1,20 +1,39 @@
-"""Walk back from a reported metric: backtest -> predictions -> adapter -> foundation -> token shards -> raw bars.
+"""Lineage: what every backtest was built from (written with it), and the walk back from a reported metric.
 
-Reads the ``backtests`` and ``provenance`` views of the catalog and re-hashes every file the chain names,
-so each link is checked against the bytes on disk (no dagster here).
+``provenance_frame`` records, beside a policy's backtests, one row per file the numbers depend on (its
+outputs, predictions and the shards they read, the adapter and foundation files, the window store and every
+training day shard whose windows were served, the test-period token and raw_ohlcv shards) with its sha256,
+plus the code versions (``CODE_VERSIONS``: the one home of the stages' versions, which the Dagster assets
+declare too). ``trace`` reads the ``backtests`` and ``provenance`` views back and re-hashes every file the
+chain names, so each link is checked against the bytes on disk: backtest -> predictions -> adapter ->
+foundation -> window store and token shards -> raw bars. No dagster here.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
 
+from kinematic_pipeline import __version__
+from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.storage import file_sha256, query
+from kinematic_pipeline.label_rules import TAU_SQL
+from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.window_store import STORE_CODE_VERSION
 
+CODE_VERSIONS = {  # each stage's code version: a new one marks its assets (and everything after) stale
+    "ingest": "ingest-1",
+    "tokenize": "tokenize-1",
+    "window_store": STORE_CODE_VERSION,
+    "models": "models-1",
+    "evaluate": "evaluate-1",
+    "report": "report-1",
+}
 LINK_ORDER = (
     "backtests",
     "equity_curves",
@@ -32,6 +51,88 @@ LINK_ORDER = (
     "test_shard",
     "raw_ohlcv",
 )
+PROVENANCE_SCHEMA: dict[str, pl.DataType] = {  # every link holds for every ticker of the (variant, tau, seed)
+    "variant": pl.String,
+    "tau": pl.Float64,
+    "seed": pl.Int64,
+    "link": pl.String,  # one of LINK_ORDER, or code
+    "asset": pl.String,
+    "date": pl.String,  # the shard's partition (trading day), when it has one
+    "split": pl.String,  # training shards: pretrain_train | pretrain_val | finetune_train | finetune_val
+    "path": pl.String,
+    "sha256": pl.String,  # of the file's bytes at the time of the backtest (code rows: the version)
+}
+
+
+@functools.lru_cache(maxsize=1)
+def code_revision() -> str:
+    """The git commit of the package's checkout (plus "+dirty" for local changes), or "unknown"."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def code_versions(run_id: str) -> dict[str, str]:
+    """The code rows of a provenance: the package, its git commit, each stage's version and the Dagster run."""
+    return {"kinematic_pipeline": __version__, "git": code_revision(), **CODE_VERSIONS, "dagster_run_id": run_id}
+
+
+def provenance_frame(settings: Settings, policy: Policy, *, outputs: dict[str, Path], code_versions: dict[str, str]):
+    """The lineage of one policy's backtests, one row per file (or code version) it depends on.
+
+    ``outputs``: asset -> file written by the backtests (backtests, equity curves, trades, margin backtests);
+    the predictions, their validation-day file and the list of shards they read follow, then the adapter, the
+    foundation, what each trained on (``shards_used.parquet``: only what was served), the test shards."""
+    wh, variant = settings.warehouse, policy.variant
+    rows: list[dict] = []
+
+    def add(link: str, asset: str, path: Path, sha: str | None = None, **extra) -> None:
+        rows.append(dict(link=link, asset=asset, path=str(path), sha256=sha or file_sha256(Path(path)), **extra))
+
+    inputs = wh.predictions_extra("inputs", policy)
+    files = {
+        **outputs,
+        "predictions": wh.evaluation_file("predictions", policy),
+        "predictions_validation": wh.predictions_extra("validation", policy),
+        "predictions_inputs": inputs,
+    }
+    for asset, path in files.items():
+        add(asset, asset, path)
+    foundation, adapter = wh.policy_files(policy)
+    for path in wh.adapter_files(policy):
+        add("adapter", f"{variant}_adapter", path)
+    add("foundation", f"{variant}_foundation", foundation)
+    for prefix, model_dir in (("pretrain", foundation.parent), ("finetune", adapter)):
+        used_file = wh.shards_used(model_dir)
+        add(f"{prefix}_lineage", f"{variant}_{'foundation' if prefix == 'pretrain' else 'adapter'}", used_file)
+        used = pl.read_parquet(used_file)
+        for row in used.filter(pl.col("served") > 0).iter_rows(named=True):  # what the model was served
+            link = "window_store" if row["split"] == "store" else "training_shard"
+            date = None if link == "window_store" else row["date"]
+            add(link, row["asset"], row["path"], row["content_hash"], date=date, split=f"{prefix}_{row['split']}")
+    for shard in pl.read_parquet(inputs).iter_rows(named=True):
+        link = "raw_ohlcv" if shard["asset"] == "raw_ohlcv" else "test_shard"
+        add(link, shard["asset"], shard["path"], shard["content_hash"], date=str(shard["date"]))
+    for name, version in code_versions.items():
+        rows.append(dict(link="code", asset=name, path="", sha256=version))
+    keys = ("variant", "tau", "seed")
+    frame = pl.DataFrame(rows, schema={k: v for k, v in PROVENANCE_SCHEMA.items() if k not in keys})
+    frame = frame.with_columns(
+        pl.lit(variant).alias("variant"), pl.lit(policy.tau).alias("tau"), pl.lit(policy.seed).alias("seed")
+    )
+    return frame.select(list(PROVENANCE_SCHEMA)).cast(PROVENANCE_SCHEMA)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -64,27 +165,18 @@ def _check(rows: pl.DataFrame, report: LineageReport) -> int:
     return good
 
 
-def trace(
-    settings: Settings,
-    variant: str,
-    tau: float,
-    ticker: str,
-    cost_bps: float | None = None,
-    seed: int | None = None,
-) -> LineageReport:
-    """The chain behind the backtest of ``variant`` (trained with ``seed``; default: the first of
-    ``train.seeds``) at ``tau`` on ``ticker``, every file re-hashed."""
+def trace(settings: Settings, policy: Policy, ticker: str, cost_bps: float | None = None) -> LineageReport:
+    """The chain behind the backtest of ``policy`` on ``ticker`` (at the report's cost by default), every file
+    re-hashed."""
     wh, report = settings.warehouse, LineageReport()
     cost = settings.evaluate.report_cost_bps if cost_bps is None else cost_bps
-    seed = settings.train.seeds[0] if seed is None else seed
-    metrics = query(
-        wh,
-        "SELECT * FROM backtests WHERE variant = ? AND abs(tau - ?) < 1e-12 AND ticker = ? AND cost_bps = ? "
-        "AND seed = ?",
+    variant, tau, seed = policy.variant, policy.tau, policy.seed
+    metrics = wh.query(
+        f"SELECT * FROM backtests WHERE variant = ? AND {TAU_SQL} AND ticker = ? AND cost_bps = ? AND seed = ?",
         [variant, tau, ticker, cost, seed],
     )
     if metrics.height == 0:
-        have = query(wh, "SELECT DISTINCT variant, tau, seed, ticker FROM backtests WHERE tau IS NOT NULL ORDER BY ALL")
+        have = wh.query("SELECT DISTINCT variant, tau, seed, ticker FROM backtests WHERE tau IS NOT NULL ORDER BY ALL")
         raise LookupError(
             f"no backtest of {variant} at tau={tau:g}, seed {seed} on {ticker} at {cost:g} bps in {wh}; available: "
             + ", ".join(f"{r[0]}/{r[1]:g}/seed {r[2]}/{r[3]}" for r in have.iter_rows())
@@ -95,9 +187,7 @@ def trace(
         f"Sharpe {_fmt(row['sharpe'])} [95% CI {_fmt(row['sharpe_ci_low'])}, {_fmt(row['sharpe_ci_high'])}], "
         f"return {row['total_return']:+.1%}, max drawdown {row['max_drawdown']:.1%}, seed {row['seed']}"
     )
-    prov = query(
-        wh, "SELECT * FROM provenance WHERE variant = ? AND abs(tau - ?) < 1e-12 AND seed = ?", [variant, tau, seed]
-    )
+    prov = wh.query(f"SELECT * FROM provenance WHERE variant = ? AND {TAU_SQL} AND seed = ?", [variant, tau, seed])
     if prov.height == 0:
         raise LookupError(f"the backtest of {variant} at tau={tau:g} has no provenance rows; re-materialize backtests")
     for link in LINK_ORDER:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -85,12 +84,6 @@ def tick_plan(settings: Settings, day: dt.date) -> SessionPlan | str:
 
 
 # --- the drop directory ------------------------------------------------------------------------------
-
-
-def drop_directory(settings: Settings, env: dict[str, str] | None = None) -> Path:
-    """``KP_DROP_DIR``, else ``$KP_WAREHOUSE/drop``."""
-    env = os.environ if env is None else env
-    return Path(env.get("KP_DROP_DIR") or settings.warehouse / "drop").expanduser().resolve()
 
 
 def scan_drop_directory(directory: Path, fmt: str) -> dict[str, tuple[int, int]]:

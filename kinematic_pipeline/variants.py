@@ -2,7 +2,9 @@
 
 One registry says, for each variant, which token asset it reads, which channels of the token shard feed
 it, which backbone and head it trains, which files its fine-tuned head is saved in, and how the report
-names it. Everything else (training, evaluation, assets, report) looks a variant up here. No dagster here.
+names and draws it. Everything else (training, evaluation, assets, report) looks a variant up here; the
+torch behaviour of a backbone or head kind lives in ``models`` (``build_model``, ``models.heads.HEADS``),
+keyed by the names here. No dagster and no torch here.
 """
 
 from __future__ import annotations
@@ -18,90 +20,116 @@ ACTION_KEYS = ("buy", "sell", "hold")  # the same, as column and metadata keys
 
 
 @dataclass(frozen=True)
+class HeadLayout:
+    """Where a head kind saves a fine-tuned head in an adapter folder (its torch side: ``models.heads``)."""
+
+    kind: str  # "lora": PEFT LoRA + classification head; "probe": a linear probe on the frozen backbone
+    path_name: str  # the file or folder under the adapter folder
+    is_folder: bool  # PEFT writes a folder; the probe one file
+    marker: str | None  # inside a folder: the file written last but one, present when the save completed
+    description: str
+
+    def path(self, adapter_dir: Path) -> Path:
+        return Path(adapter_dir) / self.path_name
+
+    def saved(self, adapter_dir: Path) -> bool:
+        """Whether a fine-tuned head was saved in ``adapter_dir``."""
+        path = self.path(adapter_dir)
+        return (path / self.marker).is_file() if self.is_folder else path.is_file()
+
+    def files(self, adapter_dir: Path) -> list[Path]:
+        """The files that define the head, sorted."""
+        path = self.path(adapter_dir)
+        return sorted(p for p in path.rglob("*") if p.is_file()) if self.is_folder else [path]
+
+
+LORA_HEAD = HeadLayout("lora", "adapter", True, "adapter_config.json", "PEFT LoRA on layers 1, 2 and 4")
+PROBE_HEAD = HeadLayout("probe", "head.pt", False, None, "linear probe on the frozen backbone")
+
+
+@dataclass(frozen=True)
 class Variant:
     name: str
     token_asset: str  # the token asset it pretrains, fine-tunes and predicts on
     # Channels of the [64, 9] token window the backbone reads; None: all nine, anchored and z-scored with
-    # corpus_stats. PatchTST reads raw_tokens' ln close (y_{k+1}) and ln volume, unnormalized (RevIN inside).
+    # the tokenization's corpus statistics. PatchTST reads raw_tokens' ln close and ln volume, unnormalized.
     channels: tuple[int, ...] | None
-    backbone: str  # "gpt": KinematicGPT; "patchtst": PatchTST
-    head: str  # "lora": PEFT LoRA + classification head, saved in adapter/; "probe": a linear probe, head.pt
+    backbone: str  # "gpt": KinematicGPT; "patchtst": PatchTST (models.build_model)
+    head: HeadLayout
     display_name: str  # the paper's name (table headers)
     short_name: str  # the paper's column abbreviation
     title: str  # one line for asset descriptions
+    color: str  # in every figure (the paper: SplineGPT blue, PatchTST red)
+    line_style: str  # thin baseline lines in the equity panel ("-": the focus, drawn thick)
 
     @property
     def normalized(self) -> bool:
-        """Whether its windows are anchored and z-scored with corpus_stats."""
+        """Whether its windows are anchored and z-scored with corpus statistics."""
         return self.channels is None
 
     @property
     def tokenization(self) -> str:
-        """The token asset without its suffix, as corpus_stats names it (``spline``, ``fd``, ``raw``)."""
+        """The token asset without its suffix (``spline``, ``fd``, ``raw``): the name of its statistics."""
         return self.token_asset.removesuffix("_tokens")
-
-    def head_path(self, adapter_dir: Path) -> Path:
-        """What ``finetune`` saves in an adapter folder: PEFT's ``adapter/`` (LoRA + head) or the probe's ``head.pt``."""
-        return Path(adapter_dir) / ("head.pt" if self.head == "probe" else "adapter")
-
-    def head_saved(self, adapter_dir: Path) -> bool:
-        """Whether a fine-tuned head was saved in ``adapter_dir`` (PEFT writes adapter_config.json last but one)."""
-        path = self.head_path(adapter_dir)
-        return path.is_file() if self.head == "probe" else (path / "adapter_config.json").is_file()
-
-    @property
-    def head_description(self) -> str:
-        return "linear probe on the frozen backbone" if self.head == "probe" else "PEFT LoRA on layers 1, 2 and 4"
 
 
 VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in (
         Variant(
-            "splinegpt",
-            "spline_tokens",
-            None,
-            "gpt",
-            "lora",
-            "SplineGPT",
-            "Spline",
-            "SplineGPT (continuous spline tokens)",
+            name="splinegpt",
+            token_asset="spline_tokens",
+            channels=None,
+            backbone="gpt",
+            head=LORA_HEAD,
+            display_name="SplineGPT",
+            short_name="Spline",
+            title="SplineGPT (continuous spline tokens)",
+            color="tab:blue",
+            line_style="-",
         ),
         Variant(
-            "patchtst",
-            "raw_tokens",
-            (0, 4),
-            "patchtst",
-            "probe",
-            "PatchTST",
-            "Patch",
-            "PatchTST (channel-independent patches, RevIN, masked-patch pretraining)",
+            name="patchtst",
+            token_asset="raw_tokens",
+            channels=(0, 4),
+            backbone="patchtst",
+            head=PROBE_HEAD,
+            display_name="PatchTST",
+            short_name="Patch",
+            title="PatchTST (channel-independent patches, RevIN, masked-patch pretraining)",
+            color="tab:red",
+            line_style="--",
         ),
         Variant(
-            "rawgpt_fd",
-            "fd_tokens",
-            None,
-            "gpt",
-            "lora",
-            "RawGPT-FD",
-            "FD",
-            "RawGPT-FD (finite-difference tokens, same backbone)",
+            name="rawgpt_fd",
+            token_asset="fd_tokens",
+            channels=None,
+            backbone="gpt",
+            head=LORA_HEAD,
+            display_name="RawGPT-FD",
+            short_name="FD",
+            title="RawGPT-FD (finite-difference tokens, same backbone)",
+            color="tab:orange",
+            line_style=":",
         ),
         Variant(
-            "rawgpt",
-            "raw_tokens",
-            None,
-            "gpt",
-            "lora",
-            "RawGPT",
-            "Raw",
-            "RawGPT (raw values and first differences, same backbone)",
+            name="rawgpt",
+            token_asset="raw_tokens",
+            channels=None,
+            backbone="gpt",
+            head=LORA_HEAD,
+            display_name="RawGPT",
+            short_name="Raw",
+            title="RawGPT (raw values and first differences, same backbone)",
+            color="tab:purple",
+            line_style="-.",
         ),
     )
 }  # in the paper's column order
 VARIANT_NAMES = tuple(VARIANTS)
+FOCUS_VARIANT = "splinegpt"  # the paper's model: drawn thick, the responsiveness figure, the confusion matrix
 BENCHMARK = "buy_and_hold"  # the Buy & Hold rows of the backtests (no tau, seed or model)
-BENCHMARK_DISPLAY_NAME, BENCHMARK_SHORT_NAME = "Buy & Hold", "Mkt"
+BENCHMARK_DISPLAY_NAME, BENCHMARK_SHORT_NAME, BENCHMARK_COLOR = "Buy & Hold", "Mkt", "black"
 
 
 def variant(name: str) -> Variant:
@@ -118,3 +146,7 @@ def display_name(name: str) -> str:
 
 def short_name(name: str) -> str:
     return BENCHMARK_SHORT_NAME if name == BENCHMARK else variant(name).short_name
+
+
+def color(name: str) -> str:
+    return BENCHMARK_COLOR if name == BENCHMARK else variant(name).color

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import math
 import os
 import shutil
 import tempfile
@@ -36,15 +35,8 @@ import numpy as np
 import polars as pl
 from tqdm.auto import tqdm
 
+from kinematic_pipeline.atomic_files import PARQUET_COMPRESSION, digest, file_sha256, swap_in_folder
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.storage import (
-    DURABLE_WRITES,
-    PARQUET_COMPRESSION,
-    Warehouse,
-    digest,
-    file_sha256,
-    swap_in_folder,
-)
 from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
 
 STORE_CODE_VERSION = "window-store-1"
@@ -82,7 +74,7 @@ class StaleStoreError(ValueError):
 def training_shard_days(settings: Settings, asset: str) -> tuple[list[dt.date], list[dict]]:
     """The days of ``asset`` on or before the cut that hold windows, and their manifest rows (file names and
     manifests only: no shard is opened, none after the cut is listed)."""
-    wh = Warehouse(settings.warehouse)
+    wh = settings.warehouse
     days = wh.shard_days(asset, until=settings.data.train_end)
     metas = wh.manifest_rows(asset, days, ["windows", "content_hash"])
     kept = [(d, m) for d, m in zip(days, metas) if m["windows"] > 0]  # a day before any ticker has 64 sessions
@@ -97,13 +89,35 @@ class StoreSummary:
     rebuilt: bool  # False: the store on disk already held exactly these shards (nothing was written)
     seconds: float = 0.0
 
+    def __str__(self) -> str:
+        m = self.manifest
+        state = "built" if self.rebuilt else "unchanged"
+        return f"{m['windows']:,} windows of {m['days']:,} days ({state}, {self.seconds:.0f} s)"
+
+    def metadata(self) -> dict:
+        """What the store's materialization shows (plain values)."""
+        m = self.manifest
+        return {
+            "windows": m["windows"],
+            "days": m["days"],
+            "date_range": f"{m['first_day']} .. {m['last_day']} (train_end {m['train_end']})",
+            "non_finite_windows": m["non_finite_windows"],
+            "tokens_sha256": m["tokens_sha256"],
+            "shards_digest": m["shards_digest"],
+            "rebuilt": self.rebuilt,
+            "gigabytes": round(m["windows"] * WINDOW_BYTES / 1e9, 3),
+            "stage_seconds": round(self.seconds, 1),
+            "path": self.folder,
+            "dagster/row_count": m["windows"],
+        }
+
 
 def build_window_store(settings: Settings, asset: str, progress: bool = True) -> StoreSummary:
     """Build (or keep, when it already holds exactly these shards) the store of ``asset`` for the cut."""
     import time
 
     started = time.perf_counter()
-    wh = Warehouse(settings.warehouse)
+    wh = settings.warehouse
     days, metas = training_shard_days(settings, asset)
     if not days:
         raise ValueError(f"no {asset} windows on or before {settings.data.train_end}: materialize {asset} first")
@@ -138,7 +152,7 @@ def build_window_store(settings: Settings, asset: str, progress: bool = True) ->
                 tokens_hash.write(np.ascontiguousarray(block).tobytes())
                 rows.append(frame.select("date", "ticker", pl.Series("finite", np.isfinite(block).all(axis=(1, 2)))))
                 bar.update(hi - lo)
-            if DURABLE_WRITES:
+            if wh.durable:
                 out.flush()
                 os.fsync(out.fileno())
         bar.close()
@@ -172,7 +186,7 @@ def build_window_store(settings: Settings, asset: str, progress: bool = True) ->
         pl.DataFrame([manifest], schema=MANIFEST_SCHEMA).write_parquet(
             tmp / MANIFEST_FILE, compression=PARQUET_COMPRESSION
         )
-        swap_in_folder(tmp, final)
+        swap_in_folder(tmp, final, wh.durable)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # after the swap: the old store (if there was one)
     return StoreSummary(asset, final, manifest, rebuilt=True, seconds=time.perf_counter() - started)
@@ -319,7 +333,7 @@ class WindowStore:
 def open_store(settings: Settings, asset: str) -> WindowStore:
     """The store of ``asset`` for the settings' cut; ``StaleStoreError`` naming what to re-materialize when it is
     missing, was built for another cut, or from shards other than the warehouse's current ones."""
-    wh = Warehouse(settings.warehouse)
+    wh = settings.warehouse
     folder = wh.window_store_dir(asset)
     fix = f"materialize {window_store_asset(asset)}"
     manifest = _read_manifest(folder)
@@ -349,54 +363,12 @@ def window_store_asset(asset: str) -> str:
     return asset.removesuffix("_tokens") + "_window_store"
 
 
-# --- sampling -------------------------------------------------------------------------------------------
-
-STREAM_SALT = {"train": 0, "val": 1}  # independent draws for the two splits of one seed
-
-
-def epoch_sample(n: int, cap: int | None, seed: int, epoch: int, split: str) -> np.ndarray:
-    """Positions 0..n-1 drawn for one epoch, in serving order: a uniform sample without replacement of
-    min(cap, n) of them (all of them, shuffled, when there is no cap). Deterministic in (seed, epoch, split);
-    another epoch or seed draws another sample."""
-    rng = np.random.default_rng([int(seed), int(epoch), STREAM_SALT[split]])
-    k = n if cap is None else min(int(cap), n)
-    if k == n:
-        return rng.permutation(n)
-    return rng.choice(n, size=k, replace=False, shuffle=True)
-
-
-def part_of(sample: np.ndarray, part: int, parts: int) -> np.ndarray:
-    """Part ``part`` of ``parts`` disjoint, equal shares of an epoch's sample (DDP ranks x DataLoader workers):
-    every part gets len // parts positions (the remainder is not served), so every rank runs the same steps."""
-    if parts == 1:
-        return sample
-    share = len(sample) // parts
-    return sample[part::parts][:share]
-
-
-def expected_distinct_days(day_windows: np.ndarray, k: int) -> float:
-    """Expected number of days with at least one of ``k`` windows drawn uniformly without replacement from days
-    holding ``day_windows`` windows each: sum over days of 1 - C(N - n_d, k) / C(N, k)."""
-    counts = np.asarray(day_windows, dtype=np.float64)
-    n = counts.sum()
-    if k >= n:
-        return float((counts > 0).sum())
-    lg = math.lgamma
-    miss = [
-        math.exp(lg(n - c + 1) - lg(n - c - k + 1) - lg(n + 1) + lg(n - k + 1)) if n - c >= k else 0.0 for c in counts
-    ]
-    return float(np.sum(1.0 - np.asarray(miss)))
-
-
 __all__ = [
     "StaleStoreError",
     "StoreSummary",
     "WindowStore",
     "build_window_store",
-    "epoch_sample",
-    "expected_distinct_days",
     "open_store",
-    "part_of",
     "training_shard_days",
     "window_store_asset",
 ]

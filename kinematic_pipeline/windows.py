@@ -1,4 +1,4 @@
-"""What training and evaluation share about a token window: its channels, its normalization, its label column.
+"""What every stage shares about a token window: its geometry, its channels, its normalization.
 
 Pure numpy/polars (no dagster, no torch): ``training`` and ``stages`` both import it, neither imports the
 other's internals for it.
@@ -11,15 +11,13 @@ import polars as pl
 
 from kinematic_pipeline.variants import Variant
 
+# The window geometry, its one home: 65 price knots t_0..t_64, 64 intervals (one token each), 9 channels
 N_TOKENS, N_CHANNELS = 64, 9  # tokens per window; 4 price + 5 volume coefficients per token
+N_KNOTS = N_TOKENS + 1  # price samples per window (volume: one measurement per interval, N_TOKENS)
+N_PRICE_COEFFS, N_VOLUME_COEFFS = 4, 5  # c0..c3 of the cubic, c~0..c~4 of the quartic
 CHANNEL_NAMES = ("c0", "c1", "c2", "c3", "v0", "v1", "v2", "v3", "v4")
 ANCHORED_CHANNELS = (0, 4)  # c0 and c~0: anchored to the window's first token, not z-scored
 ZSCORED_CHANNELS = (1, 2, 3, 5, 6, 7, 8)
-
-
-def tau_column(tau: float) -> str:
-    """The labels column of threshold ``tau``: ``label_tau_0p0025`` for tau = 0.0025."""
-    return "label_tau_" + f"{tau:.4f}".replace(".", "p")
 
 
 def normalize_windows(tokens: np.ndarray, stats: pl.DataFrame, tokenization: str) -> np.ndarray:
@@ -48,3 +46,16 @@ class WindowNormalizer:
         if not self.variant.normalized:
             return np.ascontiguousarray(tokens[:, :, list(self.variant.channels)], dtype=np.float32)
         return normalize_windows(tokens, self.stats, self.variant.tokenization)
+
+
+def window_end_kinematics(tokens: np.ndarray) -> np.ndarray:
+    """The kinematic state each causal window reports [n, 9]: its last token (index 63), as stored.
+
+    Token 63 holds the Taylor coefficients (c0..c3 of log price, v0..v4 of log volume) at the window's last
+    interior knot, fitted on bars up to the window's end only. It is not carried to the end knot itself:
+    the natural end condition makes the acceleration there 0 by construction, which would hide c2.
+    """
+    tokens = np.asarray(tokens, dtype=np.float64)
+    if tokens.ndim != 3 or tokens.shape[1:] != (N_TOKENS, N_CHANNELS):
+        raise ValueError(f"tokens must have shape [n, {N_TOKENS}, {N_CHANNELS}], got {tokens.shape}")
+    return tokens[:, N_TOKENS - 1, :].copy()

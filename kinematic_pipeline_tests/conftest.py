@@ -6,8 +6,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
+import dagster as dg
 import numpy as np
 import polars as pl
 import pytest
@@ -18,7 +20,6 @@ from kinematic_pipeline.sources.synthetic import SyntheticSource
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
-from kinematic_pipeline.storage import Warehouse
 
 
 def cli(name: str) -> str:
@@ -68,20 +69,20 @@ def _run_all(settings) -> list[dt.date]:
     days = trading_days(START, END)
     materialize_raw_ohlcv(settings, days, progress=False)
     materialize_tokens(settings, days, progress=False)
-    token_days = [d for d in days if Warehouse(settings.warehouse).shard("spline_tokens", d).exists()]
+    token_days = [d for d in days if settings.warehouse.shard("spline_tokens", d).exists()]
     materialize_labels(settings, token_days, progress=False)
     return token_days
 
 
 def _training_inputs(settings) -> None:
-    """What training reads beside the shards: corpus_stats and the three window stores (the cut's windows)."""
+    """What training reads beside the shards: the three window stores (the cut's windows), their corpus_stats."""
     from kinematic_pipeline.stages.corpus import materialize_corpus_stats
-    from kinematic_pipeline.storage import TOKEN_ASSETS
+    from kinematic_pipeline.token_kinds import TOKEN_ASSETS
     from kinematic_pipeline.window_store import build_window_store
 
-    materialize_corpus_stats(settings)
     for asset in TOKEN_ASSETS:
         build_window_store(settings, asset, progress=False)
+    materialize_corpus_stats(settings)
 
 
 def _perturb_after(bars: pl.DataFrame, day: dt.date, seed: int = 7) -> pl.DataFrame:
@@ -97,3 +98,30 @@ def _perturb_after(bars: pl.DataFrame, day: dt.date, seed: int = 7) -> pl.DataFr
         ],
         pl.when(future).then((pl.col("volume") * volume_factor).round()).otherwise(pl.col("volume")).alias("volume"),
     )
+
+
+def execute_run_requests(
+    defs: dg.Definitions,
+    requests: Sequence[dg.RunRequest],
+    instance: dg.DagsterInstance,
+    run_config: dict | None = None,
+) -> list[dg.ExecuteInProcessResult]:
+    """Execute run requests one after another in this process, in the order the queue launches them
+    (tests, benchmarks, a manual tick without the daemon); ``run_config`` is added to each request's
+    own (e.g. loggers). Stops after the first failed run."""
+    results = []
+    for request in requests:
+        result = dg.materialize(
+            [*defs.assets, *defs.asset_checks],
+            selection=request.asset_selection,
+            partition_key=request.partition_key,
+            tags=request.tags,
+            run_config={**(run_config or {}), **request.run_config},
+            resources=defs.resources,
+            instance=instance,
+            raise_on_error=False,
+        )
+        results.append(result)
+        if not result.success:
+            break
+    return results

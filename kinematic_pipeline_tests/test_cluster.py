@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from kinematic_pipeline.calendar import trading_days
-from kinematic_pipeline.storage import Warehouse
+from kinematic_pipeline.warehouse import Warehouse
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # dagster, dagster-celery and celery of this interpreter's environment

@@ -1,5 +1,6 @@
 import datetime as dt
 import re
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +19,7 @@ def test_every_profile_resolves_with_its_defaults(tmp_path):
         env = {"KP_SOURCE_PATH": str(tmp_path)} if profile_settings(name).data.source != "synthetic" else {}
         settings = load_settings(name, warehouse=tmp_path, env=env)
         assert settings.profile == name
-        assert settings.catalog_path == tmp_path.resolve() / "catalog.duckdb"
+        assert settings.warehouse.catalog_path == tmp_path.resolve() / "catalog.duckdb"
 
 
 def test_environment_overrides_profile_and_arguments_override_environment(tmp_path):
@@ -85,3 +86,23 @@ def test_a_typo_in_an_enum_like_setting_names_the_field_and_the_choices(make, me
 def test_valid_settings_of_every_kind_load():
     assert TokenizeConfig(alpha_price="mle", alpha_volume=0.5, time_unit="calendar").alpha_price == "mle"
     assert IngestConfig(hl_policy="flag").hl_policy == "flag"
+
+
+def test_every_kp_variable_is_read_by_load_settings_and_nowhere_else(tmp_path):
+    env = {
+        "KP_DROP_DIR": str(tmp_path / "drops"),
+        "KP_DURABLE_WRITES": "1",
+        "KP_TRAIN_SHARD_TRACE": str(tmp_path / "t"),
+    }
+    settings = load_settings("ci", warehouse=tmp_path / "wh", env=env)
+    assert settings.drop_directory == (tmp_path / "drops").resolve()
+    assert settings.warehouse.durable and settings.train.shard_trace == str(tmp_path / "t")
+    plain = load_settings("ci", warehouse=tmp_path / "wh", env={})
+    assert plain.drop_directory == plain.warehouse.root / "drop" and not plain.warehouse.durable
+    assert plain.train.shard_trace is None
+    import kinematic_pipeline
+
+    package = Path(kinematic_pipeline.__file__).parent
+    reads = re.compile(r"""(environ|getenv|env)\b[^\n]*["']KP_""")
+    readers = sorted(str(p.relative_to(package)) for p in package.rglob("*.py") if reads.search(p.read_text()))
+    assert readers == ["config.py"], readers  # the CLI passes its flags to load_settings, not through os.environ

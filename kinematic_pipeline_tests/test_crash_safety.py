@@ -18,16 +18,19 @@ import dagster as dg
 import polars as pl
 import pytest
 
+from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.calendar import trading_days
+from kinematic_pipeline.catalog import query
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.definitions import build_definitions
-from kinematic_pipeline.orchestration.schedules import execute_run_requests
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
-from kinematic_pipeline.storage import TOKEN_ASSETS, Warehouse, file_sha256, query
+from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.training.data import store_labels
+from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline.window_store import build_window_store, open_store, training_shard_days
+from kinematic_pipeline_tests.conftest import execute_run_requests
 
 ROOT = Path(__file__).resolve().parents[1]
 DAY, PREVIOUS = dt.date(2021, 4, 1), dt.date(2021, 3, 31)
@@ -62,7 +65,7 @@ import dagster as dg
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.definitions import build_definitions
-from kinematic_pipeline.orchestration.schedules import execute_run_requests
+from kinematic_pipeline_tests.conftest import execute_run_requests
 
 defs = build_definitions(load_settings())
 schedule = defs.get_repository_def().get_schedule_def("nightly_tick")
@@ -138,7 +141,7 @@ def _streamed(settings, tau: float | None = None) -> int:
 @pytest.mark.e2e  # kills a real writer process mid-write; run in CI with -m e2e
 def test_a_tick_killed_mid_write_leaves_no_partial_shard_and_the_next_run_repairs_it(history, tmp_path):
     settings, defs = history
-    wh = settings.warehouse
+    wh = settings.warehouse.root
     # What an uninterrupted tick writes: the same tick on a copy of the warehouse.
     clean = tmp_path / "clean"
     shutil.copytree(wh, clean)
@@ -192,13 +195,13 @@ REINGEST_START, REINGEST_END = dt.date(2021, 3, 1), dt.date(2021, 4, 26)  # 40 s
 REINGEST_CHILD = """
 import datetime as dt, sys, time
 from pathlib import Path
-import kinematic_pipeline.storage as storage
+import kinematic_pipeline.atomic_files as atomic_files
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 
 source_path, warehouse, marker, victim, when = sys.argv[1:6]
-swap_in, calls = storage._swap_in, []
+swap_in, calls = atomic_files._swap_in, []
 
 def stalling_swap_in(new, final):  # the day's unit is staged whole: stall right before or after its swap
     calls.append(final)
@@ -208,7 +211,7 @@ def stalling_swap_in(new, final):  # the day's unit is staged whole: stall right
     if len(calls) == int(victim) and when == "after_swap":
         Path(marker).touch(); time.sleep(600)
 
-storage._swap_in = stalling_swap_in
+atomic_files._swap_in = stalling_swap_in
 start, end = dt.date.fromisoformat(sys.argv[6]), dt.date.fromisoformat(sys.argv[7])
 settings = load_settings("ci", source="parquet", source_path=source_path, warehouse=warehouse,
                          start_date=start, end_date=end, env={})

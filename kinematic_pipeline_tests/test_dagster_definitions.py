@@ -9,8 +9,9 @@ import sys
 import dagster as dg
 import polars as pl
 
+from kinematic_pipeline.catalog import query
 from kinematic_pipeline.definitions import build_definitions
-from kinematic_pipeline.storage import query
+from kinematic_pipeline.orchestration.partitions import range_tags
 
 from .conftest import SHORT_END, SHORT_START
 
@@ -36,7 +37,7 @@ def test_definitions_load_and_every_job_resolves(ci_settings):
     jobs = defs.resolve_all_job_defs()
     assert {j.name for j in jobs} >= {"ingest_job", "tokenize_job", "corpus_job"}
     for job in jobs:
-        assert job.asset_layer is not None
+        assert job.asset_layer.executable_asset_keys, job.name  # every job selects something it can run
     graph = defs.resolve_asset_graph()
     assert dg.AssetKey("raw_ohlcv") in graph.get_all_asset_keys()
     keys = graph.get(dg.AssetKey("raw_ohlcv")).partitions_def.get_partition_keys()
@@ -52,7 +53,7 @@ def test_the_package_module_exposes_the_definitions_lazily():
 
 def test_pure_modules_never_import_dagster():
     modules = pure_modules()
-    assert "kinematic_pipeline.stages.evaluate" in modules and len(modules) > 30
+    assert "kinematic_pipeline.stages.predict" in modules and len(modules) > 30
     code = "import sys\n" + "".join(f"import {m}\n" for m in modules) + "print('dagster' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -64,10 +65,7 @@ def test_raw_ohlcv_materializes_in_process_over_a_range_of_days(ci_settings):
         [*defs.assets, *defs.asset_checks],
         selection=["raw_ohlcv"],
         resources=defs.resources,
-        tags={
-            "dagster/asset_partition_range_start": SHORT_START.isoformat(),
-            "dagster/asset_partition_range_end": "2021-03-31",
-        },
+        tags=range_tags(SHORT_START, "2021-03-31"),
         instance=dg.DagsterInstance.ephemeral(),
     )
     assert result.success
@@ -90,13 +88,14 @@ def test_the_tokenize_and_corpus_stages_materialize_in_process(tmp_path):
     defs = build_definitions(settings)
     resources = defs.resources
     instance = dg.DagsterInstance.ephemeral()
-    span = {"dagster/asset_partition_range_start": "2021-01-04", "dagster/asset_partition_range_end": "2021-06-30"}
+    span = range_tags("2021-01-04", "2021-06-30")
     everything = [*defs.assets, *defs.asset_checks]
     steps = [
         (["raw_ohlcv"], span),
         (["alpha_estimates"], {}),
         (["spline_tokens", "fd_tokens", "raw_tokens", "labels"], span),
-        (["corpus_stats"], {}),
+        (["spline_window_store", "fd_window_store", "raw_window_store"], {}),
+        (["spline_corpus_stats", "fd_corpus_stats", "raw_corpus_stats"], {}),
     ]
     for selection, tags in steps:
         result = dg.materialize(everything, selection=selection, resources=resources, tags=tags, instance=instance)
@@ -105,6 +104,60 @@ def test_the_tokenize_and_corpus_stages_materialize_in_process(tmp_path):
     assert (
         spline.metadata["windows"].value == query(settings.warehouse, "SELECT count(*) FROM spline_tokens").item() > 0
     )
-    stats = instance.get_latest_materialization_event(dg.AssetKey("corpus_stats")).asset_materialization
+    stats = instance.get_latest_materialization_event(dg.AssetKey("fd_corpus_stats")).asset_materialization
     assert "2021-12-31" in stats.metadata["fit_window"].value
     assert query(settings.warehouse, "SELECT count(DISTINCT tokenization) FROM corpus_stats").item() == 3
+
+
+def _upstream(graph, key: dg.AssetKey) -> set[str]:
+    seen, todo = set(), [key]
+    while todo:
+        for parent in graph.get(todo.pop()).parent_keys:
+            if parent.to_user_string() not in seen:
+                seen.add(parent.to_user_string())
+                todo.append(parent)
+    return seen
+
+
+def test_each_variants_results_have_exactly_that_variants_chain_upstream(ci_settings):
+    """The UI's lineage of a Sharpe equals the variant's own chain: its adapter, foundation, window store, token
+    asset (and that tokenization's statistics when it normalizes), labels (built from spline tokens), raw bars."""
+    from kinematic_pipeline.token_kinds import SPLINE_TOKENS, token_kind
+    from kinematic_pipeline.variants import variant as lookup_variant
+
+    graph = build_definitions(ci_settings).resolve_asset_graph()
+    shared = {"raw_ohlcv", "alpha_estimates", "labels", SPLINE_TOKENS}  # labels read the spline end positions
+    for name in ci_settings.train.variants:
+        spec = lookup_variant(name)
+        kind = token_kind(spec.token_asset)
+        own = {
+            f"{name}_adapter",
+            f"{name}_foundation",
+            spec.token_asset,
+            kind.asset.removesuffix("_tokens") + "_window_store",
+        }
+        own |= {kind.corpus_stats_asset} if spec.normalized else set()
+        predictions = own | shared
+        assert _upstream(graph, dg.AssetKey(f"{name}_predictions")) == predictions, name
+        for result in ("backtests", "margin_backtests"):
+            assert _upstream(graph, dg.AssetKey(f"{name}_{result}")) == predictions | {f"{name}_predictions"}, name
+    # only the report group reads across variants, and it declares every variant's results
+    tables = _upstream(graph, dg.AssetKey("paper_tables"))
+    for name in ci_settings.train.variants:
+        assert {f"{name}_backtests", f"{name}_margin_backtests", f"{name}_predictions"} <= tables
+
+
+def test_a_selection_below_one_adapter_materializes_no_other_variants_assets(ci_settings):
+    from kinematic_pipeline.cli import _plan
+
+    defs = build_definitions(ci_settings)
+    chosen = {k.to_user_string() for run in _plan(defs, "key:splinegpt_adapter+") for k in run}
+    assert chosen == {
+        "splinegpt_adapter",
+        "splinegpt_predictions",
+        "splinegpt_backtests",
+        "splinegpt_margin_backtests",
+        "paper_tables",
+        "figures",
+        "report",
+    }

@@ -22,7 +22,9 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from kinematic_pipeline.storage import Warehouse, file_sha256
+from kinematic_pipeline.atomic_files import file_sha256
+from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.warehouse import Warehouse
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -49,7 +51,9 @@ def test_two_cpu_ranks_train_a_foundation_with_ddp_spawn_inside_a_dagster_step(t
         KP_END_DATE="2021-08-31",  # ~105 token days, all in the training period
         PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
     )
-    inputs = " or ".join(f"key:{k}" for k in ("raw_ohlcv", "spline_tokens", "corpus_stats", "spline_window_store"))
+    inputs = " or ".join(
+        f"key:{k}" for k in ("raw_ohlcv", "spline_tokens", "spline_corpus_stats", "spline_window_store")
+    )
     _run([sys.executable, "-m", "kinematic_pipeline", "materialize", "--select", inputs], env)
 
     env.update(KP_TRAIN_ACCELERATOR="cpu", KP_TRAIN_DEVICES="2", KP_TRAIN_SHARD_TRACE=str(trace))
@@ -70,7 +74,7 @@ def test_two_cpu_ranks_train_a_foundation_with_ddp_spawn_inside_a_dagster_step(t
     for (epoch, split), group in served.group_by(["epoch", "split"]):
         per_rank = group.group_by("rank").agg(pl.col("windows").sum()).sort("rank")["windows"].to_list()
         assert len(per_rank) == 2 and per_rank[0] == per_rank[1] > 0, (epoch, split, per_rank)
-    out_dir = Warehouse(warehouse).foundation_dir("splinegpt", 1234)
+    out_dir = Warehouse(warehouse).foundation_dir(Policy("splinegpt", 1234))
     used = pl.read_parquet(out_dir / "shards_used.parquet").filter(pl.col("served") > 0)
     for split in ("train", "val"):
         traced = served.filter(pl.col("split") == split).group_by("day").agg(pl.col("windows").sum())

@@ -164,15 +164,14 @@ def test_a_policy_that_buys_is_not_in_liquidation_equilibrium():
 
 def test_the_margin_rules_m_comes_from_the_validation_file_whatever_the_test_period_holds(tmp_path):
     """The stage: perturbing every test-period label and probability leaves m (and the validation rows) as they
-    were; changing the validation predictions moves it. The actions on test days follow the test probabilities."""
+    were; changing the validation predictions moves it (run_backtests passes the policy's validation file). The actions on test days follow the test probabilities."""
     import datetime as dt
 
     import polars as pl
 
     from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA
     from kinematic_pipeline.config import load_settings
-    from kinematic_pipeline.stages.evaluate import margin_rule_backtests, predictions_subfolder
-    from kinematic_pipeline.storage import write_parquet_atomic
+    from kinematic_pipeline.stages.backtests import margin_rule_backtests
 
     settings = load_settings("ci", warehouse=tmp_path / "warehouse", env={})
     rng = np.random.default_rng(11)
@@ -202,16 +201,17 @@ def test_the_margin_rules_m_comes_from_the_validation_file_whatever_the_test_per
     validation = validation.with_columns(
         pl.Series("label", np.where(gap > 0.1, 0, np.where(gap < -0.1, 1, 2)), dtype=pl.Int8)
     )
-    write_parquet_atomic(validation, predictions_subfolder(settings, "validation", "p"))
     test = frame(80, dt.date(2021, 1, 1), 1.0)
     perturbed = frame(80, dt.date(2021, 1, 1), 3.0)  # other labels, probabilities and prices on every test day
-    first = margin_rule_backtests(settings, test, "p")
-    second = margin_rule_backtests(settings, perturbed, "p")
+    first = margin_rule_backtests(settings, test, validation)
+    second = margin_rule_backtests(settings, perturbed, validation)
     assert first["margin"].unique().to_list() == second["margin"].unique().to_list()
     assert first["validation_rows"].unique().to_list() == [120]
     assert not first.select(pl.exclude("margin", "validation_rows")).equals(
         second.select(pl.exclude("margin", "validation_rows"))
     )  # the test period itself did change the backtest
     shuffled = validation.with_columns(pl.Series("label", rng.permutation(validation["label"].to_numpy())))
-    write_parquet_atomic(shuffled, predictions_subfolder(settings, "validation", "p"))
-    assert margin_rule_backtests(settings, test, "p")["margin"].unique().to_list() != first["margin"].unique().to_list()
+    assert (
+        margin_rule_backtests(settings, test, shuffled)["margin"].unique().to_list()
+        != first["margin"].unique().to_list()
+    )

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from kinematic_pipeline.models import PatchTSTClassifier, SequenceClassifier, build_model
-from kinematic_pipeline.stages.evaluate import evaluation_days, evaluation_tickers, predict, window_end_kinematics
-from kinematic_pipeline.storage import Warehouse
+from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.stages.predict import evaluation_days, evaluation_tickers, predict
+from kinematic_pipeline.windows import window_end_kinematics
 from kinematic_pipeline_tests.conftest import CUT, _bars, _perturb_after, _run_all, _settings, _training_inputs
 
 DECISION_DAY = dt.date(2021, 7, 9)  # "day t" of the perturbation: inside the test period (after CUT)
@@ -42,8 +43,8 @@ def test_predictions_do_not_change_when_bars_after_the_decision_day_change(wareh
     base, other = warehouses
     # corpus_stats come from the training period (<= CUT), identical in both warehouses by construction
     assert pl.read_parquet(base.warehouse / "corpus_stats").equals(pl.read_parquet(other.warehouse / "corpus_stats"))
-    a = predict(base, variant, 0.01, _classifier(base, variant)).frame
-    b = predict(other, variant, 0.01, _classifier(other, variant)).frame
+    a = predict(base, Policy(variant, 1234, 0.01), _classifier(base, variant)).frame
+    b = predict(other, Policy(variant, 1234, 0.01), _classifier(other, variant)).frame
     assert a.height == b.height > 0 and a["date"].min() > CUT
     assert a.select("ticker", "date").equals(b.select("ticker", "date"))
     decided = ["p_buy", "p_sell", "p_hold", "action", "close"]
@@ -59,7 +60,7 @@ def test_predictions_do_not_change_when_bars_after_the_decision_day_change(wareh
 
 def test_predictions_cover_every_test_day_and_ticker_with_valid_probabilities(warehouses):
     base, _ = warehouses
-    result = predict(base, "splinegpt", 0.01, _classifier(base, "splinegpt"))
+    result = predict(base, Policy("splinegpt", 1234, 0.01), _classifier(base, "splinegpt"))
     frame, days = result.frame, evaluation_days(base, "spline_tokens")
     assert days[0] > base.data.train_end and frame["date"].unique().sort().to_list() == days
     assert sorted(frame["ticker"].unique().to_list()) == evaluation_tickers(base, "spline_tokens", days)
@@ -73,7 +74,7 @@ def test_predictions_cover_every_test_day_and_ticker_with_valid_probabilities(wa
 def test_configured_test_tickers_missing_from_the_data_are_reported(warehouses):
     base, _ = warehouses
     settings = dataclasses.replace(base, evaluate=dataclasses.replace(base.evaluate, test_tickers=("SYN001", "NVDA")))
-    result = predict(settings, "splinegpt", 0.01, _classifier(settings, "splinegpt"))
+    result = predict(settings, Policy("splinegpt", 1234, 0.01), _classifier(settings, "splinegpt"))
     assert result.frame["ticker"].unique().to_list() == ["SYN001"]
     assert result.missing_tickers == ["NVDA"]
 
@@ -92,20 +93,19 @@ def test_window_kinematics_are_the_last_token_because_the_end_knot_has_zero_acce
 
 
 def test_an_empty_test_period_fails_with_a_message_that_names_the_cut(warehouses, tmp_path):
-    from kinematic_pipeline.stages.evaluate import run_predictions
+    from kinematic_pipeline.stages.predict import run_predictions
 
     base, _ = warehouses
     late = dataclasses.replace(base, data=dataclasses.replace(base.data, train_end=dt.date(2021, 12, 31)))
-    wh = Warehouse(late.warehouse)
-    seed = late.train.seed
-    adapter = wh.adapter_dir("splinegpt", "0.01", seed) / "adapter" / "adapter_config.json"
-    foundation = wh.foundation_checkpoint("splinegpt", seed)
+    wh, policy = late.warehouse, Policy("splinegpt", 1234, 0.01)
+    adapter = wh.adapter_dir(policy) / "adapter" / "adapter_config.json"
+    foundation = wh.foundation_checkpoint(policy)
     for path in (adapter, foundation):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
     try:
         with pytest.raises(ValueError, match="after the training cut 2021-12-31: the test period is empty"):
-            run_predictions(late, "splinegpt", "0.01")
+            run_predictions(late, policy)
     finally:
         adapter.unlink()
         foundation.unlink()

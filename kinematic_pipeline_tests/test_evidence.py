@@ -1,4 +1,4 @@
-"""Per-policy frames (backtest/evidence.py) over a predictions frame: one row per (variant, tau, seed), or per
+"""Per-policy frames (backtest/policy_frames.py) over a predictions frame: one row per (variant, tau, seed), or per
 (variant, tau) for the seed mean, the same numbers as the array functions, days resampled as dates, rows
 independent of the other policies."""
 
@@ -12,11 +12,11 @@ import pytest
 
 from kinematic_pipeline.backtest import decisions as d
 from kinematic_pipeline.backtest import skill as s
-from kinematic_pipeline.backtest.evidence import decision_frame, seed_mean_skill_frame, skill_frame
+from kinematic_pipeline.backtest.policy_frames import decision_frame, seed_mean_skill_frame, skill_frame
 from kinematic_pipeline.backtest.skill_seeds import seed_mean_skill
 from kinematic_pipeline.backtest.sweep import INPUT_SCHEMA, bootstrap_seed
 
-# the predictions frame as stages.evaluate writes it (float32 probabilities), without importing torch
+# the predictions frame as stages.predict writes it (float32 probabilities), without importing torch
 PREDICTIONS_SCHEMA = INPUT_SCHEMA | {"p_buy": pl.Float32, "p_sell": pl.Float32, "p_hold": pl.Float32}
 W = (2.0, 10.0, 1.0)
 RATES = {0.01: np.array([0.25, 0.23, 0.52]), 0.02: np.array([0.15, 0.13, 0.72])}

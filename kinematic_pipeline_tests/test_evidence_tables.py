@@ -11,16 +11,16 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kinematic_pipeline.backtest.evidence import seed_mean_skill_frame
 from kinematic_pipeline.backtest.oracle import ORACLE
+from kinematic_pipeline.backtest.policy_frames import seed_mean_skill_frame
 from kinematic_pipeline.backtest.skill import base_rates
 from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA
 from kinematic_pipeline.config import load_settings
-from kinematic_pipeline.label_rules import labels_from_returns
+from kinematic_pipeline.label_rules import labels_from_returns, tau_column
+from kinematic_pipeline.report import evidence_tables as tables
 from kinematic_pipeline.stages import evidence as ev
 from kinematic_pipeline.stages.labels import labels_schema
-from kinematic_pipeline.storage import LABELS, Warehouse
-from kinematic_pipeline.windows import tau_column
+from kinematic_pipeline.warehouse import LABELS
 
 TAU = 0.01
 TICKERS = ("A", "B", "C", "D")
@@ -46,7 +46,7 @@ def _settings(tmp_path, label_source="spline"):
 
 
 def _write_labels(settings, day, labels, r_close):
-    path = Warehouse(settings.warehouse).shard(LABELS, day)
+    path = settings.warehouse.shard(LABELS, day)
     path.parent.mkdir(parents=True, exist_ok=True)
     frame = {
         "ticker": list(TICKERS),
@@ -101,7 +101,7 @@ def test_the_close_to_close_rows_score_r_close_labels_against_their_own_base_rat
     skill = ev.information_skill(settings, predictions, rates, TAU)
     names = ev.outcome_names("spline")
     assert list(skill) == [names[ev.TRAINED], names[ev.CLOSE]]
-    returns = pl.concat([pl.read_parquet(Warehouse(settings.warehouse).shard(LABELS, d)) for d in TEST_DAYS])
+    returns = pl.concat([pl.read_parquet(settings.warehouse.shard(LABELS, d)) for d in TEST_DAYS])
     # the labels by hand: each prediction row's own r_close through the tau rule
     joined = predictions.join(returns.select("ticker", "date", "r_close"), on=["ticker", "date"], how="left")
     by_hand = joined.with_columns(label_close=pl.Series(labels_from_returns(joined["r_close"].to_numpy(), TAU)))
@@ -117,9 +117,9 @@ def test_the_close_to_close_rows_score_r_close_labels_against_their_own_base_rat
 def test_the_table_shows_every_metric_once_per_outcome_with_the_seed_mean_interval_and_std(warehouse):
     settings, predictions = warehouse
     skill = ev.information_skill(settings, predictions, ev.train_base_rates(settings), TAU)
-    table = ev.information_table(skill, TAU)
+    table = tables.information_table(skill, TAU)
     assert table.columns == ["Outcome", "Metric", "SplineGPT"]
-    assert table.height == 2 * len(ev.INFORMATION_ROWS)
+    assert table.height == 2 * len(tables.INFORMATION_ROWS)
     assert table["Outcome"].unique(maintain_order=True).to_list() == list(ev.outcome_names("spline").values())
     assert "Balanced accuracy (policy's actions)" in table["Metric"].to_list()
     row = skill[ev.outcome_names("spline")[ev.CLOSE]].row(0, named=True)
@@ -134,19 +134,19 @@ def test_with_close_to_close_training_labels_the_table_shows_one_set_and_says_so
     settings, predictions = warehouse
     settings = dataclasses.replace(settings, tokenize=dataclasses.replace(settings.tokenize, label_source="close"))
     skill = ev.information_skill(settings, predictions.filter(seed=1), ev.train_base_rates(settings), TAU)
-    table = ev.information_table(skill, TAU)
-    assert table.height == len(ev.INFORMATION_ROWS)
+    table = tables.information_table(skill, TAU)
+    assert table.height == len(tables.INFORMATION_ROWS)
     assert table["Outcome"].unique().to_list() == ["close-to-close (trained on and traded: one set, the two coincide)"]
     assert not any("±" in c for c in table["SplineGPT"].to_list())  # one seed: no spread to state
 
 
 def test_the_informed_ceiling_reads_na_on_the_outcome_it_was_not_scored_on():
     columns = {"tau": TAU, "n_seeds": 1, "variant": ["splinegpt", ORACLE]}
-    metrics = {f"{k}{x}": 0.5 for k, _ in ev.INFORMATION_ROWS for x in ("", "_ci_low", "_ci_high", "_seed_std")}
+    metrics = {f"{k}{x}": 0.5 for k, _ in tables.INFORMATION_ROWS for x in ("", "_ci_low", "_ci_high", "_seed_std")}
     both = pl.DataFrame(columns | metrics)
     skill = {"trained": both, "close": both.filter(pl.col("variant") != ORACLE)}
-    table = ev.information_table(skill, TAU)
+    table = tables.information_table(skill, TAU)
     oracle = table["Informed (latent drift)"].to_list()
     assert oracle[:2] == ["N/A (one-hot)"] * 2 and oracle[2] == "0.500 [0.500, 0.500]"  # scores, then decisions
-    assert oracle[len(ev.INFORMATION_ROWS) :] == [ev.ORACLE_ELSEWHERE] * len(ev.INFORMATION_ROWS)
+    assert oracle[len(tables.INFORMATION_ROWS) :] == [tables.ORACLE_ELSEWHERE] * len(tables.INFORMATION_ROWS)
     assert table["SplineGPT"][0] == "0.500 [0.500, 0.500]"

@@ -21,7 +21,7 @@ import polars as pl
 import pytest
 
 from kinematic_pipeline.calendar import trading_days
-from kinematic_pipeline.storage import Warehouse
+from kinematic_pipeline.warehouse import Warehouse
 
 REPO = Path(__file__).resolve().parents[1]
 FIRST, LAST = dt.date(2021, 1, 4), dt.date(2021, 1, 29)  # a Monday and a Friday

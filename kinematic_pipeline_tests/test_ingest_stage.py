@@ -8,10 +8,12 @@ import datetime as dt
 import polars as pl
 import pytest
 
+from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.calendar import trading_days
+from kinematic_pipeline.catalog import query
 from kinematic_pipeline.sources.files import FileSource
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv, verify_raw_ohlcv
-from kinematic_pipeline.storage import Warehouse, file_sha256, query
+from kinematic_pipeline.warehouse import Warehouse
 
 from .conftest import SHORT_END, SHORT_START
 
@@ -55,7 +57,7 @@ def test_a_repaired_source_removes_the_stale_quarantine_shard(tmp_path, ci_setti
         ci_settings, data=dataclasses.replace(ci_settings.data, source="csv", source_path=str(path))
     )
     materialize_raw_ohlcv(settings, [day], source=FileSource(path, "csv"), progress=False)
-    q = Warehouse(settings.warehouse).shard("quarantine", day)
+    q = settings.warehouse.shard("quarantine", day)
     assert pl.read_parquet(q)["reason"].to_list() == ["missing_value"]
     path.write_text("ticker,date,open,high,low,close,volume\nAAA,2021-03-01,1,2,0.5,1.5,10\n")
     materialize_raw_ohlcv(settings, [day], source=FileSource(path, "csv"), progress=False)
@@ -67,7 +69,7 @@ def test_a_repaired_source_removes_the_stale_quarantine_shard(tmp_path, ci_setti
 def test_the_contract_checks_catch_a_corrupted_shard(ci_settings):
     days = _days()
     materialize_raw_ohlcv(ci_settings, days, progress=False)
-    path = Warehouse(ci_settings.warehouse).shard("raw_ohlcv", days[0])
+    path = ci_settings.warehouse.shard("raw_ohlcv", days[0])
     good = pl.read_parquet(path)
     bad = pl.concat([good, good.head(1)]).with_columns(
         pl.when(pl.int_range(pl.len()) == 1).then(float("nan")).otherwise(pl.col("close")).alias("close"),
@@ -88,7 +90,7 @@ def test_an_infinite_value_in_a_shard_fails_the_check_and_the_tokenizer_names_ti
 
     days = _days()
     materialize_raw_ohlcv(ci_settings, days, progress=False)
-    path = Warehouse(ci_settings.warehouse).shard("raw_ohlcv", days[5])
+    path = ci_settings.warehouse.shard("raw_ohlcv", days[5])
     good = pl.read_parquet(path)
     ticker = good["ticker"][0]
     bad = good.with_columns(

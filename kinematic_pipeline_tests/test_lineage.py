@@ -8,12 +8,17 @@ import shutil
 import polars as pl
 import pytest
 
+from kinematic_pipeline.atomic_files import file_sha256
+from kinematic_pipeline.catalog import query
 from kinematic_pipeline.lineage import trace
-from kinematic_pipeline.stages.evaluate import run_backtests, run_predictions
+from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.stages.backtests import run_backtests
+from kinematic_pipeline.stages.predict import run_predictions
 from kinematic_pipeline.stages.report import materialize_paper_tables, materialize_report
-from kinematic_pipeline.storage import Warehouse, file_sha256, query
 from kinematic_pipeline.training.run import finetune, pretrain
 from kinematic_pipeline_tests.conftest import _bars, _run_all, _settings, _training_inputs
+
+POLICY = Policy("splinegpt", 1234, 0.01)
 
 
 @pytest.fixture(scope="module")
@@ -21,19 +26,17 @@ def backtested(tmp_path_factory):
     settings = _settings(tmp_path_factory.mktemp("lineage"), "wh", _bars(), taus=(0.01,))
     _run_all(settings)
     _training_inputs(settings)
-    wh, seed = Warehouse(settings.warehouse), settings.train.seed
-    pretrain(settings, "splinegpt", wh.foundation_dir("splinegpt", seed), progress=False)
-    foundation = wh.foundation_checkpoint("splinegpt", seed)
-    finetune(settings, "splinegpt", 0.01, foundation, wh.adapter_dir("splinegpt", "0.01", seed), progress=False)
-    run_predictions(settings, "splinegpt", "0.01")
-    run_backtests(settings, "splinegpt", "0.01", {"kinematic_pipeline": "test"})
+    pretrain(settings, POLICY, progress=False)
+    finetune(settings, POLICY, progress=False)
+    run_predictions(settings, POLICY)
+    run_backtests(settings, POLICY, {"kinematic_pipeline": "test"})
     return settings
 
 
 def test_every_link_of_a_backtest_resolves_to_a_file_with_the_recorded_hash(backtested):
     settings = backtested
     ticker = query(settings.warehouse, "SELECT min(ticker) AS t FROM backtests")["t"][0]
-    report = trace(settings, "splinegpt", 0.01, ticker)
+    report = trace(settings, POLICY, ticker)
     assert report.ok, report.problems
     prov = query(settings.warehouse, "SELECT * FROM provenance")
     links = set(prov["link"].to_list())
@@ -77,7 +80,7 @@ def test_a_rewritten_training_shard_or_a_missing_raw_partition_breaks_the_chain(
         import os
 
         os.remove(raw)
-        report = trace(settings, "splinegpt", 0.01, ticker)
+        report = trace(settings, POLICY, ticker)
         assert not report.ok
         assert any("hash mismatch" in p and shard in p for p in report.problems), report.problems
         assert any("missing" in p and raw in p for p in report.problems), report.problems
@@ -86,18 +89,18 @@ def test_a_rewritten_training_shard_or_a_missing_raw_partition_breaks_the_chain(
             fh.write(saved_shard.read_bytes())
         with open(raw, "wb") as fh:
             fh.write(saved_raw.read_bytes())
-    assert trace(settings, "splinegpt", 0.01, ticker).ok
+    assert trace(settings, POLICY, ticker).ok
 
 
 def test_lineage_of_an_unknown_backtest_lists_what_exists(backtested):
     with pytest.raises(LookupError, match="available: splinegpt/0.01/"):
-        trace(backtested, "splinegpt", 0.01, "NOPE")
+        trace(backtested, POLICY, "NOPE")
 
 
 def test_buy_and_hold_is_written_once_per_ticker_and_cost_and_never_in_a_policy_shard(backtested):
-    wh = Warehouse(backtested.warehouse)
-    policy = pl.read_parquet(wh.shard("backtests", f"splinegpt_tau0.01_seed{backtested.train.seed}"))
-    bench = pl.read_parquet(wh.shard("backtests", "buy_and_hold"))
+    wh = backtested.warehouse
+    policy = pl.read_parquet(wh.evaluation_file("backtests", POLICY))
+    bench = pl.read_parquet(wh.benchmark_file("backtests"))
     assert policy.height > 0 and (policy["variant"] == "splinegpt").all()
     assert (bench["variant"] == "buy_and_hold").all()
     costs = len(backtested.evaluate.costs_bps)
@@ -114,7 +117,7 @@ def test_the_report_states_the_tax_rate_the_backtests_used(backtested, tmp_path)
         evaluate=dataclasses.replace(backtested.evaluate, tax_rate=0.25, bootstrap_resamples=50),
     )
     shutil.copytree(backtested.warehouse, settings.warehouse)
-    run_backtests(settings, "splinegpt", "0.01", {"kinematic_pipeline": "test"})
+    run_backtests(settings, POLICY, {"kinematic_pipeline": "test"})
     materialize_paper_tables(settings)
     text = materialize_report(settings).read_text()
     assert "we pay 25% of that year's net realized gains" in text
@@ -123,29 +126,28 @@ def test_the_report_states_the_tax_rate_the_backtests_used(backtested, tmp_path)
 
 
 def _margin_of(settings) -> float:
-    name = f"splinegpt_tau0.01_seed{settings.train.seed}"
-    return pl.read_parquet(Warehouse(settings.warehouse).shard("margin_backtests", name))["margin"].unique().item()
+    return pl.read_parquet(settings.warehouse.evaluation_file("margin_backtests", POLICY))["margin"].unique().item()
 
 
 def test_the_second_rules_margin_depends_on_validation_days_only(backtested, tmp_path):
-    wh = Warehouse(backtested.warehouse)
-    name = f"splinegpt_tau0.01_seed{backtested.train.seed}"
-    validation = pl.read_parquet(wh.root / "predictions" / "validation" / f"{name}.parquet")
+    wh = backtested.warehouse
+    validation = pl.read_parquet(wh.predictions_extra("validation", POLICY))
+    predictions = wh.evaluation_file("predictions", POLICY)
     assert validation.height > 0 and validation["date"].max() <= backtested.data.train_end
-    assert validation["ticker"].n_unique() == pl.read_parquet(wh.shard("predictions", name))["ticker"].n_unique()
+    assert validation["ticker"].n_unique() == pl.read_parquet(predictions)["ticker"].n_unique()
     # Perturb every test-period label (the days after the cut), re-run predictions and backtests: same m.
     settings = dataclasses.replace(backtested, warehouse=tmp_path / "wh")
     shutil.copytree(backtested.warehouse, settings.warehouse)
-    perturbed = Warehouse(settings.warehouse)
+    perturbed = settings.warehouse
     column = "label_tau_0p0100"
     for day in perturbed.shard_days("labels", after=settings.data.train_end):
         path = perturbed.shard("labels", day)
         frame = pl.read_parquet(path)
         frame.with_columns(((pl.col(column) + 1) % 3).cast(pl.Int8)).write_parquet(path)
-    run_predictions(settings, "splinegpt", "0.01")
-    run_backtests(settings, "splinegpt", "0.01", {"kinematic_pipeline": "test"})
-    test_labels = pl.read_parquet(perturbed.shard("predictions", name))["label"]
-    assert not test_labels.equals(pl.read_parquet(wh.shard("predictions", name))["label"])  # the labels did change
+    run_predictions(settings, POLICY)
+    run_backtests(settings, POLICY, {"kinematic_pipeline": "test"})
+    test_labels = pl.read_parquet(perturbed.evaluation_file("predictions", POLICY))["label"]
+    assert not test_labels.equals(pl.read_parquet(predictions)["label"])  # the labels did change
     assert _margin_of(settings) == _margin_of(backtested)
 
 

@@ -15,21 +15,23 @@ import dagster as dg
 import polars as pl
 import pytest
 
+from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.definitions import build_definitions
 from kinematic_pipeline.nightly import consecutive_blocks, plan_sessions
-from kinematic_pipeline.orchestration.assets_evaluate import evaluation_partitions
+from kinematic_pipeline.orchestration.partitions import RANGE_END, RANGE_START, policy_partitions
 from kinematic_pipeline.orchestration.schedules import (
     NIGHTLY_QUEUE,
     QUEUE_TAG,
-    RANGE_END,
-    RANGE_START,
     build_schedules,
-    execute_run_requests,
+    evaluation_assets,
     nightly_evaluate_schedule,
 )
 from kinematic_pipeline.orchestration.sensors import drop_directory_sensor
-from kinematic_pipeline.storage import TOKEN_ASSETS, Warehouse, file_sha256
+from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.token_kinds import TOKEN_ASSETS
+from kinematic_pipeline.warehouse import Warehouse
+from kinematic_pipeline_tests.conftest import execute_run_requests
 
 NEW_YORK = ZoneInfo("America/New_York")
 HISTORY = ("2021-01-04", "2021-03-31")  # what exists before the first tick (61 sessions)
@@ -71,7 +73,7 @@ def _snapshot(warehouse: Path) -> dict[str, tuple[int, str]]:
 
 
 def test_three_nightly_ticks_add_one_shard_per_asset_and_a_rerun_changes_nothing(nightly_settings):
-    settings, wh = nightly_settings, nightly_settings.warehouse
+    settings, wh = nightly_settings, nightly_settings.warehouse.root
     defs = build_definitions(settings)
     schedule = defs.get_repository_def().get_schedule_def("nightly_tick")
     instance = dg.DagsterInstance.ephemeral()
@@ -135,24 +137,30 @@ def test_a_day_the_nyse_is_closed_gives_a_skip_reason_and_no_run(nightly_setting
 
 def test_the_evaluation_schedule_asks_for_each_fine_tuned_model_only(nightly_settings):
     settings = nightly_settings
-    partitions = evaluation_partitions(settings)
-    stubs = [dg.asset(name=name, partitions_def=partitions)(lambda: None) for name in ("predictions", "backtests")]
+    partitions = policy_partitions(settings)
+    stubs = [dg.asset(name=name, partitions_def=partitions)(lambda: None) for name in evaluation_assets(settings)]
     assert [s.name for s in build_schedules(settings, [])] == ["nightly_tick"]  # no evaluate stage: no schedule
     schedule = nightly_evaluate_schedule(settings)
     defs = dg.Definitions(assets=stubs, schedules=[schedule])
 
     assert "no fine-tuned model" in _tick(defs, schedule, TICKS[0]).skip_message
-    wh, (first, second) = Warehouse(settings.warehouse), settings.train.seeds
-    (wh.adapter_dir("splinegpt", "0.01", second) / "adapter").mkdir(parents=True)
-    (wh.adapter_dir("splinegpt", "0.01", second) / "adapter/adapter_config.json").write_text("{}")
-    wh.adapter_dir("patchtst", "0.02", first).mkdir(parents=True)
-    (wh.adapter_dir("patchtst", "0.02", first) / "head.pt").write_bytes(b"")
-    wh.adapter_dir("rawgpt", "0.005", first).mkdir(parents=True)  # a folder without a model: not ready
-    (wh.adapter_dir("rawgpt_fd", "0.01", first) / "head.pt").parent.mkdir(parents=True)
-    (wh.adapter_dir("rawgpt_fd", "0.01", first) / "head.pt").write_bytes(b"")  # a LoRA variant's is adapter/
+    wh, (first, second) = settings.warehouse, settings.train.seeds
+    spline, patch = Policy("splinegpt", second, 0.01), Policy("patchtst", first, 0.02)
+    (wh.adapter_dir(spline) / "adapter").mkdir(parents=True)
+    (wh.adapter_dir(spline) / "adapter/adapter_config.json").write_text("{}")
+    wh.adapter_dir(patch).mkdir(parents=True)
+    (wh.adapter_dir(patch) / "head.pt").write_bytes(b"")
+    wh.adapter_dir(Policy("rawgpt", first, 0.005)).mkdir(parents=True)  # a folder without a model: not ready
+    fd = wh.adapter_dir(Policy("rawgpt_fd", first, 0.01))
+    fd.mkdir(parents=True)
+    (fd / "head.pt").write_bytes(b"")  # a LoRA variant's is adapter/
     tick = _tick(defs, schedule, TICKS[0])
-    assert sorted(r.partition_key for r in tick.run_requests) == [f"patchtst@{first}|0.02", f"splinegpt@{second}|0.01"]
-    assert all(sorted(k.path[0] for k in r.asset_selection) == ["backtests", "predictions"] for r in tick.run_requests)
+    assert sorted(r.partition_key for r in tick.run_requests) == [f"{first}|0.02", f"{second}|0.01"]
+    selections = {r.partition_key: sorted(k.path[0] for k in r.asset_selection) for r in tick.run_requests}
+    assert selections == {
+        f"{first}|0.02": ["patchtst_backtests", "patchtst_margin_backtests", "patchtst_predictions"],
+        f"{second}|0.01": ["splinegpt_backtests", "splinegpt_margin_backtests", "splinegpt_predictions"],
+    }
     assert not _tick(defs, schedule, dt.date(2021, 4, 2)).run_requests  # Good Friday
 
 
@@ -205,8 +213,8 @@ def test_the_drop_directory_sensor_ingests_and_tokenizes_the_days_of_new_files(t
     assert spans == [("2021-04-01", "2021-04-05"), ("2021-03-31", "2021-04-01")]
     assert all(r.success for r in execute_run_requests(defs, second.run_requests, instance, run_config=QUIET))
     for asset in ("raw_ohlcv", *TOKEN_ASSETS):
-        assert pl.read_parquet(Warehouse(settings.warehouse).shard(asset, "2021-04-05")).height > 0
-    assert (pl.read_parquet(Warehouse(settings.warehouse).shard("labels", "2021-03-31"))["label_tau_0p0100"] >= 0).all()
+        assert pl.read_parquet(settings.warehouse.shard(asset, "2021-04-05")).height > 0
+    assert (pl.read_parquet(settings.warehouse.shard("labels", "2021-03-31"))["label_tau_0p0100"] >= 0).all()
 
 
 def test_the_drop_directory_sensor_is_idle_for_other_sources(nightly_settings):

@@ -19,8 +19,8 @@ import dagster as dg
 import pytest
 
 from kinematic_pipeline.calendar import trading_days
+from kinematic_pipeline.catalog import query
 from kinematic_pipeline.config import load_settings
-from kinematic_pipeline.storage import query
 from kinematic_pipeline_tests.conftest import cli
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,15 +9,19 @@ import numpy as np
 import polars as pl
 import pytest
 
+from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.calendar import trading_days
+from kinematic_pipeline.catalog import query
+from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.stages.alpha import materialize_alpha_estimates
 from kinematic_pipeline.stages.corpus import fit_corpus_stats
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
-from kinematic_pipeline.storage import TOKEN_ASSETS, Warehouse, file_sha256, query
+from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.tokenize import tokenize_price_windows, tokenize_volume_windows
-from kinematic_pipeline.windows import normalize_windows, tau_column
+from kinematic_pipeline.window_store import build_window_store
+from kinematic_pipeline.windows import normalize_windows
 from kinematic_pipeline_tests.conftest import CUT, END, START, _bars, _perturb_after, _run_all, _settings
 
 
@@ -31,33 +35,31 @@ def test_tokens_and_labels_do_not_change_when_future_bars_change(tmp_path):
     assert len(before) > 50 and len(after) > 20
     for asset in TOKEN_ASSETS:
         for day in before:  # windows ending on or before t: bit-identical shards
-            assert file_sha256(Warehouse(base.warehouse).shard(asset, day)) == file_sha256(
-                Warehouse(other.warehouse).shard(asset, day)
-            ), (asset, day)
+            assert file_sha256(base.warehouse.shard(asset, day)) == file_sha256(other.warehouse.shard(asset, day)), (
+                asset,
+                day,
+            )
         changed = [
             d
             for d in after
-            if file_sha256(Warehouse(base.warehouse).shard(asset, d))
-            != file_sha256(Warehouse(other.warehouse).shard(asset, d))
+            if file_sha256(base.warehouse.shard(asset, d)) != file_sha256(other.warehouse.shard(asset, d))
         ]
         assert changed == after, f"{asset}: the perturbation must reach every later window"
     for day in before[:-1]:  # labels of day t use day t+1: identical up to t-1
-        assert file_sha256(Warehouse(base.warehouse).shard("labels", day)) == file_sha256(
-            Warehouse(other.warehouse).shard("labels", day)
-        ), day
-    assert file_sha256(Warehouse(base.warehouse).shard("labels", CUT)) != file_sha256(
-        Warehouse(other.warehouse).shard("labels", CUT)
-    )
+        assert file_sha256(base.warehouse.shard("labels", day)) == file_sha256(other.warehouse.shard("labels", day)), (
+            day
+        )
+    assert file_sha256(base.warehouse.shard("labels", CUT)) != file_sha256(other.warehouse.shard("labels", CUT))
 
 
 def test_rematerializing_a_day_gives_a_byte_identical_shard(tmp_path):
     settings = _settings(tmp_path, "wh", _bars())
     days = _run_all(settings)
     day = days[40]
-    before = {a: file_sha256(Warehouse(settings.warehouse).shard(a, day)) for a in (*TOKEN_ASSETS, "labels")}
+    before = {a: file_sha256(settings.warehouse.shard(a, day)) for a in (*TOKEN_ASSETS, "labels")}
     materialize_tokens(settings, [day], progress=False)  # the nightly path: one day alone
     materialize_labels(settings, [day], progress=False)
-    assert {a: file_sha256(Warehouse(settings.warehouse).shard(a, day)) for a in before} == before
+    assert {a: file_sha256(settings.warehouse.shard(a, day)) for a in before} == before
 
 
 def test_a_zero_volume_day_is_a_missing_measurement_and_tokens_stay_finite(tmp_path):
@@ -72,9 +74,7 @@ def test_a_zero_volume_day_is_a_missing_measurement_and_tokens_stay_finite(tmp_p
     settings = _settings(tmp_path, "wh", bars)
     _run_all(settings)
     day = dt.date(2021, 5, 20)  # a window that contains the zero-volume day
-    shard = pl.read_parquet(Warehouse(settings.warehouse).shard("spline_tokens", day)).filter(
-        pl.col("ticker") == "SYN000"
-    )
+    shard = pl.read_parquet(settings.warehouse.shard("spline_tokens", day)).filter(pl.col("ticker") == "SYN000")
     tokens = shard["tokens"].to_numpy()[0]
     assert np.isfinite(tokens).all() and shard["n_missing_volume"][0] == 1
     # The same window solved directly with that measurement dropped (NaN): identical volume tokens.
@@ -123,18 +123,26 @@ def test_mle_alpha_is_estimated_on_the_training_period_and_used_by_the_tokenizer
 def test_corpus_stats_never_read_a_shard_after_the_training_cut(tmp_path):
     settings = _settings(tmp_path, "wh", _bars())
     days = _run_all(settings)
-    stats = fit_corpus_stats(settings)
+    for asset in TOKEN_ASSETS:
+        build_window_store(settings, asset, progress=False)
+    stats = pl.concat([fit_corpus_stats(settings, asset) for asset in TOKEN_ASSETS])
     assert (stats["fit_end"] <= CUT).all() and stats.height == 3 * 7
     for asset in TOKEN_ASSETS:  # wreck every later shard: an honest fit cannot notice
         for day in (d for d in days if d > CUT):
-            Warehouse(settings.warehouse).shard(asset, day).write_bytes(b"not parquet")
-    assert fit_corpus_stats(settings).equals(stats)
+            settings.warehouse.shard(asset, day).write_bytes(b"not parquet")
+    assert pl.concat([fit_corpus_stats(settings, asset) for asset in TOKEN_ASSETS]).equals(stats)
     # anchored channels start at zero; z-scored spline channels are standardized on the training windows
-    tokens = pl.read_parquet([Warehouse(settings.warehouse).shard("spline_tokens", d) for d in days if d <= CUT])[
+    tokens = pl.read_parquet([settings.warehouse.shard("spline_tokens", d) for d in days if d <= CUT])[
         "tokens"
     ].to_numpy()
     normalized = normalize_windows(tokens, stats, "spline")
     assert (normalized[:, 0, [0, 4]] == 0).all()
+    # the slow way: every token of the training shards at once, numpy's mean and std
+    values = tokens.astype(np.float64).reshape(-1, 9)
+    spline = stats.filter(pl.col("tokenization") == "spline").sort("channel")
+    channels = spline["channel"].to_list()
+    np.testing.assert_allclose(spline["mean"].to_numpy(), values.mean(axis=0)[channels], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(spline["std"].to_numpy(), values.std(axis=0)[channels], rtol=1e-9)
     z = normalized[:, :, [1, 2, 3, 5, 6, 7, 8]].reshape(-1, 7)
     np.testing.assert_allclose(z.mean(axis=0), 0, atol=1e-3)
     np.testing.assert_allclose(z.std(axis=0), 1, atol=1e-3)

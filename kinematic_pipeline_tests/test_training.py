@@ -16,18 +16,21 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import load_settings
+from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.models import build_model
-from kinematic_pipeline.storage import Warehouse, file_sha256
+from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.sampling import expected_distinct_days
 from kinematic_pipeline.training import data as data_mod
 from kinematic_pipeline.training.data import WindowDataModule, split_days
 from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule, adamw_with_cosine
-from kinematic_pipeline.training.run import _classifier, finetune, load_classifier, load_foundation, pretrain
-from kinematic_pipeline.window_store import build_window_store, expected_distinct_days
-from kinematic_pipeline.windows import tau_column
+from kinematic_pipeline.training.run import build_classifier, finetune, load_classifier, load_foundation, pretrain
+from kinematic_pipeline.window_store import build_window_store
 
 TAU = 0.01
+SEED = 1234  # the ci profile's first seed
 
 
 @pytest.fixture(scope="session")
@@ -43,9 +46,9 @@ def ci_warehouse(tmp_path_factory):
     materialize_raw_ohlcv(settings, days, progress=False)
     materialize_tokens(settings, days, progress=False)
     materialize_labels(settings, days, progress=False)
-    materialize_corpus_stats(settings)
-    for asset in ("spline_tokens", "raw_tokens"):
+    for asset in ("spline_tokens", "fd_tokens", "raw_tokens"):
         build_window_store(settings, asset, progress=False)
+    materialize_corpus_stats(settings)
     return settings
 
 
@@ -57,9 +60,8 @@ def tiny(ci_warehouse):
 
 
 @pytest.fixture(scope="session")
-def foundations(tiny, tmp_path_factory):
-    out = tmp_path_factory.mktemp("foundations")
-    return {v: pretrain(tiny, v, out / v, progress=False) for v in ("splinegpt", "patchtst")}
+def foundations(tiny):
+    return {v: pretrain(tiny, Policy(v, SEED), progress=False) for v in ("splinegpt", "patchtst")}
 
 
 def _windows(loader) -> list:
@@ -74,13 +76,13 @@ def test_split_by_date_puts_the_last_days_in_validation():
 
 
 def test_validation_days_are_the_last_days_of_the_training_period(ci_warehouse):
-    dm = WindowDataModule(ci_warehouse, "splinegpt")
+    dm = WindowDataModule(ci_warehouse, Policy("splinegpt", SEED))
     dm.setup()
     train_days, val_days = dm.train_days, dm.val_days
     assert max(train_days) < min(val_days)
     assert (
         max(val_days)
-        == max(Warehouse(ci_warehouse.warehouse).shard_days("spline_tokens", until=ci_warehouse.data.train_end))
+        == max(ci_warehouse.warehouse.shard_days("spline_tokens", until=ci_warehouse.data.train_end))
         <= ci_warehouse.data.train_end
     )
     assert len(val_days) == math.ceil(ci_warehouse.train.val_fraction * (len(train_days) + len(val_days)))
@@ -107,16 +109,17 @@ def test_no_shard_after_train_end_is_ever_opened(ci_warehouse, tmp_path):
     for asset in ("spline_tokens", "raw_tokens"):
         build_window_store(settings, asset, progress=False)
     for variant in ("splinegpt", "patchtst"):
-        dm = WindowDataModule(settings, variant, with_labels=True, tau=TAU)
+        dm = WindowDataModule(settings, Policy(variant, SEED, TAU))
         dm.setup()
         assert sum(len(b) for b in _windows(dm.train_dataloader())) > 0
         assert sum(len(b) for b in _windows(dm.val_dataloader())) > 0
         assert dm.class_counts()["hold"] > 0
 
 
-def _module(settings, cap=None, **kw):
-    settings = dataclasses.replace(settings, train=dataclasses.replace(settings.train, max_windows_per_epoch=cap))
-    dm = WindowDataModule(settings, "splinegpt", **kw)
+def _module(settings, cap=None, tau=None, seed=None, trace=None):
+    train = dataclasses.replace(settings.train, max_windows_per_epoch=cap, shard_trace=trace)
+    settings = dataclasses.replace(settings, train=train)
+    dm = WindowDataModule(settings, Policy("splinegpt", SEED if seed is None else seed, tau))
     dm.setup()
     return dm
 
@@ -135,7 +138,7 @@ def test_an_epoch_is_deterministic_for_a_seed_and_epoch_and_differs_between_epoc
     np.testing.assert_allclose(key(first), key(other_epoch), rtol=1e-6)  # no cap: every window once per epoch
     assert len(first) == dm.train_windows() == len(dm._train.rows)
     assert first.dtype == torch.float32 and first.shape[1:] == (64, 9)
-    other_seed = WindowDataModule(ci_warehouse.for_seed(ci_warehouse.train.seeds[1]), "splinegpt")
+    other_seed = _module(ci_warehouse, seed=ci_warehouse.train.seeds[1])
     assert not torch.equal(first, _epoch(other_seed, 0))
 
 
@@ -176,9 +179,8 @@ def test_parts_serve_disjoint_equal_shares_of_the_epoch(ci_warehouse, monkeypatc
     assert windows(parts[0]) | windows(parts[1]) == windows(whole)
 
 
-def test_the_trace_records_each_day_served_and_no_day_after_the_cut(ci_warehouse, tmp_path, monkeypatch):
-    monkeypatch.setenv("KP_TRAIN_SHARD_TRACE", str(tmp_path / "trace"))
-    dm = _module(ci_warehouse, cap=300, with_labels=True, tau=TAU)
+def test_the_trace_records_each_day_served_and_no_day_after_the_cut(ci_warehouse, tmp_path):
+    dm = _module(ci_warehouse, cap=300, tau=TAU, trace=str(tmp_path / "trace"))
     served = sum(len(y) for _, y in dm.train_dataloader()) + sum(len(y) for _, y in dm.val_dataloader())
     trace = pl.read_csv(
         tmp_path / "trace" / "rank0.tsv",
@@ -199,11 +201,11 @@ def test_the_trace_records_each_day_served_and_no_day_after_the_cut(ci_warehouse
 
 
 def test_labels_are_those_of_the_served_windows_and_unknown_labels_are_never_drawn(ci_warehouse):
-    dm = WindowDataModule(ci_warehouse, "splinegpt", with_labels=True, tau=TAU)
+    dm = WindowDataModule(ci_warehouse, Policy("splinegpt", SEED, TAU))
     dm.setup()
     got = torch.cat([y for _, y in dm.val_dataloader()]).numpy()
     col = tau_column(TAU)
-    wh = Warehouse(ci_warehouse.warehouse)
+    wh = ci_warehouse.warehouse
     keys = dm.store.rows[dm._val.served_rows(0)].select("date", "ticker")
     expected = []  # the slow way: each served window's own labels shard, looked up by ticker
     for day, ticker in keys.iter_rows():
@@ -228,7 +230,8 @@ def test_pretrain_module_loss_equals_the_plain_torch_loss(ci_warehouse):
 
 def test_finetune_module_loss_is_the_weighted_cross_entropy(ci_warehouse):
     torch.manual_seed(0)
-    classifier = _classifier(ci_warehouse, "splinegpt", build_model("splinegpt", ci_warehouse.model)).eval()
+    policy = Policy("splinegpt", SEED, TAU)
+    classifier = build_classifier(ci_warehouse, policy, build_model("splinegpt", ci_warehouse.model)).eval()
     module = FinetuneModule(classifier, ci_warehouse.train, total_steps=10)
     x, y = torch.randn(16, 64, 9), torch.randint(0, 3, (16,))
     loss, preds, _ = module.model_step((x, y))
@@ -254,14 +257,14 @@ def test_cosine_schedule_decays_to_zero_and_decay_skips_vectors():
 @pytest.mark.parametrize("variant", ["splinegpt", "patchtst"])
 def test_pretrain_writes_a_checkpoint_whose_hash_matches(foundations, tiny, variant):
     result = foundations[variant]
-    assert result.checkpoint_path.exists() and file_sha256(result.checkpoint_path) == result.checkpoint_sha256
+    assert result.checkpoint_path.exists() and file_sha256(result.checkpoint_path) == result.files_sha256["model.pt"]
     assert 0 < result.windows_seen <= tiny.train.max_windows_per_epoch
     assert result.train_loss_curve and result.val_loss_curve and result.metrics_csv.exists()
     assert all(np.isfinite(v) for _, v in result.train_loss_curve + result.val_loss_curve)
     assert result.params_trainable == result.params_total > 0
     assert all(r["date"] <= tiny.data.train_end.isoformat() for r in result.shards_used)
     saved = torch.load(result.checkpoint_path, weights_only=True)
-    reloaded = load_foundation(tiny, variant, result.checkpoint_path)
+    reloaded = load_foundation(tiny, result.policy, result.checkpoint_path)
     for name, value in reloaded.state_dict().items():
         assert torch.equal(value, saved["state_dict"][name])
     assert (result.checkpoint_path.parent / "checkpoints" / "last.ckpt").exists()
@@ -270,11 +273,12 @@ def test_pretrain_writes_a_checkpoint_whose_hash_matches(foundations, tiny, vari
 @pytest.mark.parametrize("variant", ["splinegpt", "patchtst"])
 def test_finetune_saves_an_adapter_that_reloads_to_identical_predictions(foundations, tiny, tmp_path, variant):
     foundation = foundations[variant].checkpoint_path
-    result = finetune(tiny, variant, TAU, foundation, tmp_path / "ft", progress=False)
-    for name, digest in result.artifact_sha256.items():
+    policy = Policy(variant, SEED, TAU)
+    result = finetune(tiny, policy, tmp_path / "ft", progress=False)
+    for name, digest in result.files_sha256.items():
         assert file_sha256(tmp_path / "ft" / name) == digest
     if variant == "splinegpt":
-        assert {"adapter/adapter_config.json", "adapter/adapter_model.safetensors"} <= set(result.artifact_sha256)
+        assert {"adapter/adapter_config.json", "adapter/adapter_model.safetensors"} <= set(result.files_sha256)
         # PEFT writes target_modules in set (hash) order; sorted, the same run gives the same bytes in any process
         targets = json.loads((tmp_path / "ft" / "adapter" / "adapter_config.json").read_text())["target_modules"]
         assert targets == sorted(targets) and len(targets) == 12
@@ -283,11 +287,15 @@ def test_finetune_saves_an_adapter_that_reloads_to_identical_predictions(foundat
 
     # Independent path: the trained weights from Lightning's own last checkpoint.
     ckpt = torch.load(tmp_path / "ft" / "checkpoints" / "last.ckpt", weights_only=False)
-    trained = FinetuneModule(_classifier(tiny, variant, load_foundation(tiny, variant, foundation)), tiny.train, 1)
+    trained = FinetuneModule(build_classifier(tiny, policy, load_foundation(tiny, policy, foundation)), tiny.train, 1)
     trained.load_state_dict(ckpt["state_dict"])
     trained.eval()
-    reloaded = load_classifier(tiny, variant, foundation, result.adapter_path)
-    untrained = _classifier(tiny, variant, load_foundation(tiny, variant, foundation)).eval()
+    in_place = dataclasses.replace(tiny, warehouse=tmp_path / "wh")  # the adapter where the warehouse keeps it
+    shutil.copytree(tmp_path / "ft", in_place.warehouse.adapter_dir(policy))
+    in_place.warehouse.foundation_dir(policy).mkdir(parents=True)
+    shutil.copy(foundation, in_place.warehouse.foundation_checkpoint(policy))
+    reloaded = load_classifier(in_place, policy)
+    untrained = build_classifier(tiny, policy, load_foundation(tiny, policy, foundation)).eval()
     x = torch.randn(32, 64, 9 if variant != "patchtst" else 2)
     with torch.no_grad():
         torch.testing.assert_close(reloaded(x), trained(x), rtol=0, atol=0)
@@ -304,8 +312,8 @@ def test_split_keeps_at_least_one_training_day():
 
 def test_the_same_seed_gives_the_same_weights_and_another_seed_other_weights(foundations, tiny, tmp_path):
     first, second = tiny.train.seeds[:2]
-    again = pretrain(tiny.for_seed(first), "splinegpt", tmp_path / "again", progress=False)
-    other = pretrain(tiny.for_seed(second), "splinegpt", tmp_path / "other", progress=False)
+    again = pretrain(tiny, Policy("splinegpt", first), tmp_path / "again", progress=False)
+    other = pretrain(tiny, Policy("splinegpt", second), tmp_path / "other", progress=False)
     base = torch.load(foundations["splinegpt"].checkpoint_path, weights_only=True)["state_dict"]
     same = torch.load(again.checkpoint_path, weights_only=True)["state_dict"]
     different = torch.load(other.checkpoint_path, weights_only=True)["state_dict"]

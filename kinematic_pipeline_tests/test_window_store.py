@@ -12,15 +12,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kinematic_pipeline.storage import Warehouse, file_sha256
-from kinematic_pipeline.window_store import (
-    StaleStoreError,
-    build_window_store,
-    epoch_sample,
-    expected_distinct_days,
-    open_store,
-    part_of,
-)
+from kinematic_pipeline.atomic_files import file_sha256
+from kinematic_pipeline.sampling import epoch_sample, expected_distinct_days, part_of
+from kinematic_pipeline.window_store import StaleStoreError, build_window_store, open_store
 from kinematic_pipeline_tests.conftest import CUT, _bars, _perturb_after, _run_all, _settings
 
 ASSET = "spline_tokens"
@@ -40,7 +34,7 @@ def _files(folder) -> dict[str, str]:
 
 def test_the_store_holds_every_window_of_every_day_up_to_the_cut_as_the_shards_do(built):
     store = open_store(built, ASSET)
-    wh = Warehouse(built.warehouse)
+    wh = built.warehouse
     days = wh.shard_days(ASSET, until=built.data.train_end)
     assert store.days["date"].max() <= built.data.train_end and store.manifest["train_end"] == built.data.train_end
     row = 0
@@ -58,7 +52,7 @@ def test_the_store_holds_every_window_of_every_day_up_to_the_cut_as_the_shards_d
 
 
 def test_a_rebuild_from_the_same_shards_is_byte_identical_and_an_unchanged_store_is_left_alone(built, tmp_path):
-    folder = Warehouse(built.warehouse).window_store_dir(ASSET)
+    folder = built.warehouse.window_store_dir(ASSET)
     before = _files(folder)
     mtimes = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
     assert not build_window_store(built, ASSET, progress=False).rebuilt
@@ -66,16 +60,14 @@ def test_a_rebuild_from_the_same_shards_is_byte_identical_and_an_unchanged_store
     copy = dataclasses.replace(built, warehouse=tmp_path / "copy")
     shutil.copytree(built.warehouse, copy.warehouse, ignore=shutil.ignore_patterns("window_store"))
     assert build_window_store(copy, ASSET, progress=False).rebuilt
-    assert _files(Warehouse(copy.warehouse).window_store_dir(ASSET)) == before
+    assert _files(copy.warehouse.window_store_dir(ASSET)) == before
 
 
 def test_the_store_does_not_change_when_bars_after_the_cut_change(built, tmp_path):
     other = _settings(tmp_path, "perturbed", _perturb_after(_bars(), CUT), taus=(0.01,))
     _run_all(other)
     build_window_store(other, ASSET, progress=False)
-    assert _files(Warehouse(other.warehouse).window_store_dir(ASSET)) == _files(
-        Warehouse(built.warehouse).window_store_dir(ASSET)
-    )
+    assert _files(other.warehouse.window_store_dir(ASSET)) == _files(built.warehouse.window_store_dir(ASSET))
 
 
 def test_a_store_of_other_shards_or_another_cut_is_an_error_naming_the_asset_to_materialize(built, tmp_path):
@@ -84,7 +76,7 @@ def test_a_store_of_other_shards_or_another_cut_is_an_error_naming_the_asset_to_
     earlier = dataclasses.replace(settings, data=dataclasses.replace(settings.data, train_end=dt.date(2021, 5, 28)))
     with pytest.raises(StaleStoreError, match="built for the training cut .*: materialize spline_window_store"):
         open_store(earlier, ASSET)
-    wh = Warehouse(settings.warehouse)
+    wh = settings.warehouse
     day = wh.shard_days(ASSET, until=settings.data.train_end)[-1]
     manifest = pl.read_parquet(wh.manifest(ASSET, day)).with_columns(pl.lit("0" * 64).alias("content_hash"))
     manifest.write_parquet(wh.manifest(ASSET, day))  # as a re-tokenized day would: its shard has new bytes
@@ -98,7 +90,7 @@ def test_a_store_of_other_shards_or_another_cut_is_an_error_naming_the_asset_to_
 def test_a_shard_that_does_not_hold_what_its_manifest_says_stops_the_build_naming_the_day(built, tmp_path):
     settings = dataclasses.replace(built, warehouse=tmp_path / "wh")
     shutil.copytree(built.warehouse, settings.warehouse, ignore=shutil.ignore_patterns("window_store"))
-    wh = Warehouse(settings.warehouse)
+    wh = settings.warehouse
     day = wh.shard_days(ASSET, until=settings.data.train_end)[-3]
     shard = pl.read_parquet(wh.shard(ASSET, day))
     shard.head(shard.height - 1).write_parquet(wh.shard(ASSET, day))

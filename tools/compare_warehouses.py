@@ -2,7 +2,8 @@
 
     python tools/compare_warehouses.py BEFORE AFTER
 
-Prints the files that are identical, differ, or exist on one side only, then, for the evaluation assets
+Prints the files that are identical, differ, or exist on one side only (a file split into several, as
+``SPLIT_FILES`` lists, is compared as the same rows), then, for the evaluation assets
 that split Buy & Hold out of each partition (backtests, equity_curves, trades), whether every strategy row
 of BEFORE is equal in AFTER, and whether the provenance rows are equal once the columns and rows that
 record the code revision and the Dagster run are set aside. A refactor that keeps results must show no
@@ -20,6 +21,8 @@ import polars as pl
 SKIP_DIRS = ("dagster", "models")  # Dagster's own storage; checkpoints are compared separately below
 SPLIT_ASSETS = ("backtests", "equity_curves", "trades")
 REPORT_FILES = ("reports/tables.md",)
+# Files a refactor split into several (old -> glob of the new ones): compared as the same rows, in any order.
+SPLIT_FILES = {"corpus_stats/stats.parquet": "corpus_stats/*.parquet"}
 
 
 def sha(path: Path) -> str:
@@ -55,6 +58,12 @@ def provenance_equal(before: Path, after: Path) -> bool:
     return core(before).equals(core(after))
 
 
+def split_rows_equal(before: Path, after_files: list[Path]) -> bool:
+    old = pl.read_parquet(before)
+    new = pl.concat([pl.read_parquet(p) for p in after_files])
+    return old.sort(old.columns).equals(new.sort(new.columns))
+
+
 def main(before_root: str, after_root: str) -> int:
     before, after = Path(before_root), Path(after_root)
     a, b = files(before), files(after)
@@ -79,11 +88,21 @@ def main(before_root: str, after_root: str) -> int:
             print(f"DIFFERS: {rel}")
         if not ok:
             unexplained.append(rel)
+    split_into = set()
+    for rel in list(only_before):
+        if rel in SPLIT_FILES:
+            parts = sorted(after.glob(SPLIT_FILES[rel]))
+            ok = bool(parts) and split_rows_equal(a[rel], parts)
+            names = ", ".join(p.relative_to(after).as_posix() for p in parts)
+            print(f"split: {rel} -> {names}: the same rows: {ok}")
+            split_into |= {p.relative_to(after).as_posix() for p in parts}
+            if ok:
+                only_before.remove(rel)
     for rel in only_before:
         print(f"only in {before}: {rel}")
     for rel in only_after:
-        expected = rel.endswith("buy_and_hold.parquet")
-        print(f"only in {after}: {rel}" + (" (the Buy & Hold shard)" if expected else ""))
+        expected = rel.endswith("buy_and_hold.parquet") or rel in split_into
+        print(f"only in {after}: {rel}" + (" (the Buy & Hold shard or a split file)" if expected else ""))
         if not expected:
             unexplained.append(rel)
     unexplained += only_before

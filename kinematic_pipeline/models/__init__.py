@@ -11,6 +11,7 @@ from torch import nn
 from kinematic_pipeline.config import ModelConfig
 from kinematic_pipeline.models.gpt import KinematicGPT
 from kinematic_pipeline.models.heads import (
+    HEADS,
     PatchTSTClassifier,
     SequenceClassifier,
     count_parameters,
@@ -21,13 +22,17 @@ from kinematic_pipeline.models.heads import (
 from kinematic_pipeline.models.patchtst import PatchTST
 from kinematic_pipeline.variants import variant as lookup_variant
 
+BACKBONES = {"gpt": KinematicGPT, "patchtst": PatchTST}  # the registry's ``backbone`` names
+
 
 def build_model(variant: str, cfg: ModelConfig) -> nn.Module:
-    """The backbone of ``variant`` (the registry's ``backbone``): KinematicGPT or PatchTST."""
-    return PatchTST(cfg) if lookup_variant(variant).backbone == "patchtst" else KinematicGPT(cfg)
+    """The backbone of ``variant`` (the registry's ``backbone``); each owns its ``pretrain_loss``."""
+    return BACKBONES[lookup_variant(variant).backbone](cfg)
 
 
 __all__ = [
+    "BACKBONES",
+    "HEADS",
     "KinematicGPT",
     "PatchTST",
     "PatchTSTClassifier",

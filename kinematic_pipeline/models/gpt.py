@@ -126,3 +126,9 @@ class KinematicGPT(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Tokens (B, T, 9) -> predictions (B, T, 9); output t predicts token t+1."""
         return self.head(self.hidden(x))  # (B, T, 9)
+
+    def pretrain_loss(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Self-supervised objective: next-token MSE of the normalized token, output t vs input t+1
+        (``generator`` is unused: the objective draws nothing; PatchTST's masks do)."""
+        pred = self(x)  # (B, T, 9)
+        return F.mse_loss(pred[:, :-1], x[:, 1:])

@@ -3,21 +3,27 @@
 Paper "Fine-Tuning via Low-Rank Adaptation": the pretrained KinematicGPT is frozen and LoRA adapters
 go into layers 1, 2 and 4 (0-based 0, 1, 3) with a Buy/Sell/Hold head read from the last position;
 "Training Objectives & Labeling": weighted cross entropy with w = [2, 10, 1]. PatchTST is adapted
-by a linear probe on its frozen encoder instead ("Model Specifications").
+by a linear probe on its frozen encoder instead ("Model Specifications"). ``HEADS`` gives each head kind of
+the registry (``variants.HeadLayout``) its torch side: build on a backbone, save, load.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kinematic_pipeline.config import ModelConfig
+from kinematic_pipeline.config import ModelConfig, TrainConfig
 from kinematic_pipeline.models.gpt import KinematicGPT
 from kinematic_pipeline.models.patchtst import PatchTST
+from kinematic_pipeline.variants import LORA_HEAD, PROBE_HEAD
 
 if TYPE_CHECKING:
     import peft
@@ -103,6 +109,66 @@ def weighted_cross_entropy(
         return logits.sum() * 0.0  # a batch with no known label contributes nothing (not NaN)
     weight = torch.as_tensor(class_weights, dtype=logits.dtype, device=logits.device)
     return F.cross_entropy(logits, labels, weight=weight, ignore_index=-1)
+
+
+class LoraHead:
+    """PEFT LoRA on the GPT backbone's layers + a classification head, saved in PEFT's own format."""
+
+    layout = LORA_HEAD
+
+    def build(self, backbone: KinematicGPT, cfg: TrainConfig) -> nn.Module:
+        return inject_lora(
+            SequenceClassifier(backbone), cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_layers
+        )
+
+    def save(self, classifier: nn.Module, adapter_dir: Path, variant: str, tau: float) -> list[Path]:
+        path = self.layout.path(adapter_dir)
+        shutil.rmtree(path, ignore_errors=True)
+        classifier.save_pretrained(path)
+        _sort_target_modules(path / "adapter_config.json")
+        return self.layout.files(adapter_dir)
+
+    def load(self, backbone: KinematicGPT, adapter_dir: Path) -> nn.Module:
+        import peft
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*could not find a config file in.*")  # our own base model
+            return peft.PeftModel.from_pretrained(SequenceClassifier(backbone), self.layout.path(adapter_dir))
+
+
+class ProbeHead:
+    """A linear probe on the frozen PatchTST encoder; its trainable weights saved in one ``head.pt``."""
+
+    layout = PROBE_HEAD
+
+    def build(self, backbone: PatchTST, cfg: TrainConfig) -> nn.Module:
+        return PatchTSTClassifier(backbone)
+
+    def save(self, classifier: nn.Module, adapter_dir: Path, variant: str, tau: float) -> list[Path]:
+        head = {n: p.detach().cpu() for n, p in classifier.named_parameters() if p.requires_grad}
+        torch.save({"variant": variant, "tau": tau, "state_dict": head}, self.layout.path(adapter_dir))
+        return self.layout.files(adapter_dir)
+
+    def load(self, backbone: PatchTST, adapter_dir: Path) -> nn.Module:
+        path = self.layout.path(adapter_dir)
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        classifier = PatchTSTClassifier(backbone)
+        missing, unexpected = classifier.load_state_dict(saved["state_dict"], strict=False)
+        if unexpected or set(saved["state_dict"]) & set(missing):
+            raise ValueError(f"{path} does not fit a PatchTST probe: unexpected keys {unexpected}")
+        return classifier
+
+
+HEADS = {"lora": LoraHead(), "probe": ProbeHead()}  # the registry's head kinds, by ``HeadLayout.kind``
+
+
+def _sort_target_modules(config_path: Path) -> None:
+    """PEFT keeps target_modules as a set and writes it in hash order, which changes from process to process
+    (PYTHONHASHSEED): sort it, in PEFT's own JSON layout, so the same training gives the same bytes."""
+    config = json.loads(config_path.read_text())
+    if isinstance(config.get("target_modules"), list):
+        config["target_modules"] = sorted(config["target_modules"])
+        config_path.write_text(json.dumps(config, indent=2, sort_keys=True))
 
 
 def count_parameters(module: nn.Module) -> tuple[int, int]:

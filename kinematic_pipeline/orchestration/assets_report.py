@@ -6,10 +6,21 @@ The stage module is imported inside the bodies: loading the definitions stays li
 import dagster as dg
 
 from kinematic_pipeline.config import Settings
+from kinematic_pipeline.lineage import CODE_VERSIONS
+from kinematic_pipeline.orchestration.assets_evaluate import evaluation_asset
 from kinematic_pipeline.orchestration.metadata import embedded_image, markdown_table
-from kinematic_pipeline.storage import BACKTESTS, PREDICTIONS, RAW_OHLCV
+from kinematic_pipeline.token_kinds import SPLINE_TOKENS
+from kinematic_pipeline.warehouse import BACKTESTS, LABELS, MARGIN_BACKTESTS, PREDICTIONS, RAW_OHLCV
 
-REPORT_CODE_VERSION = "report-1"
+REPORT_CODE_VERSION = CODE_VERSIONS["report"]
+
+
+def across_variants(settings: Settings, *assets: str) -> list[dg.AssetDep]:
+    """Every partition of each variant's evaluation ``assets``: what a report-group asset reads across variants."""
+    every = dg.AllPartitionMapping()
+    return [
+        dg.AssetDep(evaluation_asset(v, a), partition_mapping=every) for v in settings.train.variants for a in assets
+    ]
 
 
 def paper_tables_asset(settings: Settings) -> dg.AssetsDefinition:
@@ -17,11 +28,18 @@ def paper_tables_asset(settings: Settings) -> dg.AssetsDefinition:
         name="paper_tables",
         group_name="report",
         code_version=REPORT_CODE_VERSION,
-        deps=[dg.AssetDep(BACKTESTS, partition_mapping=dg.AllPartitionMapping())],
+        # the metrics, the margin rule's, the predictions (skill, decisions), the labels (base rates, close-to-close
+        # outcomes) and, on synthetic data, the bars the informed ceiling acts on
+        deps=[
+            *across_variants(settings, BACKTESTS, MARGIN_BACKTESTS, PREDICTIONS),
+            dg.AssetDep(LABELS, partition_mapping=dg.AllPartitionMapping()),
+            dg.AssetDep(RAW_OHLCV, partition_mapping=dg.AllPartitionMapping()),
+        ],
         kinds={"markdown", "parquet"},
         description="The paper's tables regenerated from every backtests partition: absolute performance, "
         "risk-adjusted efficiency (with bootstrap CIs), the Liquidation Equilibrium, the tau sweep, cost "
-        "sensitivity with turnover, and calibration. Files under $KP_WAREHOUSE/reports/tables/.",
+        "sensitivity with turnover, calibration, and the evidence tables (skill, decisions, decision rules). "
+        "Files under $KP_WAREHOUSE/reports/tables/.",
     )
     def paper_tables() -> dg.MaterializeResult:
         from kinematic_pipeline.stages.report import ALL_TITLES, headline, materialize_paper_tables
@@ -50,9 +68,8 @@ def figures_asset(settings: Settings) -> dg.AssetsDefinition:
         group_name="report",
         code_version=REPORT_CODE_VERSION,
         deps=[
-            dg.AssetDep(BACKTESTS, partition_mapping=every),
-            dg.AssetDep(PREDICTIONS, partition_mapping=every),
-            dg.AssetDep("spline_tokens", partition_mapping=every),
+            *across_variants(settings, BACKTESTS, MARGIN_BACKTESTS, PREDICTIONS),
+            dg.AssetDep(SPLINE_TOKENS, partition_mapping=every),  # the kinematic manifold, responsiveness
             dg.AssetDep(RAW_OHLCV, partition_mapping=every),
         ],
         kinds={"matplotlib"},
@@ -85,14 +102,14 @@ def report_asset(settings: Settings) -> dg.AssetsDefinition:
         "$KP_WAREHOUSE/reports/report.md; `python -m kinematic_pipeline report` prints its tables.",
     )
     def report(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        from kinematic_pipeline.stages.report import materialize_report, reports_dir
+        from kinematic_pipeline.stages.report import materialize_report
 
         path = materialize_report(settings, {"dagster run": context.run_id})
         return dg.MaterializeResult(
             metadata={
                 "path": dg.MetadataValue.path(str(path)),
                 "report": dg.MetadataValue.md(path.read_text()[:60_000]),
-                "folder": dg.MetadataValue.path(str(reports_dir(settings))),
+                "folder": dg.MetadataValue.path(str(settings.warehouse.reports_dir)),
             }
         )
 

@@ -5,15 +5,12 @@ stores a partitioned check's planned evaluation once per partition with the whol
 serialized in each row, which is quadratic in a 5,787-day single-run backfill.
 """
 
-import datetime as dt
-from collections.abc import Mapping
-
 import dagster as dg
 
-from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import Settings
+from kinematic_pipeline.orchestration.partitions import run_days
 from kinematic_pipeline.stages.ingest import verify_raw_ohlcv
-from kinematic_pipeline.storage import RAW_OHLCV, Warehouse
+from kinematic_pipeline.warehouse import RAW_OHLCV
 
 RAW_CHECKS = (
     ("no_nan_in_kept_rows", "Kept rows hold no NaN, infinite or null price/volume."),
@@ -23,16 +20,6 @@ RAW_CHECKS = (
 )
 
 
-def run_days(tags: Mapping[str, str]) -> list[dt.date] | None:
-    """The trading days a run's partition tags name (one partition or a range), or None."""
-    if "dagster/partition" in tags:
-        return [dt.date.fromisoformat(tags["dagster/partition"])]
-    start, end = tags.get("dagster/asset_partition_range_start"), tags.get("dagster/asset_partition_range_end")
-    if start and end:
-        return trading_days(dt.date.fromisoformat(start), dt.date.fromisoformat(end))
-    return None
-
-
 def build_ingest_checks(settings: Settings) -> list[dg.AssetChecksDefinition]:
     @dg.multi_asset_check(
         specs=[dg.AssetCheckSpec(name, asset=RAW_OHLCV, description=desc, blocking=True) for name, desc in RAW_CHECKS],
@@ -40,7 +27,7 @@ def build_ingest_checks(settings: Settings) -> list[dg.AssetChecksDefinition]:
         description="The raw_ohlcv data contract, on the trading days of the run (all days when run alone).",
     )
     def raw_ohlcv_contract(context: dg.AssetCheckExecutionContext):
-        days = run_days(context.run.tags) or Warehouse(settings.warehouse).manifest_days(RAW_OHLCV)
+        days = run_days(context.run.tags) or settings.warehouse.manifest_days(RAW_OHLCV)
         for name, (passed, text) in verify_raw_ohlcv(settings, days).items():
             yield dg.AssetCheckResult(
                 asset_key=RAW_OHLCV,

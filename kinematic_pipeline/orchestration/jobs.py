@@ -5,10 +5,9 @@ from __future__ import annotations
 import dagster as dg
 
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.orchestration.assets_evaluate import evaluation_partitions
-from kinematic_pipeline.orchestration.assets_models import adapter_partitions, seed_partitions
-from kinematic_pipeline.orchestration.partitions import trading_day_partitions
-from kinematic_pipeline.storage import ALPHA_ESTIMATES, CORPUS_STATS, LABELS, TOKEN_ASSETS
+from kinematic_pipeline.orchestration.partitions import policy_partitions, seed_partitions, trading_day_partitions
+from kinematic_pipeline.token_kinds import TOKEN_ASSETS
+from kinematic_pipeline.warehouse import ALPHA_ESTIMATES, LABELS
 
 
 def build_jobs(settings: Settings) -> list[dg.UnresolvedAssetJobDefinition]:
@@ -35,14 +34,14 @@ def build_jobs(settings: Settings) -> list[dg.UnresolvedAssetJobDefinition]:
         dg.define_asset_job(
             "finetune_job",
             selection=dg.AssetSelection.groups("finetune"),
-            partitions_def=adapter_partitions(settings),
-            description="Fine-tune one adapter per model, tau and seed (LoRA; PatchTST: linear probe).",
+            partitions_def=policy_partitions(settings),
+            description="Fine-tune each model's adapter of one (seed, tau) partition (LoRA; PatchTST: linear probe).",
         ),
         dg.define_asset_job(
             "evaluate_job",
             selection=dg.AssetSelection.groups("evaluate"),
-            partitions_def=evaluation_partitions(settings),
-            description="Predict the test period and backtest it, one (tau, variant@seed) policy per partition.",
+            partitions_def=policy_partitions(settings),
+            description="Predict the test period and backtest it: every variant's policy of one (seed, tau) partition.",
         ),
         dg.define_asset_job(
             "report_job",
@@ -51,7 +50,8 @@ def build_jobs(settings: Settings) -> list[dg.UnresolvedAssetJobDefinition]:
         ),
         dg.define_asset_job(
             "corpus_job",
-            selection=dg.AssetSelection.assets(ALPHA_ESTIMATES, CORPUS_STATS),
-            description="Fit alpha by marginal likelihood and the training-period corpus statistics.",
+            selection=dg.AssetSelection.assets(ALPHA_ESTIMATES) | dg.AssetSelection.groups("corpus"),
+            description="alpha by marginal likelihood, and each tokenization's training-period corpus statistics "
+            "and window store.",
         ),
     ]

@@ -5,8 +5,8 @@ then the labels of the session before (they need the new bar). A Dagster run hol
 (or one range), so these are two run requests, with stable run keys (a re-evaluated tick launches
 nothing twice) and the tag ``kinematic_pipeline/queue=nightly``: a run-queue limit of 1 on that tag
 (deploy/local/dagster.yaml) launches them one after the other, in the order requested.
-``nightly_evaluate`` (18:15) asks for ``predictions`` + ``backtests`` of every (tau, variant) whose
-fine-tuned model exists: a schedule targets one job and a job one partitioning, so it is a schedule of
+``nightly_evaluate`` (18:15) asks, for every (seed, tau) partition, for the evaluation assets of each variant
+whose fine-tuned model exists: a schedule targets one job and a job one partitioning, so it is a schedule of
 its own, whose runs queue behind the tick's. A day the NYSE is closed gives a SkipReason, not a run.
 """
 
@@ -17,31 +17,24 @@ import dagster as dg
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.nightly import EXCHANGE_TIMEZONE, NIGHTLY_CRON, SessionPlan, exchange_date, tick_plan
-from kinematic_pipeline.storage import (
-    BACKTESTS,
-    LABELS,
-    PREDICTIONS,
-    RAW_OHLCV,
-    TOKEN_ASSETS,
-    Warehouse,
-    policy_key,
-    tau_key,
-)
+from kinematic_pipeline.orchestration.assets_evaluate import EVALUATION_ASSETS, evaluation_asset
+from kinematic_pipeline.orchestration.partitions import policy_key, range_tags
+from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.token_kinds import TOKEN_ASSETS
+from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
 
 NIGHTLY_SCHEDULE, NIGHTLY_EVALUATE_SCHEDULE = "nightly_tick", "nightly_evaluate"
 NIGHTLY_EVALUATE_CRON = "15 18 * * 1-5"  # after the tick's runs are queued
 QUEUE_TAG, NIGHTLY_QUEUE = "kinematic_pipeline/queue", "nightly"  # limit 1: deploy/local/dagster.yaml
 SESSION_TAG = "kinematic_pipeline/sessions"  # the new session(s) a run request belongs to
-RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 SESSION_ASSETS = (RAW_OHLCV, *TOKEN_ASSETS)  # rebuilt for the new session(s)
-EVALUATE_ASSETS = (PREDICTIONS, BACKTESTS)  # rebuilt per (tau, variant) when a fine-tuned model exists
 
 
 def _partition(days: Sequence[dt.date]) -> tuple[str | None, dict[str, str]]:
     """One day: a partition key; several consecutive days: a single-run range (as the CLI runs them)."""
     if len(days) == 1:
         return days[0].isoformat(), {}
-    return None, {RANGE_START: days[0].isoformat(), RANGE_END: days[-1].isoformat()}
+    return None, range_tags(days[0], days[-1])
 
 
 def _span(days: Sequence[dt.date]) -> str:
@@ -79,34 +72,40 @@ def session_run_requests(plan: SessionPlan, origin: str, run_config: dict | None
     return requests
 
 
-def ready_models(settings: Settings) -> list[tuple[str, str, int]]:
-    """(variant, tau key, seed) of every fine-tuned model in the warehouse: a PEFT adapter or PatchTST's head."""
-    wh, taus = Warehouse(settings.warehouse), [tau_key(t) for t in settings.tokenize.taus]
-    return [
-        (v, tau, s)
+def ready_policies(settings: Settings) -> list[Policy]:
+    """Every fine-tuned policy in the warehouse (a PEFT adapter or PatchTST's head), in partition order."""
+    policies = [
+        Policy(v, seed, tau)
+        for seed in settings.train.seeds
+        for tau in settings.tokenize.taus
         for v in settings.train.variants
-        for tau in taus
-        for s in settings.train.seeds
-        if wh.has_adapter(v, tau, s)
     ]
+    return [p for p in policies if settings.warehouse.has_adapter(p)]
+
+
+def evaluation_assets(settings: Settings) -> list[str]:
+    return [evaluation_asset(v, a) for v in settings.train.variants for a in EVALUATION_ASSETS]
 
 
 def evaluate_run_requests(settings: Settings, origin: str, session: str) -> list[dg.RunRequest]:
-    """predictions + backtests of each (tau, variant@seed) partition whose fine-tuned model exists."""
+    """One run per (seed, tau) partition: the evaluation assets of every variant fine-tuned there."""
+    by_partition: dict[tuple[str, str], list[Policy]] = {}
+    for policy in ready_policies(settings):
+        by_partition.setdefault((policy.seed_key, policy.tau_key), []).append(policy)
     return [
         dg.RunRequest(
-            run_key=f"{origin}:evaluate:{policy_key(variant, seed)}:{tau}",
-            asset_selection=[dg.AssetKey(a) for a in EVALUATE_ASSETS],
-            partition_key=dg.MultiPartitionKey({"tau": tau, "policy": policy_key(variant, seed)}),
+            run_key=f"{origin}:evaluate:{seed}|{tau}:{','.join(p.variant for p in policies)}",
+            asset_selection=[dg.AssetKey(evaluation_asset(p.variant, a)) for p in policies for a in EVALUATION_ASSETS],
+            partition_key=policy_key(policies[0]),
             tags={QUEUE_TAG: NIGHTLY_QUEUE, SESSION_TAG: session},
         )
-        for variant, tau, seed in ready_models(settings)
+        for (seed, tau), policies in by_partition.items()
     ]
 
 
-def _has_evaluate_assets(assets: Sequence[dg.AssetsDefinition | dg.AssetSpec]) -> bool:
+def _has_evaluate_assets(settings: Settings, assets: Sequence[dg.AssetsDefinition | dg.AssetSpec]) -> bool:
     keys = {key for a in assets for key in (a.keys if isinstance(a, dg.AssetsDefinition) else [a.key])}
-    return all(dg.AssetKey(name) in keys for name in EVALUATE_ASSETS)
+    return all(dg.AssetKey(name) in keys for name in evaluation_assets(settings))
 
 
 def build_schedules(
@@ -114,9 +113,15 @@ def build_schedules(
 ) -> list[dg.ScheduleDefinition]:
     """The nightly tick, and the nightly evaluation when the definitions' ``assets`` have that stage."""
     schedules = [nightly_tick_schedule(settings)]
-    if _has_evaluate_assets(assets):
+    if _has_evaluate_assets(settings, assets):
         schedules.append(nightly_evaluate_schedule(settings))
     return schedules
+
+
+def _session_of(settings: Settings, context: dg.ScheduleEvaluationContext) -> tuple[dt.date, SessionPlan | str]:
+    """The tick's New York date and what it rebuilds (a reason to skip on a closed day or out of range)."""
+    day = exchange_date(context.scheduled_execution_time)
+    return day, tick_plan(settings, day)
 
 
 def nightly_tick_schedule(settings: Settings) -> dg.ScheduleDefinition:
@@ -130,61 +135,32 @@ def nightly_tick_schedule(settings: Settings) -> dg.ScheduleDefinition:
         "the other (tag kinematic_pipeline/queue=nightly). No run on a day the NYSE is closed.",
     )
     def nightly_tick(context: dg.ScheduleEvaluationContext):
-        day = exchange_date(context.scheduled_execution_time)
-        plan = tick_plan(settings, day)
-        if isinstance(plan, str):
-            return dg.SkipReason(plan)
-        return session_run_requests(plan, f"{NIGHTLY_SCHEDULE}:{day}")
+        day, plan = _session_of(settings, context)
+        return dg.SkipReason(plan) if isinstance(plan, str) else session_run_requests(plan, f"{NIGHTLY_SCHEDULE}:{day}")
 
     return nightly_tick
 
 
 def nightly_evaluate_schedule(settings: Settings) -> dg.ScheduleDefinition:
-    """predictions + backtests after the tick. A schedule has one target and a run one partitioning, so
-    the (tau, variant) partitions get their own schedule, 15 minutes later: its runs queue behind the
-    tick's (same queue tag, first in first out) and so see the new session's shards."""
+    """Every variant's evaluation assets after the tick. A schedule has one target and a run one partitioning,
+    so the (seed, tau) partitions get their own schedule, 15 minutes later: its runs queue behind the tick's
+    (same queue tag, first in first out) and so see the new session's shards."""
 
     @dg.schedule(
         name=NIGHTLY_EVALUATE_SCHEDULE,
         cron_schedule=NIGHTLY_EVALUATE_CRON,
         execution_timezone=EXCHANGE_TIMEZONE,
-        target=dg.AssetSelection.assets(*EVALUATE_ASSETS),
+        target=dg.AssetSelection.assets(*evaluation_assets(settings)),
         description="After the nightly tick (18:15 New York, Mon-Fri): predictions and backtests of every "
-        "(tau, variant) whose fine-tuned model exists in the warehouse. No run on a day the NYSE is closed.",
+        "fine-tuned policy in the warehouse, one run per (seed, tau). No run on a day the NYSE is closed.",
     )
     def nightly_evaluate(context: dg.ScheduleEvaluationContext):
-        day = exchange_date(context.scheduled_execution_time)
-        plan = tick_plan(settings, day)
+        day, plan = _session_of(settings, context)
         if isinstance(plan, str):
             return dg.SkipReason(plan)
         requests = evaluate_run_requests(settings, f"{NIGHTLY_EVALUATE_SCHEDULE}:{day}", day.isoformat())
-        return requests or dg.SkipReason("no fine-tuned model in the warehouse yet (models/<variant>/adapters/tau=*)")
+        return requests or dg.SkipReason(
+            "no fine-tuned model in the warehouse yet (models/<variant>/seed=<seed>/adapters/tau=<tau>/)"
+        )
 
     return nightly_evaluate
-
-
-def execute_run_requests(
-    defs: dg.Definitions,
-    requests: Sequence[dg.RunRequest],
-    instance: dg.DagsterInstance,
-    run_config: dict | None = None,
-) -> list[dg.ExecuteInProcessResult]:
-    """Execute run requests one after another in this process, in the order the queue launches them
-    (tests, benchmarks, a manual tick without the daemon); ``run_config`` is added to each request's
-    own (e.g. loggers). Stops after the first failed run."""
-    results = []
-    for request in requests:
-        result = dg.materialize(
-            [*defs.assets, *defs.asset_checks],
-            selection=request.asset_selection,
-            partition_key=request.partition_key,
-            tags=request.tags,
-            run_config={**(run_config or {}), **request.run_config},
-            resources=defs.resources,
-            instance=instance,
-            raise_on_error=False,
-        )
-        results.append(result)
-        if not result.success:
-            break
-    return results

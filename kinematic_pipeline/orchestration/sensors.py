@@ -20,7 +20,6 @@ from kinematic_pipeline.nightly import (
     EXCHANGE_TIMEZONE,
     changed_files,
     decode_cursor,
-    drop_directory,
     drop_sessions,
     encode_cursor,
     plan_sessions,
@@ -28,7 +27,7 @@ from kinematic_pipeline.nightly import (
     sessions_in_files,
 )
 from kinematic_pipeline.orchestration.schedules import SESSION_ASSETS, session_run_requests
-from kinematic_pipeline.storage import LABELS
+from kinematic_pipeline.warehouse import LABELS
 
 DROP_SENSOR = "drop_directory"
 
@@ -50,7 +49,7 @@ def drop_directory_sensor(settings: Settings) -> dg.SensorDefinition:
         fmt = settings.data.source
         if fmt not in DROP_FORMATS:
             return dg.SkipReason(f"KP_SOURCE={fmt}: the drop directory serves the parquet and csv sources only")
-        directory = drop_directory(settings)
+        directory = settings.drop_directory
         current = scan_drop_directory(directory, fmt)
         changed = changed_files(decode_cursor(context.cursor), current)
         cursor = encode_cursor(current)  # forgets deleted files: one dropped again under that name is new

@@ -18,18 +18,19 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from kinematic_pipeline.backtest.decisions import unweighted_probabilities
 from kinematic_pipeline.backtest.metrics import confusion_matrix, reliability_curve
-from kinematic_pipeline.report.tables import POLICY_VARIANTS, runs_at
-from kinematic_pipeline.variants import ACTION_NAMES, BENCHMARK, BUY, display_name
+from kinematic_pipeline.report.tables import runs_at
+from kinematic_pipeline.variants import (
+    ACTION_NAMES,
+    BENCHMARK,
+    BUY,
+    FOCUS_VARIANT,
+    VARIANT_NAMES,
+    color,
+    display_name,
+)
+from kinematic_pipeline.variants import variant as lookup_variant
 
 DPI = 110  # fixed, so PNG bytes do not depend on matplotlib's rc defaults
-VARIANT_COLORS = {  # the paper: SplineGPT blue, PatchTST red
-    "splinegpt": "tab:blue",
-    "patchtst": "tab:red",
-    "rawgpt_fd": "tab:orange",
-    "rawgpt": "tab:purple",
-    BENCHMARK: "black",
-}
-BASELINE_STYLES = {"patchtst": "--", "rawgpt_fd": ":", "rawgpt": "-."}  # thin lines in the equity panel
 KINEMATIC_CHANNELS = (  # (column, panel title): price spline c0..c3, quartic log-volume profile v0..v4
     ("c0", "c0 position (log price)"),
     ("c1", "c1 velocity"),
@@ -74,7 +75,7 @@ def _window(frame: pl.DataFrame, ticker: str, start: dt.date | None, end: dt.dat
     return frame.sort("date")
 
 
-def _variants_present(frame: pl.DataFrame, candidates=POLICY_VARIANTS) -> list[str]:
+def _variants_present(frame: pl.DataFrame, candidates=VARIANT_NAMES) -> list[str]:
     present = set(frame["variant"].to_list())
     return [v for v in candidates if v in present]
 
@@ -97,12 +98,12 @@ def equity_curves_png(equity: pl.DataFrame, tau: float, cost_bps: float, path: P
     colors = {t: f"C{i % 10}" for i, t in enumerate(tickers)}
     fig = Figure(figsize=(12, 4.5), layout="constrained")
     left, right = fig.subplots(1, 2, sharey=True)
-    for variant, ax in [(v, left) for v in POLICY_VARIANTS] + [(BENCHMARK, right)]:
+    for variant, ax in [(v, left) for v in VARIANT_NAMES] + [(BENCHMARK, right)]:
         for ticker in tickers:
             curve = by_run.get((variant, ticker))
             if curve is None:
                 continue
-            thick = variant in ("splinegpt", BENCHMARK)
+            thick = variant in (FOCUS_VARIANT, BENCHMARK)
             if len(seeds) > 1 and variant != BENCHMARK:  # each seed, faint, under the mean over seeds
                 per_seed = policies.filter((pl.col("variant") == variant) & (pl.col("ticker") == ticker))
                 for one in per_seed.sort("seed", "date").partition_by("seed"):
@@ -112,7 +113,7 @@ def equity_curves_png(equity: pl.DataFrame, tau: float, cost_bps: float, path: P
                 curve["equity"].to_numpy(),
                 color=colors[ticker],
                 lw=1.6 if thick else 0.7,
-                ls=BASELINE_STYLES.get(variant, "-"),
+                ls=_line_style(variant),
                 alpha=1.0 if thick else 0.6,
             )
     ticker_handles = [Line2D([], [], color=colors[t], lw=1.6, label=t) for t in tickers]
@@ -121,8 +122,8 @@ def equity_curves_png(equity: pl.DataFrame, tau: float, cost_bps: float, path: P
             [],
             [],
             color="gray",
-            lw=1.6 if v == "splinegpt" else 0.7,
-            ls=BASELINE_STYLES.get(v, "-"),
+            lw=1.6 if v == FOCUS_VARIANT else 0.7,
+            ls=_line_style(v),
             label=display_name(v),
         )
         for v in _variants_present(runs)
@@ -151,7 +152,7 @@ def _reliability_panel(ax, by_variant: dict, variants: list[str], class_weights)
             probs = unweighted_probabilities(probs, class_weights)
         mean_p, freq, count = reliability_curve(probs[:, BUY], labelled["label"].to_numpy() == BUY)
         used = count > 0
-        ax.plot(mean_p[used], freq[used], marker="o", ms=3, color=VARIANT_COLORS[v], label=display_name(v))
+        ax.plot(mean_p[used], freq[used], marker="o", ms=3, color=color(v), label=display_name(v))
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     if class_weights is None:
@@ -180,14 +181,14 @@ def diagnostics_png(predictions: pl.DataFrame, ticker: str, tau: float, path: Pa
     for i, v in enumerate(variants):
         counts = np.bincount(by_variant[(v,)]["action"].to_numpy().astype(np.int64), minlength=3)[:3]
         offset = (i - (len(variants) - 1) / 2) * width
-        ax_a.bar(np.arange(3) + offset, counts / counts.sum(), width, color=VARIANT_COLORS[v], label=display_name(v))
+        ax_a.bar(np.arange(3) + offset, counts / counts.sum(), width, color=color(v), label=display_name(v))
     ax_a.set_xticks(range(3), [f"{name} ({k})" for k, name in enumerate(ACTION_NAMES)])
     ax_a.set_ylim(0, 1.05)
     ax_a.set_ylabel("share of days")
     ax_a.set_title("(A) Action distribution", fontsize=10)
     ax_a.legend(fontsize=7)
 
-    spline = by_variant.get(("splinegpt",))
+    spline = by_variant.get((FOCUS_VARIANT,))
     if spline is None:
         ax_b.text(0.5, 0.5, "no SplineGPT predictions", ha="center", va="center", transform=ax_b.transAxes)
     else:
@@ -205,6 +206,10 @@ def diagnostics_png(predictions: pl.DataFrame, ticker: str, tau: float, path: Pa
     _reliability_panel(ax_c, by_variant, variants, class_weights)
     fig.suptitle(f"Behavioral diagnostics ({ticker}, tau = {100 * tau:.2f}%)", fontsize=11)
     return _save(fig, path)
+
+
+def _line_style(name: str) -> str:
+    return "-" if name == BENCHMARK else lookup_variant(name).line_style
 
 
 def _mean_by(frame: pl.DataFrame, key: str, column: str) -> tuple[np.ndarray, np.ndarray]:
@@ -233,7 +238,7 @@ def sweeps_png(metrics: pl.DataFrame, ticker: str, path: Path) -> bytes:
     for v in _variants_present(runs):
         at_cost = runs_at(runs, cost_bps=cost_a).filter(pl.col("variant") == v)
         tau_values, rates = _mean_by(at_cost, "tau", "action_rate")
-        ax_a.plot(100 * tau_values, 100 * rates, marker="o", color=VARIANT_COLORS[v], label=display_name(v))
+        ax_a.plot(100 * tau_values, 100 * rates, marker="o", color=color(v), label=display_name(v))
     for v in [*_variants_present(runs), BENCHMARK]:
         at_tau = runs_at(runs, tau=tau_b).filter(pl.col("variant") == v)
         if at_tau.is_empty():
@@ -241,7 +246,7 @@ def sweeps_png(metrics: pl.DataFrame, ticker: str, path: Path) -> bytes:
         cost_values, sharpes = _mean_by(at_tau, "cost_bps", "sharpe")
         label = display_name(v) + (" (N/A)" if np.isnan(sharpes).all() else "")
         ls = "--" if v == BENCHMARK else "-"
-        ax_b.plot(cost_values, sharpes, marker="o", ls=ls, color=VARIANT_COLORS[v], label=label)
+        ax_b.plot(cost_values, sharpes, marker="o", ls=ls, color=color(v), label=label)
     ax_a.set_xlabel("tau (%)")
     ax_a.set_ylabel("action rate (%)")
     ax_a.set_ylim(-5, 105)
@@ -352,11 +357,11 @@ def responsiveness_png(
     prices = bars_w if not bars_w.is_empty() else preds
     if not prices.is_empty():
         ax_a.plot(prices["date"].to_numpy(), _values(prices, "close"), color="black", lw=1.0, label="close")
-    for action, marker, color, name in ((0, "^", "tab:green", "Buy"), (1, "v", "tab:red", "Sell")):
+    for action, marker, shade, name in ((0, "^", "tab:green", "Buy"), (1, "v", "tab:red", "Sell")):
         days = preds.filter(pl.col("action") == action) if not preds.is_empty() else preds
         if not days.is_empty():
             ax_a.scatter(
-                days["date"].to_numpy(), _values(days, "close"), marker=marker, color=color, s=40, label=name, zorder=3
+                days["date"].to_numpy(), _values(days, "close"), marker=marker, color=shade, s=40, label=name, zorder=3
             )
     ax_a.set_ylabel("close")
     ax_a.set_title(f"(A) {ticker} close and {display_name(variant)} actions (tau = {100 * tau:.2f}%)", fontsize=10)
@@ -378,7 +383,7 @@ def decision_rules_png(metrics: pl.DataFrame, margin: pl.DataFrame, tau: float, 
     variant, (B) mean action rate (a policy at 0% never trades: the Liquidation Equilibrium)."""
     argmax = runs_at(metrics, tau, cost_bps)
     second = runs_at(margin, tau, cost_bps) if margin.height else margin
-    variants = [v for v in POLICY_VARIANTS if argmax.height and v in set(argmax["variant"].to_list())]
+    variants = [v for v in VARIANT_NAMES if argmax.height and v in set(argmax["variant"].to_list())]
     if not variants:
         return _no_data("Decision rules", path)
     fig = Figure(figsize=(10, 3.8), layout="constrained")

@@ -1,10 +1,14 @@
-"""Markdown building blocks shared by the report and the Dagster metadata."""
+"""Markdown building blocks shared by the report, the stages' summaries and the Dagster metadata."""
 
 from __future__ import annotations
 
 import base64
 
 import polars as pl
+
+
+class Markdown(str):
+    """Text that is Markdown: a stage's summary marks its tables so (the UI renders them)."""
 
 
 def markdown_table(frame: pl.DataFrame, float_digits: int = 4) -> str:

@@ -14,13 +14,13 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 
+from kinematic_pipeline.label_rules import at_tau
 from kinematic_pipeline.variants import BENCHMARK, VARIANT_NAMES, display_name, short_name
 
-POLICY_VARIANTS = VARIANT_NAMES  # the trained models, in the paper's column order
-VARIANTS = (*POLICY_VARIANTS, BENCHMARK)  # Buy & Hold last (no tau, seed or predictions)
+TABLE_COLUMNS = (*VARIANT_NAMES, BENCHMARK)  # the trained models in the paper's column order, Buy & Hold last
 MISSING = "-"  # no row for this (variant, ticker, ...)
 UNDEFINED = "N/A"  # a row whose metric is NaN
-_REL_TOL = 1e-9  # tau and cost_bps are floats: compare them with a tolerance
+_REL_TOL = 1e-9  # cost_bps is a float read back from files: compared with a tolerance (tau: label_rules)
 
 Cell = Callable[[pl.DataFrame | None], str]
 
@@ -34,7 +34,7 @@ def runs_at(
     if cost_bps is not None:
         frame = frame.filter(_close_to("cost_bps", cost_bps))
     if tau is not None:
-        frame = frame.filter((pl.col("variant") == BENCHMARK) | _close_to("tau", tau).fill_null(False))
+        frame = frame.filter((pl.col("variant") == BENCHMARK) | at_tau(tau))
     if ticker is not None:
         frame = frame.filter(pl.col("ticker") == ticker)
     return frame
@@ -135,7 +135,7 @@ def _table(rows: list[dict[str, str]], columns: list[str]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema={c: pl.String for c in columns})
 
 
-def _per_ticker(runs: pl.DataFrame, cells: list[tuple[str, Cell]], variants=VARIANTS) -> pl.DataFrame:
+def _per_ticker(runs: pl.DataFrame, cells: list[tuple[str, Cell]], variants=TABLE_COLUMNS) -> pl.DataFrame:
     """One row per ticker; a column "<label>: <variant>" for each (label, cell) and each variant."""
     groups = _groups(runs, ["variant", "ticker"])
     columns = ["Ticker"] + [f"{label}: {short_name(v)}" for label, _ in cells for v in variants]
@@ -183,7 +183,7 @@ def liquidation_equilibrium(metrics: pl.DataFrame, tau: float, cost_bps: float, 
     }
     rows = [
         {"Model": display_name(v)} | {name: cell(groups.get((v,))) for name, cell in cells.items()}
-        for v in POLICY_VARIANTS
+        for v in VARIANT_NAMES
     ]
     return _table(rows, ["Model", *cells])
 
@@ -193,11 +193,11 @@ def tau_sweep(metrics: pl.DataFrame, ticker: str, cost_bps: float) -> pl.DataFra
     runs = runs_at(metrics, cost_bps=cost_bps, ticker=ticker)
     runs = runs.filter(pl.col("variant") != BENCHMARK) if not runs.is_empty() else runs
     groups = _groups(runs, ["variant", "tau"])
-    columns = ["tau"] + [f"{label}: {short_name(v)}" for v in POLICY_VARIANTS for label in ("Action Rate", "Sharpe")]
+    columns = ["tau"] + [f"{label}: {short_name(v)}" for v in VARIANT_NAMES for label in ("Action Rate", "Sharpe")]
     rows = []
     for tau in sorted(_in_order(runs["tau"])) if not runs.is_empty() else []:
         row = {"tau": f"{100 * tau:.2f}%"}
-        for v in POLICY_VARIANTS:
+        for v in VARIANT_NAMES:
             rows_v = groups.get((v, tau))
             row[f"Action Rate: {short_name(v)}"] = _action_rate_with_sole_action(rows_v)
             row[f"Sharpe: {short_name(v)}"] = _over_seeds(rows_v, "sharpe", _ratio)
@@ -239,7 +239,7 @@ def calibration_summary(metrics: pl.DataFrame, tau: float, cost_bps: float) -> p
     tickers = _in_order(runs["ticker"]) if not runs.is_empty() else []
     rows = [
         {"Model": display_name(v), "Ticker": t} | {name: cell(groups.get((v, t))) for name, cell in cells.items()}
-        for v in POLICY_VARIANTS
+        for v in VARIANT_NAMES
         for t in tickers
     ]
     return _table(rows, ["Model", "Ticker", *cells])

@@ -48,3 +48,25 @@ def conform(frame: pl.DataFrame) -> pl.DataFrame:
         if name not in frame.columns:
             frame = frame.with_columns(pl.lit(None, dtype=dtype).alias(name))
     return frame.select([pl.col(n).cast(t) for n, t in RAW_SCHEMA.items()])
+
+
+class LoadedOnce:
+    """A source that loads every row it holds once (``_load``, conformed to RAW_SCHEMA) and serves its date
+    range and any window of it from that frame."""
+
+    _cache: pl.DataFrame | None = None
+
+    def _load(self) -> pl.DataFrame:
+        raise NotImplementedError
+
+    def _all(self) -> pl.DataFrame:
+        if self._cache is None:
+            self._cache = self._load()
+        return self._cache
+
+    def date_range(self) -> tuple[dt.date, dt.date] | None:
+        dates = self._all()["date"]
+        return None if dates.is_empty() else (dates.min(), dates.max())
+
+    def read(self, start: dt.date, end: dt.date) -> pl.DataFrame:
+        return self._all().filter(pl.col("date").is_between(start, end))

@@ -17,12 +17,11 @@ A file that cannot be read at all raises a ValueError naming it and saying what 
 from __future__ import annotations
 
 import csv
-import datetime as dt
 from pathlib import Path
 
 import polars as pl
 
-from kinematic_pipeline.sources.base import VALUE_COLUMNS, conform
+from kinematic_pipeline.sources.base import VALUE_COLUMNS, LoadedOnce, conform
 
 _ALIASES = {"symbol": "ticker", "adj_close": "adj_close", "adjclose": "adj_close", "timestamp": "date"}
 _NUMERIC = (*VALUE_COLUMNS, "adj_close")
@@ -31,7 +30,7 @@ _NUMERIC = (*VALUE_COLUMNS, "adj_close")
 _DATE_TEXT = r"^\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?$"
 
 
-class FileSource:
+class FileSource(LoadedOnce):
     """Bars from a Parquet or CSV file, or from every such file in a directory (sorted by name)."""
 
     def __init__(self, path: str | Path, fmt: str):
@@ -40,7 +39,6 @@ class FileSource:
         self.name, self.path = fmt, Path(path).expanduser()
         if not self.path.exists():
             raise FileNotFoundError(f"KP_SOURCE_PATH={self.path} does not exist")
-        self._cache: pl.DataFrame | None = None
 
     def files(self) -> list[Path]:
         if self.path.is_file():
@@ -50,18 +48,9 @@ class FileSource:
             raise FileNotFoundError(f"no *.{self.name} files in {self.path}")
         return found
 
-    def _all(self) -> pl.DataFrame:
-        if self._cache is None:
-            reader = _read_parquet if self.name == "parquet" else _read_csv
-            self._cache = pl.concat([conform(reader(f)) for f in self.files()], how="vertical")
-        return self._cache
-
-    def date_range(self) -> tuple[dt.date, dt.date] | None:
-        dates = self._all()["date"]
-        return None if dates.is_empty() else (dates.min(), dates.max())
-
-    def read(self, start: dt.date, end: dt.date) -> pl.DataFrame:
-        return self._all().filter(pl.col("date").is_between(start, end))
+    def _load(self) -> pl.DataFrame:
+        reader = _read_parquet if self.name == "parquet" else _read_csv
+        return pl.concat([conform(reader(f)) for f in self.files()], how="vertical")
 
     def read_all(self) -> pl.DataFrame:
         """Every row of the files (a run counts what it does not read against it)."""

@@ -7,13 +7,13 @@ import socket
 
 import polars as pl
 
-from kinematic_pipeline.sources.base import conform
+from kinematic_pipeline.sources.base import LoadedOnce, conform
 
 YAHOO_HOST = "query1.finance.yahoo.com"
 DEFAULT_TICKERS = ("INTC", "NVDA", "JPM", "XOM", "PFE", "TSLA")  # the paper's test set
 
 
-class YFinanceSource:
+class YFinanceSource(LoadedOnce):
     name = "yfinance"
 
     def __init__(self, tickers: tuple[str, ...] | None, start: dt.date, end: dt.date | None, timeout_s: float = 3.0):
@@ -32,36 +32,24 @@ class YFinanceSource:
             ) from exc
         self.tickers = tuple(tickers or DEFAULT_TICKERS)
         self.start, self.end = start, end or dt.date.today()
-        self._cache: pl.DataFrame | None = None
 
-    def _all(self) -> pl.DataFrame:
-        if self._cache is None:
-            import yfinance
+    def _load(self) -> pl.DataFrame:
+        import yfinance
 
-            frames = []
-            for ticker in self.tickers:
-                hist = yfinance.Ticker(ticker).history(
-                    start=self.start.isoformat(), end=(self.end + dt.timedelta(days=1)).isoformat(), auto_adjust=True
+        frames = []
+        for ticker in self.tickers:
+            hist = yfinance.Ticker(ticker).history(
+                start=self.start.isoformat(), end=(self.end + dt.timedelta(days=1)).isoformat(), auto_adjust=True
+            )
+            frame = pl.from_pandas(hist.reset_index())
+            frame = frame.rename({c: c.lower().replace(" ", "_") for c in frame.columns})
+            frames.append(
+                frame.select(
+                    pl.lit(ticker).alias("ticker"),
+                    pl.col("date").cast(pl.Date),
+                    *[pl.col(c).cast(pl.Float64) for c in ("open", "high", "low", "close", "volume")],
                 )
-                frame = pl.from_pandas(hist.reset_index())
-                frame = frame.rename({c: c.lower().replace(" ", "_") for c in frame.columns})
-                frames.append(
-                    frame.select(
-                        pl.lit(ticker).alias("ticker"),
-                        pl.col("date").cast(pl.Date),
-                        *[pl.col(c).cast(pl.Float64) for c in ("open", "high", "low", "close", "volume")],
-                    )
-                    .with_row_index("source_row")
-                    .with_columns(
-                        pl.col("source_row").cast(pl.Int64), pl.lit(f"yfinance:{ticker}").alias("source_file")
-                    )
-                )
-            self._cache = conform(pl.concat(frames)) if frames else conform(pl.DataFrame())
-        return self._cache
-
-    def date_range(self) -> tuple[dt.date, dt.date] | None:
-        dates = self._all()["date"]
-        return None if dates.is_empty() else (dates.min(), dates.max())
-
-    def read(self, start: dt.date, end: dt.date) -> pl.DataFrame:
-        return self._all().filter(pl.col("date").is_between(start, end))
+                .with_row_index("source_row")
+                .with_columns(pl.col("source_row").cast(pl.Int64), pl.lit(f"yfinance:{ticker}").alias("source_file"))
+            )
+        return conform(pl.concat(frames)) if frames else conform(pl.DataFrame())

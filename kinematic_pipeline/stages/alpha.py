@@ -14,13 +14,13 @@ import numpy as np
 import polars as pl
 
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.storage import ALPHA_ESTIMATES, RAW_OHLCV, Warehouse, write_parquet_atomic
 from kinematic_pipeline.tokenize import (
     estimate_alpha_price,
     estimate_alpha_price_pooled,
     estimate_alpha_volume,
     estimate_alpha_volume_pooled,
 )
+from kinematic_pipeline.warehouse import ALPHA_ESTIMATES, RAW_OHLCV
 
 CORPUS = "__corpus__"
 ALPHA_SCHEMA: dict[str, pl.DataType] = {
@@ -35,13 +35,9 @@ ALPHA_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-def alpha_path(settings: Settings):
-    return Warehouse(settings.warehouse).shard(ALPHA_ESTIMATES, "estimates")
-
-
 def training_series(settings: Settings) -> tuple[list[str], list[np.ndarray], list[np.ndarray]]:
     """Per ticker, session-indexed ln(close) and ln(volume) over the training period (NaN = missing)."""
-    wh = Warehouse(settings.warehouse)
+    wh = settings.warehouse
     days = wh.shard_days(RAW_OHLCV, until=settings.data.train_end)
     if not days:
         raise FileNotFoundError(f"no raw_ohlcv shards on or before {settings.data.train_end} in {wh.root / RAW_OHLCV}")
@@ -100,8 +96,8 @@ def _fields(est) -> dict:
 
 def materialize_alpha_estimates(settings: Settings) -> pl.DataFrame:
     estimates = estimate_alphas(settings)
-    write_parquet_atomic(estimates, alpha_path(settings))
-    Warehouse(settings.warehouse).refresh_view(ALPHA_ESTIMATES, ALPHA_SCHEMA)
+    settings.warehouse.write(estimates, settings.warehouse.alpha_estimates_file())
+    settings.warehouse.refresh_view(ALPHA_ESTIMATES, ALPHA_SCHEMA)
     return estimates
 
 
@@ -122,7 +118,7 @@ class AlphaLookup:
         for kind, setting in (("price", cfg.alpha_price), ("volume", cfg.alpha_volume)):
             if setting == "mle":
                 if estimates is None:
-                    path = alpha_path(settings)
+                    path = settings.warehouse.alpha_estimates_file()
                     if not path.exists():
                         raise FileNotFoundError(f"alpha_{kind} = 'mle' needs {path}: materialize alpha_estimates first")
                     estimates = pl.read_parquet(path)
@@ -151,3 +147,19 @@ class AlphaLookup:
             scope = "ticker" if len(value) > 1 else "corpus"
             return f"mle:{scope}:corpus={self.corpus[kind]:.6g}"
         return f"{value:g}"
+
+
+def alpha_metadata(settings: Settings, estimates: pl.DataFrame) -> dict:
+    """What the alpha_estimates materialization shows (plain values)."""
+    from kinematic_pipeline.report.markdown import Markdown, markdown_table
+
+    corpus = estimates.filter(pl.col("scope") == CORPUS)
+    alpha = dict(zip(corpus["kind"].to_list(), corpus["alpha"].to_list()))
+    return {
+        "alpha_price_corpus": alpha["price"],
+        "alpha_volume_corpus": alpha["volume"],
+        "estimates": Markdown(markdown_table(estimates.head(40))),
+        "per_ticker_estimates": estimates.height - corpus.height,
+        "fit_window": f"{settings.data.start_date} .. {settings.data.train_end}",
+        "used_by_tokenizer": f"alpha_price={settings.tokenize.alpha_price}, alpha_volume={settings.tokenize.alpha_volume}",
+    }

@@ -2,8 +2,8 @@
 
 Channels 0 (c0) and 4 (c~0) are anchored per window (dual window anchoring) and not z-scored; the
 other seven (c1, c2, c3, c~1..c~4, or their fd/raw counterparts) are standardized with these
-statistics. Only shards dated on or before ``data.train_end`` are opened: the statistics can never see
-the test period. Each row records its fit window and a digest of the shards it was fitted on.
+statistics. They are read from the token asset's window store, which holds the shards dated on or before
+``data.train_end`` and nothing later: the statistics can never see the test period. Each row records its fit window and a digest of the shards it was fitted on.
 """
 
 from __future__ import annotations
@@ -13,9 +13,12 @@ import datetime as dt
 import numpy as np
 import polars as pl
 
+from kinematic_pipeline.atomic_files import digest, remove_if_exists
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.storage import CORPUS_STATS, TOKEN_ASSETS, Warehouse, digest, write_parquet_atomic
-from kinematic_pipeline.windows import CHANNEL_NAMES, ZSCORED_CHANNELS
+from kinematic_pipeline.token_kinds import TOKEN_ASSETS, token_kind
+from kinematic_pipeline.warehouse import CORPUS_STATS
+from kinematic_pipeline.window_store import open_store
+from kinematic_pipeline.windows import CHANNEL_NAMES, N_CHANNELS, ZSCORED_CHANNELS
 
 STATS_SCHEMA: dict[str, pl.DataType] = {
     "tokenization": pl.String,
@@ -34,13 +37,20 @@ STATS_SCHEMA: dict[str, pl.DataType] = {
 def channel_moments(
     settings: Settings, asset: str, days: list[dt.date], chunk: int = 64
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Mean and std (ddof 0) of each of the 9 channels over every token of ``days``' shards, streamed."""
-    total, total_sq, count = np.zeros(9), np.zeros(9), 0
+    """Mean and std (ddof 0) of each channel over every token of ``days`` (the training period's, all of them
+    in the window store), streamed ``chunk`` days at a time from the store: one sequential read of the windows
+    the day shards hold, in the same order, instead of a second pass over the Parquet shards."""
+    store = open_store(settings, asset)
+    first = dict(zip(store.days["date"].to_list(), store.days["first_row"].to_list()))
+    windows = dict(zip(store.days["date"].to_list(), store.days["windows"].to_list()))
+    total, total_sq, count = np.zeros(N_CHANNELS), np.zeros(N_CHANNELS), 0
     shift = None  # subtract a first-chunk mean per channel: keeps the sum of squares well conditioned
     for k in range(0, len(days), chunk):
-        paths = [Warehouse(settings.warehouse).shard(asset, d) for d in days[k : k + chunk]]
-        tokens = pl.read_parquet(paths, columns=["tokens"])["tokens"].to_numpy().astype(np.float64)
-        values = tokens.reshape(-1, 9)
+        held = [d for d in days[k : k + chunk] if d in first]  # a day without windows adds nothing
+        if not held:
+            continue
+        lo, hi = first[held[0]], first[held[-1]] + windows[held[-1]]
+        values = store.read(np.arange(lo, hi)).astype(np.float64).reshape(-1, N_CHANNELS)
         values = values[np.isfinite(values).all(axis=1)]
         if shift is None and len(values):
             shift = values.mean(axis=0)
@@ -55,32 +65,51 @@ def channel_moments(
     return shift + mean_c, np.sqrt(np.maximum(total_sq / count - mean_c**2, 0.0)), count
 
 
-def fit_corpus_stats(settings: Settings, assets: tuple[str, ...] = TOKEN_ASSETS) -> pl.DataFrame:
-    rows, wh = [], Warehouse(settings.warehouse)
-    for asset in assets:
-        days = wh.shard_days(asset, until=settings.data.train_end)  # file names only: nothing later is opened
-        mean, std, count = channel_moments(settings, asset, days)
-        shards_digest = digest([wh.content_hash(asset, d) for d in days])
-        for ch in ZSCORED_CHANNELS:
-            rows.append(
-                {
-                    "tokenization": asset.removesuffix("_tokens"),
-                    "channel": ch,
-                    "channel_name": CHANNEL_NAMES[ch],
-                    "mean": float(mean[ch]),
-                    "std": float(std[ch]) if std[ch] > 1e-12 else 1.0,
-                    "n_values": count,
-                    "fit_start": days[0],
-                    "fit_end": days[-1],
-                    "shards": len(days),
-                    "shards_digest": shards_digest,
-                }
-            )
+def fit_corpus_stats(settings: Settings, asset: str) -> pl.DataFrame:
+    """STATS_SCHEMA rows of one token asset: its 7 z-scored channels over the training period."""
+    wh = settings.warehouse
+    days = wh.shard_days(asset, until=settings.data.train_end)  # file names only: nothing later is opened
+    mean, std, count = channel_moments(settings, asset, days)
+    common = {
+        "tokenization": token_kind(asset).tokenization,
+        "n_values": count,
+        "fit_start": days[0],
+        "fit_end": days[-1],
+        "shards": len(days),
+        "shards_digest": digest(wh.content_hashes(asset, days)),
+    }
+    rows = [
+        {
+            **common,
+            "channel": ch,
+            "channel_name": CHANNEL_NAMES[ch],
+            "mean": float(mean[ch]),
+            "std": float(std[ch]) if std[ch] > 1e-12 else 1.0,
+        }
+        for ch in ZSCORED_CHANNELS
+    ]
     return pl.DataFrame(rows, schema=STATS_SCHEMA)
 
 
-def materialize_corpus_stats(settings: Settings) -> pl.DataFrame:
-    stats, wh = fit_corpus_stats(settings), Warehouse(settings.warehouse)
-    write_parquet_atomic(stats, wh.shard(CORPUS_STATS, "stats"))
+def materialize_corpus_stats(settings: Settings, assets: tuple[str, ...] = TOKEN_ASSETS) -> pl.DataFrame:
+    """Fit and write ``corpus_stats/<tokenization>.parquet`` of each token asset (view ``corpus_stats``)."""
+    wh, frames = settings.warehouse, []
+    for asset in assets:
+        stats = fit_corpus_stats(settings, asset)
+        wh.write(stats, wh.corpus_stats_file(token_kind(asset).tokenization))
+        frames.append(stats)
+    remove_if_exists(wh.shard(CORPUS_STATS, "stats"))  # one file for every tokenization before they were split
     wh.refresh_view(CORPUS_STATS, STATS_SCHEMA)
-    return stats
+    return pl.concat(frames)
+
+
+def corpus_stats_metadata(settings: Settings, stats: pl.DataFrame) -> dict:
+    """What a tokenization's corpus_stats materialization shows (plain values)."""
+    from kinematic_pipeline.report.markdown import Markdown, markdown_table
+
+    return {
+        "fit_window": f"{stats['fit_start'].min()} .. {stats['fit_end'].max()} (train_end {settings.data.train_end})",
+        "statistics": Markdown(markdown_table(stats.drop("shards_digest", "fit_start", "fit_end"))),
+        "shards_digest": stats["shards_digest"][0],
+        "dagster/row_count": stats.height,
+    }

@@ -3,7 +3,7 @@
 - ``information``: log-loss and Brier skill against the training labels' base rates (0 = no information),
   balanced accuracy and macro-F1 of the argmax of the de-weighted probabilities, balanced accuracy of the
   policy's own actions, and the AUC of Buy-vs-rest and Sell-vs-rest, the variants side by side
-  (``backtest.skill``, ``backtest.skill_seeds``, ``backtest.evidence``). A cell is the mean over seeds, the
+  (``backtest.skill``, ``backtest.skill_seeds``, ``backtest.policy_frames``). A cell is the mean over seeds, the
   95% day-bootstrap interval of that mean (one day resample shared by the seeds) and the std over seeds.
   Every metric is shown twice, once per outcome: the trained-on labels (the paper's spline labels by
   default, whose return r_spline = r_close + e_t - e_{t+1} has a part e_t known at decision time) and the
@@ -14,7 +14,7 @@
 - ``decisions``: per policy, why it trades or liquidates under the paper's weighted argmax
   (``backtest.decisions``): base rates, the no-information action, the Buy/Sell margin against ln 5.
 - ``decision_rules``: the paper's argmax next to the second rule (undo the weights, trade beyond a margin m
-  chosen on validation days), as backtested by ``stages.evaluate``.
+  chosen on validation days), as backtested by ``stages.backtests``.
 
 Everything reads shards of the warehouse; training statistics come from days on or before the cut only.
 No dagster here.
@@ -25,30 +25,18 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline.backtest.evidence import decision_frame, seed_mean_skill_frame
-from kinematic_pipeline.backtest.oracle import ORACLE, ORACLE_DISPLAY_NAME, oracle_predictions
+from kinematic_pipeline.backtest.oracle import oracle_predictions
+from kinematic_pipeline.backtest.policy_frames import decision_frame, seed_mean_skill_frame
 from kinematic_pipeline.backtest.skill import base_rates
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.label_rules import labels_from_returns
-from kinematic_pipeline.report.tables import UNDEFINED, runs_at
+from kinematic_pipeline.label_rules import at_tau, labels_from_returns, tau_column
+from kinematic_pipeline.report import evidence_tables as evidence_tables_report
 from kinematic_pipeline.sources import make_source
-from kinematic_pipeline.storage import LABELS, MARGIN_BACKTESTS, PREDICTIONS, RAW_OHLCV, Warehouse
-from kinematic_pipeline.variants import ACTION_NAMES, UNKNOWN_LABEL, VARIANT_NAMES, display_name
-from kinematic_pipeline.windows import tau_column
+from kinematic_pipeline.variants import UNKNOWN_LABEL
+from kinematic_pipeline.warehouse import LABELS, MARGIN_BACKTESTS, PREDICTIONS, RAW_OHLCV
 
-INFORMATION_ROWS = (  # (metric of skill_table, how the report names it)
-    ("log_loss_skill", "Log-loss skill vs training base rates"),
-    ("brier_skill", "Brier skill vs training base rates"),
-    ("balanced_accuracy", "Balanced accuracy (argmax of p)"),
-    ("macro_f1", "Macro-F1 (argmax of p)"),
-    ("policy_balanced_accuracy", "Balanced accuracy (policy's actions)"),
-    ("auc_buy", "AUC Buy vs rest"),
-    ("auc_sell", "AUC Sell vs rest"),
-)
-PROBABILISTIC = ("log_loss_skill", "brier_skill")  # scores of probabilities, not of decisions
 TRAINED, CLOSE = "trained", "close"  # the outcomes: the trained-on label columns; labels of r_close
 CLOSE_LABEL = "label_close"  # the column of close-to-close labels joined onto the predictions
-ORACLE_ELSEWHERE = "N/A (trained-on labels only)"  # the informed ceiling is scored on the trained-on labels
 
 
 def outcome_names(label_source: str) -> dict[str, str]:
@@ -76,7 +64,7 @@ def base_rates_by_outcome(labels: pl.DataFrame, taus) -> dict[str, dict[float, n
 
 def train_base_rates(settings: Settings) -> dict[str, dict[float, np.ndarray]]:
     """``base_rates_by_outcome`` of the labels on training-period days (on or before the cut), per tau."""
-    wh = Warehouse(settings.warehouse)
+    wh = settings.warehouse
     days = wh.shard_days(LABELS, until=settings.data.train_end)
     if not days:
         raise FileNotFoundError(f"no labels on or before {settings.data.train_end}: materialize labels first")
@@ -101,17 +89,16 @@ def with_close_labels(predictions: pl.DataFrame, returns: pl.DataFrame) -> pl.Da
 
 def prediction_day_returns(settings: Settings, predictions: pl.DataFrame) -> pl.DataFrame:
     """ticker, date, r_close from the labels shards of the prediction days."""
-    wh, days = Warehouse(settings.warehouse), sorted(predictions["date"].unique().to_list())
+    wh, days = settings.warehouse, sorted(predictions["date"].unique().to_list())
     return pl.read_parquet([wh.shard(LABELS, d) for d in days], columns=["ticker", "date", "r_close"])
 
 
-def test_predictions(settings: Settings) -> pl.DataFrame:
-    """Every policy's test-period predictions (the predictions view's shards)."""
-    folder = Warehouse(settings.warehouse).root / PREDICTIONS
-    files = sorted(folder.glob("*.parquet"))
-    if not files:
-        raise FileNotFoundError(f"no predictions under {folder}: materialize predictions first")
-    return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
+def read_view(settings: Settings, view: str) -> pl.DataFrame:
+    """Every row of an asset's catalog view; FileNotFoundError naming the asset when it has none yet."""
+    frame = settings.warehouse.read_view(view) if settings.warehouse.catalog_path.exists() else pl.DataFrame()
+    if frame.height == 0:
+        raise FileNotFoundError(f"no {view} rows in {settings.warehouse.catalog_path}: materialize {view} first")
+    return frame
 
 
 def oracle_test_predictions(settings: Settings, predictions: pl.DataFrame, tau: float) -> pl.DataFrame | None:
@@ -119,7 +106,7 @@ def oracle_test_predictions(settings: Settings, predictions: pl.DataFrame, tau: 
     it knows the latent state the synthetic bars were drawn from, which no tokenization of the bars can."""
     if settings.data.source != "synthetic":
         return None
-    wh, days = Warehouse(settings.warehouse), sorted(predictions["date"].unique().to_list())
+    wh, days = settings.warehouse, sorted(predictions["date"].unique().to_list())
     tickers = predictions["ticker"].unique().to_list()
     bars = pl.read_parquet([wh.shard(RAW_OHLCV, d) for d in days], columns=["ticker", "date", "close"])
     labels = pl.read_parquet([wh.shard(LABELS, d) for d in days], columns=["ticker", "date", tau_column(tau)])
@@ -136,99 +123,28 @@ def oracle_test_predictions(settings: Settings, predictions: pl.DataFrame, tau: 
     )
 
 
-def _cell(row: dict, metric: str) -> str:
-    """mean over seeds [95% interval of the seed mean], then "± std over seeds" when there are several."""
-    value = row[metric]
-    if value is None or not np.isfinite(value):
-        return UNDEFINED
-    text = f"{value:.3f} [{row[f'{metric}_ci_low']:.3f}, {row[f'{metric}_ci_high']:.3f}]"
-    return text + (f" ± {row[f'{metric}_seed_std']:.3f}" if row["n_seeds"] > 1 else "")
-
-
-def _variant_cell(rows: pl.DataFrame, variant: str, metric: str) -> str:
-    r = rows.filter(pl.col("variant") == variant) if rows.height else rows
-    if r.height == 0:
-        return ORACLE_ELSEWHERE if variant == ORACLE else "-"
-    if variant == ORACLE and metric in PROBABILISTIC:
-        return "N/A (one-hot)"  # the informed policy decides; it states no probabilities
-    return _cell(r.row(0, named=True), metric)
-
-
-def information_table(skill: dict[str, pl.DataFrame], tau: float) -> pl.DataFrame:
-    """One row per (outcome, metric), one column per variant (and the informed ceiling when present), at
-    ``tau``. skill: {outcome name: ``seed_mean_skill_frame``}, in table order."""
-    at_tau = {o: f.filter((pl.col("tau") - tau).abs() < 1e-12) if f.height else f for o, f in skill.items()}
-    seen = {v for f in at_tau.values() if f.height for v in f["variant"].to_list()}
-    present = [v for v in (*VARIANT_NAMES, ORACLE) if v in seen]
-    names = {v: ORACLE_DISPLAY_NAME if v == ORACLE else display_name(v) for v in present}
-    out = [
-        {"Outcome": outcome, "Metric": label} | {names[v]: _variant_cell(rows, v, metric) for v in present}
-        for outcome, rows in at_tau.items()
-        for metric, label in INFORMATION_ROWS
-    ]
-    return pl.DataFrame(
-        out, schema={"Outcome": pl.String, "Metric": pl.String, **{names[v]: pl.String for v in present}}
-    )
-
-
-def decisions_table(decisions: pl.DataFrame, tau: float) -> pl.DataFrame:
-    """One row per policy at ``tau``: base rates, the no-information action, the margin and the cause."""
-    rows = decisions.filter((pl.col("tau") - tau).abs() < 1e-12).sort("variant", "seed")
-    return rows.select(
-        pl.col("variant").map_elements(display_name, return_dtype=pl.String).alias("Model"),
-        pl.col("seed").cast(pl.String).alias("Seed"),
-        pl.format(
-            "{} / {} / {}",
-            *[pl.col(f"base_rate_{k}").round(2) for k in ("buy", "sell", "hold")],
-        ).alias("Train B/S/H"),
-        pl.col("no_information_action")
-        .map_elements(lambda code: ACTION_NAMES[code], return_dtype=pl.String)
-        .alias("No-info action"),
-        pl.col("margin_q50").round(2).cast(pl.String).alias("Median ln(p_B/p_S)"),
-        (100 * pl.col("share_margin_above_threshold")).round(1).cast(pl.String).alias("% above ln 5"),
-        (100 * pl.col("share_differs_from_no_information")).round(1).cast(pl.String).alias("% differs from no-info"),
-        pl.col("liquidation_cause").alias("Why it trades or liquidates"),
-    )
-
-
-def decision_rules_table(metrics: pl.DataFrame, margin: pl.DataFrame, tau: float, cost_bps: float) -> pl.DataFrame:
-    """The paper's argmax next to the margin rule, per variant: mean over tickers and seeds."""
-    argmax = runs_at(metrics, tau, cost_bps)
-    second = runs_at(margin, tau, cost_bps) if margin.height else margin
-    out = []
-    for v in VARIANT_NAMES:
-        a = argmax.filter(pl.col("variant") == v) if argmax.height else argmax
-        m = second.filter(pl.col("variant") == v) if second.height else second
-        if a.height == 0 and m.height == 0:
-            continue
-        row = {"Model": display_name(v)}
-        for rule, rows in (("argmax", a), ("margin", m)):
-            sharpe = rows["sharpe"].fill_nan(None).drop_nulls() if rows.height else pl.Series([], dtype=pl.Float64)
-            row[f"Sharpe ({rule})"] = f"{sharpe.mean():.2f}" if sharpe.len() else UNDEFINED
-            row[f"Return ({rule})"] = f"{100 * rows['total_return'].mean():.1f}%" if rows.height else "-"
-            row[f"Action rate ({rule})"] = f"{100 * rows['action_rate'].mean():.1f}%" if rows.height else "-"
-        row["m (validation)"] = (
-            ", ".join(f"{x:.2f}" for x in m["margin"].unique().sort().to_list()) if m.height else "-"
-        )
-        out.append(row)
-    return pl.DataFrame(out) if out else pl.DataFrame({"Model": []}, schema={"Model": pl.String})
-
-
 def margin_metrics(settings: Settings) -> pl.DataFrame:
-    files = sorted((Warehouse(settings.warehouse).root / MARGIN_BACKTESTS).glob("*.parquet"))
-    return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed") if files else pl.DataFrame()
+    """The margin rule's backtests (view ``margin_backtests``); an empty frame before any exists."""
+    try:
+        return read_view(settings, MARGIN_BACKTESTS)
+    except FileNotFoundError:
+        return pl.DataFrame()
 
 
-def information_skill(settings: Settings, at_tau: pl.DataFrame, rates: dict, tau: float) -> dict[str, pl.DataFrame]:
+def information_skill(
+    settings: Settings, report_rows: pl.DataFrame, rates: dict, tau: float
+) -> dict[str, pl.DataFrame]:
     """{outcome name: ``seed_mean_skill_frame``} of the test predictions at ``tau``: on the trained-on labels
     (with the informed ceiling on synthetic data) and, unless they coincide, on close-to-close labels."""
     ev, weights, names = settings.evaluate, settings.train.class_weights, outcome_names(settings.tokenize.label_source)
     kw = {"n_boot": ev.skill_bootstrap_resamples, "boot_seed": ev.bootstrap_seed}
-    oracle = oracle_test_predictions(settings, at_tau, tau) if at_tau.height else None
-    scored = at_tau if oracle is None else pl.concat([at_tau, oracle.cast(at_tau.schema)], how="vertical")
+    oracle = oracle_test_predictions(settings, report_rows, tau) if report_rows.height else None
+    scored = (
+        report_rows if oracle is None else pl.concat([report_rows, oracle.cast(report_rows.schema)], how="vertical")
+    )
     out = {names[TRAINED]: seed_mean_skill_frame(scored, rates[TRAINED], weights, **kw)}
-    if CLOSE in names and at_tau.height:
-        close = with_close_labels(at_tau, prediction_day_returns(settings, at_tau))
+    if CLOSE in names and report_rows.height:
+        close = with_close_labels(report_rows, prediction_day_returns(settings, report_rows))
         out[names[CLOSE]] = seed_mean_skill_frame(close, rates[CLOSE], weights, label_column=CLOSE_LABEL, **kw)
     return out
 
@@ -236,12 +152,16 @@ def information_skill(settings: Settings, at_tau: pl.DataFrame, rates: dict, tau
 def evidence_tables(settings: Settings, metrics: pl.DataFrame) -> dict[str, pl.DataFrame]:
     """The three evidence tables at the report's tau and cost (see the module docstring)."""
     ev, tau = settings.evaluate, settings.evaluate.report_tau
-    predictions = test_predictions(settings)
+    predictions = read_view(settings, PREDICTIONS)
     rates = train_base_rates(settings)
-    at_tau = predictions.filter((pl.col("tau") - tau).abs() < 1e-12)
+    report_rows = predictions.filter(at_tau(tau))
     decisions = decision_frame(predictions, rates[TRAINED], settings.train.class_weights)
     return {
-        "information": information_table(information_skill(settings, at_tau, rates, tau), tau),
-        "decisions": decisions_table(decisions, tau),
-        "decision_rules": decision_rules_table(metrics, margin_metrics(settings), tau, ev.report_cost_bps),
+        "information": evidence_tables_report.information_table(
+            information_skill(settings, report_rows, rates, tau), tau
+        ),
+        "decisions": evidence_tables_report.decisions_table(decisions, tau),
+        "decision_rules": evidence_tables_report.decision_rules_table(
+            metrics, margin_metrics(settings), tau, ev.report_cost_bps
+        ),
     }

@@ -13,11 +13,12 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from kinematic_pipeline import __version__
+from kinematic_pipeline.atomic_files import combined_hash
 from kinematic_pipeline.bar_contract import KEPT_SCHEMA, QUARANTINE_SCHEMA, split_by_partition, validate_bars
 from kinematic_pipeline.calendar import previous_trading_day, trading_day_on_or_after
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.sources import BarSource, make_source
-from kinematic_pipeline.storage import QUARANTINE, RAW_OHLCV, Warehouse
+from kinematic_pipeline.warehouse import QUARANTINE, RAW_OHLCV
 
 MANIFEST_SCHEMA: dict[str, pl.DataType] = {
     "partition_date": pl.Date,
@@ -94,6 +95,44 @@ class IngestSummary:
             + f" = {self.rows_in_source:,} rows in the source"
         )
 
+    def metadata(self, settings: Settings, days: list[dt.date]) -> dict:
+        """What a raw_ohlcv materialization shows (plain values; the asset turns them into Dagster's)."""
+        from kinematic_pipeline.report.markdown import Markdown, markdown_table
+
+        manifest, totals = self.manifest, self.totals
+        preview = manifest.select(
+            "partition_date",
+            "rows_read",
+            "rows_kept",
+            "rows_quarantined",
+            "tickers",
+            pl.col("content_hash").str.slice(0, 16),
+        )
+        if preview.height > 20:
+            preview = pl.concat([preview.head(10), preview.tail(10)])
+        return {
+            "rows_read": totals["rows_read"],
+            "rows_kept": totals["rows_kept"],
+            "rows_quarantined": totals["rows_quarantined"],
+            "zero_volume_rows_kept": totals["zero_volume_rows"],
+            "tickers": self.tickers,
+            "date_range": f"{days[0]} .. {days[-1]} ({len(days)} sessions)",
+            "content_hash": combined_hash(manifest["content_hash"].to_list()),
+            "content_hash_kind": "sha256 of the shard"
+            if len(days) == 1
+            else "sha256 over the shards' sha256s, in date order",
+            "source": settings.data.source,
+            "warehouse_path": settings.warehouse / RAW_OHLCV,
+            "dagster/row_count": totals["rows_kept"],
+            "partitions_preview": Markdown(markdown_table(preview)),
+            "quarantine_reasons": Markdown(markdown_table(self.quarantine_reasons)),
+            "rows_in_source": self.rows_in_source if self.rows_in_source is not None else "unknown",
+            "rows_out_of_range": self.out_of_range or {},
+            "rows_sorted_out_of_order": self.out_of_order,
+            "reconciliation": self.reconciliation(),
+            "notes": "\n".join(self.notes()),
+        }
+
 
 def read_window(days: list[dt.date]) -> tuple[dt.date, dt.date]:
     """The dates a run over ``days`` reads: after the session before the first day, up to the last day."""
@@ -151,7 +190,7 @@ def materialize_raw_ohlcv(
     out_of_range = count_out_of_range(source, days, settings.data.tickers)
 
     records = []
-    wh = Warehouse(settings.warehouse)
+    wh = settings.warehouse
     refresh_catalog(settings)  # the views cover every unit as soon as it is swapped in
     for day, kept, quarantined, rows_read in tqdm(
         split_by_partition(result, days), desc="raw_ohlcv partitions", unit="day", disable=not progress
@@ -189,14 +228,14 @@ def materialize_raw_ohlcv(
 
 def refresh_catalog(settings: Settings) -> None:
     """The views raw_ohlcv, quarantine and raw_ohlcv_manifest (globs over every day unit, always valid)."""
-    Warehouse(settings.warehouse).ensure_unit_views(
+    settings.warehouse.ensure_unit_views(
         RAW_OHLCV, {RAW_OHLCV: {**KEPT_SCHEMA}, QUARANTINE: QUARANTINE_SCHEMA, "manifest": MANIFEST_SCHEMA}
     )
 
 
 def verify_raw_ohlcv(settings: Settings, days: list[dt.date]) -> dict[str, tuple[bool, str]]:
     """Re-read the written shards of ``days`` and check the data contract; {check: (passed, description)}."""
-    wh = Warehouse(settings.warehouse)
+    wh = settings.warehouse
     kept_files = [wh.shard(RAW_OHLCV, d) for d in days]
     missing = [str(p) for p in kept_files if not p.exists()]
     if missing:

@@ -15,12 +15,13 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from kinematic_pipeline import __version__
+from kinematic_pipeline.atomic_files import combined_hash, digest
 from kinematic_pipeline.calendar import trading_day_on_or_after
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.label_rules import label_returns_close, label_returns_spline, labels_from_returns
-from kinematic_pipeline.storage import LABELS, RAW_OHLCV, Warehouse, digest
+from kinematic_pipeline.label_rules import label_returns_close, label_returns_spline, labels_from_returns, tau_column
+from kinematic_pipeline.token_kinds import SPLINE_TOKENS
 from kinematic_pipeline.variants import ACTION_KEYS, UNKNOWN_LABEL
-from kinematic_pipeline.windows import tau_column
+from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
 
 
 def labels_schema(taus: tuple[float, ...]) -> dict[str, pl.DataType]:
@@ -47,7 +48,7 @@ MANIFEST_SCHEMA: dict[str, pl.DataType] = {
 
 def _read(settings: Settings, asset: str, day: dt.date, schema: dict[str, pl.DataType], required: bool) -> pl.DataFrame:
     """The shard's columns; an empty frame when it does not exist and is not required."""
-    path = Warehouse(settings.warehouse).shard(asset, day)
+    path = settings.warehouse.shard(asset, day)
     if path.exists():
         return pl.read_parquet(path, columns=list(schema))
     if required:
@@ -57,13 +58,13 @@ def _read(settings: Settings, asset: str, day: dt.date, schema: dict[str, pl.Dat
 
 def day_labels(settings: Settings, day: dt.date) -> tuple[pl.DataFrame, dt.date, str]:
     """Labels of the windows ending on ``day`` (LABELS schema), the next session, and the inputs' digest."""
-    cfg, wh = settings.tokenize, Warehouse(settings.warehouse)
+    cfg, wh = settings.tokenize, settings.warehouse
     nxt = trading_day_on_or_after(day + dt.timedelta(days=1))
     positions = {"ticker": pl.String, "end_position": pl.Float64}
     closes = {"ticker": pl.String, "close": pl.Float64}
-    today = _read(settings, "spline_tokens", day, positions, required=True)
+    today = _read(settings, SPLINE_TOKENS, day, positions, required=True)
     # The next session may not exist yet (the newest day): its returns stay unknown.
-    tomorrow = _read(settings, "spline_tokens", nxt, positions, required=False)
+    tomorrow = _read(settings, SPLINE_TOKENS, nxt, positions, required=False)
     bars_next = _read(settings, "raw_ohlcv", nxt, closes, required=False)
     frame = (
         today.join(_read(settings, "raw_ohlcv", day, closes, required=True), on="ticker", how="left")
@@ -83,12 +84,12 @@ def day_labels(settings: Settings, day: dt.date) -> tuple[pl.DataFrame, dt.date,
         "r_close",
         pl.lit(cfg.label_source).alias("label_source"),
     ).with_columns(*[pl.Series(tau_column(t), labels_from_returns(r, t), dtype=pl.Int8) for t in cfg.taus])
-    hashes = [wh.content_hash(a, d, default="") for a in ("spline_tokens", RAW_OHLCV) for d in (day, nxt)]
+    hashes = [wh.content_hash(a, d, default="") for a in (SPLINE_TOKENS, RAW_OHLCV) for d in (day, nxt)]
     return out.sort("ticker"), nxt, digest(hashes)
 
 
 def materialize_labels(settings: Settings, days: list[dt.date], progress: bool = True) -> pl.DataFrame:
-    wh = Warehouse(settings.warehouse)
+    wh = settings.warehouse
     records = []
     for day in tqdm(sorted(days), desc="labels", unit="day", disable=not progress):
         frame, nxt, inputs_digest = day_labels(settings, day)
@@ -109,7 +110,7 @@ def materialize_labels(settings: Settings, days: list[dt.date], progress: bool =
 
 def label_distribution(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
     """Counts of Buy/Sell/Hold/unknown per tau over ``days`` (for metadata)."""
-    frame = pl.read_parquet([Warehouse(settings.warehouse).shard(LABELS, d) for d in days])
+    frame = pl.read_parquet([settings.warehouse.shard(LABELS, d) for d in days])
     rows = []
     for tau in settings.tokenize.taus:
         col = frame[tau_column(tau)]
@@ -121,3 +122,17 @@ def label_distribution(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
             }
         )
     return pl.DataFrame(rows)
+
+
+def labels_metadata(settings: Settings, manifest: pl.DataFrame, days: list[dt.date]) -> dict:
+    """What the labels asset's materialization shows (plain values)."""
+    from kinematic_pipeline.report.markdown import Markdown, markdown_table
+
+    return {
+        "windows": int(manifest["windows"].sum()),
+        "known_next_day": int(manifest["known"].sum()),
+        "label_source": settings.tokenize.label_source,
+        "distribution": Markdown(markdown_table(label_distribution(settings, days))),
+        "content_hash": combined_hash(manifest["content_hash"].to_list()),
+        "dagster/row_count": int(manifest["windows"].sum()),
+    }

@@ -14,15 +14,15 @@ import polars as pl
 
 from kinematic_pipeline.backtest.metrics import conventions
 from kinematic_pipeline.config import EvalConfig, Settings
+from kinematic_pipeline.label_rules import at_tau
 from kinematic_pipeline.report import document, figures, paper, tables
 from kinematic_pipeline.report.markdown import markdown_table
-from kinematic_pipeline.stages.evaluate import window_end_kinematics
-from kinematic_pipeline.stages.evidence import evidence_tables, margin_metrics
-from kinematic_pipeline.storage import BACKTESTS, EQUITY_CURVES, PREDICTIONS, RAW_OHLCV, Warehouse
-from kinematic_pipeline.variants import BENCHMARK
-from kinematic_pipeline.windows import CHANNEL_NAMES
+from kinematic_pipeline.stages.evidence import evidence_tables, margin_metrics, read_view
+from kinematic_pipeline.token_kinds import SPLINE_TOKENS
+from kinematic_pipeline.variants import BENCHMARK, FOCUS_VARIANT
+from kinematic_pipeline.warehouse import BACKTESTS, EQUITY_CURVES, PREDICTIONS, RAW_OHLCV
+from kinematic_pipeline.windows import CHANNEL_NAMES, window_end_kinematics
 
-REPORTS_DIR, TABLES_FILE, REPORT_FILE = "reports", "tables.md", "report.md"
 CONTEXT_FILE = "context.json"  # under reports/tables/: the run the tables describe
 KINEMATIC_COLUMNS = CHANNEL_NAMES
 TABLE_TITLES = {
@@ -49,20 +49,9 @@ EVIDENCE_TITLES = {
 ALL_TITLES = {**TABLE_TITLES, **EVIDENCE_TITLES}
 
 
-def reports_dir(settings: Settings) -> Path:
-    return settings.warehouse / REPORTS_DIR
-
-
-def _read_all(settings: Settings, asset: str) -> pl.DataFrame:
-    files = sorted((settings.warehouse / asset).glob("*.parquet"))
-    if not files:
-        raise FileNotFoundError(f"no {asset} shards under {settings.warehouse / asset}: materialize {asset} first")
-    return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
-
-
 def load_metrics(settings: Settings) -> pl.DataFrame:
     """Every backtests row (each policy partition's, and the Buy & Hold rows, once per ticker and cost)."""
-    return _read_all(settings, BACKTESTS).sort("variant", "tau", "ticker", "cost_bps", nulls_last=True)
+    return read_view(settings, BACKTESTS).sort("variant", "tau", "ticker", "cost_bps", nulls_last=True)
 
 
 def report_conventions(ev: EvalConfig) -> str:
@@ -94,7 +83,7 @@ def build_tables(settings: Settings, metrics: pl.DataFrame) -> dict[str, pl.Data
         "risk_adjusted": tables.risk_adjusted(metrics, ev.report_tau, ev.report_cost_bps),
         "liquidation_equilibrium": tables.liquidation_equilibrium(metrics, ev.report_tau, ev.report_cost_bps, focus),
         "tau_sweep": tables.tau_sweep(metrics, focus, ev.report_cost_bps),
-        "cost_sensitivity": tables.cost_sensitivity(metrics, "splinegpt", ev.report_tau),
+        "cost_sensitivity": tables.cost_sensitivity(metrics, FOCUS_VARIANT, ev.report_tau),
         "calibration": tables.calibration_summary(metrics, ev.report_tau, ev.report_cost_bps),
         "per_seed": tables.per_seed(metrics, ev.report_tau, ev.report_cost_bps),
         "paper_comparison": _paper_comparison(metrics)[0],
@@ -138,7 +127,7 @@ def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame
     tables, the path of ``tables.md`` and the metrics they were built from."""
     metrics = load_metrics(settings)
     built = {**build_tables(settings, metrics), **evidence_tables(settings, metrics)}
-    out = reports_dir(settings) / "tables"
+    out = settings.warehouse.report_tables_dir
     out.mkdir(parents=True, exist_ok=True)
     sections = []
     for name, frame in built.items():
@@ -148,7 +137,7 @@ def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame
     context = _context(settings, metrics)
     (out / CONTEXT_FILE).write_text(json.dumps(context, indent=1))
     lines = "\n".join(f"- {k}: {v}" for k, v in context.items())
-    path = reports_dir(settings) / TABLES_FILE
+    path = settings.warehouse.tables_file
     path.write_text(f"## The paper's tables ({settings.profile} profile)\n\n{lines}\n\n" + "\n".join(sections))
     return built, path, metrics
 
@@ -160,11 +149,11 @@ def _window_days(settings: Settings, predictions: pl.DataFrame, ticker: str) -> 
 
 def load_bars_and_kinematics(settings: Settings, ticker: str, days: list[dt.date]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Raw bars and end-of-window spline kinematics of one ticker on ``days`` (from the shards)."""
-    wh, bars, kin = Warehouse(settings.warehouse), [], []
+    wh, bars, kin = settings.warehouse, [], []
     for day in days:
         raw = pl.read_parquet(wh.shard(RAW_OHLCV, day)).filter(pl.col("ticker") == ticker)
         bars.append(raw.select("ticker", "date", "open", "high", "low", "close", "volume"))
-        tokens = pl.read_parquet(wh.shard("spline_tokens", day), columns=["ticker", "date", "tokens"]).filter(
+        tokens = pl.read_parquet(wh.shard(SPLINE_TOKENS, day), columns=["ticker", "date", "tokens"]).filter(
             pl.col("ticker") == ticker
         )
         if tokens.height:
@@ -186,10 +175,10 @@ def load_bars_and_kinematics(settings: Settings, ticker: str, days: list[dt.date
 def materialize_figures(settings: Settings) -> dict[str, Path]:
     ev = settings.evaluate
     metrics = load_metrics(settings)
-    predictions = _read_all(settings, PREDICTIONS)
-    equity = _read_all(settings, EQUITY_CURVES)
+    predictions = read_view(settings, PREDICTIONS)
+    equity = read_view(settings, EQUITY_CURVES)
     focus = focus_ticker(settings, metrics)
-    out = reports_dir(settings) / "figures"
+    out = settings.warehouse.figures_dir
     out.mkdir(parents=True, exist_ok=True)
     paths = {
         name: out / f"{name}.png"
@@ -213,37 +202,35 @@ def materialize_figures(settings: Settings) -> dict[str, Path]:
         bars, kin = load_bars_and_kinematics(settings, resp, days)
         start, end = (days[0], days[-1]) if days else (start, end)
     figures.responsiveness_png(
-        bars, kin, predictions, resp, "splinegpt", ev.report_tau, start, end, paths["responsiveness"]
+        bars, kin, predictions, resp, FOCUS_VARIANT, ev.report_tau, start, end, paths["responsiveness"]
     )
     return paths
 
 
 def materialize_report(settings: Settings, extra_context: dict[str, str] | None = None) -> Path:
     """``report.md`` from what ``paper_tables`` and ``figures`` wrote (nothing is recomputed)."""
-    root = reports_dir(settings)
-    tables_dir = root / "tables"
+    wh = settings.warehouse
+    tables_dir = wh.report_tables_dir
     if not (tables_dir / CONTEXT_FILE).exists():
         raise FileNotFoundError(f"no tables under {tables_dir}: materialize paper_tables first")
     built = {ALL_TITLES[name]: pl.read_parquet(tables_dir / f"{name}.parquet") for name in ALL_TITLES}
-    figure_paths = {p.stem: p for p in sorted((root / "figures").glob("*.png"))}
+    figure_paths = {p.stem: p for p in sorted(wh.figures_dir.glob("*.png"))}
     text = document.render_report(
         f"Kinematic Tokenization: backtest report ({settings.profile} profile)",
         {**json.loads((tables_dir / CONTEXT_FILE).read_text()), **(extra_context or {})},
         built,
         figure_paths,
         report_conventions(settings.evaluate),
-        relative_to=root,
+        relative_to=wh.reports_dir,
     )
-    path = root / REPORT_FILE
+    path = wh.report_file
     path.write_text(text)
     return path
 
 
 def headline(metrics: pl.DataFrame, tau: float, cost_bps: float) -> pl.DataFrame:
     """Mean Sharpe and return per variant at the report's tau and cost (for metadata)."""
-    rows = metrics.filter(
-        (pl.col("cost_bps") == cost_bps) & ((pl.col("tau") - tau).abs().lt(1e-12) | pl.col("tau").is_null())
-    )
+    rows = metrics.filter((pl.col("cost_bps") == cost_bps) & (at_tau(tau) | pl.col("tau").is_null()))
     return (
         rows.group_by("variant")
         .agg(

@@ -25,15 +25,16 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from kinematic_pipeline import __version__
+from kinematic_pipeline.atomic_files import combined_hash, digest
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import spline_end_position
 from kinematic_pipeline.stages.alpha import AlphaLookup
-from kinematic_pipeline.storage import RAW_OHLCV, TOKEN_ASSETS, Warehouse, digest
+from kinematic_pipeline.token_kinds import TOKEN_ASSETS, token_kind
 from kinematic_pipeline.tokenize import fd_tokens, raw_tokens, tokenize_price_windows, tokenize_volume_windows
-from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
+from kinematic_pipeline.warehouse import RAW_OHLCV
+from kinematic_pipeline.windows import N_CHANNELS, N_KNOTS, N_PRICE_COEFFS, N_TOKENS, N_VOLUME_COEFFS
 
-N_KNOTS = N_TOKENS + 1  # price knots per window
 LOOKBACK = N_KNOTS - 1  # sessions before the window's last day
 CALENDAR_DAYS_PER_SESSION = 365.25 / 252
 TOKEN_COMPRESSION = "lz4"  # float32 tokens barely compress (zstd saves ~4%); lz4 writes twice as fast
@@ -70,7 +71,7 @@ class Panel:
 
 def load_panel(settings: Settings, first_day: dt.date, last_day: dt.date) -> Panel:
     """Bars of the sessions ``first_day - 64 sessions .. last_day`` from the raw_ohlcv shards."""
-    wh = Warehouse(settings.warehouse)
+    wh = settings.warehouse
     history_start = settings.data.start_date
     sessions = trading_days(max(history_start, _sessions_before(first_day, LOOKBACK)), last_day)
     paths = [wh.shard(RAW_OHLCV, day) for day in sessions]
@@ -200,22 +201,24 @@ def spline_token_array(
         m = n if every else len(rows)
         times = None if windows.times is None else windows.times[rows]
         price = tokenize_price_windows(
-            windows.log_price[rows], ap, times, out=ws.get("price", (m, N_TOKENS, 4), np.float64)
+            windows.log_price[rows], ap, times, out=ws.get("price", (m, N_TOKENS, N_PRICE_COEFFS), np.float64)
         )
         volume = tokenize_volume_windows(
-            windows.log_volume[rows], av, times, out=ws.get("volume", (m, N_TOKENS, 5), np.float64)
+            windows.log_volume[rows], av, times, out=ws.get("volume", (m, N_TOKENS, N_VOLUME_COEFFS), np.float64)
         )
-        out[rows, :, :4] = price
-        out[rows, :, 4:] = volume
+        out[rows, :, :N_PRICE_COEFFS] = price
+        out[rows, :, N_PRICE_COEFFS:] = volume
         h = 1.0 if times is None else times[:, -1] - times[:, -2]
         end[rows] = spline_end_position(price, h)
     return out, end
 
 
+BASELINE_KERNELS = {"fd_tokens": fd_tokens, "raw_tokens": raw_tokens}  # the token kinds that are not splines
+
+
 def baseline_token_array(windows: DayWindows, kind: str, workspace: Workspace | None = None) -> np.ndarray:
-    fn = fd_tokens if kind == "fd_tokens" else raw_tokens
     out = (workspace or Workspace()).get(f"tokens:{kind}", (len(windows.tickers), N_TOKENS, N_CHANNELS), np.float32)
-    return fn(windows.log_price, windows.log_volume, out=out)
+    return BASELINE_KERNELS[kind](windows.log_price, windows.log_volume, out=out)
 
 
 def shard_frame(windows: DayWindows, tokens: np.ndarray, end_position: np.ndarray | None = None) -> pl.DataFrame:
@@ -266,7 +269,7 @@ def materialize_tokens(
         raise ValueError(f"unknown token asset(s) {sorted(unknown)}: expected {TOKEN_ASSETS}")
     days = sorted(days)
     alphas = alphas or AlphaLookup.from_settings(settings)
-    wh = Warehouse(settings.warehouse)
+    wh = settings.warehouse
     records: dict[str, list[dict]] = {k: [] for k in kinds}
     bar = tqdm(total=len(days), desc="token shards", unit="day", disable=not progress)
     workspaces = (Workspace(), Workspace())
@@ -281,8 +284,8 @@ def materialize_tokens(
             bounds = np.cumsum([0] + [len(w.tickers) for w in per_day])
             jobs = []
             for kind in kinds:
-                end = None
-                if kind == "spline_tokens":
+                end, spline = None, token_kind(kind).spline
+                if spline:
                     tokens, end = spline_token_array(merged, *alphas.for_tickers(merged.tickers), workspace)
                 else:
                     tokens = baseline_token_array(merged, kind, workspace)
@@ -294,8 +297,8 @@ def materialize_tokens(
                         "partition_date": windows.day,
                         "windows": frame.height,
                         "raw_inputs_digest": windows.raw_inputs_digest,
-                        "alpha_price": alphas.describe("price") if kind == "spline_tokens" else "",
-                        "alpha_volume": alphas.describe("volume") if kind == "spline_tokens" else "",
+                        "alpha_price": alphas.describe("price") if spline else "",
+                        "alpha_volume": alphas.describe("volume") if spline else "",
                         "time_unit": settings.tokenize.time_unit,
                         "code_version": __version__,
                     }
@@ -309,7 +312,7 @@ def materialize_tokens(
         _collect(pending, records, bar)
     bar.close()
     for kind in kinds:
-        wh.refresh_view(kind, SPLINE_SCHEMA if kind == "spline_tokens" else SHARD_SCHEMA)
+        wh.refresh_view(kind, SPLINE_SCHEMA if token_kind(kind).spline else SHARD_SCHEMA)
         wh.refresh_manifest_view(kind, TOKEN_MANIFEST_SCHEMA)
     return {k: pl.DataFrame(v, schema=TOKEN_MANIFEST_SCHEMA).sort("partition_date") for k, v in records.items()}
 
@@ -320,3 +323,20 @@ def _collect(pending: list, records: dict[str, list[dict]], bar) -> None:
             record = job.result()
             records[record["kind"]].append({k: record[k] for k in TOKEN_MANIFEST_SCHEMA})
         bar.update(n_days)
+
+
+def token_metadata(settings: Settings, kind: str, manifest: pl.DataFrame, days: list[dt.date], seconds: float) -> dict:
+    """What a token asset's materialization shows (plain values; the asset turns them into Dagster's)."""
+    windows = int(manifest["windows"].sum())
+    return {
+        "windows": windows,
+        "date_range": f"{days[0]} .. {days[-1]} ({len(days)} sessions)",
+        "content_hash": combined_hash(manifest["content_hash"].to_list()),
+        "raw_inputs_digest": combined_hash(manifest["raw_inputs_digest"].to_list()),
+        "alpha_price": manifest["alpha_price"][0],
+        "alpha_volume": manifest["alpha_volume"][0],
+        "time_unit": settings.tokenize.time_unit,
+        "stage_seconds": round(seconds, 2),
+        "warehouse_path": settings.warehouse / kind,
+        "dagster/row_count": windows,
+    }

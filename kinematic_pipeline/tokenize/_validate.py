@@ -7,8 +7,7 @@ import math
 
 import numpy as np
 
-N_KNOTS = 65  # knots t_0..t_64 of one window
-N_TOKENS = 64  # intervals [t_k, t_k+1], one token each
+from kinematic_pipeline.windows import N_KNOTS, N_TOKENS
 
 _OUT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 

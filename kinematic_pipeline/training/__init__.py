@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from kinematic_pipeline.training.data import SampledWindows, WindowDataModule, split_days
 from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule
-from kinematic_pipeline.training.run import FinetuneResult, PretrainResult, finetune, load_classifier, pretrain
+from kinematic_pipeline.training.run import TrainingResult, finetune, load_classifier, pretrain
 
 __all__ = [
     "FinetuneModule",
-    "FinetuneResult",
     "PretrainModule",
-    "PretrainResult",
     "SampledWindows",
+    "TrainingResult",
     "WindowDataModule",
     "finetune",
     "load_classifier",

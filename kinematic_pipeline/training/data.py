@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import os
 from pathlib import Path
 
 import lightning as L
@@ -24,11 +23,14 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.storage import CORPUS_STATS, LABELS, Warehouse
+from kinematic_pipeline.label_rules import same_tau, tau_column
+from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.sampling import epoch_sample, part_of
 from kinematic_pipeline.variants import ACTION_KEYS, UNKNOWN_LABEL
 from kinematic_pipeline.variants import variant as lookup_variant
-from kinematic_pipeline.window_store import WindowStore, epoch_sample, open_store, part_of, window_store_asset
-from kinematic_pipeline.windows import WindowNormalizer, tau_column
+from kinematic_pipeline.warehouse import LABELS, SHARDS_USED_SCHEMA
+from kinematic_pipeline.window_store import WindowStore, open_store, window_store_asset
+from kinematic_pipeline.windows import WindowNormalizer
 
 
 def split_days(days: list[dt.date], val_fraction: float) -> tuple[list[dt.date], list[dt.date]]:
@@ -67,6 +69,7 @@ class SampledWindows(IterableDataset):
         seed: int,
         split: str,
         labels: np.ndarray | None = None,
+        trace_dir: str | None = None,
     ) -> None:
         super().__init__()
         if labels is not None and len(labels) != len(rows):
@@ -78,6 +81,7 @@ class SampledWindows(IterableDataset):
             batch_size,
         )
         self.cap, self.seed, self.split, self.labels, self.epoch = cap, seed, split, labels, 0
+        self.trace_dir = trace_dir
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -114,16 +118,14 @@ class SampledWindows(IterableDataset):
                 xt = torch.from_numpy(np.ascontiguousarray(x))
                 yield xt if y is None else (xt, torch.from_numpy(np.asarray(y, dtype=np.int64)))
         finally:
-            _trace(self, rank, served)
+            if self.trace_dir:
+                _trace(self, Path(self.trace_dir), rank, served)
 
 
-def _trace(stream: SampledWindows, rank: int, served: np.ndarray) -> None:
-    """KP_TRAIN_SHARD_TRACE=<dir>: each rank appends what it served, one line per (epoch, split, rank, day):
-    ``epoch<TAB>split<TAB>rank<TAB>day<TAB>windows`` to <dir>/rank<r>.tsv (a DataLoader worker w > 0 to
-    rank<r>.worker<w>.tsv); unset: nothing."""
-    folder = os.environ.get("KP_TRAIN_SHARD_TRACE")
-    if not folder:
-        return
+def _trace(stream: SampledWindows, folder: Path, rank: int, served: np.ndarray) -> None:
+    """KP_TRAIN_SHARD_TRACE=<dir> (``train.shard_trace``): each rank appends what it served, one line per
+    (epoch, split, rank, day): ``epoch<TAB>split<TAB>rank<TAB>day<TAB>windows`` to <dir>/rank<r>.tsv (a
+    DataLoader worker w > 0 to rank<r>.worker<w>.tsv)."""
     info = get_worker_info()
     name = f"rank{rank}.tsv" if info is None or info.id == 0 else f"rank{rank}.worker{info.id}.tsv"
     days = stream.store.days["date"].to_list()
@@ -149,7 +151,7 @@ def store_labels(settings: Settings, store: WindowStore, tau: float) -> tuple[np
     """The label of ``tau`` for every store row (-1 where unknown), from the labels shards of the store's days
     joined on (date, ticker), and those shards' content hashes. Only days on or before the cut are read (the
     store holds no other day)."""
-    wh, col = Warehouse(settings.warehouse), tau_column(tau)
+    wh, col = settings.warehouse, tau_column(tau)
     days = [d for d in store.days["date"].to_list() if wh.manifest(LABELS, d).exists()]
     hashes = dict(zip(days, wh.content_hashes(LABELS, days)))
     keys = store.rows.select("date", "ticker")
@@ -161,27 +163,17 @@ def store_labels(settings: Settings, store: WindowStore, tau: float) -> tuple[np
 
 
 class WindowDataModule(L.LightningDataModule):
-    """Train/validation windows of one variant's token asset (and input channels) in the training period,
-    drawn from its window store; with labels of one tau for fine-tuning (rows with an unknown label are never
-    drawn)."""
+    """Train/validation windows of one policy's token asset (and the variant's input channels) in the training
+    period, drawn from its window store; with the labels of the policy's tau when it has one (fine-tuning:
+    rows with an unknown label are never drawn), seeded by the policy's seed."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        variant: str,
-        *,
-        with_labels: bool = False,
-        tau: float | None = None,
-        num_workers: int = 0,
-    ) -> None:
+    def __init__(self, settings: Settings, policy: Policy, *, num_workers: int = 0) -> None:
         super().__init__()
-        if with_labels and tau is None:
-            raise ValueError("with_labels=True needs a tau")
-        if tau is not None and tau not in settings.tokenize.taus:
-            raise ValueError(f"tau={tau} is not one of tokenize.taus {settings.tokenize.taus}")
-        self.settings, self.variant = settings, lookup_variant(variant)
+        if policy.tau is not None and not any(same_tau(policy.tau, t) for t in settings.tokenize.taus):
+            raise ValueError(f"tau={policy.tau} is not one of tokenize.taus {settings.tokenize.taus}")
+        self.settings, self.policy, self.variant = settings, policy, lookup_variant(policy.variant)
         self.token_asset = self.variant.token_asset
-        self.tau = tau if with_labels else None
+        self.tau = policy.tau
         self.num_workers = num_workers
         self.train_days: list[dt.date] = []
         self.val_days: list[dt.date] = []
@@ -206,13 +198,14 @@ class WindowDataModule(L.LightningDataModule):
         is_val = day_of_row >= len(self.train_days)
         stats = None
         if self.variant.normalized:
-            stats = pl.read_parquet(Warehouse(self.settings.warehouse).shard(CORPUS_STATS, "stats"))
+            stats = pl.read_parquet(self.settings.warehouse.corpus_stats_file(self.variant.tokenization))
         common = dict(
             store=store,
             normalize=WindowNormalizer(self.variant, stats),
             batch_size=cfg.batch_size,
             cap=self.window_cap(),
-            seed=cfg.seed,
+            seed=self.policy.seed,
+            trace_dir=cfg.shard_trace,
         )
         for split, mask in (("train", usable & ~is_val), ("val", usable & is_val)):
             rows = np.flatnonzero(mask)
@@ -271,7 +264,7 @@ class WindowDataModule(L.LightningDataModule):
         of it served over ``epochs`` epochs (0: in the store, never drawn), and the labels shards when
         fine-tuning."""
         self.setup()
-        store, wh = self.store, Warehouse(self.settings.warehouse)
+        store, wh = self.store, self.settings.warehouse
         day_of_row = store.day_of_row
         served = np.zeros(store.days.height, dtype=np.int64)
         for epoch in range(epochs):
@@ -304,3 +297,10 @@ class WindowDataModule(L.LightningDataModule):
                 label = dict(path=str(wh.shard(LABELS, day["date"])), content_hash=self._label_hashes[day["date"]])
                 rows.append({"asset": LABELS, **row, **label})
         return rows
+
+
+def write_shards_used(settings: Settings, out_dir: Path, shards: list[dict]) -> Path:
+    """Record what a training run was served (``WindowDataModule.shards_used``) next to its output."""
+    path = settings.warehouse.shards_used(out_dir)
+    settings.warehouse.write(pl.DataFrame(shards, schema=SHARDS_USED_SCHEMA), path)
+    return path

@@ -13,24 +13,10 @@ import math
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from kinematic_pipeline.config import TrainConfig
-from kinematic_pipeline.models import PatchTST, weighted_cross_entropy
-
-
-def next_token_mse(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """Next-token prediction of the normalized 9-channel token: output t vs input t+1."""
-    pred = model(x)  # (B, T, 9)
-    return F.mse_loss(pred[:, :-1], x[:, 1:])
-
-
-def pretrain_objective(model: nn.Module, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """The self-supervised loss of either backbone: masked patches for PatchTST, next token for GPTs."""
-    if isinstance(model, PatchTST):
-        return model.pretrain_loss(x, generator=generator)
-    return next_token_mse(model, x)
+from kinematic_pipeline.models import weighted_cross_entropy
 
 
 def adamw_with_cosine(
@@ -54,20 +40,22 @@ def adamw_with_cosine(
 
 
 class PretrainModule(L.LightningModule):
-    """Self-supervised pretraining of a backbone (KinematicGPT: next-token MSE; PatchTST: masked patches)."""
+    """Self-supervised pretraining of a backbone with the objective it owns (``pretrain_loss``: next-token MSE
+    for KinematicGPT, masked patches for PatchTST)."""
 
-    def __init__(self, model: nn.Module, train_cfg: TrainConfig, total_steps: int) -> None:
+    def __init__(self, model: nn.Module, train_cfg: TrainConfig, total_steps: int, seed: int = 0) -> None:
         super().__init__()
         self.model = model
         self.train_cfg = train_cfg
         self.total_steps = total_steps
+        self.seed = seed  # validation draws (PatchTST's masks) from it: the same every epoch
         self.save_hyperparameters({"train": dataclasses.asdict(train_cfg), "total_steps": total_steps})
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)
 
     def model_step(self, batch: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        return pretrain_objective(self.model, batch, generator)
+        return self.model.pretrain_loss(batch, generator=generator)
 
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
         loss = self.model_step(batch)
@@ -75,9 +63,8 @@ class PretrainModule(L.LightningModule):
         return loss
 
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
-        generator = None
-        if isinstance(self.model, PatchTST):  # the same masks every epoch: val losses are comparable
-            generator = torch.Generator(device=batch.device).manual_seed(self.train_cfg.seed + batch_idx)
+        # the same draws every epoch (PatchTST's masks; GPTs draw nothing): validation losses are comparable
+        generator = torch.Generator(device=batch.device).manual_seed(self.seed + batch_idx)
         loss = self.model_step(batch, generator)
         self.log("val/loss", loss, on_epoch=True, prog_bar=True, batch_size=len(batch))
 

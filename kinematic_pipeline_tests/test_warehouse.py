@@ -13,12 +13,12 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kinematic_pipeline.storage import file_sha256, write_parquet_atomic
+from kinematic_pipeline.atomic_files import file_sha256, write_parquet_atomic
 
 WRITER = """
 import sys
 import numpy as np, polars as pl
-from kinematic_pipeline.storage import write_parquet_atomic
+from kinematic_pipeline.atomic_files import write_parquet_atomic
 frame = pl.DataFrame({"x": np.random.default_rng(0).random(20_000_000)})  # ~160 MB: a write that takes a while
 while True:
     write_parquet_atomic(frame, sys.argv[1], compression="uncompressed")
@@ -60,11 +60,11 @@ def test_a_copied_warehouse_reads_its_own_files_once_the_original_is_gone(tmp_pa
 
     from kinematic_pipeline.calendar import trading_days
     from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
-    from kinematic_pipeline.storage import Warehouse
+    from kinematic_pipeline.warehouse import Warehouse
 
     days = trading_days(dt.date(2021, 3, 1), dt.date(2021, 3, 12))
     summary = materialize_raw_ohlcv(ci_settings, days, progress=False)
-    original = Warehouse(ci_settings.warehouse)
+    original = ci_settings.warehouse
     labels = pl.DataFrame({"ticker": ["A", "B"], "date": [days[0]] * 2})
     write_parquet_atomic(labels, original.shard("labels", days[0]))
     original.refresh_view("labels", {"ticker": pl.String, "date": pl.Date})
@@ -89,9 +89,10 @@ def test_a_copied_warehouse_reads_its_own_files_once_the_original_is_gone(tmp_pa
 
 def test_a_day_unit_is_replaced_whole_also_where_the_kernel_cannot_exchange_two_names(tmp_path, monkeypatch):
     """renameat2(RENAME_EXCHANGE) is refused on NFS and FUSE mounts: the unit is then moved aside and replaced."""
-    from kinematic_pipeline import storage
+    from kinematic_pipeline import atomic_files
+    from kinematic_pipeline.warehouse import Warehouse
 
-    wh = storage.Warehouse(tmp_path / "warehouse")
+    wh = Warehouse(tmp_path / "warehouse")
     day = dt.date(2021, 3, 1)
     schema = {"partition_date": pl.Date, "content_hash": pl.String, "quarantine_hash": pl.String}
     record = {"partition_date": day}
@@ -100,7 +101,7 @@ def test_a_day_unit_is_replaced_whole_also_where_the_kernel_cannot_exchange_two_
         "raw_ohlcv", day, pl.DataFrame({"x": [1.0]}), record, schema, companions={"quarantine": quarantined}
     )
     assert first["quarantine_hash"] == file_sha256(wh.shard("quarantine", day))
-    monkeypatch.setattr(storage, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(atomic_files, "_exchange", lambda a, b: False)
     second = wh.write_shard(
         "raw_ohlcv", day, pl.DataFrame({"x": [2.0, 3.0]}), record, schema, companions={"quarantine": None}
     )
@@ -115,7 +116,7 @@ def test_a_day_unit_is_replaced_whole_also_where_the_kernel_cannot_exchange_two_
 
 
 def test_manifest_rows_read_at_once_equal_the_day_by_day_rows_in_the_order_asked(tmp_path):
-    from kinematic_pipeline.storage import Warehouse
+    from kinematic_pipeline.warehouse import Warehouse
 
     wh = Warehouse(tmp_path / "warehouse")
     schema = {"partition_date": pl.Date, "content_hash": pl.String, "windows": pl.Int64}

@@ -1,0 +1,101 @@
+"""Which trained model: one small value names a policy everywhere.
+
+A ``Policy`` is a model variant trained with one seed (its foundation), fine-tuned at one tau (its adapter,
+predictions and backtests), on one training cut (``fold``: room for walk-forward folds; None is the
+settings' single cut). It formats and parses every spelling of that identity: the Dagster partition keys
+(dimensions ``seed`` and ``tau``; Dagster orders the dimensions by name, so a key reads ``1234|0.01``), the
+file stems of the evaluation shards, the model folders (``Warehouse.model_dir``) and the ``lineage``
+arguments. Stages take a ``Policy`` instead of a seed hidden in the settings beside a variant and a tau.
+No dagster here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from kinematic_pipeline.label_rules import same_tau, tau_key
+from kinematic_pipeline.variants import variant as lookup_variant
+
+SEED_DIMENSION, TAU_DIMENSION = "seed", "tau"  # the Dagster partition dimensions of a fine-tuned policy
+
+
+@dataclass(frozen=True)
+class Policy:
+    variant: str
+    seed: int
+    tau: float | None = None  # None: the foundation (pretraining has no threshold)
+    fold: str | None = None  # None: the settings' training cut
+
+    def __post_init__(self) -> None:
+        lookup_variant(self.variant)  # a ValueError naming the choices
+        object.__setattr__(self, "seed", int(self.seed))
+        if self.tau is not None:
+            object.__setattr__(self, "tau", float(self.tau))
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Policy):
+            return NotImplemented
+        taus = (self.tau is None and other.tau is None) or (
+            self.tau is not None and other.tau is not None and same_tau(self.tau, other.tau)
+        )
+        return (self.variant, self.seed, self.fold) == (other.variant, other.seed, other.fold) and taus
+
+    def __hash__(self) -> int:
+        return hash((self.variant, self.seed, self.fold, None if self.tau is None else tau_key(self.tau)))
+
+    # --- Dagster partition keys -------------------------------------------------------------------------
+
+    @property
+    def seed_key(self) -> str:
+        """The ``seed`` dimension's key: the seed (a fold's cut will prefix it)."""
+        return str(self.seed) if self.fold is None else f"{self.fold}@{self.seed}"
+
+    @property
+    def tau_key(self) -> str:
+        return tau_key(self._tau())
+
+    @property
+    def partition(self) -> dict[str, str]:
+        """The multi-partition key of a fine-tuned policy's assets, by dimension."""
+        return {SEED_DIMENSION: self.seed_key, TAU_DIMENSION: self.tau_key}
+
+    @classmethod
+    def from_seed_key(cls, variant: str, key: str, tau: float | None = None) -> Policy:
+        fold, _, seed = key.rpartition("@")
+        return cls(variant, int(seed), tau, fold or None)
+
+    @classmethod
+    def from_partition(cls, variant: str, keys_by_dimension: dict[str, str]) -> Policy:
+        """The policy of a multi-partition key (``context.partition_key.keys_by_dimension``)."""
+        return cls.from_seed_key(variant, keys_by_dimension[SEED_DIMENSION], float(keys_by_dimension[TAU_DIMENSION]))
+
+    # --- files and commands -------------------------------------------------------------------------------
+
+    @property
+    def stem(self) -> str:
+        """File stem of the policy's evaluation shards: ``splinegpt_tau0.01_seed1234``."""
+        fold = "" if self.fold is None else f"_fold{self.fold}"
+        return f"{self.variant}_tau{self.tau_key}_seed{self.seed}{fold}"
+
+    @property
+    def foundation(self) -> Policy:
+        """The pretrained model this policy was fine-tuned from (no tau)."""
+        return replace(self, tau=None)
+
+    def at(self, tau: float) -> Policy:
+        return replace(self, tau=float(tau))
+
+    @property
+    def lineage_args(self) -> str:
+        """The ``python -m kinematic_pipeline lineage`` arguments that trace this policy."""
+        return f"--model {self.variant} --tau {self.tau_key} --seed {self.seed}"
+
+    def __str__(self) -> str:
+        tau = "" if self.tau is None else f" tau {self.tau_key}"
+        fold = "" if self.fold is None else f" fold {self.fold}"
+        return f"{self.variant} seed {self.seed}{tau}{fold}"
+
+    def _tau(self) -> float:
+        if self.tau is None:
+            raise ValueError(f"{self} is a foundation: it has no tau")
+        return self.tau

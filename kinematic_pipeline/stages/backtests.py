@@ -1,0 +1,154 @@
+"""backtests and margin_backtests: one policy's stored predictions swept over every cost, under both rules.
+
+The paper's rule (the weighted argmax, the ``action`` column of the predictions) and the margin rule (undo
+the weights, trade beyond a margin m chosen on validation days) are backtested with the run's costs, tax and
+bootstrap; Buy & Hold rides along. Every output row's provenance is written beside it (``lineage.py``).
+No dagster here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from kinematic_pipeline.backtest.decisions import choose_margin, threshold_actions, unweighted_probabilities
+from kinematic_pipeline.backtest.sweep import (
+    EQUITY_SCHEMA,
+    METRICS_SCHEMA,
+    PREDICTIONS_SCHEMA,
+    TRADES_SCHEMA,
+    SweepResult,
+    run_sweep,
+)
+from kinematic_pipeline.config import EvalConfig, Settings
+from kinematic_pipeline.lineage import PROVENANCE_SCHEMA, provenance_frame
+from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.variants import BENCHMARK
+from kinematic_pipeline.warehouse import (
+    BACKTESTS,
+    EQUITY_CURVES,
+    MARGIN_BACKTESTS,
+    PREDICTIONS,
+    PROVENANCE,
+    TRADES,
+)
+
+MARGIN_METRICS_SCHEMA = {**METRICS_SCHEMA, "margin": pl.Float64, "validation_rows": pl.Int64}
+EVALUATION_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+    PREDICTIONS: PREDICTIONS_SCHEMA,
+    BACKTESTS: METRICS_SCHEMA,
+    MARGIN_BACKTESTS: MARGIN_METRICS_SCHEMA,
+    EQUITY_CURVES: EQUITY_SCHEMA,
+    TRADES: TRADES_SCHEMA,
+    PROVENANCE: PROVENANCE_SCHEMA,
+}
+MAIN_METRICS = (  # the columns the backtests asset shows at the report's cost
+    "variant",
+    "ticker",
+    "total_return",
+    "sharpe",
+    "sharpe_ci_low",
+    "sharpe_ci_high",
+    "sortino",
+    "max_drawdown",
+    "action_rate",
+    "turnover_annual",
+    "liquidation_equilibrium",
+)
+
+
+def sweep_costs(ev: EvalConfig, predictions: pl.DataFrame, benchmark: bool = True, class_weights=None):
+    """``run_sweep`` of ``predictions`` with the run's evaluation settings (costs, tax, bootstrap, rf);
+    ``class_weights``: those the probabilities were trained with (``train.class_weights``), so that the Brier
+    and ECE columns score the de-weighted probabilities (None: the probabilities as stored)."""
+    return run_sweep(
+        predictions,
+        ev.costs_bps,
+        initial_cash=ev.initial_cash,
+        tax_rate=ev.tax_rate,
+        tax_year_days=ev.tax_year_days,
+        n_boot=ev.bootstrap_resamples,
+        block_days=ev.bootstrap_block_days,
+        boot_seed=ev.bootstrap_seed,
+        rf_annual=ev.rf_annual,
+        benchmark=benchmark,
+        class_weights=class_weights,
+    )
+
+
+def margin_rule_backtests(settings: Settings, predictions: pl.DataFrame, validation: pl.DataFrame) -> pl.DataFrame:
+    """The second decision rule, backtested like the paper's: undo the class weighting (p = q / w) and Buy /
+    Sell when p_buy - p_sell exceeds +m / falls below -m, m chosen on the ``validation``-day predictions only
+    (``decisions.choose_margin``: balanced accuracy over a fixed grid). Metrics rows with ``m`` beside."""
+    ev, weights = settings.evaluate, settings.train.class_weights
+    labelled = validation.filter(pl.col("label") >= 0)
+    probs = [pl.col(c) for c in ("p_buy", "p_sell", "p_hold")]
+    margin = 0.0
+    if labelled.height:
+        p_val = unweighted_probabilities(labelled.select(probs).to_numpy().astype(np.float64), weights)
+        margin = choose_margin(p_val, labelled["label"].to_numpy())
+    p_test = unweighted_probabilities(predictions.select(probs).to_numpy().astype(np.float64), weights)
+    actions = pl.Series("action", threshold_actions(p_test, margin), dtype=pl.Int8)
+    sweep = sweep_costs(ev, predictions.with_columns(actions), benchmark=False, class_weights=weights)
+    return sweep.metrics.with_columns(
+        pl.lit(margin).alias("margin"), pl.lit(labelled.height).cast(pl.Int64).alias("validation_rows")
+    )
+
+
+@dataclass(frozen=True)
+class Backtests:
+    policy: Policy
+    sweep: SweepResult  # the paper's rule, with Buy & Hold
+    margin: pl.DataFrame  # MARGIN_METRICS_SCHEMA
+    paths: dict[str, Path]  # asset -> the file written
+
+    def metadata(self, ev: EvalConfig) -> dict:
+        from kinematic_pipeline.report.markdown import Markdown, markdown_table
+
+        main = self.sweep.metrics.filter(pl.col("cost_bps") == ev.report_cost_bps).select(MAIN_METRICS)
+        own = self.sweep.metrics.filter(pl.col("variant") == self.policy.variant)
+        return {
+            "backtests": own.height,
+            "costs_bps": ", ".join(f"{c:g}" for c in ev.costs_bps),
+            f"metrics_at_{ev.report_cost_bps:g}_bps": Markdown(markdown_table(main)),
+            "liquidation_equilibrium": bool(own["liquidation_equilibrium"].all()) if own.height else False,
+            "margin_m": float(self.margin["margin"][0]) if self.margin.height else float("nan"),
+            **{f"{name}_path": path for name, path in self.paths.items()},
+            "lineage_command": f"python -m kinematic_pipeline lineage {self.policy.lineage_args}",
+        }
+
+
+def run_backtests(settings: Settings, policy: Policy, code_versions: dict[str, str]) -> Backtests:
+    """Sweep the policy's stored predictions over every cost under both rules; write metrics, equity, trades,
+    the margin rule's metrics and the provenance; refresh their views.
+
+    Buy & Hold depends only on the test tickers' closes, not on the policy: its rows go to one shard per
+    asset (``buy_and_hold.parquet``) that every policy writes with the same bytes, so each view holds them once.
+    """
+    ev, wh = settings.evaluate, settings.warehouse
+    predictions_file = wh.evaluation_file(PREDICTIONS, policy)
+    if not predictions_file.exists():
+        key = "|".join(policy.partition.values())
+        raise FileNotFoundError(
+            f"{predictions_file} is missing: materialize {policy.variant}_predictions partition {key}"
+        )
+    predictions = pl.read_parquet(predictions_file)
+    sweep = sweep_costs(ev, predictions, class_weights=settings.train.class_weights)
+    paths = {}
+    for asset, frame in ((BACKTESTS, sweep.metrics), (EQUITY_CURVES, sweep.equity), (TRADES, sweep.trades)):
+        is_benchmark = pl.col("variant") == BENCHMARK
+        wh.write(frame.filter(is_benchmark), wh.benchmark_file(asset))
+        paths[asset] = wh.evaluation_file(asset, policy)
+        wh.write(frame.filter(~is_benchmark), paths[asset])
+    margin = margin_rule_backtests(settings, predictions, pl.read_parquet(wh.predictions_extra("validation", policy)))
+    paths[MARGIN_BACKTESTS] = wh.evaluation_file(MARGIN_BACKTESTS, policy)
+    wh.write(margin, paths[MARGIN_BACKTESTS])
+    provenance = provenance_frame(settings, policy, outputs=paths, code_versions=code_versions)
+    paths[PROVENANCE] = wh.evaluation_file(PROVENANCE, policy)
+    wh.write(provenance, paths[PROVENANCE])
+    for asset in paths:
+        wh.refresh_view(asset, EVALUATION_SCHEMAS[asset])
+    return Backtests(policy, sweep, margin, paths)

@@ -1,0 +1,202 @@
+"""predictions: one fine-tuned policy's Buy/Sell/Hold probabilities over the test period (and its validation days).
+
+Rolling protocol (paper "Experimental Setup & Protocol"): the action of day t comes from the token shard of
+day t, whose window was fitted on bars up to t only, so nothing after t enters a decision. Test days are
+the token shards dated after ``data.train_end``. No dagster here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA
+from kinematic_pipeline.config import Settings
+from kinematic_pipeline.label_rules import tau_column
+from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.training.data import split_days
+from kinematic_pipeline.variants import UNKNOWN_LABEL
+from kinematic_pipeline.variants import variant as lookup_variant
+from kinematic_pipeline.warehouse import LABELS, PREDICTIONS, RAW_OHLCV, Warehouse
+from kinematic_pipeline.window_store import training_shard_days
+from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS, WindowNormalizer
+
+N_DEFAULT_TEST_TICKERS = 6  # the paper backtests six names
+INPUTS_SCHEMA = {"asset": pl.String, "date": pl.String, "path": pl.String, "content_hash": pl.String}
+
+
+def evaluation_days(settings: Settings, asset: str) -> list[dt.date]:
+    """Dates of ``asset`` shards after the training cut (and not after ``data.end_date``)."""
+    return settings.warehouse.shard_days(asset, after=settings.data.train_end, until=settings.data.end_date)
+
+
+def evaluation_tickers(settings: Settings, asset: str, days: list[dt.date]) -> list[str]:
+    """The configured test tickers, or the first six names with a test-period window."""
+    if settings.evaluate.test_tickers is not None:
+        return list(settings.evaluate.test_tickers)
+    if not days:
+        return []
+    paths = [settings.warehouse.shard(asset, d) for d in days]
+    names = pl.read_parquet(paths, columns=["ticker"])["ticker"].unique().sort()
+    return names.head(N_DEFAULT_TEST_TICKERS).to_list()
+
+
+def validation_days(settings: Settings, asset: str) -> list[dt.date]:
+    """The validation days of training: the last ``val_fraction`` of the days on or before the cut that hold
+    windows (the days of the window store, listed from the manifests)."""
+    return split_days(training_shard_days(settings, asset)[0], settings.train.val_fraction)[1]
+
+
+def predict_probabilities(classifier, x: np.ndarray, batch_size: int) -> np.ndarray:
+    """Softmax class probabilities [n, 3] (Buy, Sell, Hold) of normalized windows x [n, 64, C], in batches."""
+    import torch
+
+    out = np.empty((x.shape[0], 3), dtype=np.float32)
+    classifier.eval()
+    with torch.inference_mode():
+        for start in range(0, x.shape[0], batch_size):
+            logits = classifier(torch.from_numpy(np.ascontiguousarray(x[start : start + batch_size])))
+            out[start : start + batch_size] = torch.softmax(logits.float(), dim=-1).numpy()
+    return out
+
+
+@dataclass(frozen=True)
+class Predictions:
+    frame: pl.DataFrame  # PREDICTIONS_SCHEMA, sorted by ticker, date
+    shards: list[dict]  # every shard read: asset, date, path, content_hash
+    missing_tickers: list[str]  # configured test tickers with no test-period window
+
+    def metadata(self) -> dict:
+        """What the predictions asset shows: rows, days and per-ticker action counts."""
+        from kinematic_pipeline.report.markdown import Markdown, markdown_table
+        from kinematic_pipeline.variants import ACTION_KEYS
+
+        frame = self.frame
+        per_ticker = (
+            frame.group_by("ticker")
+            .agg(
+                pl.len().alias("days"),
+                pl.col("date").min().alias("first"),
+                pl.col("date").max().alias("last"),
+                *[(pl.col("action") == code).sum().alias(name) for code, name in enumerate(ACTION_KEYS)],
+                pl.col("p_buy").mean().alias("mean_p_buy"),
+            )
+            .sort("ticker")
+        )
+        return {
+            "rows": frame.height,
+            "test_days": frame["date"].n_unique() if frame.height else 0,
+            "per_ticker": Markdown(markdown_table(per_ticker)),
+            "missing_test_tickers": ", ".join(self.missing_tickers) or "none",
+        }
+
+
+def predict(
+    settings: Settings,
+    policy: Policy,
+    classifier,
+    days: list[dt.date] | None = None,
+    tickers: list[str] | None = None,
+) -> Predictions:
+    """Actions and probabilities of one fine-tuned classifier on every test day (or ``days``) and ticker."""
+    wh, spec = settings.warehouse, lookup_variant(policy.variant)
+    asset = spec.token_asset
+    days = evaluation_days(settings, asset) if days is None else days
+    tickers = evaluation_tickers(settings, asset, days) if tickers is None else tickers
+    stats = pl.read_parquet(wh.corpus_stats_file(spec.tokenization)) if spec.normalized else None
+    normalize = WindowNormalizer(spec, stats)
+    label_col = tau_column(policy.tau)
+    frame = _test_windows(wh, asset, days, tickers, label_col)
+    hashes = {a: wh.content_hashes(a, days) for a in (asset, RAW_OHLCV)}
+    shards = [
+        dict(asset=a, date=day, path=wh.shard(a, day), content_hash=hashes[a][i])
+        for i, day in enumerate(days)
+        for a in (asset, RAW_OHLCV)
+    ]
+    if frame["close"].is_null().any():
+        bad = frame.filter(pl.col("close").is_null()).row(0, named=True)
+        raise ValueError(f"{bad['ticker']} has a test window on {bad['date']} but no raw close that day")
+    tokens = frame["tokens"].to_numpy() if frame.height else np.empty((0, N_TOKENS, N_CHANNELS), np.float32)
+    probs = predict_probabilities(classifier, normalize(tokens), settings.evaluate.predict_batch_size)
+    out = (
+        frame.select(
+            pl.lit(policy.variant).alias("variant"),
+            pl.lit(policy.tau).alias("tau"),
+            pl.lit(policy.seed).alias("seed"),
+            "ticker",
+            "date",
+            "close",
+            pl.Series("p_buy", probs[:, 0]),
+            pl.Series("p_sell", probs[:, 1]),
+            pl.Series("p_hold", probs[:, 2]),
+            pl.Series("action", probs.argmax(axis=1).astype(np.int8)),
+            pl.col(label_col).fill_null(UNKNOWN_LABEL).alias("label"),
+        )
+        .cast(PREDICTIONS_SCHEMA)  # type: ignore[arg-type]
+        .sort("ticker", "date")
+    )
+    present = set(out["ticker"].unique().to_list())
+    return Predictions(out, shards, [t for t in tickers if t not in present])
+
+
+def _test_windows(wh: Warehouse, asset: str, days: list[dt.date], tickers: list[str], label_col: str) -> pl.DataFrame:
+    """The ``tickers``' windows of ``days`` with the day's close and label (null where none yet): one scan per
+    asset over the days' files, not one read per day (a day's token shard holds every ticker's window)."""
+    if not days:  # no test day: an empty frame (tokens are then not read)
+        return pl.DataFrame(schema={"ticker": pl.String, "date": pl.Date, "close": pl.Float64, label_col: pl.Int8})
+    wanted = pl.col("ticker").is_in(tickers)
+    windows = pl.scan_parquet([wh.shard(asset, d) for d in days]).select("ticker", "date", "tokens").filter(wanted)
+    # a raw_ohlcv day's bars: its partition is the folder's date (join on the file, not on the bar's date)
+    day_of = pl.LazyFrame({"_file": [str(wh.shard(RAW_OHLCV, d)) for d in days], "date": days})
+    closes = (
+        pl.scan_parquet([wh.shard(RAW_OHLCV, d) for d in days], include_file_paths="_file")
+        .filter(wanted)
+        .select("ticker", "close", "_file")
+        .join(day_of, on="_file")
+        .drop("_file")
+    )
+    frame = windows.join(closes, on=["ticker", "date"], how="left")
+    label_files = [p for p in (wh.shard(LABELS, d) for d in days) if p.exists()]
+    if label_files:
+        labels = pl.scan_parquet(label_files).filter(wanted).select("ticker", "date", label_col)
+        frame = frame.join(labels, on=["ticker", "date"], how="left")
+    else:
+        frame = frame.with_columns(pl.lit(None, pl.Int8).alias(label_col))
+    return frame.collect()
+
+
+def _shards_frame(shards: list[dict]) -> pl.DataFrame:
+    return pl.DataFrame([{**s, "date": str(s["date"]), "path": str(s["path"])} for s in shards], schema=INPUTS_SCHEMA)
+
+
+def run_predictions(settings: Settings, policy: Policy) -> tuple[Predictions, Path]:
+    """Load the policy, predict the test period, write its shard, its validation-day predictions and the
+    shards it read; refresh the ``predictions`` view."""
+    from kinematic_pipeline.training.run import load_classifier  # torch and PEFT: only when predicting
+
+    wh, asset = settings.warehouse, lookup_variant(policy.variant).token_asset
+    if not evaluation_days(settings, asset):
+        raise ValueError(
+            f"no {asset} shard is dated after the training cut {settings.data.train_end}: the test period is "
+            f"empty (the paper tests 2023-01-01 onward; load bars after the cut, e.g. KP_SOURCE_PATH with newer data)"
+        )
+    classifier = load_classifier(settings, policy)
+    result = predict(settings, policy, classifier)
+    if result.frame.height == 0:
+        raise ValueError(
+            f"none of the test tickers {result.missing_tickers} has a {asset} window after {settings.data.train_end}"
+        )
+    path = wh.evaluation_file(PREDICTIONS, policy)
+    wh.write(result.frame, path)
+    # The same policy on the validation days of the training period (the fine-tuning's own split), for the
+    # test tickers: what the second decision rule's margin is chosen on (never on test days).
+    tickers = sorted(result.frame["ticker"].unique().to_list())
+    validation = predict(settings, policy, classifier, validation_days(settings, asset), tickers)
+    wh.write(validation.frame, wh.predictions_extra("validation", policy))
+    wh.write(_shards_frame(result.shards), wh.predictions_extra("inputs", policy))
+    wh.refresh_view(PREDICTIONS, PREDICTIONS_SCHEMA)
+    return result, path

@@ -1,0 +1,366 @@
+"""The layout of the warehouse: the one place that knows where every file lives, and the asset names.
+
+``Settings.warehouse`` is a ``Warehouse``: stages ask it for paths (shards, manifests, day units, window
+stores, model folders, a policy's evaluation files, reports) and for the catalog (``query``, views); writes go
+through it so that ``KP_DURABLE_WRITES`` (read once by ``config.load_settings``) applies everywhere. Atomic
+files are ``atomic_files.py``, the DuckDB catalog ``catalog.py``. No dagster here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from kinematic_pipeline.atomic_files import (
+    PARQUET_COMPRESSION,
+    same_files,
+    swap_in_folder,
+    write_parquet_atomic,
+    write_staged_file,
+)
+from kinematic_pipeline.catalog import catalog_connection, query, refresh_view, sql_str
+from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.variants import variant as lookup_variant
+
+# Asset names: each is the folder of its shards under the warehouse and the name of its catalog view.
+RAW_OHLCV, QUARANTINE = "raw_ohlcv", "quarantine"
+# Assets whose trading day is one unit: a folder ``<asset>/<day>/`` holding the shard (``bars.parquet``),
+# its companions (the quarantine) and its manifest, swapped in whole by one atomic rename. Each member has
+# a catalog view over ``<asset>/*/<file>``, which always matches the typed zero-row files of ``<asset>/_schema/``.
+DAY_UNITS: dict[str, dict[str, str]] = {
+    RAW_OHLCV: {RAW_OHLCV: "bars.parquet", QUARANTINE: "quarantine.parquet", "manifest": "manifest.parquet"}
+}
+UNIT_OF = {member: asset for asset, members in DAY_UNITS.items() for member in members if member != "manifest"}
+SCHEMA_DIR, STAGING_DIR = "_schema", ".staging"
+ALPHA_ESTIMATES, LABELS, CORPUS_STATS = "alpha_estimates", "labels", "corpus_stats"
+PREDICTIONS, BACKTESTS, EQUITY_CURVES, TRADES, PROVENANCE = (
+    "predictions",
+    "backtests",
+    "equity_curves",
+    "trades",
+    "provenance",
+)
+MARGIN_BACKTESTS = "margin_backtests"  # the second decision rule's backtests (beside the paper's argmax)
+REPORTS_DIR, TABLES_FILE, REPORT_FILE = "reports", "tables.md", "report.md"
+MODEL_FILE = "model.pt"  # a foundation's weights: {"variant", "model_config", "state_dict"}
+SHARDS_USED_FILE = "shards_used.parquet"  # beside each checkpoint/adapter: the store and shards it trained on
+SHARDS_USED_SCHEMA: dict[str, pl.DataType] = {
+    "asset": pl.String,  # the token asset, labels, or the window store (split "store")
+    "split": pl.String,  # train | val | store
+    "date": pl.String,
+    "path": pl.String,
+    "content_hash": pl.String,
+    "windows": pl.Int64,  # windows of the day (of the whole store for the store's row)
+    "served": pl.Int64,  # windows of it served over every epoch (0: never drawn)
+}
+
+
+@dataclass(frozen=True)
+class Warehouse:
+    """``$KP_WAREHOUSE``, every file in it by name.
+
+    - ``<asset>/<YYYY-MM-DD>.parquet``: one shard per trading-day partition, with
+      ``manifests/<asset>/<day>.parquet`` beside it (its content hash and counts);
+    - ``raw_ohlcv/<YYYY-MM-DD>/`` (``DAY_UNITS``): a day as one unit, ``bars.parquet`` (the kept bars),
+      ``quarantine.parquet`` (only when rows were quarantined) and ``manifest.parquet``, replaced together
+      by one atomic rename (``write_shard`` with ``companions``); ``raw_ohlcv/_schema/`` holds typed
+      zero-row twins so that the catalog's globs always match;
+    - ``alpha_estimates/estimates.parquet``, ``corpus_stats/<tokenization>.parquet``,
+      ``window_store/<token asset>/`` (``window_store.py``);
+    - ``models/<variant>/seed=<seed>/foundation/model.pt`` and ``.../seed=<seed>/adapters/tau=<tau>/``,
+      each with the ``shards_used.parquet`` it trained on;
+    - ``<evaluation asset>/<policy stem>.parquet`` (``Policy.stem``), ``predictions/validation/`` and
+      ``predictions/inputs/`` beside the predictions, ``<asset>/buy_and_hold.parquet``;
+    - ``reports/``: ``tables/``, ``tables.md``, ``figures/``, ``report.md``;
+    - ``catalog.duckdb``: views over the shards, with globs relative to the warehouse.
+
+    It reads as its root path where a path is expected (``os.fspath``, ``/``, ``str``).
+    """
+
+    root: Path
+    durable: bool = False  # fsync every file before its rename (KP_DURABLE_WRITES=1)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    def __fspath__(self) -> str:
+        return os.fspath(self.root)
+
+    def __truediv__(self, other) -> Path:
+        return self.root / other
+
+    def __str__(self) -> str:
+        return str(self.root)
+
+    def exists(self) -> bool:
+        return self.root.exists()
+
+    @property
+    def catalog_path(self) -> Path:
+        return self.root / "catalog.duckdb"
+
+    def write(self, frame: pl.DataFrame, path: Path, compression: str = PARQUET_COMPRESSION) -> str:
+        """``atomic_files.write_parquet_atomic`` with this warehouse's durability; the file's sha256."""
+        return write_parquet_atomic(frame, path, compression, durable=self.durable)
+
+    # --- shards and manifests -------------------------------------------------------------------------
+
+    def shard(self, asset: str, key: dt.date | str) -> Path:
+        """``<asset>/<key>.parquet``: a trading day's shard, or a named one (``stats``, ``splinegpt_tau0.01``);
+        for a member of a day unit (``raw_ohlcv``, ``quarantine``), its file in ``<unit>/<day>/``."""
+        if asset in UNIT_OF:
+            return self.unit_dir(UNIT_OF[asset], key) / DAY_UNITS[UNIT_OF[asset]][asset]
+        return self.root / asset / f"{key}.parquet"
+
+    def manifest(self, asset: str, day: dt.date | str) -> Path:
+        if asset in DAY_UNITS:
+            return self.unit_dir(asset, day) / DAY_UNITS[asset]["manifest"]
+        return self.root / "manifests" / asset / f"{day}.parquet"
+
+    def unit_dir(self, asset: str, day: dt.date | str) -> Path:
+        """``<asset>/<day>/``: the folder of a day unit (``DAY_UNITS``)."""
+        return self.root / asset / str(day)
+
+    def shard_days(self, asset: str, *, after: dt.date | None = None, until: dt.date | None = None) -> list[dt.date]:
+        """Sorted days of ``asset``'s shards with ``after < day <= until`` (file names only: nothing is opened)."""
+        if asset in DAY_UNITS:
+            return _unit_days_in(self.root / asset, after, until)
+        return _days_in(self.root / asset, after, until)
+
+    def manifest_days(self, asset: str) -> list[dt.date]:
+        """Sorted days whose ``asset`` shard has a manifest (a shard counts once its manifest is written)."""
+        if asset in DAY_UNITS:
+            return _unit_days_in(self.root / asset, None, None)  # a unit exists whole or not at all
+        return _days_in(self.root / "manifests" / asset, None, None)
+
+    def manifest_row(self, asset: str, day: dt.date, columns: list[str] | None = None) -> dict:
+        path = self.manifest(asset, day)
+        if not path.exists():
+            raise FileNotFoundError(f"{asset} partition {day} has no manifest ({path}); materialize {asset} for it")
+        return pl.read_parquet(path, columns=columns).row(0, named=True)
+
+    def content_hash(self, asset: str, day: dt.date, default: str | None = None) -> str:
+        """The sha256 its manifest records for ``asset``'s shard of ``day`` (``default`` if there is none)."""
+        if default is not None and not self.manifest(asset, day).exists():
+            return default
+        return self.manifest_row(asset, day, ["content_hash"])["content_hash"]
+
+    def manifest_rows(self, asset: str, days: list[dt.date], columns: list[str]) -> list[dict]:
+        """``manifest_row`` of many days, in their order, in one read of their manifests."""
+        if not days:
+            return []
+        frame = pl.read_parquet([self.manifest(asset, d) for d in days], columns=["partition_date", *columns])
+        by_day = {row.pop("partition_date"): row for row in frame.iter_rows(named=True)}
+        return [by_day[d] for d in days]
+
+    def content_hashes(self, asset: str, days: list[dt.date]) -> list[str]:
+        """``content_hash`` of many days, in their order."""
+        return [row["content_hash"] for row in self.manifest_rows(asset, days, ["content_hash"])]
+
+    def write_shard(
+        self,
+        asset: str,
+        day: dt.date,
+        frame: pl.DataFrame,
+        record: dict,
+        manifest_schema: dict[str, pl.DataType],
+        compression: str = PARQUET_COMPRESSION,
+        companions: dict[str, pl.DataFrame | None] | None = None,
+    ) -> dict:
+        """Write a day's shard, then its manifest (``record`` plus the shard's ``content_hash``); return the row.
+
+        For a day unit (``DAY_UNITS``), the shard, its ``companions`` (member name: frame, None or zero rows
+        for none; their hashes go to ``<member>_hash``, "" for none) and the manifest are written to a
+        staging folder and swapped in by one atomic rename: readers see the old day or the new one, whole.
+        """
+        if asset in DAY_UNITS:
+            return self._write_unit(asset, day, frame, record, manifest_schema, compression, companions or {})
+        record = {**record, "content_hash": self.write(frame, self.shard(asset, day), compression)}
+        row = {k: record[k] for k in manifest_schema}
+        self.write(pl.DataFrame([row], schema=manifest_schema), self.manifest(asset, day))
+        return record
+
+    def _write_unit(self, asset, day, frame, record, manifest_schema, compression, companions) -> dict:
+        members = DAY_UNITS[asset]
+        folder = self.root / asset
+        staging = folder / STAGING_DIR
+        staging.mkdir(parents=True, exist_ok=True)
+        for stale in staging.glob(f"{day}.*"):  # left by a writer of this day that was killed: repair
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(dir=staging, prefix=f"{day}."))
+        try:
+            os.chmod(tmp, 0o755)  # mkdtemp's 0700 would become the day's
+            durable = self.durable
+            record = {**record, "content_hash": write_staged_file(frame, tmp / members[asset], compression, durable)}
+            for member, companion in companions.items():
+                if companion is not None and companion.height:
+                    path = tmp / members[member]
+                    record[f"{member}_hash"] = write_staged_file(companion, path, compression, durable)
+                else:
+                    record[f"{member}_hash"] = ""
+            row = {k: record[k] for k in manifest_schema}
+            manifest = pl.DataFrame([row], schema=manifest_schema)
+            write_staged_file(manifest, tmp / members["manifest"], PARQUET_COMPRESSION, durable)
+            final = self.unit_dir(asset, day)
+            if same_files(tmp, final):
+                shutil.rmtree(tmp)  # a re-run with the same input: the day and its mtimes stay untouched
+            else:
+                swap_in_folder(tmp, final, durable)
+                shutil.rmtree(tmp, ignore_errors=True)  # now the old day (if there was one)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return record
+
+    def ensure_unit_views(self, asset: str, schemas: dict[str, dict[str, pl.DataType]]) -> None:
+        """The typed zero-row files of ``<asset>/_schema/`` and one view per member of the unit over
+        ``<asset>/*/<file>`` (the manifest's view is ``<asset>_manifest``). The globs always match, so the
+        views are right at every instant, before, during and after any write: no refresh is needed."""
+        members = DAY_UNITS[asset]
+        with catalog_connection(self.root) as con:  # its lock: one writer of the _schema files at a time
+            for member, schema in schemas.items():
+                self.write(pl.DataFrame(schema=schema), self.root / asset / SCHEMA_DIR / members[member])
+            for member in schemas:
+                view = f"{asset}_manifest" if member == "manifest" else member
+                glob = f"{asset}/*/{members[member]}"
+                con.execute(
+                    f'CREATE OR REPLACE VIEW "{view}" AS SELECT * FROM read_parquet({sql_str(glob)}, union_by_name = true)'
+                )
+
+    # --- derived files ------------------------------------------------------------------------------
+
+    def window_store_dir(self, asset: str) -> Path:
+        """``window_store/<token asset>/``: the training-period windows of a token asset (``window_store.py``)."""
+        return self.root / "window_store" / asset
+
+    def corpus_stats_file(self, tokenization: str) -> Path:
+        """``corpus_stats/<tokenization>.parquet``: one tokenization's channel statistics (view ``corpus_stats``)."""
+        return self.shard("corpus_stats", tokenization)
+
+    def alpha_estimates_file(self) -> Path:
+        return self.shard("alpha_estimates", "estimates")
+
+    # --- models -----------------------------------------------------------------------------------------
+
+    def model_dir(self, policy: Policy) -> Path:
+        """``models/<variant>/seed=<seed>/`` (a fold's: ``.../fold=<fold>/seed=<seed>/``)."""
+        base = self.root / "models" / policy.variant
+        return (base if policy.fold is None else base / f"fold={policy.fold}") / f"seed={policy.seed}"
+
+    def foundation_dir(self, policy: Policy) -> Path:
+        return self.model_dir(policy) / "foundation"
+
+    def foundation_checkpoint(self, policy: Policy) -> Path:
+        return self.foundation_dir(policy) / MODEL_FILE
+
+    def adapter_dir(self, policy: Policy) -> Path:
+        return self.model_dir(policy) / "adapters" / f"tau={policy.tau_key}"
+
+    def shards_used(self, model_dir: Path) -> Path:
+        """What a foundation or adapter folder trained on (``training/data.py``)."""
+        return Path(model_dir) / SHARDS_USED_FILE
+
+    def model_count(self, variant: str) -> tuple[int, int]:
+        """(foundations, adapters) of ``variant`` in the warehouse, over every seed."""
+        root = self.root / "models" / variant
+        return len(list(root.glob(f"**/seed=*/foundation/{MODEL_FILE}"))), len(
+            list(root.glob("**/seed=*/adapters/tau=*"))
+        )
+
+    def has_adapter(self, policy: Policy) -> bool:
+        """Whether the fine-tuned head of ``policy`` was saved."""
+        return lookup_variant(policy.variant).head.saved(self.adapter_dir(policy))
+
+    def adapter_files(self, policy: Policy) -> list[Path]:
+        """The files that define the fine-tuned head of ``policy``, sorted."""
+        return lookup_variant(policy.variant).head.files(self.adapter_dir(policy))
+
+    def policy_files(self, policy: Policy) -> tuple[Path, Path]:
+        """(foundation model.pt, adapter folder) of a fine-tuned policy; a clear error when either is missing."""
+        foundation, adapter = self.foundation_checkpoint(policy), self.adapter_dir(policy)
+        if not foundation.exists():
+            raise FileNotFoundError(
+                f"{foundation} is missing: materialize {policy.variant}_foundation partition {policy.seed_key}"
+            )
+        if not self.has_adapter(policy):
+            key = "|".join(policy.partition.values())
+            raise FileNotFoundError(f"{adapter} holds no adapter: materialize {policy.variant}_adapter partition {key}")
+        return foundation, adapter
+
+    # --- a policy's evaluation files --------------------------------------------------------------------
+
+    def evaluation_file(self, asset: str, policy: Policy) -> Path:
+        """``<asset>/<policy stem>.parquet``: a policy's predictions, backtests, equity curves, trades, ..."""
+        return self.shard(asset, policy.stem)
+
+    def benchmark_file(self, asset: str) -> Path:
+        """``<asset>/buy_and_hold.parquet``: the Buy & Hold rows, written once (every policy writes the same)."""
+        return self.shard(asset, "buy_and_hold")
+
+    def predictions_extra(self, folder: str, policy: Policy) -> Path:
+        """``predictions/<folder>/<stem>.parquet``: the validation-day predictions (``validation``) and the
+        shards a prediction read (``inputs``); subfolders, so not part of the ``predictions`` view."""
+        return self.root / "predictions" / folder / f"{policy.stem}.parquet"
+
+    # --- reports --------------------------------------------------------------------------------------
+
+    @property
+    def reports_dir(self) -> Path:
+        return self.root / REPORTS_DIR
+
+    @property
+    def report_tables_dir(self) -> Path:
+        return self.reports_dir / "tables"
+
+    @property
+    def figures_dir(self) -> Path:
+        return self.reports_dir / "figures"
+
+    @property
+    def tables_file(self) -> Path:
+        return self.reports_dir / TABLES_FILE
+
+    @property
+    def report_file(self) -> Path:
+        return self.reports_dir / REPORT_FILE
+
+    # --- the catalog --------------------------------------------------------------------------------------
+
+    def refresh_view(self, view: str, schema: dict[str, pl.DataType], folder: Path | None = None) -> None:
+        """(Re)create ``view`` over the ``*.parquet`` of ``folder`` (default: the asset folder named ``view``)."""
+        refresh_view(self.root, view, self.root / view if folder is None else folder, schema)
+
+    def refresh_manifest_view(self, asset: str, schema: dict[str, pl.DataType]) -> None:
+        self.refresh_view(f"{asset}_manifest", schema, self.root / "manifests" / asset)
+
+    def query(self, sql: str, params: list | None = None) -> pl.DataFrame:
+        """A read-only query of the catalog (``?`` placeholders bound to ``params``) as a Polars frame."""
+        return query(self.root, sql, params)
+
+    def read_view(self, view: str) -> pl.DataFrame:
+        """Every row of a catalog view (an asset's shards, as DuckDB reads them)."""
+        return self.query(f'SELECT * FROM "{view}"')
+
+
+def _days_in(folder: Path, after: dt.date | None, until: dt.date | None) -> list[dt.date]:
+    if not folder.is_dir():
+        return []
+    days = (dt.date.fromisoformat(p.stem) for p in folder.glob("*.parquet") if _is_day(p.stem))
+    return sorted(d for d in days if (after is None or d > after) and (until is None or d <= until))
+
+
+def _unit_days_in(folder: Path, after: dt.date | None, until: dt.date | None) -> list[dt.date]:
+    if not folder.is_dir():
+        return []
+    days = (dt.date.fromisoformat(p.name) for p in folder.iterdir() if _is_day(p.name) and p.is_dir())
+    return sorted(d for d in days if (after is None or d > after) and (until is None or d <= until))
+
+
+def _is_day(stem: str) -> bool:
+    return len(stem) == 10 and stem[4] == "-" and stem[7] == "-" and stem.replace("-", "").isdigit()
