@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from abc import ABC, abstractmethod
 from typing import Protocol
 
 import polars as pl
@@ -50,14 +51,15 @@ def conform(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.select([pl.col(n).cast(t) for n, t in RAW_SCHEMA.items()])
 
 
-class LoadedOnce:
+class LoadedOnce(ABC):
     """A source that loads every row it holds once (``_load``, conformed to RAW_SCHEMA) and serves its date
     range and any window of it from that frame."""
 
     _cache: pl.DataFrame | None = None
 
+    @abstractmethod
     def _load(self) -> pl.DataFrame:
-        raise NotImplementedError
+        """Every row the source holds, conformed to RAW_SCHEMA, in source order."""
 
     def _all(self) -> pl.DataFrame:
         if self._cache is None:
