@@ -51,6 +51,15 @@ def write_parquet_atomic(
     A shard that already holds the same bytes is left alone, mtime included: re-running a partition
     whose input did not change touches nothing.
     """
+    return _write_atomic(path, lambda tmp: frame.write_parquet(tmp, compression=compression, statistics=True), durable)
+
+
+def write_bytes_atomic(path: Path, data: bytes, durable: bool = False) -> str:
+    """``data`` to ``path`` like ``write_parquet_atomic`` (temporary file, atomic rename, same bytes left alone)."""
+    return _write_atomic(path, lambda tmp: Path(tmp).write_bytes(data), durable)
+
+
+def _write_atomic(path: Path, write, durable: bool) -> str:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     for stale in path.parent.glob(f".{path.name}.*.tmp"):  # left by a writer that was killed: repair
@@ -59,12 +68,12 @@ def write_parquet_atomic(
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        frame.write_parquet(tmp, compression=compression, statistics=True)
+        write(tmp)
         if durable:
             _fsync_file(Path(tmp))
         sha = file_sha256(Path(tmp))
         if holds(path, sha, os.path.getsize(tmp)):
-            os.unlink(tmp)  # a re-run with the same input: the shard and its mtime stay untouched
+            os.unlink(tmp)  # a re-run with the same input: the file and its mtime stay untouched
         else:
             os.replace(tmp, path)
     except BaseException:

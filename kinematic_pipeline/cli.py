@@ -285,12 +285,15 @@ def lineage(
     import duckdb
 
     from kinematic_pipeline.lineage import trace
+    from kinematic_pipeline.orchestration.partitions import policy_seeds
     from kinematic_pipeline.policy import Policy
+    from kinematic_pipeline.stages.evidence import evaluated_variants
 
-    if model not in settings.train.variants:
-        print(f"unknown model {model!r}: expected one of {', '.join(settings.train.variants)}", file=sys.stderr)
+    variants = evaluated_variants(settings)
+    if model not in variants:
+        print(f"unknown model {model!r}: expected one of {', '.join(variants)}", file=sys.stderr)
         return 2
-    policy = Policy(model, settings.train.seeds[0] if seed is None else seed, tau)
+    policy = Policy(model, policy_seeds(settings, model)[0] if seed is None else seed, tau)
     # Any ticker ingest accepts (BRK/B, "BRK B", unicode) is fine: the query binds it as a parameter.
     try:
         report = trace(settings, policy, ticker.strip(), cost_bps)

@@ -14,6 +14,7 @@ import warnings
 import dagster as dg
 
 from kinematic_pipeline.config import Settings
+from kinematic_pipeline.orchestration.assets_baselines import build_baseline_assets
 from kinematic_pipeline.orchestration.assets_evaluate import build_evaluate_assets
 from kinematic_pipeline.orchestration.assets_ingest import raw_ohlcv_asset
 from kinematic_pipeline.orchestration.assets_models import build_model_assets
@@ -36,6 +37,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         # BackfillPolicy is "beta" in Dagster 1.13; single-run backfills are what trading-day assets need.
         warnings.simplefilter("ignore", dg.BetaWarning)
         assets = [raw_ohlcv_asset(settings), *build_tokenize_assets(settings), *build_model_assets(settings)]
+        assets += build_baseline_assets(settings)
         assets += [*build_evaluate_assets(settings), *build_report_assets(settings)]
     return dg.Definitions(
         assets=assets,

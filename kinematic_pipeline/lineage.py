@@ -24,6 +24,7 @@ from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import TAU_SQL
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.window_store import STORE_CODE_VERSION
 
 CODE_VERSIONS = {  # each stage's code version: a new one marks its assets (and everything after) stale
@@ -31,6 +32,7 @@ CODE_VERSIONS = {  # each stage's code version: a new one marks its assets (and 
     "tokenize": "tokenize-1",
     "window_store": STORE_CODE_VERSION,
     "models": "models-1",
+    "features": "features-1",
     "evaluate": "evaluate-1",
     "report": "report-1",
 }
@@ -42,6 +44,8 @@ LINK_ORDER = (
     "predictions",
     "predictions_validation",
     "predictions_inputs",
+    "probe",
+    "features",
     "adapter",
     "foundation",
     "finetune_lineage",
@@ -110,6 +114,35 @@ def provenance_frame(settings: Settings, policy: Policy, *, outputs: dict[str, P
     }
     for asset, path in files.items():
         add(asset, asset, path)
+    spec = lookup_variant(variant)
+    if spec.family == "probe":  # a fitted probe: its model and fit record (the features file is an input)
+        from kinematic_pipeline.stages.baselines import probe_files
+
+        for path in probe_files(settings, policy):
+            add("probe", f"{variant}_probe", path)
+    elif spec.family == "model":
+        _model_provenance(wh, policy, add)
+    for shard in pl.read_parquet(inputs).iter_rows(named=True):
+        add(
+            _input_link(shard["asset"]),
+            shard["asset"],
+            shard["path"],
+            shard["content_hash"],
+            date=shard["date"] or None,
+        )
+    for name, version in code_versions.items():
+        rows.append(dict(link="code", asset=name, path="", sha256=version))
+    keys = ("variant", "tau", "seed")
+    frame = pl.DataFrame(rows, schema={k: v for k, v in PROVENANCE_SCHEMA.items() if k not in keys})
+    frame = frame.with_columns(
+        pl.lit(variant).alias("variant"), pl.lit(policy.tau).alias("tau"), pl.lit(policy.seed).alias("seed")
+    )
+    return frame.select(list(PROVENANCE_SCHEMA)).cast(PROVENANCE_SCHEMA)  # type: ignore[arg-type]
+
+
+def _model_provenance(wh, policy: Policy, add) -> None:
+    """The adapter and foundation files of a model, and what each was served in training."""
+    variant = policy.variant
     foundation, adapter = wh.policy_files(policy)
     for path in wh.adapter_files(policy):
         add("adapter", f"{variant}_adapter", path)
@@ -122,17 +155,16 @@ def provenance_frame(settings: Settings, policy: Policy, *, outputs: dict[str, P
             link = "window_store" if row["split"] == "store" else "training_shard"
             date = None if link == "window_store" else row["date"]
             add(link, row["asset"], row["path"], row["content_hash"], date=date, split=f"{prefix}_{row['split']}")
-    for shard in pl.read_parquet(inputs).iter_rows(named=True):
-        link = "raw_ohlcv" if shard["asset"] == "raw_ohlcv" else "test_shard"
-        add(link, shard["asset"], shard["path"], shard["content_hash"], date=str(shard["date"]))
-    for name, version in code_versions.items():
-        rows.append(dict(link="code", asset=name, path="", sha256=version))
-    keys = ("variant", "tau", "seed")
-    frame = pl.DataFrame(rows, schema={k: v for k, v in PROVENANCE_SCHEMA.items() if k not in keys})
-    frame = frame.with_columns(
-        pl.lit(variant).alias("variant"), pl.lit(policy.tau).alias("tau"), pl.lit(policy.seed).alias("seed")
-    )
-    return frame.select(list(PROVENANCE_SCHEMA)).cast(PROVENANCE_SCHEMA)  # type: ignore[arg-type]
+
+
+def _input_link(asset: str) -> str:
+    """The link of a file a prediction read: raw bars, a features file, a window store or a test token shard."""
+    if asset == "raw_ohlcv":
+        return "raw_ohlcv"
+    for suffix, link in (("_features", "features"), ("_window_store", "window_store")):
+        if asset.endswith(suffix):
+            return link
+    return "test_shard"
 
 
 @dataclass

@@ -1,8 +1,17 @@
-"""The model variants (paper "Tokenization Ablations and External Baseline") and the action codes.
+"""The model variants (paper "Tokenization Ablations and External Baseline"), the simple baselines beside
+them, and the action codes.
 
 One registry says, for each variant, which token asset it reads, which channels of the token shard feed
 it, which backbone and head it trains, which files its fine-tuned head is saved in, and how the report
-names and draws it. Everything else (training, evaluation, assets, report) looks a variant up here; the
+names and draws it. A variant is of one ``family``:
+
+- ``model``: a transformer pretrained and fine-tuned on one tokenization (the paper's four);
+- ``probe``: a scikit-learn multinomial logistic regression (``lr``) or a LightGBM tree model (``lightgbm``)
+  fitted on every training ticker-day of the universe, on the decision-time features of one feature set
+  (``probe_features.py``: a tokenization's last five tokens and window std, or the trivial pair);
+- ``rule``: a fixed rule fitted on nothing (always Hold; the sign of the last 1-day or 20-day return).
+
+Probes and rules go through the same predictions, backtests and tables as the models. Everything else (training, evaluation, assets, report) looks a variant up here; the
 torch behaviour of a backbone or head kind lives in ``models`` (``build_model``, ``models.heads.HEADS``),
 keyed by the names here. No dagster and no torch here.
 """
@@ -54,13 +63,23 @@ class Variant:
     # Channels of the [64, 9] token window the backbone reads; None: all nine, anchored and z-scored with
     # the tokenization's corpus statistics. PatchTST reads raw_tokens' ln close and ln volume, unnormalized.
     channels: tuple[int, ...] | None
-    backbone: str  # "gpt": KinematicGPT; "patchtst": PatchTST (models.build_model)
-    head: HeadLayout
+    backbone: str  # "gpt": KinematicGPT; "patchtst": PatchTST (models.build_model); "" for probes and rules
+    head: HeadLayout | None  # None for probes and rules (nothing fine-tuned)
     display_name: str  # the paper's name (table headers)
     short_name: str  # the paper's column abbreviation
     title: str  # one line for asset descriptions
     color: str  # in every figure (the paper: SplineGPT blue, PatchTST red)
     line_style: str  # thin baseline lines in the equity panel ("-": the focus, drawn thick)
+    family: str = "model"  # model | probe | rule (the module docstring)
+    features: str | None = None  # probes and rules: the feature set (probe_features.FEATURE_SETS)
+    learner: str | None = None  # probes: "lr" (scikit-learn) or "lightgbm"
+
+    @property
+    def seeded(self) -> bool:
+        """Whether it is trained once per ``train.seeds`` (the models). Probes and rules are fitted once, under
+        seed 0 (``Policy``; LightGBM's row and column sampling is seeded with it), and report no spread over
+        seeds."""
+        return self.family == "model"
 
     @property
     def normalized(self) -> bool:
@@ -126,7 +145,73 @@ VARIANTS: dict[str, Variant] = {
         ),
     )
 }  # in the paper's column order
-VARIANT_NAMES = tuple(VARIANTS)
+VARIANT_NAMES = tuple(VARIANTS)  # the paper's models: the columns of its tables
+FAMILIES = ("model", "probe", "rule")
+FEATURE_SETS = ("spline", "fd", "raw", "trivial")  # probes: a tokenization's window features, or the trivial pair
+RULES = {"always_hold": None, "momentum_1d": "ret1", "momentum_20d": "ret20"}  # rule -> the return it follows
+_PROBE_STYLE = {
+    "spline": ("tab:cyan", "Spline"),
+    "fd": ("tab:olive", "FD"),
+    "raw": ("tab:pink", "Raw"),
+    "trivial": ("tab:gray", "Trivial"),
+}
+
+
+def _probe(learner: str, features: str) -> Variant:
+    what = (
+        "yesterday's return and 20-day realized volatility"
+        if features == "trivial"
+        else (f"{features} tokens: the last five tokens and each channel's window std")
+    )
+    long = {"lr": "Logistic regression", "lightgbm": "LightGBM"}[learner]
+    short = {"lr": "LR", "lightgbm": "GBM"}[learner]
+    color, feature_name = _PROBE_STYLE[features]
+    token_asset = "raw_tokens" if features == "trivial" else f"{features}_tokens"
+    return Variant(
+        name=f"{learner}_{features}",
+        token_asset=token_asset,
+        channels=None,
+        backbone="",
+        head=None,
+        display_name=f"{long} ({feature_name})",
+        short_name=f"{short}-{feature_name}",
+        title=f"{long} probe on {what}, fitted on every training ticker-day of the universe",
+        color=color,
+        line_style="--" if learner == "lr" else ":",
+        family="probe",
+        features=features,
+        learner=learner,
+    )
+
+
+def _rule(name: str, display: str, short: str, title: str, color: str) -> Variant:
+    return Variant(name, "raw_tokens", None, "", None, display, short, title, color, "-.", "rule", RULES[name])
+
+
+BASELINES: dict[str, Variant] = {
+    v.name: v
+    for v in (
+        _rule("always_hold", "Always Hold (cash)", "Cash", "always Hold: never invested (cash)", "tab:brown"),
+        _rule(
+            "momentum_1d",
+            "Momentum (1 day)",
+            "Mom1",
+            "Buy after a 1-day log return above tau, Sell after one below -tau, else Hold",
+            "tab:green",
+        ),
+        _rule(
+            "momentum_20d",
+            "Momentum (20 days)",
+            "Mom20",
+            "Buy after a 20-day log return above tau, Sell after one below -tau, else Hold",
+            "darkgreen",
+        ),
+        *(_probe(learner, f) for learner in ("lr", "lightgbm") for f in FEATURE_SETS),
+    )
+}
+BASELINE_NAMES = tuple(BASELINES)
+ALL_VARIANTS: dict[str, Variant] = {**VARIANTS, **BASELINES}
+ALL_VARIANT_NAMES = tuple(ALL_VARIANTS)  # models, then rules, then probes: the rows of the evidence tables
 FOCUS_VARIANT = "splinegpt"  # the paper's model: drawn thick, the responsiveness figure, the confusion matrix
 BENCHMARK = "buy_and_hold"  # the Buy & Hold rows of the backtests (no tau, seed or model)
 BENCHMARK_DISPLAY_NAME, BENCHMARK_SHORT_NAME, BENCHMARK_COLOR = "Buy & Hold", "Mkt", "black"
@@ -135,9 +220,9 @@ BENCHMARK_DISPLAY_NAME, BENCHMARK_SHORT_NAME, BENCHMARK_COLOR = "Buy & Hold", "M
 def variant(name: str) -> Variant:
     """The registered variant ``name``; a ValueError naming the choices otherwise."""
     try:
-        return VARIANTS[name]
+        return ALL_VARIANTS[name]
     except KeyError:
-        raise ValueError(f"unknown model variant {name!r}: expected one of {', '.join(VARIANT_NAMES)}") from None
+        raise ValueError(f"unknown model variant {name!r}: expected one of {', '.join(ALL_VARIANT_NAMES)}") from None
 
 
 def display_name(name: str) -> str:

@@ -243,6 +243,18 @@ class Warehouse:
         """``corpus_stats/<tokenization>.parquet``: one tokenization's channel statistics (view ``corpus_stats``)."""
         return self.shard("corpus_stats", tokenization)
 
+    def features_file(self, tokenization: str) -> Path:
+        """``features/<tokenization>.parquet``: the decision-time features of every ticker-day (the probes')."""
+        return self.shard("features", tokenization)
+
+    def features_inputs_file(self, tokenization: str) -> Path:
+        """``features/inputs/<tokenization>.parquet``: the store and test shards a features file was built from."""
+        return self.root / "features" / "inputs" / f"{tokenization}.parquet"
+
+    def probe_dir(self, policy: Policy) -> Path:
+        """``models/<variant>/seed=<seed>/probe/tau=<tau>/``: a fitted probe (model and ``fit.json``)."""
+        return self.model_dir(policy) / "probe" / f"tau={policy.tau_key}"
+
     def alpha_estimates_file(self) -> Path:
         return self.shard("alpha_estimates", "estimates")
 

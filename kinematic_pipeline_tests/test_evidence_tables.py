@@ -150,3 +150,56 @@ def test_the_informed_ceiling_reads_na_on_the_outcome_it_was_not_scored_on():
     assert oracle[:2] == ["N/A (one-hot)"] * 2 and oracle[2] == "0.500 [0.500, 0.500]"  # scores, then decisions
     assert oracle[len(tables.INFORMATION_ROWS) :] == [tables.ORACLE_ELSEWHERE] * len(tables.INFORMATION_ROWS)
     assert table["SplineGPT"][0] == "0.500 [0.500, 0.500]"
+
+
+# --- the universe tables ----------------------------------------------------------------------------------
+
+
+def _stats_rows() -> pl.DataFrame:
+    rows = []
+    for outcome, shift in (("trained-on labels (spline)", 0.05), ("close-to-close (what the backtest trades)", 0.0)):
+        for variant, seeds in (("splinegpt", (1, 2)), ("lr_trivial", (0,)), ("always_hold", (0,))):
+            for seed in seeds:
+                constant = variant == "always_hold"
+                rows.append(
+                    {
+                        "outcome": outcome,
+                        "variant": variant,
+                        "seed": seed,
+                        "ticker_days": 1000,
+                        "tickers": 10,
+                        "days": 0 if constant else 100,
+                        "rank_ic": float("nan") if constant else 0.01 * seed + shift,
+                        "rank_icir": float("nan") if constant else 0.1,
+                        "rank_ic_t_nw": float("nan") if constant else 2.0,
+                        "rank_ic_positive": float("nan") if constant else 0.55,
+                        "ic": float("nan") if constant else 0.02,
+                        "ic_t_nw": float("nan") if constant else 1.5,
+                        "auc_direction": float("nan") if constant else 0.5 + shift + 0.01 * seed,
+                    }
+                )
+    return pl.DataFrame(rows)
+
+
+def test_the_signal_table_shows_the_seed_mean_and_spread_and_what_each_variant_saw():
+    from kinematic_pipeline.report.evidence_tables import signal_table
+
+    seen = {"splinegpt": "fit 2000 .. 2016", "lr_trivial": "fit 2000 .. 2016", "always_hold": "nothing"}
+    table = signal_table(_stats_rows(), seen, "every ticker")
+    spline = table.filter((pl.col("Model") == "SplineGPT") & pl.col("Outcome").str.starts_with("close"))
+    assert spline["Rank IC (mean)"][0] == "+0.0150 ± 0.0071"  # seeds 1 and 2: 0.01 and 0.02
+    assert spline["Seeds"][0] == "2" and spline["Data seen"][0] == "fit 2000 .. 2016"
+    hold = table.filter(pl.col("Model") == "Always Hold (cash)")
+    assert hold["Rank IC (mean)"].to_list() == ["N/A", "N/A"]  # a constant score has no IC
+    assert table["Model"][-1] == "every ticker"
+
+
+def test_the_label_artefact_table_is_the_gap_between_the_two_outcomes():
+    from kinematic_pipeline.report.evidence_tables import label_artefact_table
+
+    table = label_artefact_table(_stats_rows(), "spline")
+    row = table.filter(pl.col("Model") == "Logistic regression (Trivial)").row(0, named=True)
+    assert row["AUC dir, spline labels"] == "0.550" and row["AUC dir, close-to-close"] == "0.500"
+    assert row["Gap (known at decision time)"] == "+0.050"
+    close_only = label_artefact_table(_stats_rows().filter(pl.col("outcome").str.starts_with("close")), "close")
+    assert "no artefact" in close_only["Model"][0]

@@ -157,8 +157,14 @@ def test_the_evidence_tables_put_the_variant_side_by_side_and_explain_each_decis
 
     built = evidence_tables(backtested, load_metrics(backtested))
     info = built["information"]
-    assert info["Metric"].to_list()[0].startswith("Log-loss skill") and info.height == 2 * 7  # spline, close
-    assert "SplineGPT" in info.columns and all("[" in c or c == "N/A" for c in info["SplineGPT"].to_list())
+    assert info["Metric"].to_list()[0].startswith("Log-loss skill") and info.height == 2 * 7 + 1  # spline, close
+    assert info["Metric"][-1] == "Data seen" and info["SplineGPT"][-1].startswith("fit ")
+    assert "SplineGPT" in info.columns and all("[" in c or c == "N/A" for c in info["SplineGPT"].to_list()[:-1])
+    # the universe tables: the policy's universe predictions (the test period's every ticker-day at tau 1%)
+    signal = built["signal"].filter(pl.col("Model") == "SplineGPT")
+    assert signal.height == 2 and signal["Seeds"].to_list() == ["1", "1"]
+    assert built["label_artefact"]["Model"].to_list() == ["SplineGPT"]
+    assert built["data_seen"]["Model"].to_list() == ["SplineGPT"]
     why = built["decisions"]["Why it trades or liquidates"].to_list()
     assert len(why) == 1 and len(why[0]) > 20
     rules = built["decision_rules"]

@@ -12,6 +12,7 @@ import dagster as dg
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.lineage import CODE_VERSIONS
+from kinematic_pipeline.orchestration.assets_baselines import BASELINES_GROUP, baseline_inputs
 from kinematic_pipeline.orchestration.metadata import dagster_metadata
 from kinematic_pipeline.orchestration.partitions import context_policy, policy_partitions
 from kinematic_pipeline.token_kinds import token_kind
@@ -26,28 +27,44 @@ def evaluation_asset(variant: str, asset: str) -> str:
     return f"{variant}_{asset}"
 
 
+def evaluation_group(variant: str) -> str:
+    """The models' evaluation assets are group ``evaluate``; the probes' and rules' group ``baselines``."""
+    return "evaluate" if lookup_variant(variant).family == "model" else BASELINES_GROUP
+
+
+def _prediction_inputs(variant: str) -> tuple[list[dg.AssetDep], str]:
+    """What a variant's predictions read, and what does the predicting (for the description)."""
+    spec, every_day = lookup_variant(variant), dg.AllPartitionMapping()
+    if spec.family == "probe":
+        return [dg.AssetDep(f"{variant}_probe"), dg.AssetDep(baseline_inputs(variant))], "fitted probe"
+    if spec.family == "rule":
+        return [dg.AssetDep(baseline_inputs(variant))], "rule"
+    stats = [dg.AssetDep(token_kind(spec.token_asset).corpus_stats_asset)] if spec.normalized else []
+    return [
+        dg.AssetDep(f"{variant}_adapter"),  # the same (seed, tau) partition
+        dg.AssetDep(spec.token_asset, partition_mapping=every_day),
+        *stats,
+        dg.AssetDep(LABELS, partition_mapping=every_day),
+        dg.AssetDep(RAW_OHLCV, partition_mapping=every_day),
+    ], "fine-tuned policy"
+
+
 def predictions_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
     spec = lookup_variant(variant)
-    every_day = dg.AllPartitionMapping()
-    stats = [dg.AssetDep(token_kind(spec.token_asset).corpus_stats_asset)] if spec.normalized else []
+    deps, what = _prediction_inputs(variant)
 
     @dg.asset(
         name=evaluation_asset(variant, PREDICTIONS),
-        group_name="evaluate",
+        group_name=evaluation_group(variant),
         code_version=CODE_VERSIONS["evaluate"],
-        partitions_def=policy_partitions(settings),
-        deps=[
-            dg.AssetDep(f"{variant}_adapter"),  # the same (seed, tau) partition
-            dg.AssetDep(spec.token_asset, partition_mapping=every_day),
-            *stats,
-            dg.AssetDep(LABELS, partition_mapping=every_day),
-            dg.AssetDep(RAW_OHLCV, partition_mapping=every_day),
-        ],
-        kinds={"pytorch", "parquet"},
-        description=f"{spec.display_name}: Buy/Sell/Hold probabilities and the argmax action of one fine-tuned "
-        "policy (seed, tau) for every test ticker and test day (after data.train_end), each from the causal window "
-        "ending that day (rolling protocol: no later bar enters); and on the validation days, where the margin "
-        "rule's m is chosen. Realized labels ride along for evaluation only. View: predictions.",
+        partitions_def=policy_partitions(settings, variant),
+        deps=deps,
+        kinds={"pytorch" if spec.family == "model" else "python", "parquet"},
+        description=f"{spec.display_name}: Buy/Sell/Hold probabilities and the argmax action of one {what} "
+        "(seed, tau) for every test ticker and test day (after data.train_end), each from the causal window "
+        "ending that day (rolling protocol: no later bar enters); on the validation days, where the margin "
+        "rule's m is chosen; and at the report's tau on the universe (predictions/universe/: the IC and skill "
+        "tables). Realized labels ride along for evaluation only. View: predictions.",
     )
     def predictions(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from kinematic_pipeline.stages.predict import run_predictions
@@ -73,7 +90,7 @@ def backtests_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
             dg.AssetSpec(
                 name,
                 deps=[predictions],
-                group_name="evaluate",
+                group_name=evaluation_group(variant),
                 code_version=CODE_VERSIONS["evaluate"],
                 kinds={"numba", "parquet", "duckdb"},
                 description=f"{spec.display_name}: tax-aware long/cash backtests of the predictions (the paper's "
@@ -85,14 +102,14 @@ def backtests_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
             dg.AssetSpec(
                 margin,
                 deps=[predictions],
-                group_name="evaluate",
+                group_name=evaluation_group(variant),
                 code_version=CODE_VERSIONS["evaluate"],
                 kinds={"parquet"},
                 description=f"{spec.display_name}: the margin rule's backtests (undo the class weights; Buy / Sell "
                 "beyond a margin m chosen on the validation days), at every cost. View: margin_backtests.",
             ),
         ],
-        partitions_def=policy_partitions(settings),
+        partitions_def=policy_partitions(settings, variant),
     )
     def backtesting(context: dg.AssetExecutionContext):
         from kinematic_pipeline.lineage import code_versions
@@ -112,5 +129,10 @@ def backtests_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
     return backtesting
 
 
+def evaluated_variants(settings: Settings) -> tuple[str, ...]:
+    """The models, then the baselines: every variant with evaluation assets."""
+    return (*settings.train.variants, *settings.evaluate.baselines)
+
+
 def build_evaluate_assets(settings: Settings) -> list[dg.AssetsDefinition]:
-    return [f(settings, v) for v in settings.train.variants for f in (predictions_asset, backtests_asset)]
+    return [f(settings, v) for v in evaluated_variants(settings) for f in (predictions_asset, backtests_asset)]

@@ -7,7 +7,7 @@ import dagster as dg
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.lineage import CODE_VERSIONS
-from kinematic_pipeline.orchestration.assets_evaluate import evaluation_asset
+from kinematic_pipeline.orchestration.assets_evaluate import evaluated_variants, evaluation_asset
 from kinematic_pipeline.orchestration.metadata import embedded_image, markdown_table
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS
 from kinematic_pipeline.warehouse import BACKTESTS, LABELS, MARGIN_BACKTESTS, PREDICTIONS, RAW_OHLCV
@@ -19,7 +19,9 @@ def across_variants(settings: Settings, *assets: str) -> list[dg.AssetDep]:
     """Every partition of each variant's evaluation ``assets``: what a report-group asset reads across variants."""
     every = dg.AllPartitionMapping()
     return [
-        dg.AssetDep(evaluation_asset(v, a), partition_mapping=every) for v in settings.train.variants for a in assets
+        dg.AssetDep(evaluation_asset(v, a), partition_mapping=every)
+        for v in evaluated_variants(settings)
+        for a in assets
     ]
 
 

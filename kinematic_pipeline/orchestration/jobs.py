@@ -43,6 +43,18 @@ def build_jobs(settings: Settings) -> list[dg.UnresolvedAssetJobDefinition]:
             partitions_def=policy_partitions(settings),
             description="Predict the test period and backtest it: every variant's policy of one (seed, tau) partition.",
         ),
+        *(
+            [
+                dg.define_asset_job(
+                    "baselines_job",
+                    selection=dg.AssetSelection.groups("baselines"),
+                    partitions_def=policy_partitions(settings, settings.evaluate.baselines[0]),
+                    description="Fit the probes of one tau (seed 0), predict and backtest every probe and rule.",
+                )
+            ]
+            if settings.evaluate.baselines
+            else []
+        ),
         dg.define_asset_job(
             "report_job",
             selection=dg.AssetSelection.groups("report"),
@@ -51,7 +63,7 @@ def build_jobs(settings: Settings) -> list[dg.UnresolvedAssetJobDefinition]:
         dg.define_asset_job(
             "corpus_job",
             selection=dg.AssetSelection.assets(ALPHA_ESTIMATES) | dg.AssetSelection.groups("corpus"),
-            description="alpha by marginal likelihood, and each tokenization's training-period corpus statistics "
-            "and window store.",
+            description="alpha by marginal likelihood, and each tokenization's training-period corpus statistics, "
+            "window store and the baselines' features.",
         ),
     ]

@@ -19,6 +19,7 @@ from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import tau_key
 from kinematic_pipeline.nightly import EXCHANGE_TIMEZONE
 from kinematic_pipeline.policy import SEED_DIMENSION, TAU_DIMENSION, Policy
+from kinematic_pipeline.variants import variant as lookup_variant
 
 PARTITION_FORMAT = "%Y-%m-%d"
 PARTITION_TAG = "dagster/partition"
@@ -67,21 +68,38 @@ def range_tags(first: dt.date | str, last: dt.date | str) -> dict[str, str]:
 # --- trained policies --------------------------------------------------------------------------------------
 
 
-def seed_partitions(settings: Settings) -> dg.StaticPartitionsDefinition:
-    """One foundation per training seed (``train.seeds``), materialized on its own: keys ``1234``."""
-    return dg.StaticPartitionsDefinition([str(s) for s in settings.train.seeds])
+def seed_partitions(settings: Settings, variant: str | None = None) -> dg.StaticPartitionsDefinition:
+    """One foundation per training seed (``train.seeds``), materialized on its own: keys ``1234``. A variant
+    whose result depends on no seed (a rule, a logistic regression) has the one key ``0``."""
+    return dg.StaticPartitionsDefinition([str(s) for s in policy_seeds(settings, variant)])
 
 
-def tau_partitions(settings: Settings) -> dg.StaticPartitionsDefinition:
-    """One partition per label threshold: keys ``0.0025``, ``0.005``, ``0.01``, ``0.02``."""
-    return dg.StaticPartitionsDefinition([tau_key(t) for t in settings.tokenize.taus])
+def tau_partitions(settings: Settings, variant: str | None = None) -> dg.StaticPartitionsDefinition:
+    """One partition per label threshold: keys ``0.0025``, ``0.005``, ``0.01``, ``0.02`` (a baseline's:
+    ``evaluate.baseline_taus`` when set)."""
+    return dg.StaticPartitionsDefinition([tau_key(t) for t in policy_taus(settings, variant)])
 
 
-def policy_partitions(settings: Settings) -> dg.MultiPartitionsDefinition:
-    """One fine-tuned policy per (seed, tau): an adapter and its evaluation assets; keys ``1234|0.01``."""
+def policy_partitions(settings: Settings, variant: str | None = None) -> dg.MultiPartitionsDefinition:
+    """One fine-tuned policy per (seed, tau): an adapter and its evaluation assets; keys ``1234|0.01``
+    (``variant``: a baseline's seeds and taus, ``policy_seeds`` and ``policy_taus``)."""
     return dg.MultiPartitionsDefinition(
-        {SEED_DIMENSION: seed_partitions(settings), TAU_DIMENSION: tau_partitions(settings)}
+        {SEED_DIMENSION: seed_partitions(settings, variant), TAU_DIMENSION: tau_partitions(settings, variant)}
     )
+
+
+def policy_seeds(settings: Settings, variant: str | None = None) -> tuple[int, ...]:
+    """The seeds of ``variant``'s policies: the training seeds, or (0,) when its result depends on none."""
+    if variant is None or lookup_variant(variant).seeded:
+        return settings.train.seeds
+    return (0,)
+
+
+def policy_taus(settings: Settings, variant: str | None = None) -> tuple[float, ...]:
+    """The taus of ``variant``'s policies: every tokenize.taus, or a baseline's ``evaluate.baseline_taus``."""
+    if variant is None or lookup_variant(variant).family == "model" or settings.evaluate.baseline_taus is None:
+        return settings.tokenize.taus
+    return settings.evaluate.baseline_taus
 
 
 def foundation_of_policy() -> dg.MultiToSingleDimensionPartitionMapping:

@@ -12,7 +12,8 @@ import polars as pl
 from kinematic_pipeline.backtest.oracle import ORACLE, ORACLE_DISPLAY_NAME
 from kinematic_pipeline.label_rules import at_tau
 from kinematic_pipeline.report.tables import UNDEFINED, runs_at
-from kinematic_pipeline.variants import ACTION_NAMES, VARIANT_NAMES, display_name
+from kinematic_pipeline.variants import ACTION_NAMES, ALL_VARIANT_NAMES, display_name
+from kinematic_pipeline.variants import variant as lookup_variant
 
 INFORMATION_ROWS = (  # (metric of skill_table, how the report names it)
     ("log_loss_skill", "Log-loss skill vs training base rates"),
@@ -40,23 +41,31 @@ def _variant_cell(rows: pl.DataFrame, variant: str, metric: str) -> str:
     r = rows.filter(pl.col("variant") == variant) if rows.height else rows
     if r.height == 0:
         return ORACLE_ELSEWHERE if variant == ORACLE else "-"
-    if variant == ORACLE and metric in PROBABILISTIC:
-        return "N/A (one-hot)"  # the informed policy decides; it states no probabilities
+    if metric in PROBABILISTIC and (variant == ORACLE or lookup_variant(variant).family == "rule"):
+        return "N/A (one-hot)"  # the informed policy and the rules decide; they state no probabilities
     return _cell(r.row(0, named=True), metric)
 
 
-def information_table(skill: dict[str, pl.DataFrame], tau: float) -> pl.DataFrame:
+def information_table(
+    skill: dict[str, pl.DataFrame], tau: float, data_seen: dict[str, str] | None = None
+) -> pl.DataFrame:
     """One row per (outcome, metric), one column per variant (and the informed ceiling when present), at
-    ``tau``. skill: {outcome name: ``seed_mean_skill_frame``}, in table order."""
+    ``tau``; with ``data_seen`` ({variant: dates}) a last row says what each saw. skill: {outcome name:
+    ``seed_mean_skill_frame``}, in table order."""
     by_outcome = {o: f.filter(at_tau(tau)) if f.height else f for o, f in skill.items()}
     seen = {v for f in by_outcome.values() if f.height for v in f["variant"].to_list()}
-    present = [v for v in (*VARIANT_NAMES, ORACLE) if v in seen]
+    present = [v for v in (*ALL_VARIANT_NAMES, ORACLE) if v in seen]
     names = {v: ORACLE_DISPLAY_NAME if v == ORACLE else display_name(v) for v in present}
     out = [
         {"Outcome": outcome, "Metric": label} | {names[v]: _variant_cell(rows, v, metric) for v in present}
         for outcome, rows in by_outcome.items()
         for metric, label in INFORMATION_ROWS
     ]
+    if data_seen is not None:
+        out.append(
+            {"Outcome": "-", "Metric": "Data seen"}
+            | {names[v]: data_seen.get(v, "the latent state (synthetic source)") for v in present}
+        )
     return pl.DataFrame(
         out, schema={"Outcome": pl.String, "Metric": pl.String, **{names[v]: pl.String for v in present}}
     )
@@ -82,12 +91,15 @@ def decisions_table(decisions: pl.DataFrame, tau: float) -> pl.DataFrame:
     )
 
 
-def decision_rules_table(metrics: pl.DataFrame, margin: pl.DataFrame, tau: float, cost_bps: float) -> pl.DataFrame:
-    """The paper's argmax next to the margin rule, per variant: mean over tickers and seeds."""
+def decision_rules_table(
+    metrics: pl.DataFrame, margin: pl.DataFrame, tau: float, cost_bps: float, data_seen: dict[str, str] | None = None
+) -> pl.DataFrame:
+    """The paper's argmax next to the margin rule, per variant (models, rules, probes): mean over tickers and
+    seeds; with ``data_seen``, what each variant saw."""
     argmax = runs_at(metrics, tau, cost_bps)
     second = runs_at(margin, tau, cost_bps) if margin.height else margin
     out = []
-    for v in VARIANT_NAMES:
+    for v in ALL_VARIANT_NAMES:
         a = argmax.filter(pl.col("variant") == v) if argmax.height else argmax
         m = second.filter(pl.col("variant") == v) if second.height else second
         if a.height == 0 and m.height == 0:
@@ -101,5 +113,99 @@ def decision_rules_table(metrics: pl.DataFrame, margin: pl.DataFrame, tau: float
         row["m (validation)"] = (
             ", ".join(f"{x:.2f}" for x in m["margin"].unique().sort().to_list()) if m.height else "-"
         )
+        if data_seen is not None:
+            row["Data seen"] = data_seen.get(v, "-")
         out.append(row)
     return pl.DataFrame(out) if out else pl.DataFrame({"Model": []}, schema={"Model": pl.String})
+
+
+def _over_seeds_text(values: pl.Series, fmt: str) -> str:
+    """Mean over seeds (NaN ignored), with "± std" when several seeds: the signal table's cells."""
+    v = values.cast(pl.Float64).fill_null(float("nan")).to_numpy()
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return UNDEFINED
+    text = format(float(v.mean()), fmt)
+    return text + (f" ± {format(float(v.std(ddof=1)), fmt.lstrip('+'))}" if v.size > 1 else "")
+
+
+SIGNAL_COLUMNS = (  # (column of signal_statistics, header, format)
+    ("rank_ic", "Rank IC (mean)", "+.4f"),
+    ("rank_icir", "ICIR (daily)", "+.3f"),
+    ("rank_ic_t_nw", "Newey-West t", "+.2f"),
+    ("rank_ic_positive", "Days IC > 0", ".1%"),
+    ("ic", "IC (Pearson)", "+.4f"),
+    ("auc_direction", "AUC dir (Buy vs Sell)", ".3f"),
+)
+
+
+def _variant_rows(stats: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
+    present = set(stats["variant"].to_list()) if stats.height else set()
+    return [(v, stats.filter(pl.col("variant") == v)) for v in ALL_VARIANT_NAMES if v in present]
+
+
+def signal_table(stats: pl.DataFrame, data_seen: dict[str, str], sample: str) -> pl.DataFrame:
+    """Qlib's signal table, one row per (outcome, variant): the daily cross-sectional rank IC of the score
+    s = p_buy - p_sell (weights undone) against the outcome's next-day return, its ICIR, Newey-West t and
+    share of positive days, the Pearson IC, and the direction AUC; mean over seeds ± std. ``sample`` says
+    which ticker-days were scored."""
+    out = []
+    for outcome in stats["outcome"].unique(maintain_order=True).to_list() if stats.height else []:
+        for v, rows in _variant_rows(stats.filter(pl.col("outcome") == outcome)):
+            out.append(
+                {"Outcome": outcome, "Model": display_name(v), "Seeds": str(rows.height)}
+                | {header: _over_seeds_text(rows[col], fmt) for col, header, fmt in SIGNAL_COLUMNS}
+                | {"Ticker-days": f"{int(rows['ticker_days'].max()):,}", "Data seen": data_seen.get(v, "-")}
+            )
+    out.append({"Outcome": "Scored", "Model": sample})
+    headers = ["Outcome", "Model", "Seeds", *(h for _, h, _ in SIGNAL_COLUMNS), "Ticker-days", "Data seen"]
+    return pl.DataFrame(out, schema={h: pl.String for h in headers})
+
+
+def time_series_ic_table(ts: pl.DataFrame, tickers: list[str]) -> pl.DataFrame:
+    """One row per variant, one column per backtested ticker: the rank IC over time of the score against the
+    next-day close-to-close return (mean over seeds ± std)."""
+    out = []
+    for v, rows in _variant_rows(ts) if ts.height else []:
+        cells = {}
+        for t in tickers:
+            r = rows.filter(pl.col("ticker") == t)
+            cells[t] = _over_seeds_text(r["rank_ic"], "+.3f") if r.height else "-"
+        out.append({"Model": display_name(v)} | cells)
+    return pl.DataFrame(out, schema={"Model": pl.String, **{t: pl.String for t in tickers}})
+
+
+def label_artefact_table(stats: pl.DataFrame, label_source: str) -> pl.DataFrame:
+    """How much of the trained-on label is known at decision time: per variant, the direction AUC and the rank
+    IC against the trained-on labels' return next to the close-to-close return the backtest trades. With the
+    paper's spline labels, r_spline = r_close + e_t - e_(t+1) and e_t (today's residual of the causal fit) is
+    in the window: a gap between the two columns is that term, not tradable skill."""
+    outcomes = stats["outcome"].unique(maintain_order=True).to_list() if stats.height else []
+    if len(outcomes) < 2:
+        return pl.DataFrame(
+            {"Model": [f"the trained-on labels are close-to-close (label_source={label_source}): no artefact"]}
+        )
+    trained, close = outcomes[0], outcomes[1]
+    out = []
+    for v, rows in _variant_rows(stats):
+        a, b = rows.filter(pl.col("outcome") == trained), rows.filter(pl.col("outcome") == close)
+        gap = a["auc_direction"].mean() - b["auc_direction"].mean() if a.height and b.height else float("nan")
+        out.append(
+            {
+                "Model": display_name(v),
+                f"AUC dir, {label_source} labels": _over_seeds_text(a["auc_direction"], ".3f"),
+                "AUC dir, close-to-close": _over_seeds_text(b["auc_direction"], ".3f"),
+                "Gap (known at decision time)": UNDEFINED if not np.isfinite(gap) else f"{gap:+.3f}",
+                f"Rank IC, r_{label_source}": _over_seeds_text(a["rank_ic"], "+.4f"),
+                "Rank IC, r_close": _over_seeds_text(b["rank_ic"], "+.4f"),
+            }
+        )
+    return pl.DataFrame(out)
+
+
+def data_seen_table(data_seen: dict[str, str]) -> pl.DataFrame:
+    """The contamination table: per variant, the dates its fit, validation and normalization saw."""
+    return pl.DataFrame(
+        {"Model": [display_name(v) for v in data_seen], "Data seen": list(data_seen.values())},
+        schema={"Model": pl.String, "Data seen": pl.String},
+    )

@@ -25,14 +25,18 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from kinematic_pipeline.backtest.decisions import unweighted_probabilities
 from kinematic_pipeline.backtest.oracle import oracle_predictions
 from kinematic_pipeline.backtest.policy_frames import decision_frame, seed_mean_skill_frame
+from kinematic_pipeline.backtest.signal import daily_ic, direction_auc, ic_summary, time_series_ic
 from kinematic_pipeline.backtest.skill import base_rates
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import at_tau, labels_from_returns, tau_column
+from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report import evidence_tables as evidence_tables_report
 from kinematic_pipeline.sources import make_source
 from kinematic_pipeline.variants import UNKNOWN_LABEL
+from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, MARGIN_BACKTESTS, PREDICTIONS, RAW_OHLCV
 
 TRAINED, CLOSE = "trained", "close"  # the outcomes: the trained-on label columns; labels of r_close
@@ -149,19 +153,167 @@ def information_skill(
     return out
 
 
+def evaluated_variants(settings: Settings) -> tuple[str, ...]:
+    """The models, then the baselines (``evaluate.baselines``): every variant the report shows."""
+    return (*settings.train.variants, *settings.evaluate.baselines)
+
+
 def evidence_tables(settings: Settings, metrics: pl.DataFrame) -> dict[str, pl.DataFrame]:
-    """The three evidence tables at the report's tau and cost (see the module docstring)."""
+    """The evidence tables at the report's tau and cost (see the module docstring)."""
     ev, tau = settings.evaluate, settings.evaluate.report_tau
     predictions = read_view(settings, PREDICTIONS)
     rates = train_base_rates(settings)
-    report_rows = predictions.filter(at_tau(tau))
     decisions = decision_frame(predictions, rates[TRAINED], settings.train.class_weights)
+    present = set(predictions["variant"].unique().to_list())
+    seen = data_seen(settings, tuple(v for v in evaluated_variants(settings) if v in present))
+    universe = universe_evidence(settings, metrics, rates, seen)
     return {
-        "information": evidence_tables_report.information_table(
-            information_skill(settings, report_rows, rates, tau), tau
-        ),
+        "signal": universe["signal"],
+        "label_artefact": universe["label_artefact"],
+        "information": universe["information"],
+        "time_series_ic": universe["time_series_ic"],
         "decisions": evidence_tables_report.decisions_table(decisions, tau),
         "decision_rules": evidence_tables_report.decision_rules_table(
-            metrics, margin_metrics(settings), tau, ev.report_cost_bps
+            metrics, margin_metrics(settings), tau, ev.report_cost_bps, seen
         ),
+        "data_seen": universe["data_seen"],
     }
+
+
+# --- the signal on the universe --------------------------------------------------------------------------
+
+
+def universe_predictions(settings: Settings, variants: tuple[str, ...]) -> pl.DataFrame:
+    """Every ``variants`` policy's predictions on the universe (``predictions/universe/``, written at the
+    report's tau), with ``r_close`` and ``r_spline`` of each ticker-day and the score s = p_buy - p_sell of
+    the de-weighted probabilities (a rule's one-hot action: +1 / -1 / 0)."""
+    folder = settings.warehouse.predictions_extra("universe", Policy(variants[0], 0, 0.01)).parent
+    files = sorted(folder.glob("*.parquet")) if folder.exists() else []
+    frames = [f for f in (pl.read_parquet(p) for p in files) if f.height and f["variant"][0] in set(variants)]
+    if not frames:
+        raise FileNotFoundError(f"no universe predictions under {folder}: materialize the predictions assets")
+    frame = pl.concat(frames, how="vertical").filter(at_tau(settings.evaluate.report_tau))
+    wh, days = settings.warehouse, sorted(frame["date"].unique().to_list())
+    returns = pl.read_parquet(
+        [wh.shard(LABELS, d) for d in days if wh.shard(LABELS, d).exists()],
+        columns=["ticker", "date", "r_close", "r_spline"],
+    )
+    frame = frame.join(returns, on=["ticker", "date"], how="left", validate="m:1")
+    p = unweighted_probabilities(
+        frame.select("p_buy", "p_sell", "p_hold").to_numpy().astype(np.float64), settings.train.class_weights
+    )
+    return frame.with_columns(pl.Series("score", p[:, 0] - p[:, 1]))
+
+
+def outcome_returns(label_source: str) -> dict[str, str]:
+    """{outcome name: the return column it is measured against}: the trained-on labels' return and r_close."""
+    names = outcome_names(label_source)
+    trained = "r_spline" if label_source == "spline" else "r_close"
+    return {names[TRAINED]: trained} | ({names[CLOSE]: "r_close"} if CLOSE in names else {})
+
+
+def signal_statistics(settings: Settings, universe: pl.DataFrame) -> pl.DataFrame:
+    """One row per (outcome, variant, seed): the daily cross-sectional rank IC and IC of the score against the
+    outcome's next-day return (mean, ICIR, Newey-West t, share of positive days), and the direction AUC (Buy
+    vs Sell among the rows that moved beyond tau, by the outcome's labels)."""
+    tau, rows = settings.evaluate.report_tau, []
+    for outcome, column in outcome_returns(settings.tokenize.label_source).items():
+        for (variant, seed), group in universe.group_by("variant", "seed", maintain_order=True):
+            daily = daily_ic(group, "score", column)
+            rank, pearson = ic_summary(daily, "rank_ic"), ic_summary(daily, "ic")
+            labels = close_labels(group[column], tau) if column == "r_close" else group["label"].to_numpy()
+            rows.append(
+                {
+                    "outcome": outcome,
+                    "variant": variant,
+                    "seed": seed,
+                    "ticker_days": group.height,
+                    "tickers": group["ticker"].n_unique(),
+                    "days": rank["days"],
+                    "rank_ic": rank["mean"],
+                    "rank_icir": rank["icir"],
+                    "rank_ic_t_nw": rank["t_nw"],
+                    "rank_ic_positive": rank["share_positive"],
+                    "ic": pearson["mean"],
+                    "ic_t_nw": pearson["t_nw"],
+                    "auc_direction": direction_auc(group["score"].to_numpy(), labels),
+                }
+            )
+    return pl.DataFrame(rows)
+
+
+def backtested_time_series_ic(settings: Settings, universe: pl.DataFrame, tickers: list[str]) -> pl.DataFrame:
+    """Per (variant, seed, backtested ticker): the rank IC over time of the score against r_close."""
+    rows = universe.filter(pl.col("ticker").is_in(tickers))
+    parts = [
+        time_series_ic(group, "score", "r_close").with_columns(
+            pl.lit(variant).alias("variant"), pl.lit(seed).cast(pl.Int64).alias("seed")
+        )
+        for (variant, seed), group in rows.group_by("variant", "seed", maintain_order=True)
+    ]
+    return pl.concat(parts) if parts else pl.DataFrame()
+
+
+def universe_evidence(
+    settings: Settings, metrics: pl.DataFrame, rates: dict, seen: dict[str, str]
+) -> dict[str, pl.DataFrame]:
+    """The universe tables: the signal (IC), the time-series IC of the backtested tickers, the skill on the
+    universe (the information table), the label artefact and the data each variant saw."""
+    variants = evaluated_variants(settings)
+    universe = universe_predictions(settings, variants)
+    stats = signal_statistics(settings, universe)
+    tickers = sorted(metrics["ticker"].unique().to_list())
+    sample = universe_note(settings, universe)
+    return {
+        "signal": evidence_tables_report.signal_table(stats, seen, sample),
+        "time_series_ic": evidence_tables_report.time_series_ic_table(
+            backtested_time_series_ic(settings, universe, tickers), tickers
+        ),
+        "information": evidence_tables_report.information_table(
+            information_skill(
+                settings, universe.drop("score", "r_close", "r_spline"), rates, settings.evaluate.report_tau
+            ),
+            settings.evaluate.report_tau,
+            seen,
+        ),
+        "label_artefact": evidence_tables_report.label_artefact_table(stats, settings.tokenize.label_source),
+        "data_seen": evidence_tables_report.data_seen_table(seen),
+    }
+
+
+def universe_note(settings: Settings, universe: pl.DataFrame) -> str:
+    """Which rows the universe tables score: every ticker, or the seeded sample."""
+    n, days = universe["ticker"].n_unique(), universe["date"].n_unique()
+    rows = universe.group_by("variant", "seed").len()["len"].max()
+    if settings.evaluate.universe_tickers is None:
+        return f"every ticker of the test period ({n} tickers, {days} days, {rows:,} ticker-days per policy)"
+    return (
+        f"a fixed sample of {n} tickers (evaluate.universe_tickers, seed {settings.evaluate.universe_seed}; the "
+        f"backtested tickers always in), {days} days, {rows:,} ticker-days per policy, the same rows for every variant"
+    )
+
+
+def data_seen(settings: Settings, variants: tuple[str, ...]) -> dict[str, str]:
+    """{variant: the dates its fit, validation and normalization saw} (the contamination column)."""
+    from kinematic_pipeline.training.data import split_days
+    from kinematic_pipeline.window_store import training_shard_days
+
+    out, cut, splits = {}, settings.data.train_end, {}
+    for v in variants:
+        spec = lookup_variant(v)
+        if spec.family == "rule":
+            out[v] = "nothing: a fixed rule (tau only)"
+            continue
+        if spec.token_asset not in splits:  # the manifests of the training days, listed once per token asset
+            days = training_shard_days(settings, spec.token_asset)[0]
+            splits[spec.token_asset] = split_days(days, settings.train.val_fraction)
+        fit_days, val = splits[spec.token_asset]
+        span = f"fit {fit_days[0]} .. {fit_days[-1]}" if fit_days else "fit: none"
+        val_text = f"validation {val[0]} .. {val[-1]}" if val else "no validation"
+        norm = (
+            f"z-scores of the fit rows ({fit_days[0]} .. {fit_days[-1]})"
+            if spec.family == "probe"
+            else (f"corpus statistics to {cut}" if spec.normalized else "RevIN (each window itself)")
+        )
+        out[v] = f"{span}; {val_text}; normalization: {norm}"
+    return out

@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.label_rules import tau_column
+from kinematic_pipeline.label_rules import same_tau, tau_column
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.training.data import split_days
 from kinematic_pipeline.variants import UNKNOWN_LABEL
@@ -173,30 +174,97 @@ def _shards_frame(shards: list[dict]) -> pl.DataFrame:
     return pl.DataFrame([{**s, "date": str(s["date"]), "path": str(s["path"])} for s in shards], schema=INPUTS_SCHEMA)
 
 
-def run_predictions(settings: Settings, policy: Policy) -> tuple[Predictions, Path]:
-    """Load the policy, predict the test period, write its shard, its validation-day predictions and the
-    shards it read; refresh the ``predictions`` view."""
-    from kinematic_pipeline.training.run import load_classifier  # torch and PEFT: only when predicting
+def universe_tickers(settings: Settings, asset: str, days: list[dt.date]) -> list[str]:
+    """The tickers of the universe signal: every ticker with a test-period window of ``asset``, or, with
+    ``evaluate.universe_tickers`` = n, a seeded sample of n of them that always holds the backtested tickers
+    (the same names for every variant of a run: the tokenizations admit the same windows)."""
+    if not days:
+        return []
+    names = (
+        pl.scan_parquet([settings.warehouse.shard(asset, d) for d in days])
+        .select("ticker")
+        .unique()
+        .collect()["ticker"]
+        .sort()
+        .to_list()
+    )
+    n = settings.evaluate.universe_tickers
+    if n is None or n >= len(names):
+        return names
+    backtested = [t for t in evaluation_tickers(settings, asset, days) if t in set(names)]
+    rest = [t for t in names if t not in set(backtested)]
+    rng = np.random.default_rng(settings.evaluate.universe_seed)
+    drawn = rng.choice(len(rest), size=max(0, n - len(backtested)), replace=False)
+    return sorted(backtested + [rest[i] for i in drawn])
 
+
+def _write(settings: Settings, policy: Policy, result: Predictions, validation: pl.DataFrame, universe) -> Path:
+    """The predictions shard, the validation-day predictions, the shards read, and at the report's tau the
+    universe predictions (``predictions/universe/``); refresh the ``predictions`` view."""
     wh, asset = settings.warehouse, lookup_variant(policy.variant).token_asset
-    if not evaluation_days(settings, asset):
-        raise ValueError(
-            f"no {asset} shard is dated after the training cut {settings.data.train_end}: the test period is "
-            f"empty (the paper tests 2023-01-01 onward; load bars after the cut, e.g. KP_SOURCE_PATH with newer data)"
-        )
-    classifier = load_classifier(settings, policy)
-    result = predict(settings, policy, classifier)
     if result.frame.height == 0:
         raise ValueError(
             f"none of the test tickers {result.missing_tickers} has a {asset} window after {settings.data.train_end}"
         )
     path = wh.evaluation_file(PREDICTIONS, policy)
     wh.write(result.frame, path)
+    wh.write(validation, wh.predictions_extra("validation", policy))
+    wh.write(_shards_frame(result.shards), wh.predictions_extra("inputs", policy))
+    if universe is not None:
+        wh.write(universe, wh.predictions_extra("universe", policy))
+    wh.refresh_view(PREDICTIONS, PREDICTIONS_SCHEMA)
+    return path
+
+
+def _check_test_period(settings: Settings, asset: str) -> list[dt.date]:
+    days = evaluation_days(settings, asset)
+    if not days:
+        raise ValueError(
+            f"no {asset} shard is dated after the training cut {settings.data.train_end}: the test period is "
+            f"empty (the paper tests 2023-01-01 onward; load bars after the cut, e.g. KP_SOURCE_PATH with newer data)"
+        )
+    return days
+
+
+def run_predictions(settings: Settings, policy: Policy) -> tuple[Predictions, Path]:
+    """Predict the test period with the policy; write its shard, its validation-day predictions, the shards it
+    read and, at the report's tau, its predictions on the universe (every ticker-day of the test period, or the
+    seeded sample of ``universe_tickers``); refresh the ``predictions`` view. Models load their adapter;
+    probes and rules read the features file (``stages.baselines``)."""
+    spec = lookup_variant(policy.variant)
+    days = _check_test_period(settings, spec.token_asset)
+    at_report_tau = same_tau(policy.tau, settings.evaluate.report_tau)
+    if spec.family != "model":
+        return _run_baseline_predictions(settings, policy, days, at_report_tau)
+    from kinematic_pipeline.training.run import load_classifier  # torch and PEFT: only when predicting
+
+    classifier = load_classifier(settings, policy)
+    result = predict(settings, policy, classifier, days)
     # The same policy on the validation days of the training period (the fine-tuning's own split), for the
     # test tickers: what the second decision rule's margin is chosen on (never on test days).
     tickers = sorted(result.frame["ticker"].unique().to_list())
-    validation = predict(settings, policy, classifier, validation_days(settings, asset), tickers)
-    wh.write(validation.frame, wh.predictions_extra("validation", policy))
-    wh.write(_shards_frame(result.shards), wh.predictions_extra("inputs", policy))
-    wh.refresh_view(PREDICTIONS, PREDICTIONS_SCHEMA)
-    return result, path
+    validation = predict(settings, policy, classifier, validation_days(settings, spec.token_asset), tickers)
+    universe = None
+    if at_report_tau:
+        universe = predict(settings, policy, classifier, days, universe_tickers(settings, spec.token_asset, days))
+        universe = universe.frame
+    return result, _write(settings, policy, result, validation.frame, universe)
+
+
+def _run_baseline_predictions(settings: Settings, policy: Policy, days: list[dt.date], at_report_tau: bool):
+    from kinematic_pipeline.stages.baselines import baseline_predictions, features_path
+
+    wh, asset = settings.warehouse, lookup_variant(policy.variant).token_asset
+    tickers = evaluation_tickers(settings, asset, days)
+    frame = baseline_predictions(settings, policy, "test", tickers)
+    present = set(frame["ticker"].unique().to_list())
+    validation = baseline_predictions(settings, policy, "validation", sorted(present))
+    features = features_path(settings, policy.variant)
+    inputs = pl.read_parquet(wh.features_inputs_file(features.stem))
+    shards = [dict(asset=f"{features.stem}_features", date="", path=features, content_hash=file_sha256(features))]
+    shards += [{**row, "path": Path(row["path"])} for row in inputs.iter_rows(named=True)]
+    result = Predictions(frame, shards, [t for t in tickers if t not in present])
+    universe = None
+    if at_report_tau:
+        universe = baseline_predictions(settings, policy, "test", universe_tickers(settings, asset, days))
+    return result, _write(settings, policy, result, validation, universe)

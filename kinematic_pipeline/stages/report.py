@@ -39,12 +39,21 @@ TABLE_TITLES = {
 }
 # Tables built from the predictions and the training labels as well (stages/evidence.py), not the metrics alone.
 EVIDENCE_TITLES = {
+    "signal": "The signal on the universe: daily cross-sectional rank IC of s = p(Buy) - p(Sell) (weights undone) "
+    "against the next day's return, ICIR, Newey-West t, share of positive days, Pearson IC and the direction AUC, "
+    "for every model, rule and probe at the report's tau: mean over seeds ± std (not in the paper)",
+    "label_artefact": "What the trained-on label knows at decision time: direction AUC and rank IC on the "
+    "trained-on labels next to the close-to-close return the backtest trades (not in the paper)",
     "information": "Do the tokens carry information? Skill of the de-weighted probabilities p = (q/w)/Σ(q/w) on "
-    "test days, on the trained-on labels and on close-to-close labels (what the backtest trades): mean over seeds "
-    "[95% day-bootstrap interval of the seed mean] ± std over seeds (not in the paper)",
+    "every scored ticker-day of the test period (the universe, see the signal table), on the trained-on labels "
+    "and on close-to-close labels (what the backtest trades): mean over seeds [95% day-bootstrap interval of the "
+    "seed mean] ± std over seeds (not in the paper)",
+    "time_series_ic": "Time-series rank IC of the score against the next day's close-to-close return, per "
+    "backtested ticker (not in the paper)",
     "decisions": "Why each policy trades or liquidates under the paper's weighted argmax (not in the paper)",
-    "decision_rules": "The paper's argmax next to the margin rule (weights undone, m chosen on validation days; "
-    "not in the paper)",
+    "decision_rules": "The paper's argmax next to the margin rule (weights undone, m chosen on validation days), "
+    "models, rules and probes side by side (not in the paper)",
+    "data_seen": "Which dates each variant's fit, validation and normalization saw (not in the paper)",
 }
 ALL_TITLES = {**TABLE_TITLES, **EVIDENCE_TITLES}
 

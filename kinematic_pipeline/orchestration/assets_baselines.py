@@ -1,0 +1,102 @@
+"""Baselines beside the models: each tokenization's decision-time features, and one fitted probe per (0, tau).
+
+``<tokenization>_features`` (group ``corpus``) reads the tokenization's window store (training period), its
+test-period token shards (the whole universe), raw_ohlcv and the labels; ``<probe>_probe`` (group
+``baselines``) fits a probe on it at each tau. Their predictions and backtests are the evaluation assets of
+``assets_evaluate`` (``<variant>_predictions``, ``<variant>_backtesting``), in the same group. The stage
+modules (scikit-learn, LightGBM) are imported inside the bodies.
+"""
+
+import dagster as dg
+
+from kinematic_pipeline.config import Settings
+from kinematic_pipeline.lineage import CODE_VERSIONS
+from kinematic_pipeline.orchestration.metadata import dagster_metadata
+from kinematic_pipeline.orchestration.partitions import context_policy, policy_partitions
+from kinematic_pipeline.probe_features import features_tokenization
+from kinematic_pipeline.token_kinds import TOKEN_KINDS
+from kinematic_pipeline.variants import variant as lookup_variant
+from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
+from kinematic_pipeline.window_store import window_store_asset
+
+BASELINES_GROUP = "baselines"
+
+
+def features_asset_name(tokenization: str) -> str:
+    return f"{tokenization}_features"
+
+
+def baseline_inputs(variant: str) -> str:
+    """The features asset a probe or rule reads."""
+    spec = lookup_variant(variant)
+    return features_asset_name(features_tokenization(spec.features if spec.family == "probe" else "raw"))
+
+
+def features_asset(settings: Settings, token_asset: str) -> dg.AssetsDefinition:
+    tokenization = TOKEN_KINDS[token_asset].tokenization
+    every_day = dg.AllPartitionMapping()
+
+    @dg.asset(
+        name=features_asset_name(tokenization),
+        group_name="corpus",
+        code_version=CODE_VERSIONS["features"],
+        deps=[
+            dg.AssetDep(window_store_asset(token_asset)),
+            dg.AssetDep(token_asset, partition_mapping=every_day),
+            dg.AssetDep(RAW_OHLCV, partition_mapping=every_day),
+            dg.AssetDep(LABELS, partition_mapping=every_day),
+        ],
+        kinds={"numpy", "parquet"},
+        description=f"Decision-time features of every {token_asset} window (the last five tokens, anchored, and "
+        "each channel's window std; the raw tokens' also the last return, 20-day volatility and 20-day return): "
+        "the training period from the window store (train / validation days), the test period for the whole "
+        "universe; with the close and every label. What the probes and rules read. "
+        f"$KP_WAREHOUSE/features/{tokenization}.parquet.",
+    )
+    def features(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        from kinematic_pipeline.stages.features import build_features
+
+        summary = build_features(settings, token_asset)
+        context.log.info(f"{summary.path}: {summary.rows} rows in {summary.seconds:.0f} s")
+        return dg.MaterializeResult(metadata=dagster_metadata(summary.metadata()))
+
+    return features
+
+
+def probe_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
+    spec = lookup_variant(variant)
+
+    @dg.asset(
+        name=f"{variant}_probe",
+        group_name=BASELINES_GROUP,
+        code_version=CODE_VERSIONS["features"],
+        partitions_def=policy_partitions(settings, variant),
+        deps=[dg.AssetDep(baseline_inputs(variant))],
+        kinds={"scikitlearn" if spec.learner == "lr" else "lightgbm"},
+        description=f"{spec.title}; z-scored with the training rows' statistics, class weights [2, 10, 1], "
+        "LightGBM with early stopping on the validation days. One per tau (seed 0). "
+        "$KP_WAREHOUSE/models/<variant>/seed=0/probe/tau=<tau>/.",
+    )
+    def probe(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        from kinematic_pipeline.stages.baselines import fit_probe
+
+        fit = fit_probe(settings, context_policy(context, variant))
+        return dg.MaterializeResult(metadata=dagster_metadata(fit.metadata()))
+
+    return probe
+
+
+def baseline_features_assets(settings: Settings) -> list[dg.AssetsDefinition]:
+    """The features assets the configured baselines read (none without baselines)."""
+    needed = {baseline_inputs(v) for v in settings.evaluate.baselines}
+    return [
+        features_asset(settings, a) for a, k in TOKEN_KINDS.items() if features_asset_name(k.tokenization) in needed
+    ]
+
+
+def build_baseline_assets(settings: Settings) -> list[dg.AssetsDefinition]:
+    probes = [probe_asset(settings, v) for v in settings.evaluate.baselines if lookup_variant(v).family == "probe"]
+    return [*baseline_features_assets(settings), *probes]
+
+
+__all__ = ["BASELINES_GROUP", "baseline_inputs", "build_baseline_assets", "features_asset_name"]

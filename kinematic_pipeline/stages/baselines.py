@@ -1,0 +1,259 @@
+"""The simple baselines beside the transformers: probes fitted on the features files, and fixed rules.
+
+- ``fit_probe``: a multinomial logistic regression (scikit-learn, lbfgs, C = 1) or a LightGBM tree model
+  (15 leaves, at least ``MIN_LEAF_ROWS`` rows a leaf, learning rate 0.1, 63 bins, each tree on 30% of the rows
+  and 80% of the features drawn with the policy's seed, early stopping after 20 rounds without a better
+  validation loss) on every labelled training ticker-day of the universe at the
+  policy's tau, with the features z-scored by the training rows' mean and std (clipped at +-``CLIP``) and
+  the models' class weights (``train.class_weights``), so that their softmax is read like the models' (the
+  paper's weighted argmax; the weights undone elsewhere). Saved under ``Warehouse.probe_dir``: the model
+  (``model.joblib``) and ``fit.json`` (scaler, rows, days, iterations, validation loss, seconds).
+- rules (fitted on nothing): always Hold; momentum: Buy when the last 1-day (20-day) log return is above
+  tau, Sell when below -tau, else Hold. They decide: their "probabilities" are the one-hot action.
+
+``baseline_predictions`` turns either into the predictions of a policy (the same schema and files as the
+models': the backtested tickers' test days, their validation days, and the universe at the report's tau).
+No dagster here.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from kinematic_pipeline.atomic_files import file_sha256, write_bytes_atomic
+from kinematic_pipeline.config import Settings
+from kinematic_pipeline.label_rules import same_tau, tau_column
+from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.probe_features import feature_columns, features_tokenization
+from kinematic_pipeline.variants import BUY, HOLD, SELL, UNKNOWN_LABEL
+from kinematic_pipeline.variants import variant as lookup_variant
+
+CLIP = 10.0  # z-scores beyond this are clipped (a winsorization of rare extreme windows)
+MIN_LEAF_ROWS = 2000  # LightGBM's rows a leaf at the universe's scale (fewer on small corpora: 0.5% of rows)
+MODEL_FILE, FIT_FILE = "model.joblib", "fit.json"
+
+
+@dataclass(frozen=True)
+class ProbeFit:
+    policy: Policy
+    folder: Path
+    fit: dict
+
+    def metadata(self) -> dict:
+        return {k: v for k, v in self.fit.items() if not isinstance(v, list)} | {"path": self.folder}
+
+
+def features_path(settings: Settings, variant: str) -> Path:
+    spec = lookup_variant(variant)
+    feature_set = spec.features if spec.family == "probe" else "raw"
+    return settings.warehouse.features_file(features_tokenization(feature_set))
+
+
+def read_features(
+    settings: Settings, variant: str, splits: tuple[str, ...], extra: tuple[str, ...] = ()
+) -> pl.DataFrame:
+    """The rows of ``splits`` of the variant's features file, with its feature columns and ``extra``."""
+    spec, path = lookup_variant(variant), features_path(settings, variant)
+    if not path.exists():
+        asset = f"{path.stem}_features"
+        raise FileNotFoundError(f"{path} is missing: materialize {asset} (what {variant} reads)")
+    columns = feature_columns(spec.features) if spec.family == "probe" else ("ret1", "ret20")
+    return (
+        pl.scan_parquet(path)
+        .filter(pl.col("split").is_in(splits))
+        .select("ticker", "date", "split", *columns, *extra)
+        .collect()
+    )
+
+
+def _matrix(frame: pl.DataFrame, columns: tuple[str, ...]) -> np.ndarray:
+    return frame.select(columns).to_numpy().astype(np.float64)
+
+
+def _standardize(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    z = (x - mean) / std
+    return np.clip(np.nan_to_num(z, nan=0.0, posinf=CLIP, neginf=-CLIP), -CLIP, CLIP)
+
+
+def fit_probe(settings: Settings, policy: Policy) -> ProbeFit:
+    """Fit the probe of ``policy`` on the training rows of its features file; save it; its fit record."""
+    import joblib
+
+    spec, started = lookup_variant(policy.variant), time.perf_counter()
+    if spec.family != "probe":
+        raise ValueError(f"{policy.variant} is not a probe")
+    label = tau_column(policy.tau)
+    columns = feature_columns(spec.features)
+    frame = read_features(settings, policy.variant, ("train", "validation"), (label,))
+    frame = frame.filter(pl.col(label).is_not_null() & (pl.col(label) >= 0))
+    train, val = frame.filter(pl.col("split") == "train"), frame.filter(pl.col("split") == "validation")
+    if train.height == 0:
+        raise ValueError(f"{policy}: no labelled training row in {features_path(settings, policy.variant)}")
+    x_train = _matrix(train, columns)
+    mean, std = np.nanmean(x_train, axis=0), np.nanstd(x_train, axis=0)
+    std = np.where(std > 0, std, 1.0)
+    x_train = _standardize(x_train, mean, std)
+    y_train = train[label].to_numpy().astype(np.int64)
+    weights = np.asarray(settings.train.class_weights, dtype=np.float64)
+    x_val = _standardize(_matrix(val, columns), mean, std)
+    y_val = val[label].to_numpy().astype(np.int64)
+    ev = settings.evaluate
+    if spec.learner == "lr":
+        from sklearn.linear_model import LogisticRegression
+
+        model = LogisticRegression(C=1.0, max_iter=ev.probe_lr_max_iter, class_weight=dict(enumerate(weights)))
+        model.fit(x_train, y_train)
+        iterations = int(np.max(model.n_iter_))
+    else:
+        import lightgbm as lgb
+
+        min_leaf = int(min(MIN_LEAF_ROWS, max(20, train.height // 200)))  # 2,000 at the universe's scale
+        model = lgb.LGBMClassifier(
+            objective="multiclass",
+            n_estimators=ev.probe_trees,
+            learning_rate=0.1,
+            num_leaves=15,
+            min_child_samples=min_leaf,
+            subsample=0.3,  # each tree sees a seeded 30% of the rows; over the trees, every row
+            subsample_freq=1,
+            colsample_bytree=0.8,
+            max_bin=63,
+            random_state=policy.seed,
+            n_jobs=ev.probe_threads,
+            deterministic=True,
+            force_row_wise=True,
+            verbose=-1,
+        )
+        fit_kw = {}
+        if val.height and len(np.unique(y_val)) > 1:
+            fit_kw = dict(
+                eval_X=(x_val,),
+                eval_y=(y_val,),
+                eval_sample_weight=[weights[y_val]],
+                callbacks=[lgb.early_stopping(20, verbose=False)],
+            )
+        model.fit(x_train, y_train, sample_weight=weights[y_train], **fit_kw)
+        iterations = int(model.best_iteration_ or model.n_estimators)
+    val_loss = float("nan")
+    if val.height:
+        q = _classes3(model, model.predict_proba(x_val))
+        val_loss = float(
+            np.average(-np.log(np.clip(q[np.arange(len(y_val)), y_val], 1e-12, 1)), weights=weights[y_val])
+        )
+    folder = settings.warehouse.probe_dir(policy)
+    folder.mkdir(parents=True, exist_ok=True)
+    import io
+
+    buffer = io.BytesIO()
+    joblib.dump(model, buffer)
+    write_bytes_atomic(folder / MODEL_FILE, buffer.getvalue())
+    fit = {
+        "variant": policy.variant,
+        "learner": spec.learner,
+        "seed": policy.seed,
+        "tau": policy.tau,
+        "features": list(columns),
+        "mean": mean.tolist(),
+        "std": std.tolist(),
+        "train_rows": int(train.height),
+        "validation_rows": int(val.height),
+        "train_days": f"{train['date'].min()} .. {train['date'].max()}",
+        "validation_days": f"{val['date'].min()} .. {val['date'].max()}" if val.height else "none",
+        "iterations": iterations,
+        "validation_weighted_log_loss": round(val_loss, 6),
+        "features_sha256": file_sha256(features_path(settings, policy.variant)),
+        "fit_seconds": round(time.perf_counter() - started, 2),
+    }
+    write_bytes_atomic(folder / FIT_FILE, json.dumps(fit, indent=1).encode())
+    return ProbeFit(policy, folder, fit)
+
+
+def _classes3(model, proba: np.ndarray) -> np.ndarray:
+    """Probabilities in the column order Buy, Sell, Hold even when a class never appeared in training."""
+    out = np.zeros((proba.shape[0], 3), dtype=np.float64)
+    out[:, np.asarray(model.classes_, dtype=np.int64)] = proba
+    return out
+
+
+def probe_files(settings: Settings, policy: Policy) -> list[Path]:
+    """The files of a fitted probe; a clear error naming the asset when it was not fitted."""
+    folder = settings.warehouse.probe_dir(policy)
+    files = [folder / MODEL_FILE, folder / FIT_FILE]
+    if not all(f.exists() for f in files):
+        key = "|".join(policy.partition.values())
+        raise FileNotFoundError(f"{folder} holds no fitted probe: materialize {policy.variant}_probe partition {key}")
+    return files
+
+
+def probe_probabilities(settings: Settings, policy: Policy, frame: pl.DataFrame) -> np.ndarray:
+    """The fitted probe's softmax [n, 3] (Buy, Sell, Hold) on the rows of ``frame`` (its feature columns)."""
+    import joblib
+
+    model_file, fit_file = probe_files(settings, policy)
+    fit = json.loads(fit_file.read_text())
+    if fit["features_sha256"] != file_sha256(features_path(settings, policy.variant)):
+        raise ValueError(
+            f"the probe of {policy} was fitted on another features file than "
+            f"{features_path(settings, policy.variant)}: re-materialize {policy.variant}_probe"
+        )
+    model = joblib.load(model_file)
+    x = _standardize(_matrix(frame, tuple(fit["features"])), np.asarray(fit["mean"]), np.asarray(fit["std"]))
+    if x.shape[0] == 0:
+        return np.empty((0, 3))
+    return _classes3(model, model.predict_proba(x))
+
+
+def rule_actions(variant: str, frame: pl.DataFrame, tau: float) -> np.ndarray:
+    """The actions of a rule on the rows of ``frame`` (ret1, ret20)."""
+    spec = lookup_variant(variant)
+    if spec.family != "rule":
+        raise ValueError(f"{variant} is not a rule")
+    if spec.features is None:  # always Hold
+        return np.full(frame.height, HOLD, dtype=np.int8)
+    r = frame[spec.features].fill_null(float("nan")).to_numpy().astype(np.float64)
+    return np.where(r > tau, BUY, np.where(r < -tau, SELL, HOLD)).astype(np.int8)
+
+
+def baseline_probabilities(settings: Settings, policy: Policy, frame: pl.DataFrame) -> np.ndarray:
+    """[n, 3] probabilities of a probe, or the one-hot action of a rule."""
+    spec = lookup_variant(policy.variant)
+    if spec.family == "probe":
+        return probe_probabilities(settings, policy, frame)
+    return np.eye(3)[rule_actions(policy.variant, frame, policy.tau)]
+
+
+def baseline_predictions(settings: Settings, policy: Policy, split: str, tickers: list[str] | None) -> pl.DataFrame:
+    """PREDICTIONS_SCHEMA rows of ``split`` (``test`` or ``validation``) of the features file, for ``tickers``
+    (None: every ticker), sorted by ticker and date. The action is the argmax of the softmax (the paper's
+    weighted argmax, as the models'), the rule's own action for a rule."""
+    from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA
+
+    label = tau_column(policy.tau)
+    frame = read_features(settings, policy.variant, (split,), ("close", label))
+    if tickers is not None:
+        frame = frame.filter(pl.col("ticker").is_in(tickers))
+    frame = frame.sort("ticker", "date")
+    probs = baseline_probabilities(settings, policy, frame)
+    return frame.select(
+        pl.lit(policy.variant).alias("variant"),
+        pl.lit(policy.tau).alias("tau"),
+        pl.lit(policy.seed).alias("seed"),
+        "ticker",
+        "date",
+        "close",
+        pl.Series("p_buy", probs[:, 0]),
+        pl.Series("p_sell", probs[:, 1]),
+        pl.Series("p_hold", probs[:, 2]),
+        pl.Series("action", probs.argmax(axis=1).astype(np.int8)),
+        pl.col(label).fill_null(UNKNOWN_LABEL).alias("label"),
+    ).cast(PREDICTIONS_SCHEMA)  # type: ignore[arg-type]
+
+
+def is_report_tau(settings: Settings, tau: float) -> bool:
+    return same_tau(tau, settings.evaluate.report_tau)

@@ -1,0 +1,162 @@
+"""<tokenization>_features: the decision-time features of every ticker-day, for the probes and rules.
+
+One Parquet file per tokenization (``features/<tokenization>.parquet``) with one row per window:
+
+- ``split``: ``train`` and ``validation`` rows are the window store's (days on or before the cut; the last
+  ``train.val_fraction`` of its days validate, the fine-tuning's split), ``test`` rows every ticker of every
+  token shard after the cut (the whole universe, not only the backtested names);
+- the features (``probe_features``: the last five tokens and window std; the raw tokens' file also ret1,
+  vol20 and ret20);
+- the close of the day (validation and test rows: what a backtest trades) and the labels of every tau with
+  ``r_close`` and ``r_spline`` (evaluation only: no feature reads them).
+
+Beside it ``features/<tokenization>_inputs.parquet`` lists what it was built from (the store's tokens file and
+every test-period token and raw_ohlcv shard, with hashes): the test shards of every probe's provenance.
+No dagster here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from tqdm import tqdm
+
+from kinematic_pipeline.config import Settings
+from kinematic_pipeline.label_rules import tau_column
+from kinematic_pipeline.probe_features import RAW_EXTRAS, TOKEN_FEATURES, raw_extras, token_features
+from kinematic_pipeline.token_kinds import token_kind
+from kinematic_pipeline.training.data import split_days
+from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
+from kinematic_pipeline.window_store import open_store
+from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
+
+CHUNK_WINDOWS = 131_072  # store rows turned into features at a time (~300 MB of tokens)
+TEST_DAYS_PER_READ = 64
+SPLITS = ("train", "validation", "test")
+INPUTS_SCHEMA = {"asset": pl.String, "date": pl.String, "path": pl.String, "content_hash": pl.String}
+
+
+@dataclass(frozen=True)
+class FeaturesSummary:
+    tokenization: str
+    path: Path
+    rows: dict[str, int]  # split -> rows
+    seconds: float
+
+    def metadata(self) -> dict:
+        return {
+            **{f"{split}_rows": n for split, n in self.rows.items()},
+            "path": self.path,
+            "stage_seconds": round(self.seconds, 1),
+            "dagster/row_count": sum(self.rows.values()),
+        }
+
+
+def _feature_frame(tokens: np.ndarray, raw: bool) -> pl.DataFrame:
+    feats = token_features(tokens)
+    columns = {name: feats[:, j] for j, name in enumerate(TOKEN_FEATURES)}
+    if raw:
+        extras = raw_extras(tokens)
+        columns |= {name: extras[:, j] for j, name in enumerate(RAW_EXTRAS)}
+    return pl.DataFrame(columns)
+
+
+def _store_rows(settings: Settings, asset: str, progress: bool) -> tuple[pl.DataFrame, dict]:
+    store = open_store(settings, asset)
+    raw = token_kind(asset).tokenization == "raw"
+    _, validation = split_days(store.days["date"].to_list(), settings.train.val_fraction)
+    parts, total = [], store.manifest["windows"]
+    bar = tqdm(total=total, desc=f"{asset} features (training period)", unit="window", disable=not progress)
+    for lo in range(0, total, CHUNK_WINDOWS):
+        hi = min(total, lo + CHUNK_WINDOWS)
+        parts.append(_feature_frame(store.read(np.arange(lo, hi)), raw))  # plain reads: no mapped pages in the RSS
+        bar.update(hi - lo)
+    bar.close()
+    frame = pl.concat([store.rows.select("ticker", "date", "finite"), pl.concat(parts)], how="horizontal")
+    split = pl.when(pl.col("date").is_in(validation)).then(pl.lit("validation")).otherwise(pl.lit("train"))
+    frame = frame.filter(pl.col("finite")).drop("finite").with_columns(split.alias("split"))
+    store_input = {
+        "asset": f"{token_kind(asset).tokenization}_window_store",
+        "date": "",
+        "path": str(store.path),
+        "content_hash": store.manifest["tokens_sha256"],
+    }
+    return frame, store_input
+
+
+def _test_rows(settings: Settings, asset: str, days: list[dt.date], progress: bool) -> pl.DataFrame:
+    wh, raw, parts = settings.warehouse, token_kind(asset).tokenization == "raw", []
+    bar = tqdm(total=len(days), desc=f"{asset} features (test period)", unit="day", disable=not progress)
+    for lo in range(0, len(days), TEST_DAYS_PER_READ):
+        block = days[lo : lo + TEST_DAYS_PER_READ]
+        frame = pl.read_parquet([wh.shard(asset, d) for d in block], columns=["ticker", "date", "tokens"])
+        if frame.height:
+            tokens = frame["tokens"].to_numpy().reshape(-1, N_TOKENS, N_CHANNELS)
+            parts.append(pl.concat([frame.select("ticker", "date"), _feature_frame(tokens, raw)], how="horizontal"))
+        bar.update(len(block))
+    bar.close()
+    if not parts:
+        return pl.DataFrame()
+    return pl.concat(parts).with_columns(pl.lit("test").alias("split"))
+
+
+def _closes(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
+    """ticker, date, close of raw_ohlcv on ``days`` (a day unit's partition is its folder's date)."""
+    wh = settings.warehouse
+    present = [d for d in days if wh.shard(RAW_OHLCV, d).exists()]
+    if not present:
+        return pl.DataFrame(schema={"ticker": pl.String, "date": pl.Date, "close": pl.Float64})
+    day_of = pl.LazyFrame({"_file": [str(wh.shard(RAW_OHLCV, d)) for d in present], "date": present})
+    return (
+        pl.scan_parquet([wh.shard(RAW_OHLCV, d) for d in present], include_file_paths="_file")
+        .select("ticker", "close", "_file")
+        .join(day_of, on="_file")
+        .drop("_file")
+        .collect()
+    )
+
+
+def _labels(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
+    wh = settings.warehouse
+    columns = ["ticker", "date", *(tau_column(t) for t in settings.tokenize.taus), "r_close", "r_spline"]
+    present = [d for d in days if wh.shard(LABELS, d).exists()]
+    if not present:
+        return pl.DataFrame(schema={c: (pl.String if c == "ticker" else pl.Date) for c in columns[:2]})
+    return pl.scan_parquet([wh.shard(LABELS, d) for d in present]).select(columns).collect()
+
+
+def build_features(settings: Settings, asset: str, progress: bool = True) -> FeaturesSummary:
+    """Write the features file of ``asset``'s tokenization and the list of its inputs."""
+    from kinematic_pipeline.stages.predict import evaluation_days
+
+    started, wh = time.perf_counter(), settings.warehouse
+    tokenization = token_kind(asset).tokenization
+    train, store_input = _store_rows(settings, asset, progress)
+    test_days = evaluation_days(settings, asset)
+    test = _test_rows(settings, asset, test_days, progress)
+    frame = pl.concat([train, test], how="diagonal_relaxed") if test.height else train
+    validation_days = frame.filter(pl.col("split") == "validation")["date"].unique().sort().to_list()
+    closes = _closes(settings, sorted(set(validation_days) | set(test_days)))
+    frame = frame.join(closes, on=["ticker", "date"], how="left", maintain_order="left")
+    frame = frame.join(
+        _labels(settings, frame["date"].unique().sort().to_list()),
+        on=["ticker", "date"],
+        how="left",
+        maintain_order="left",
+    )
+    frame = frame.select("ticker", "date", "split", "close", pl.exclude("ticker", "date", "split", "close"))
+    path = wh.features_file(tokenization)
+    wh.write(frame, path)
+    inputs = [store_input] + [
+        {"asset": a, "date": str(d), "path": str(wh.shard(a, d)), "content_hash": h}
+        for a in (asset, RAW_OHLCV)
+        for d, h in zip(test_days, wh.content_hashes(a, test_days))
+    ]
+    wh.write(pl.DataFrame(inputs, schema=INPUTS_SCHEMA), wh.features_inputs_file(tokenization))
+    rows = {s: int((frame["split"] == s).sum()) for s in SPLITS}
+    return FeaturesSummary(tokenization, path, rows, time.perf_counter() - started)
