@@ -74,9 +74,11 @@ class Warehouse:
     - ``alpha_estimates/estimates.parquet``, ``corpus_stats/<tokenization>.parquet``,
       ``window_store/<token asset>/`` (``window_store.py``);
     - ``models/<variant>/seed=<seed>/foundation/model.pt`` and ``.../seed=<seed>/adapters/tau=<tau>/``,
-      each with the ``shards_used.parquet`` it trained on;
-    - ``<evaluation asset>/<policy stem>.parquet`` (``Policy.stem``), ``predictions/validation/`` and
-      ``predictions/inputs/`` beside the predictions, ``<asset>/buy_and_hold.parquet``;
+      each with the ``shards_used.parquet`` it trained on; a probe's ``models/<probe>/seed=0/probe/tau=<tau>/``;
+    - ``features/<tokenization>.parquet`` (the probes' and rules' decision-time features) and
+      ``features/inputs/<tokenization>.parquet`` (what each was built from);
+    - ``<evaluation asset>/<policy stem>.parquet`` (``Policy.stem``), ``predictions/validation/``,
+      ``predictions/inputs/`` and ``predictions/universe/`` beside the predictions, ``<asset>/buy_and_hold.parquet``;
     - ``reports/``: ``tables/``, ``tables.md``, ``figures/``, ``report.md``;
     - ``catalog.duckdb``: views over the shards, with globs relative to the warehouse.
 
@@ -316,9 +318,13 @@ class Warehouse:
         return self.shard(asset, "buy_and_hold")
 
     def predictions_extra(self, folder: str, policy: Policy) -> Path:
-        """``predictions/<folder>/<stem>.parquet``: the validation-day predictions (``validation``) and the
-        shards a prediction read (``inputs``); subfolders, so not part of the ``predictions`` view."""
-        return self.root / "predictions" / folder / f"{policy.stem}.parquet"
+        """``predictions/<folder>/<stem>.parquet``: the validation-day predictions (``validation``), the
+        shards a prediction read (``inputs``) and the universe predictions at the report's tau (``universe``);
+        subfolders, so not part of the ``predictions`` view."""
+        return self.predictions_folder(folder) / f"{policy.stem}.parquet"
+
+    def predictions_folder(self, folder: str) -> Path:
+        return self.root / "predictions" / folder
 
     # --- reports --------------------------------------------------------------------------------------
 

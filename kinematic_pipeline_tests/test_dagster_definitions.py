@@ -147,6 +147,25 @@ def test_each_variants_results_have_exactly_that_variants_chain_upstream(ci_sett
         assert {f"{name}_backtests", f"{name}_margin_backtests", f"{name}_predictions"} <= tables
 
 
+def test_each_baselines_results_have_its_features_and_probe_upstream_and_no_model(ci_settings):
+    """A probe's backtests read its probe, its tokenization's features and what they were built from; a rule's
+    the raw tokens' features; none reads a model. The report declares every baseline's results."""
+    graph = build_definitions(ci_settings).resolve_asset_graph()
+    features_inputs = {"raw_ohlcv", "alpha_estimates", "labels", "spline_tokens"}
+    for name, tokenization in (("lr_spline", "spline"), ("lightgbm_fd", "fd"), ("lr_trivial", "raw")):
+        chain = {f"{name}_probe", f"{tokenization}_features", f"{tokenization}_window_store", f"{tokenization}_tokens"}
+        assert _upstream(graph, dg.AssetKey(f"{name}_predictions")) == chain | features_inputs, name
+        assert _upstream(graph, dg.AssetKey(f"{name}_backtests")) == chain | features_inputs | {f"{name}_predictions"}
+    rule = {"raw_features", "raw_window_store", "raw_tokens"} | features_inputs
+    assert _upstream(graph, dg.AssetKey("momentum_20d_predictions")) == rule
+    assert graph.get(dg.AssetKey("lr_spline_probe")).partitions_def.get_partition_keys() == [
+        f"0|{t}" for t in ("0.0025", "0.005", "0.01", "0.02")
+    ]
+    tables = _upstream(graph, dg.AssetKey("paper_tables"))
+    for name in ci_settings.evaluate.baselines:
+        assert {f"{name}_backtests", f"{name}_margin_backtests", f"{name}_predictions"} <= tables
+
+
 def test_a_selection_below_one_adapter_materializes_no_other_variants_assets(ci_settings):
     from kinematic_pipeline.cli import _plan
 

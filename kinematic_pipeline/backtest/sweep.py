@@ -23,7 +23,7 @@ import polars as pl
 from kinematic_pipeline.backtest import metrics as m
 from kinematic_pipeline.backtest.decisions import _weights, unweighted_probabilities
 from kinematic_pipeline.backtest.engine import run_backtest
-from kinematic_pipeline.variants import BENCHMARK, BUY, HOLD, SELL
+from kinematic_pipeline.variants import BENCHMARK, BUY, HOLD, SELL, UNKNOWN_LABEL
 
 EPOCH = dt.date(1970, 1, 1)  # day 0 of polars' Date
 SERIES_KEYS = ("variant", "tau", "seed", "ticker")
@@ -53,6 +53,31 @@ PREDICTIONS_SCHEMA: dict[str, pl.DataType] = {
     "action": pl.Int8,  # argmax of the probabilities: a code of kinematic_pipeline.variants
     "label": pl.Int8,  # the realized label of day t (needs day t+1; -1 when unknown): evaluation only
 }
+
+
+def predictions_frame(frame: pl.DataFrame, key: tuple[str, float, int], probs: np.ndarray, label: str) -> pl.DataFrame:
+    """PREDICTIONS_SCHEMA rows of a policy ``key`` (variant, tau, seed): ``frame``'s ticker, date, close and
+    ``label`` column (null: -1), the probabilities [n, 3] (Buy, Sell, Hold) and their argmax, sorted."""
+    variant, tau, seed = key
+    return (
+        frame.select(
+            pl.lit(variant).alias("variant"),
+            pl.lit(tau).alias("tau"),
+            pl.lit(seed).alias("seed"),
+            "ticker",
+            "date",
+            "close",
+            pl.Series("p_buy", probs[:, 0]),
+            pl.Series("p_sell", probs[:, 1]),
+            pl.Series("p_hold", probs[:, 2]),
+            pl.Series("action", probs.argmax(axis=1).astype(np.int8)),
+            pl.col(label).fill_null(UNKNOWN_LABEL).alias("label"),
+        )
+        .cast(PREDICTIONS_SCHEMA)  # type: ignore[arg-type]
+        .sort("ticker", "date")
+    )
+
+
 ROW_KEY_SCHEMA: dict[str, pl.DataType] = {
     "variant": pl.String,
     "tau": pl.Float64,  # null for Buy & Hold

@@ -21,12 +21,14 @@ from kinematic_pipeline.backtest.metrics import confusion_matrix, reliability_cu
 from kinematic_pipeline.report.tables import runs_at
 from kinematic_pipeline.variants import (
     ACTION_NAMES,
+    ALL_VARIANT_NAMES,
     BENCHMARK,
     BUY,
     FOCUS_VARIANT,
     VARIANT_NAMES,
     color,
     display_name,
+    short_name,
 )
 from kinematic_pipeline.variants import variant as lookup_variant
 
@@ -379,14 +381,14 @@ def responsiveness_png(
 
 
 def decision_rules_png(metrics: pl.DataFrame, margin: pl.DataFrame, tau: float, cost_bps: float, path: Path) -> bytes:
-    """The paper's weighted argmax next to the margin rule: (A) mean Sharpe over tickers and seeds per
-    variant, (B) mean action rate (a policy at 0% never trades: the Liquidation Equilibrium)."""
+    """The paper's weighted argmax next to the margin rule, models, rules and probes: (A) mean Sharpe over tickers
+    and seeds per variant, (B) mean action rate (a policy at 0% never trades: the Liquidation Equilibrium)."""
     argmax = runs_at(metrics, tau, cost_bps)
     second = runs_at(margin, tau, cost_bps) if margin.height else margin
-    variants = [v for v in VARIANT_NAMES if argmax.height and v in set(argmax["variant"].to_list())]
+    variants = [v for v in ALL_VARIANT_NAMES if argmax.height and v in set(argmax["variant"].to_list())]
     if not variants:
         return _no_data("Decision rules", path)
-    fig = Figure(figsize=(10, 3.8), layout="constrained")
+    fig = Figure(figsize=(max(10, 0.9 * len(variants)), 4.2), layout="constrained")
     ax_a, ax_b = fig.subplots(1, 2)
     x, width = np.arange(len(variants)), 0.38
     for offset, (rule, rows) in zip((-width / 2, width / 2), (("argmax (paper)", argmax), ("margin rule", second))):
@@ -399,7 +401,7 @@ def decision_rules_png(metrics: pl.DataFrame, margin: pl.DataFrame, tau: float, 
         ax_a.bar(x + offset, sharpe, width, label=rule)
         ax_b.bar(x + offset, rate, width, label=rule)
     for ax, title in ((ax_a, "(A) mean Sharpe (N/A counted as 0)"), (ax_b, "(B) mean action rate, %")):
-        ax.set_xticks(x, [display_name(v) for v in variants], fontsize=8)
+        ax.set_xticks(x, [short_name(v) for v in variants], fontsize=8, rotation=45, ha="right")
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=8)

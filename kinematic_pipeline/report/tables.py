@@ -15,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from kinematic_pipeline.label_rules import at_tau
-from kinematic_pipeline.variants import BENCHMARK, VARIANT_NAMES, display_name, short_name
+from kinematic_pipeline.variants import ALL_VARIANT_NAMES, BENCHMARK, VARIANT_NAMES, display_name, short_name
 
 TABLE_COLUMNS = (*VARIANT_NAMES, BENCHMARK)  # the trained models in the paper's column order, Buy & Hold last
 MISSING = "-"  # no row for this (variant, ticker, ...)
@@ -239,8 +239,9 @@ def calibration_summary(metrics: pl.DataFrame, tau: float, cost_bps: float) -> p
     tickers = _in_order(runs["ticker"]) if not runs.is_empty() else []
     rows = [
         {"Model": display_name(v), "Ticker": t} | {name: cell(groups.get((v, t))) for name, cell in cells.items()}
-        for v in VARIANT_NAMES
+        for v in ALL_VARIANT_NAMES
         for t in tickers
+        if v in VARIANT_NAMES or (v, t) in groups  # the paper's models always; a baseline when evaluated
     ]
     return _table(rows, ["Model", "Ticker", *cells])
 

@@ -28,10 +28,10 @@ import polars as pl
 
 from kinematic_pipeline.atomic_files import file_sha256, write_bytes_atomic
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.label_rules import same_tau, tau_column
+from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.probe_features import feature_columns, features_tokenization
-from kinematic_pipeline.variants import BUY, HOLD, SELL, UNKNOWN_LABEL
+from kinematic_pipeline.variants import BUY, HOLD, SELL
 from kinematic_pipeline.variants import variant as lookup_variant
 
 CLIP = 10.0  # z-scores beyond this are clipped (a winsorization of rare extreme windows)
@@ -232,7 +232,7 @@ def baseline_predictions(settings: Settings, policy: Policy, split: str, tickers
     """PREDICTIONS_SCHEMA rows of ``split`` (``test`` or ``validation``) of the features file, for ``tickers``
     (None: every ticker), sorted by ticker and date. The action is the argmax of the softmax (the paper's
     weighted argmax, as the models'), the rule's own action for a rule."""
-    from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA
+    from kinematic_pipeline.backtest.sweep import predictions_frame
 
     label = tau_column(policy.tau)
     frame = read_features(settings, policy.variant, (split,), ("close", label))
@@ -240,20 +240,4 @@ def baseline_predictions(settings: Settings, policy: Policy, split: str, tickers
         frame = frame.filter(pl.col("ticker").is_in(tickers))
     frame = frame.sort("ticker", "date")
     probs = baseline_probabilities(settings, policy, frame)
-    return frame.select(
-        pl.lit(policy.variant).alias("variant"),
-        pl.lit(policy.tau).alias("tau"),
-        pl.lit(policy.seed).alias("seed"),
-        "ticker",
-        "date",
-        "close",
-        pl.Series("p_buy", probs[:, 0]),
-        pl.Series("p_sell", probs[:, 1]),
-        pl.Series("p_hold", probs[:, 2]),
-        pl.Series("action", probs.argmax(axis=1).astype(np.int8)),
-        pl.col(label).fill_null(UNKNOWN_LABEL).alias("label"),
-    ).cast(PREDICTIONS_SCHEMA)  # type: ignore[arg-type]
-
-
-def is_report_tau(settings: Settings, tau: float) -> bool:
-    return same_tau(tau, settings.evaluate.report_tau)
+    return predictions_frame(frame, (policy.variant, policy.tau, policy.seed), probs, label)

@@ -32,7 +32,6 @@ from kinematic_pipeline.backtest.signal import daily_ic, direction_auc, ic_summa
 from kinematic_pipeline.backtest.skill import base_rates
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import at_tau, labels_from_returns, tau_column
-from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report import evidence_tables as evidence_tables_report
 from kinematic_pipeline.sources import make_source
 from kinematic_pipeline.variants import UNKNOWN_LABEL
@@ -187,7 +186,7 @@ def universe_predictions(settings: Settings, variants: tuple[str, ...]) -> pl.Da
     """Every ``variants`` policy's predictions on the universe (``predictions/universe/``, written at the
     report's tau), with ``r_close`` and ``r_spline`` of each ticker-day and the score s = p_buy - p_sell of
     the de-weighted probabilities (a rule's one-hot action: +1 / -1 / 0)."""
-    folder = settings.warehouse.predictions_extra("universe", Policy(variants[0], 0, 0.01)).parent
+    folder = settings.warehouse.predictions_folder("universe")
     files = sorted(folder.glob("*.parquet")) if folder.exists() else []
     frames = [f for f in (pl.read_parquet(p) for p in files) if f.height and f["variant"][0] in set(variants)]
     if not frames:

@@ -15,12 +15,11 @@ import numpy as np
 import polars as pl
 
 from kinematic_pipeline.atomic_files import file_sha256
-from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA
+from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA, predictions_frame
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import same_tau, tau_column
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.training.data import split_days
-from kinematic_pipeline.variants import UNKNOWN_LABEL
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, PREDICTIONS, RAW_OHLCV, Warehouse
 from kinematic_pipeline.window_store import training_shard_days
@@ -123,23 +122,7 @@ def predict(
         raise ValueError(f"{bad['ticker']} has a test window on {bad['date']} but no raw close that day")
     tokens = frame["tokens"].to_numpy() if frame.height else np.empty((0, N_TOKENS, N_CHANNELS), np.float32)
     probs = predict_probabilities(classifier, normalize(tokens), settings.evaluate.predict_batch_size)
-    out = (
-        frame.select(
-            pl.lit(policy.variant).alias("variant"),
-            pl.lit(policy.tau).alias("tau"),
-            pl.lit(policy.seed).alias("seed"),
-            "ticker",
-            "date",
-            "close",
-            pl.Series("p_buy", probs[:, 0]),
-            pl.Series("p_sell", probs[:, 1]),
-            pl.Series("p_hold", probs[:, 2]),
-            pl.Series("action", probs.argmax(axis=1).astype(np.int8)),
-            pl.col(label_col).fill_null(UNKNOWN_LABEL).alias("label"),
-        )
-        .cast(PREDICTIONS_SCHEMA)  # type: ignore[arg-type]
-        .sort("ticker", "date")
-    )
+    out = predictions_frame(frame, (policy.variant, policy.tau, policy.seed), probs, label_col)
     present = set(out["ticker"].unique().to_list())
     return Predictions(out, shards, [t for t in tickers if t not in present])
 
