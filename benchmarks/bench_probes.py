@@ -51,7 +51,8 @@ def main() -> None:
     probes = [v for v in settings.evaluate.baselines if lookup_variant(v).family == "probe"]
 
     started = time.perf_counter()
-    train = pl.scan_parquet(settings.warehouse.features_file("spline")).filter(pl.col("split") == "train").collect()
+    path = settings.warehouse.features_file("spline", "training")
+    train = pl.scan_parquet(path).filter(pl.col("split") == "train").collect()
     reference = time.perf_counter() - started
     print(f"reference: one read of the spline features' {train.height:,} training rows: {reference:.2f} s")
     del train

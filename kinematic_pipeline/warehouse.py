@@ -75,8 +75,9 @@ class Warehouse:
       ``window_store/<token asset>/`` (``window_store.py``);
     - ``models/<variant>/seed=<seed>/foundation/model.pt`` and ``.../seed=<seed>/adapters/tau=<tau>/``,
       each with the ``shards_used.parquet`` it trained on; a probe's ``models/<probe>/seed=0/probe/tau=<tau>/``;
-    - ``features/<tokenization>.parquet`` (the probes' and rules' decision-time features) and
-      ``features/inputs/<tokenization>.parquet`` (what each was built from);
+    - ``features/<tokenization>/``: the probes' and rules' decision-time features, ``training.parquet`` (the
+      training period's rows: what a probe is fitted on) and ``test.parquet``, and ``inputs.parquet`` (what
+      they were built from);
     - ``<evaluation asset>/<policy stem>.parquet`` (``Policy.stem``), ``predictions/validation/``,
       ``predictions/inputs/`` and ``predictions/universe/`` beside the predictions, ``<asset>/buy_and_hold.parquet``;
     - ``reports/``: ``tables/``, ``tables.md``, ``figures/``, ``report.md``;
@@ -245,13 +246,14 @@ class Warehouse:
         """``corpus_stats/<tokenization>.parquet``: one tokenization's channel statistics (view ``corpus_stats``)."""
         return self.shard("corpus_stats", tokenization)
 
-    def features_file(self, tokenization: str) -> Path:
-        """``features/<tokenization>.parquet``: the decision-time features of every ticker-day (the probes')."""
-        return self.shard("features", tokenization)
+    def features_file(self, tokenization: str, part: str) -> Path:
+        """``features/<tokenization>/<part>.parquet``: the decision-time features of every ticker-day, ``training``
+        (the train and validation rows a probe is fitted on) or ``test`` (the universe after the cut)."""
+        return self.root / "features" / tokenization / f"{part}.parquet"
 
     def features_inputs_file(self, tokenization: str) -> Path:
-        """``features/inputs/<tokenization>.parquet``: the store and test shards a features file was built from."""
-        return self.root / "features" / "inputs" / f"{tokenization}.parquet"
+        """``features/<tokenization>/inputs.parquet``: the store and test shards the features were built from."""
+        return self.root / "features" / tokenization / "inputs.parquet"
 
     def probe_dir(self, policy: Policy) -> Path:
         """``models/<variant>/seed=<seed>/probe/tau=<tau>/``: a fitted probe (model and ``fit.json``)."""

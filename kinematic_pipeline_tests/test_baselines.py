@@ -14,6 +14,7 @@ import polars as pl
 import pytest
 from scipy.stats import norm
 
+from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.backtest.decisions import unweighted_probabilities
 from kinematic_pipeline.backtest.skill import base_rates
 from kinematic_pipeline.calendar import trading_days
@@ -160,7 +161,7 @@ def test_every_probe_lies_between_the_base_rates_and_the_informed_ceiling(drift_
     weights = settings.train.class_weights
     test = baseline_predictions(settings, Policy("always_hold", 0, TAU), "test", None).filter(pl.col("label") >= 0)
     y = test["label"].to_numpy()
-    train_labels = pl.read_parquet(settings.warehouse.features_file("raw")).filter(pl.col("split") != "test")
+    train_labels = pl.read_parquet(settings.warehouse.features_file("raw", "training"))
     reference = base_rates(train_labels[tau_column(TAU)].drop_nulls().to_numpy())
     base_loss = _log_loss(np.tile(reference, (y.size, 1)), y)
     # the informed ceiling: the true next-day return is drift + N(0, NOISE^2), so its class probabilities are exact
@@ -187,6 +188,10 @@ def test_a_probe_fit_ignores_bars_after_the_cut_and_is_deterministic(drift_wareh
         *[pl.when(later).then(pl.col(c) * 1.3).otherwise(pl.col(c)).alias(c) for c in ("open", "high", "low", "close")]
     )
     other = _warehouse(tmp_path, "moved", moved)
+    # the training rows' features are the same bytes; the test rows' are not (so a probe pins only the former)
+    for part, same in (("training", True), ("test", False)):
+        hashes = {file_sha256(s.warehouse.features_file("spline", part)) for s in (settings, other)}
+        assert (len(hashes) == 1) is same, part
     for variant in ("lr_trivial", "lightgbm_spline"):
         policy = Policy(variant, 0, TAU)
         fits = [fit_probe(s, policy).fit for s in (settings, other, settings)]

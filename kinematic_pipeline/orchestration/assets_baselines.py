@@ -51,7 +51,7 @@ def features_asset(settings: Settings, token_asset: str) -> dg.AssetsDefinition:
         "each channel's window std; the raw tokens' also the last return, 20-day volatility and 20-day return): "
         "the training period from the window store (train / validation days), the test period for the whole "
         "universe; with the close and every label. What the probes and rules read. "
-        f"$KP_WAREHOUSE/features/{tokenization}.parquet.",
+        f"$KP_WAREHOUSE/features/{tokenization}/ (training.parquet, test.parquet, inputs.parquet).",
     )
     def features(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from kinematic_pipeline.stages.features import build_features

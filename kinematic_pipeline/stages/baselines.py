@@ -49,19 +49,22 @@ class ProbeFit:
         return {k: v for k, v in self.fit.items() if not isinstance(v, list)} | {"path": self.folder}
 
 
-def features_path(settings: Settings, variant: str) -> Path:
+def features_path(settings: Settings, variant: str, part: str = "training") -> Path:
+    """The variant's features file: ``training`` (train and validation rows) or ``test``."""
     spec = lookup_variant(variant)
     feature_set = spec.features if spec.family == "probe" else "raw"
-    return settings.warehouse.features_file(features_tokenization(feature_set))
+    return settings.warehouse.features_file(features_tokenization(feature_set), part)
 
 
 def read_features(
     settings: Settings, variant: str, splits: tuple[str, ...], extra: tuple[str, ...] = ()
 ) -> pl.DataFrame:
-    """The rows of ``splits`` of the variant's features file, with its feature columns and ``extra``."""
-    spec, path = lookup_variant(variant), features_path(settings, variant)
+    """The rows of ``splits`` (from the training file, or ``("test",)``) of the variant's features, with its
+    feature columns and ``extra``."""
+    part = "test" if splits == ("test",) else "training"
+    spec, path = lookup_variant(variant), features_path(settings, variant, part)
     if not path.exists():
-        asset = f"{path.stem}_features"
+        asset = f"{path.parent.name}_features"
         raise FileNotFoundError(f"{path} is missing: materialize {asset} (what {variant} reads)")
     columns = feature_columns(spec.features) if spec.family == "probe" else ("ret1", "ret20")
     return (
@@ -167,7 +170,7 @@ def fit_probe(settings: Settings, policy: Policy) -> ProbeFit:
         "validation_days": f"{val['date'].min()} .. {val['date'].max()}" if val.height else "none",
         "iterations": iterations,
         "validation_weighted_log_loss": round(val_loss, 6),
-        "features_sha256": file_sha256(features_path(settings, policy.variant)),
+        "features_sha256": file_sha256(features_path(settings, policy.variant)),  # the training file's
         "fit_seconds": round(time.perf_counter() - started, 2),
     }
     write_bytes_atomic(folder / FIT_FILE, json.dumps(fit, indent=1).encode())

@@ -1,6 +1,7 @@
 """<tokenization>_features: the decision-time features of every ticker-day, for the probes and rules.
 
-One Parquet file per tokenization (``features/<tokenization>.parquet``) with one row per window:
+Two Parquet files per tokenization (``features/<tokenization>/training.parquet`` and ``test.parquet``), one row
+per window; a probe pins the training file's hash, so new test days never make a fitted probe stale:
 
 - ``split``: ``train`` and ``validation`` rows are the window store's (days on or before the cut; the last
   ``train.val_fraction`` of its days validate, the fine-tuning's split), ``test`` rows every ticker of every
@@ -10,7 +11,7 @@ One Parquet file per tokenization (``features/<tokenization>.parquet``) with one
 - the close of the day (validation and test rows: what a backtest trades) and the labels of every tau with
   ``r_close`` and ``r_spline`` (evaluation only: no feature reads them).
 
-Beside it ``features/<tokenization>_inputs.parquet`` lists what it was built from (the store's tokens file and
+Beside them ``features/<tokenization>/inputs.parquet`` lists what it was built from (the store's tokens file and
 every test-period token and raw_ohlcv shard, with hashes): the test shards of every probe's provenance.
 No dagster here.
 """
@@ -150,8 +151,9 @@ def build_features(settings: Settings, asset: str, progress: bool = True) -> Fea
         maintain_order="left",
     )
     frame = frame.select("ticker", "date", "split", "close", pl.exclude("ticker", "date", "split", "close"))
-    path = wh.features_file(tokenization)
-    wh.write(frame, path)
+    path = wh.features_file(tokenization, "training")
+    wh.write(frame.filter(pl.col("split") != "test"), path)
+    wh.write(frame.filter(pl.col("split") == "test"), wh.features_file(tokenization, "test"))
     inputs = [store_input] + [
         {"asset": a, "date": str(d), "path": str(wh.shard(a, d)), "content_hash": h}
         for a in (asset, RAW_OHLCV)

@@ -242,9 +242,10 @@ def _run_baseline_predictions(settings: Settings, policy: Policy, days: list[dt.
     frame = baseline_predictions(settings, policy, "test", tickers)
     present = set(frame["ticker"].unique().to_list())
     validation = baseline_predictions(settings, policy, "validation", sorted(present))
-    features = features_path(settings, policy.variant)
-    inputs = pl.read_parquet(wh.features_inputs_file(features.stem))
-    shards = [dict(asset=f"{features.stem}_features", date="", path=features, content_hash=file_sha256(features))]
+    files = [features_path(settings, policy.variant, part) for part in ("training", "test")]
+    tokenization = files[0].parent.name
+    inputs = pl.read_parquet(wh.features_inputs_file(tokenization))
+    shards = [dict(asset=f"{tokenization}_features", date="", path=f, content_hash=file_sha256(f)) for f in files]
     shards += [{**row, "path": Path(row["path"])} for row in inputs.iter_rows(named=True)]
     result = Predictions(frame, shards, [t for t in tickers if t not in present])
     universe = None
