@@ -1,0 +1,115 @@
+"""The multiple-testing statistics: the probabilistic and deflated Sharpe ratios against a case computed by hand,
+the expected maximum Sharpe against a simulation, and SPA / StepM / MCS / the Sharpe-difference interval
+against arch called directly on the same losses (and on cases whose answer is known)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from kinematic_pipeline.backtest.multiple_testing import (
+    default_block,
+    deflated_sharpe_ratio,
+    expected_maximum_sharpe,
+    model_confidence_set,
+    probabilistic_sharpe_ratio,
+    sharpe_difference_interval,
+    sharpe_ratio,
+    spa_pvalues,
+    stepm_superior,
+)
+
+R10 = [0.012, -0.004, 0.007, 0.021, -0.015, 0.003, 0.009, -0.002, 0.016, -0.008]  # ten daily returns
+
+
+def _hand_psr(returns: list[float], benchmark: float) -> float:
+    """Bailey and Lopez de Prado (2012), eq. 11, with every moment written out."""
+    t = len(returns)
+    mean = sum(returns) / t
+    sd = math.sqrt(sum((x - mean) ** 2 for x in returns) / (t - 1))
+    m2 = sum((x - mean) ** 2 for x in returns) / t
+    m3 = sum((x - mean) ** 3 for x in returns) / t
+    m4 = sum((x - mean) ** 4 for x in returns) / t
+    skew, kurt = m3 / m2**1.5, m4 / m2**2
+    sr = mean / sd
+    z = (sr - benchmark) * math.sqrt(t - 1) / math.sqrt(1 - skew * sr + (kurt - 1) / 4 * sr**2)
+    return 0.5 * (1 + math.erf(z / math.sqrt(2)))
+
+
+def test_the_probabilistic_sharpe_ratio_equals_the_hand_computed_case():
+    mean = sum(R10) / 10
+    assert sharpe_ratio(R10) == pytest.approx(mean / math.sqrt(sum((x - mean) ** 2 for x in R10) / 9), rel=1e-12)
+    for benchmark in (0.0, 0.1, 0.5):
+        assert probabilistic_sharpe_ratio(R10, benchmark) == pytest.approx(_hand_psr(R10, benchmark), abs=1e-12)
+    assert probabilistic_sharpe_ratio(R10, 0.0) > probabilistic_sharpe_ratio(R10, 0.5)
+    assert math.isnan(probabilistic_sharpe_ratio([0.01, 0.01, 0.01]))  # no dispersion: undefined
+
+
+def test_the_expected_maximum_sharpe_matches_a_simulation_and_deflation_lowers_the_psr():
+    # E[max of N standard normals] by simulation, against the closed-form approximation (V = 1)
+    rng = np.random.default_rng(0)
+    simulated = rng.standard_normal((4000, 100)).max(axis=1).mean()
+    assert expected_maximum_sharpe(100, 1.0) == pytest.approx(simulated, abs=0.03)
+    hand = math.sqrt(0.04) * (
+        (1 - 0.5772156649015329) * norm.ppf(1 - 1 / 50) + 0.5772156649015329 * norm.ppf(1 - 1 / (50 * math.e))
+    )
+    assert expected_maximum_sharpe(50, 0.04) == pytest.approx(hand, rel=1e-12)
+    assert expected_maximum_sharpe(1, 0.04) == 0.0
+    # deflated = probabilistic against the expected maximum, and more trials deflate more
+    returns = np.random.default_rng(1).normal(0.001, 0.01, 750)
+    assert deflated_sharpe_ratio(returns, 50, 0.04**2) == pytest.approx(
+        probabilistic_sharpe_ratio(returns, expected_maximum_sharpe(50, 0.04**2)), abs=1e-15
+    )
+    assert deflated_sharpe_ratio(returns, 1, 0.0016) == pytest.approx(probabilistic_sharpe_ratio(returns), abs=1e-15)
+    assert deflated_sharpe_ratio(returns, 500, 0.0016) < deflated_sharpe_ratio(returns, 5, 0.0016)
+    with pytest.raises(ValueError, match="n_trials"):
+        expected_maximum_sharpe(0, 1.0)
+
+
+def _universe(seed: int = 2, t: int = 600):
+    rng = np.random.default_rng(seed)
+    bench = rng.normal(0.0002, 0.01, t)
+    strategies = np.column_stack(
+        [bench + rng.normal(0.0, 0.004, t), bench + rng.normal(0.004, 0.004, t), rng.normal(-0.002, 0.01, t)]
+    )
+    return bench, strategies
+
+
+def test_spa_stepm_and_mcs_equal_arch_on_the_same_losses_and_find_the_better_strategy():
+    from arch.bootstrap import MCS, SPA, StepM
+
+    bench, strategies = _universe()
+    block = default_block(bench.size)
+    spa = SPA(-bench, -strategies, block_size=block, reps=300, seed=7)
+    spa.compute()
+    ours = spa_pvalues(bench, strategies, reps=300, seed=7)
+    assert ours == {k: float(v) for k, v in spa.pvalues.items()}
+    assert ours["consistent"] < 0.05  # strategy 1 earns 0.4% a day more than the benchmark
+    assert spa_pvalues(bench, strategies[:, [0, 2]], reps=300, seed=7)["consistent"] > 0.2  # no skill among these
+    stepm = StepM(-bench, -strategies, size=0.05, block_size=block, reps=300, seed=7)
+    stepm.compute()
+    assert (
+        stepm_superior(bench, strategies, ["a", "b", "c"], reps=300, seed=7)
+        == ["b"]
+        == ["abc"[i] for i in stepm.superior_models]
+    )
+    mcs = model_confidence_set(strategies, ["a", "b", "c"], size=0.05, reps=300, seed=7)
+    direct = MCS(-strategies, size=0.05, reps=300, block_size=block, seed=7)
+    direct.compute()
+    assert mcs == {"abc"[int(i)]: float(p) for i, p in direct.pvalues.iloc[:, 0].items()}
+    assert [name for name, p in mcs.items() if p > 0.05] == ["b"]  # the best strategy alone
+
+
+def test_the_sharpe_difference_interval_resamples_both_series_together():
+    bench, strategies = _universe()
+    diff, low, high = sharpe_difference_interval(strategies[:, 1], bench, reps=300, seed=3)
+    assert diff == pytest.approx(sharpe_ratio(strategies[:, 1]) - sharpe_ratio(bench)) and 0 < low < diff < high
+    same = sharpe_difference_interval(bench, bench, reps=100, seed=3)
+    assert same == (0.0, 0.0, 0.0)  # the same days drawn for both: every resample's difference is 0
+    with pytest.raises(ValueError, match="same days"):
+        sharpe_difference_interval(bench, bench[:-1])
+    with pytest.raises(ValueError, match="align"):
+        spa_pvalues(bench, strategies[:-1])
