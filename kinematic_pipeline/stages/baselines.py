@@ -194,8 +194,9 @@ def probe_files(settings: Settings, policy: Policy) -> list[Path]:
     return files
 
 
-def probe_probabilities(settings: Settings, policy: Policy, frame: pl.DataFrame) -> np.ndarray:
-    """The fitted probe's softmax [n, 3] (Buy, Sell, Hold) on the rows of ``frame`` (its feature columns)."""
+def load_probe(settings: Settings, policy: Policy) -> tuple[object, dict]:
+    """The fitted probe of ``policy`` and its fit record, once its training features file is checked to be the
+    one it was fitted on (a ValueError naming the asset to re-materialize otherwise)."""
     import joblib
 
     model_file, fit_file = probe_files(settings, policy)
@@ -205,7 +206,12 @@ def probe_probabilities(settings: Settings, policy: Policy, frame: pl.DataFrame)
             f"the probe of {policy} was fitted on another features file than "
             f"{features_path(settings, policy.variant)}: re-materialize {policy.variant}_probe"
         )
-    model = joblib.load(model_file)
+    return joblib.load(model_file), fit
+
+
+def probe_probabilities(probe: tuple[object, dict], frame: pl.DataFrame) -> np.ndarray:
+    """A loaded probe's (``load_probe``) softmax [n, 3] (Buy, Sell, Hold) on the rows of ``frame``."""
+    model, fit = probe
     x = _standardize(_matrix(frame, tuple(fit["features"])), np.asarray(fit["mean"]), np.asarray(fit["std"]))
     if x.shape[0] == 0:
         return np.empty((0, 3))
@@ -223,15 +229,16 @@ def rule_actions(variant: str, frame: pl.DataFrame, tau: float) -> np.ndarray:
     return np.where(r > tau, BUY, np.where(r < -tau, SELL, HOLD)).astype(np.int8)
 
 
-def baseline_probabilities(settings: Settings, policy: Policy, frame: pl.DataFrame) -> np.ndarray:
-    """[n, 3] probabilities of a probe, or the one-hot action of a rule."""
-    spec = lookup_variant(policy.variant)
-    if spec.family == "probe":
-        return probe_probabilities(settings, policy, frame)
+def baseline_probabilities(policy: Policy, frame: pl.DataFrame, probe: tuple[object, dict] | None) -> np.ndarray:
+    """[n, 3] probabilities of a probe (loaded: ``load_probe``), or the one-hot action of a rule (no probe)."""
+    if lookup_variant(policy.variant).family == "probe":
+        return probe_probabilities(probe, frame)
     return np.eye(3)[rule_actions(policy.variant, frame, policy.tau)]
 
 
-def baseline_predictions(settings: Settings, policy: Policy, split: str, tickers: list[str] | None) -> pl.DataFrame:
+def baseline_predictions(
+    settings: Settings, policy: Policy, split: str, tickers: list[str] | None, probe: tuple[object, dict] | None = None
+) -> pl.DataFrame:
     """PREDICTIONS_SCHEMA rows of ``split`` (``test`` or ``validation``) of the features file, for ``tickers``
     (None: every ticker), sorted by ticker and date. The action is the argmax of the softmax (the paper's
     weighted argmax, as the models'), the rule's own action for a rule."""
@@ -242,5 +249,7 @@ def baseline_predictions(settings: Settings, policy: Policy, split: str, tickers
     if tickers is not None:
         frame = frame.filter(pl.col("ticker").is_in(tickers))
     frame = frame.sort("ticker", "date")
-    probs = baseline_probabilities(settings, policy, frame)
+    if probe is None and lookup_variant(policy.variant).family == "probe":
+        probe = load_probe(settings, policy)
+    probs = baseline_probabilities(policy, frame, probe)
     return predictions_frame(frame, (policy.variant, policy.tau, policy.seed), probs, label)

@@ -235,13 +235,15 @@ def run_predictions(settings: Settings, policy: Policy) -> tuple[Predictions, Pa
 
 
 def _run_baseline_predictions(settings: Settings, policy: Policy, days: list[dt.date], at_report_tau: bool):
-    from kinematic_pipeline.stages.baselines import baseline_predictions, features_path
+    from kinematic_pipeline.stages.baselines import baseline_predictions, features_path, load_probe
 
-    wh, asset = settings.warehouse, lookup_variant(policy.variant).token_asset
+    spec, wh = lookup_variant(policy.variant), settings.warehouse
+    asset = spec.token_asset
+    probe = load_probe(settings, policy) if spec.family == "probe" else None  # loaded and checked once
     tickers = evaluation_tickers(settings, asset, days)
-    frame = baseline_predictions(settings, policy, "test", tickers)
+    frame = baseline_predictions(settings, policy, "test", tickers, probe)
     present = set(frame["ticker"].unique().to_list())
-    validation = baseline_predictions(settings, policy, "validation", sorted(present))
+    validation = baseline_predictions(settings, policy, "validation", sorted(present), probe)
     files = [features_path(settings, policy.variant, part) for part in ("training", "test")]
     tokenization = files[0].parent.name
     inputs = pl.read_parquet(wh.features_inputs_file(tokenization))
@@ -250,5 +252,5 @@ def _run_baseline_predictions(settings: Settings, policy: Policy, days: list[dt.
     result = Predictions(frame, shards, [t for t in tickers if t not in present])
     universe = None
     if at_report_tau:
-        universe = baseline_predictions(settings, policy, "test", universe_tickers(settings, asset, days))
+        universe = baseline_predictions(settings, policy, "test", universe_tickers(settings, asset, days), probe)
     return result, _write(settings, policy, result, validation, universe)
