@@ -142,7 +142,7 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
     import dagster as dg
 
     from kinematic_pipeline.definitions import build_definitions
-    from kinematic_pipeline.orchestration.partitions import PARTITION_TAG, range_tags
+    from kinematic_pipeline.orchestration.partitions import PARTITION_TAG, grid_keys, range_tags
 
     home = _ensure_dagster_home(settings)
     defs = build_definitions(settings)
@@ -165,7 +165,7 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
             runs = [range_tags(bounds[0], bounds[1])]
             print(f"materialize {names} for trading days {bounds[0]} .. {bounds[1]} (one run)")
         elif partitions_def is not None:
-            keys_all = partitions_def.get_partition_keys(dynamic_partitions_store=instance)
+            keys_all = grid_keys(settings, partitions_def.get_partition_keys(dynamic_partitions_store=instance))
             runs = [{PARTITION_TAG: k} for k in keys_all]
             print(f"materialize {names} for partitions {', '.join(keys_all)}")
         else:
@@ -280,7 +280,13 @@ def print_summary(settings: Settings) -> None:
 
 
 def lineage(
-    settings: Settings, model: str, tau: float, ticker: str, cost_bps: float | None, seed: int | None = None
+    settings: Settings,
+    model: str,
+    tau: float,
+    ticker: str,
+    cost_bps: float | None,
+    seed: int | None = None,
+    fold: str | None = None,
 ) -> int:
     import duckdb
 
@@ -293,7 +299,14 @@ def lineage(
     if model not in variants:
         print(f"unknown model {model!r}: expected one of {', '.join(variants)}", file=sys.stderr)
         return 2
-    policy = Policy(model, policy_seeds(settings, model)[0] if seed is None else seed, tau)
+    from kinematic_pipeline.folds import evaluated_folds, fold_names
+
+    if fold is not None and fold not in fold_names(settings):
+        print(f"unknown fold {fold!r}: expected one of {', '.join(map(str, fold_names(settings)))}", file=sys.stderr)
+        return 2
+    # default: the last fold the policy's tau was evaluated on (a single cut: its only fold)
+    fold = evaluated_folds(settings, tau)[-1] if fold is None else fold
+    policy = Policy(model, policy_seeds(settings, model)[0] if seed is None else seed, tau, fold)
     # Any ticker ingest accepts (BRK/B, "BRK B", unicode) is fine: the query binds it as a parameter.
     try:
         report = trace(settings, policy, ticker.strip(), cost_bps)
@@ -360,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     lin.add_argument("--ticker", required=True, help="test ticker, e.g. NVDA")
     lin.add_argument("--cost-bps", type=float, help="cost of the backtest row (default: the report's)")
     lin.add_argument("--seed", type=int, help="training seed of the policy (default: the first of train.seeds)")
+    lin.add_argument("--fold", help="walk-forward fold of the policy, e.g. 2019 (default: the last it was tested on)")
     sub.add_parser("report", parents=[common], help="print the paper's tables of the last report and where it is")
     args = parser.parse_args(argv)
     try:
@@ -382,7 +396,7 @@ def _run(args: argparse.Namespace) -> int:
     if not _require_warehouse(settings):
         return 1
     if args.command == "lineage":
-        return lineage(settings, args.model, args.tau, args.ticker, args.cost_bps, args.seed)
+        return lineage(settings, args.model, args.tau, args.ticker, args.cost_bps, args.seed, args.fold)
     if args.command == "report":
         return print_report(settings)
     print(settings)

@@ -3,7 +3,7 @@
 A profile (``ci``, ``demo``, ``real``, ``paper``) is a named set of values, selected by ``KP_PROFILE``. The
 operator interface of DESIGN.md overrides fields from the environment: ``KP_SOURCE``, ``KP_SOURCE_PATH``,
 ``KP_WAREHOUSE``, ``KP_START_DATE`` / ``KP_END_DATE`` (narrow the history), ``KP_TRAIN_END`` (the training
-cut), ``KP_TRAIN_ACCELERATOR`` / ``_DEVICES`` / ``_PRECISION`` / ``_STRATEGY`` (the Lightning Trainer),
+cut: one fold unless ``KP_FOLDS`` says otherwise), ``KP_FOLDS`` (walk-forward folds after the cut), ``KP_TRAIN_ACCELERATOR`` / ``_DEVICES`` / ``_PRECISION`` / ``_STRATEGY`` (the Lightning Trainer),
 ``KP_TRAIN_SHARD_TRACE``, ``KP_DROP_DIR`` and ``KP_DURABLE_WRITES``. ``load_settings`` is the only reader of the
 environment: it resolves them once, when the definitions load, and partitions, schedules, sensors and every
 asset body are built from that one ``Settings``. Enum-like fields are checked when a config is built: a typo
@@ -29,6 +29,8 @@ SOURCES = ("synthetic", "parquet", "csv", "yfinance")
 HL_POLICIES = ("quarantine", "flag")
 ALPHA_MLE_SCOPES = ("corpus", "ticker")
 TIME_UNITS = ("session", "calendar")
+FOLD_PERIODS = ("year", "half", "quarter")
+TAU_SWEEP_FOLDS = ("all", "last")
 
 
 def check_choice(field_name: str, value, choices: tuple) -> None:
@@ -209,11 +211,35 @@ class EvalConfig:
     universe_seed: int = 0
     probe_lr_max_iter: int = 300  # lbfgs iterations of the logistic regressions
     probe_trees: int = 300  # LightGBM boosting rounds at most (early stopping on the validation days)
+    probe_max_train_rows: int | None = None  # a probe fits on a seeded sample of this many training rows at most
     probe_threads: int = 2  # LightGBM threads (fixed: its result is deterministic for a fixed thread count)
+    # Walk-forward folds (folds.py): 1 = the single cut data.train_end (test: every later session); n > 1 = the
+    # n consecutive periods (fold_period) after data.train_end, each tested by policies trained on the sessions
+    # before it, less an embargo of embargo_sessions (at least a window) between the training and test days;
+    # the last label_horizon sessions' labels before a test period are purged from training.
+    folds: int = 1
+    fold_period: str = "year"
+    embargo_sessions: int = 65
+    label_horizon: int = 1
+    tau_sweep_folds: str = "all"  # "last": taus other than report_tau are trained and evaluated on the last fold only
+    verdict_cost_bps: float = 10.0  # the cost of the verdict's tests ("after costs"); one of costs_bps
+    verdict_bootstrap_resamples: int = 1000  # SPA, StepM, MCS and the Sharpe-difference intervals
+    verdict_seed: int = 0
 
     def __post_init__(self) -> None:
         for name in self.baselines:
             check_choice("evaluate.baselines", name, BASELINE_NAMES)
+        check_choice("evaluate.fold_period", self.fold_period, FOLD_PERIODS)
+        check_choice("evaluate.tau_sweep_folds", self.tau_sweep_folds, TAU_SWEEP_FOLDS)
+        if self.folds < 1 or self.embargo_sessions < 0 or self.label_horizon < 1:
+            raise ValueError(
+                f"evaluate.folds={self.folds}, embargo_sessions={self.embargo_sessions}, label_horizon="
+                f"{self.label_horizon}: expected folds >= 1, embargo >= 0, horizon >= 1"
+            )
+        if self.verdict_cost_bps not in self.costs_bps:
+            raise ValueError(
+                f"evaluate.verdict_cost_bps={self.verdict_cost_bps} is not one of costs_bps {self.costs_bps}"
+            )
 
 
 @dataclass(frozen=True)
@@ -280,7 +306,10 @@ def _profile_ci() -> Settings:
             lora_alpha=8,
             seeds=(1234, 1235),  # two seeds: the report's mean +- std and per-seed tables are exercised in CI
         ),
-        evaluate=EvalConfig(skill_bootstrap_resamples=200),
+        # two walk-forward folds: the half-years 2022H1 and 2022H2 (folds.py), pooled in the report
+        evaluate=EvalConfig(
+            skill_bootstrap_resamples=200, folds=2, fold_period="half", verdict_bootstrap_resamples=300
+        ),
     )
 
 
@@ -349,6 +378,12 @@ def _profile_real() -> Settings:
             baseline_taus=(0.01,),
             universe_tickers=100,
             skill_bootstrap_resamples=250,  # day resamples of the universe skill intervals (100k rows a policy)
+            # walk-forward: the test years 2019, 2020, 2021, 2022, each trained on everything before it less a
+            # 65-session embargo; the tau sweep on the last fold only (the report's tau on every fold)
+            folds=4,
+            fold_period="year",
+            probe_max_train_rows=400_000,  # of ~2 M labelled training ticker-days: 4 folds x 8 probes fit the hour
+            tau_sweep_folds="last",
         ),
     )
 
@@ -433,6 +468,13 @@ def load_settings(
         # for ingest only; the stages that need a training or a test day say so when they run.)
         data = dataclasses.replace(data, train_end=_parse_date(env["KP_TRAIN_END"], "KP_TRAIN_END"))
         check_training_cut(data)
+    evaluate = base.evaluate
+    if env.get("KP_FOLDS") or env.get("KP_TRAIN_END"):
+        # An explicit cut is one fold (the split it names) unless KP_FOLDS asks for walk-forward folds after it.
+        text = env.get("KP_FOLDS") or "1"
+        if not text.isdigit() or int(text) < 1:
+            raise ValueError(f"KP_FOLDS={text!r}: expected a positive integer (1: the single cut KP_TRAIN_END)")
+        evaluate = dataclasses.replace(evaluate, folds=int(text))
 
     wh = Path(warehouse or env.get("KP_WAREHOUSE") or base.warehouse.root).expanduser().resolve()
     # Deployment settings of training (GPUs, precision, DDP), without a code change
@@ -443,4 +485,6 @@ def load_settings(
     )
     drop = Path(env["KP_DROP_DIR"]).expanduser().resolve() if env.get("KP_DROP_DIR") else None
     durable = env.get("KP_DURABLE_WRITES", "0") == "1"
-    return dataclasses.replace(base, warehouse=wh, data=data, train=train, drop_dir=drop, durable_writes=durable)
+    return dataclasses.replace(
+        base, warehouse=wh, data=data, train=train, evaluate=evaluate, drop_dir=drop, durable_writes=durable
+    )

@@ -22,6 +22,7 @@ import polars as pl
 from kinematic_pipeline import __version__
 from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.config import Settings
+from kinematic_pipeline.folds import fold_of
 from kinematic_pipeline.label_rules import TAU_SQL
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.variants import variant as lookup_variant
@@ -59,6 +60,7 @@ PROVENANCE_SCHEMA: dict[str, pl.DataType] = {  # every link holds for every tick
     "variant": pl.String,
     "tau": pl.Float64,
     "seed": pl.Int64,
+    "fold": pl.String,  # the walk-forward fold (folds.Fold.label)
     "link": pl.String,  # one of LINK_ORDER, or code
     "asset": pl.String,
     "date": pl.String,  # the shard's partition (trading day), when it has one
@@ -132,10 +134,13 @@ def provenance_frame(settings: Settings, policy: Policy, *, outputs: dict[str, P
         )
     for name, version in code_versions.items():
         rows.append(dict(link="code", asset=name, path="", sha256=version))
-    keys = ("variant", "tau", "seed")
+    keys = ("variant", "tau", "seed", "fold")
     frame = pl.DataFrame(rows, schema={k: v for k, v in PROVENANCE_SCHEMA.items() if k not in keys})
     frame = frame.with_columns(
-        pl.lit(variant).alias("variant"), pl.lit(policy.tau).alias("tau"), pl.lit(policy.seed).alias("seed")
+        pl.lit(variant).alias("variant"),
+        pl.lit(policy.tau).alias("tau"),
+        pl.lit(policy.seed).alias("seed"),
+        pl.lit(fold_of(settings, policy.fold).label).alias("fold"),
     )
     return frame.select(list(PROVENANCE_SCHEMA)).cast(PROVENANCE_SCHEMA)  # type: ignore[arg-type]
 
@@ -203,23 +208,30 @@ def trace(settings: Settings, policy: Policy, ticker: str, cost_bps: float | Non
     wh, report = settings.warehouse, LineageReport()
     cost = settings.evaluate.report_cost_bps if cost_bps is None else cost_bps
     variant, tau, seed = policy.variant, policy.tau, policy.seed
+    fold = fold_of(settings, policy.fold).label
     metrics = wh.query(
-        f"SELECT * FROM backtests WHERE variant = ? AND {TAU_SQL} AND ticker = ? AND cost_bps = ? AND seed = ?",
-        [variant, tau, ticker, cost, seed],
+        f"SELECT * FROM backtests WHERE variant = ? AND {TAU_SQL} AND ticker = ? AND cost_bps = ? AND seed = ? "
+        "AND fold = ?",
+        [variant, tau, ticker, cost, seed, fold],
     )
     if metrics.height == 0:
-        have = wh.query("SELECT DISTINCT variant, tau, seed, ticker FROM backtests WHERE tau IS NOT NULL ORDER BY ALL")
+        have = wh.query(
+            "SELECT DISTINCT variant, tau, seed, ticker, fold FROM backtests WHERE tau IS NOT NULL ORDER BY ALL"
+        )
         raise LookupError(
-            f"no backtest of {variant} at tau={tau:g}, seed {seed} on {ticker} at {cost:g} bps in {wh}; available: "
-            + ", ".join(f"{r[0]}/{r[1]:g}/seed {r[2]}/{r[3]}" for r in have.iter_rows())
+            f"no backtest of {variant} at tau={tau:g}, seed {seed}, fold {fold} on {ticker} at {cost:g} bps in {wh}; "
+            "available: " + ", ".join(f"{r[0]}/{r[1]:g}/seed {r[2]}/{r[3]}/fold {r[4]}" for r in have.iter_rows())
         )
     row = metrics.row(0, named=True)
     report.lines.append(
         f"{variant} tau={tau:g} {ticker} at {cost:g} bps, {row['first_date']} .. {row['last_date']} ({row['days']} days): "
         f"Sharpe {_fmt(row['sharpe'])} [95% CI {_fmt(row['sharpe_ci_low'])}, {_fmt(row['sharpe_ci_high'])}], "
-        f"return {row['total_return']:+.1%}, max drawdown {row['max_drawdown']:.1%}, seed {row['seed']}"
+        f"return {row['total_return']:+.1%}, max drawdown {row['max_drawdown']:.1%}, seed {row['seed']}, fold {fold}"
     )
-    prov = wh.query(f"SELECT * FROM provenance WHERE variant = ? AND {TAU_SQL} AND seed = ?", [variant, tau, seed])
+    prov = wh.query(
+        f"SELECT * FROM provenance WHERE variant = ? AND {TAU_SQL} AND seed = ? AND fold = ?",
+        [variant, tau, seed, fold],
+    )
     if prov.height == 0:
         raise LookupError(f"the backtest of {variant} at tau={tau:g} has no provenance rows; re-materialize backtests")
     for link in LINK_ORDER:

@@ -47,7 +47,7 @@ class Policy:
 
     @property
     def seed_key(self) -> str:
-        """The ``seed`` dimension's key: the seed (a fold's cut will prefix it)."""
+        """The ``seed`` dimension's key: the seed, prefixed by its walk-forward fold (``2019@1234``)."""
         return str(self.seed) if self.fold is None else f"{self.fold}@{self.seed}"
 
     @property
@@ -88,7 +88,8 @@ class Policy:
     @property
     def lineage_args(self) -> str:
         """The ``python -m kinematic_pipeline lineage`` arguments that trace this policy."""
-        return f"--model {self.variant} --tau {self.tau_key} --seed {self.seed}"
+        fold = "" if self.fold is None else f" --fold {self.fold}"
+        return f"--model {self.variant} --tau {self.tau_key} --seed {self.seed}{fold}"
 
     def __str__(self) -> str:
         tau = "" if self.tau is None else f" tau {self.tau_key}"

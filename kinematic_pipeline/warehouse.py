@@ -315,9 +315,10 @@ class Warehouse:
         """``<asset>/<policy stem>.parquet``: a policy's predictions, backtests, equity curves, trades, ..."""
         return self.shard(asset, policy.stem)
 
-    def benchmark_file(self, asset: str) -> Path:
-        """``<asset>/buy_and_hold.parquet``: the Buy & Hold rows, written once (every policy writes the same)."""
-        return self.shard(asset, "buy_and_hold")
+    def benchmark_file(self, asset: str, fold: str | None = None) -> Path:
+        """``<asset>/buy_and_hold.parquet`` (a fold's: ``buy_and_hold_fold2019.parquet``): the Buy & Hold rows,
+        written once per fold (every policy of the fold writes the same)."""
+        return self.shard(asset, "buy_and_hold" if fold is None else f"buy_and_hold_fold{fold}")
 
     def predictions_extra(self, folder: str, policy: Policy) -> Path:
         """``predictions/<folder>/<stem>.parquet``: the validation-day predictions (``validation``), the

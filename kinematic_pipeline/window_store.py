@@ -15,7 +15,8 @@ Layout, ``$KP_WAREHOUSE/window_store/<token asset>/`` (``Warehouse.window_store_
 - ``manifest.parquet``: one row: the asset, the training cut, the counts, the sha256 of the three files
   above and ``shards_digest`` (sha256 over the shards' content hashes, in day order).
 
-Only shards dated on or before ``data.train_end`` are ever opened, so nothing after the cut can be served.
+Only shards dated on or before the last fold's training end (``folds.store_cut``; a single cut: ``data.train_end``) are ever
+opened, so nothing after the cut can be served; each fold reads the prefix of days up to its own training end.
 ``open_store`` compares the manifest with the settings' cut and the token manifests of today: a store built
 from other shards is an error that names the asset to re-materialize. No dagster and no torch here.
 """
@@ -37,6 +38,7 @@ from tqdm.auto import tqdm
 
 from kinematic_pipeline.atomic_files import PARQUET_COMPRESSION, digest, file_sha256, swap_in_folder
 from kinematic_pipeline.config import Settings
+from kinematic_pipeline.folds import store_cut
 from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
 
 STORE_CODE_VERSION = "window-store-1"
@@ -75,7 +77,7 @@ def training_shard_days(settings: Settings, asset: str) -> tuple[list[dt.date], 
     """The days of ``asset`` on or before the cut that hold windows, and their manifest rows (file names and
     manifests only: no shard is opened, none after the cut is listed)."""
     wh = settings.warehouse
-    days = wh.shard_days(asset, until=settings.data.train_end)
+    days = wh.shard_days(asset, until=store_cut(settings))
     metas = wh.manifest_rows(asset, days, ["windows", "content_hash"])
     kept = [(d, m) for d, m in zip(days, metas) if m["windows"] > 0]  # a day before any ticker has 64 sessions
     return [d for d, _ in kept], [m for _, m in kept]
@@ -120,11 +122,11 @@ def build_window_store(settings: Settings, asset: str, progress: bool = True) ->
     wh = settings.warehouse
     days, metas = training_shard_days(settings, asset)
     if not days:
-        raise ValueError(f"no {asset} windows on or before {settings.data.train_end}: materialize {asset} first")
+        raise ValueError(f"no {asset} windows on or before {store_cut(settings)}: materialize {asset} first")
     shards_digest = digest([m["content_hash"] for m in metas])
     final = wh.window_store_dir(asset)
     current = _read_manifest(final)
-    if current is not None and _holds(final, current, shards_digest, settings.data.train_end):
+    if current is not None and _holds(final, current, shards_digest, store_cut(settings)):
         return StoreSummary(asset, final, current, rebuilt=False, seconds=time.perf_counter() - started)
 
     counts = np.array([m["windows"] for m in metas], dtype=np.int64)
@@ -171,7 +173,7 @@ def build_window_store(settings: Settings, asset: str, progress: bool = True) ->
         day_frame.write_parquet(tmp / DAYS_FILE, compression=PARQUET_COMPRESSION, statistics=True)
         manifest = {
             "asset": asset,
-            "train_end": settings.data.train_end,
+            "train_end": store_cut(settings),
             "first_day": days[0],
             "last_day": days[-1],
             "days": len(days),
@@ -339,10 +341,10 @@ def open_store(settings: Settings, asset: str) -> WindowStore:
     manifest = _read_manifest(folder)
     if manifest is None:
         raise StaleStoreError(f"no window store of {asset} under {folder}: {fix}")
-    if manifest["train_end"] != settings.data.train_end:
+    if manifest["train_end"] != store_cut(settings):
         raise StaleStoreError(
             f"the window store of {asset} ({folder}) was built for the training cut {manifest['train_end']}, "
-            f"not {settings.data.train_end}: {fix}"
+            f"not {store_cut(settings)} (the last fold's): {fix}"
         )
     _, metas = training_shard_days(settings, asset)
     now = digest([m["content_hash"] for m in metas])

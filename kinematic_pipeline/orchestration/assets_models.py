@@ -21,6 +21,10 @@ from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS
 from kinematic_pipeline.window_store import window_store_asset
 
+# Every training step (a foundation, an adapter) claims a slot of this Dagster concurrency pool: an instance
+# limits how many train at once (deploy/: one per GPU), while the grid's other steps run beside them.
+TRAINING_POOL = "kinematic_pipeline/training"
+
 
 def training_inputs(variant: str) -> list[dg.AssetDep]:
     """What a variant's training reads besides its own models: its window store, its corpus statistics."""
@@ -41,6 +45,7 @@ def foundation_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
         deps=training_inputs(variant),
         partitions_def=seed_partitions(settings),
         kinds={"pytorch"},
+        pool=TRAINING_POOL,
         description=f"{spec.title}: pretrained on uniform samples of the training windows of {spec.token_asset} "
         "(Lightning; AdamW, cosine 6e-4 -> 0, clip 1.0), one per seed (partition). Checkpoint under "
         "$KP_WAREHOUSE/models/<variant>/seed=<seed>/foundation/.",
@@ -69,6 +74,7 @@ def adapter_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
             dg.AssetDep(LABELS, partition_mapping=dg.AllPartitionMapping()),  # those on or before train_end
         ],
         kinds={"pytorch"},
+        pool=TRAINING_POOL,
         description=f"{spec.title}: Buy/Sell/Hold head ({spec.head.description}), weighted CE [2, 10, 1]; "
         "one per (seed, tau) (partition).",
     )

@@ -4,6 +4,7 @@ The stage module is imported inside the bodies: loading the definitions stays li
 """
 
 import dagster as dg
+import polars as pl
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.lineage import CODE_VERSIONS
@@ -107,8 +108,10 @@ def report_asset(settings: Settings) -> dg.AssetsDefinition:
         from kinematic_pipeline.stages.report import materialize_report
 
         path = materialize_report(settings, {"dagster run": context.run_id})
+        verdict = settings.warehouse.report_tables_dir / "verdict.parquet"
         return dg.MaterializeResult(
             metadata={
+                "verdict": dg.MetadataValue.md(markdown_table(pl.read_parquet(verdict)) if verdict.exists() else "-"),
                 "path": dg.MetadataValue.path(str(path)),
                 "report": dg.MetadataValue.md(path.read_text()[:60_000]),
                 "folder": dg.MetadataValue.path(str(settings.warehouse.reports_dir)),

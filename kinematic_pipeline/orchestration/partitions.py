@@ -16,6 +16,7 @@ import dagster as dg
 
 from kinematic_pipeline.calendar import calendar_end, trading_day_on_or_after, trading_days, weekday_closures
 from kinematic_pipeline.config import Settings
+from kinematic_pipeline.folds import evaluated_folds, fold_names
 from kinematic_pipeline.label_rules import tau_key
 from kinematic_pipeline.nightly import EXCHANGE_TIMEZONE
 from kinematic_pipeline.policy import SEED_DIMENSION, TAU_DIMENSION, Policy
@@ -69,9 +70,16 @@ def range_tags(first: dt.date | str, last: dt.date | str) -> dict[str, str]:
 
 
 def seed_partitions(settings: Settings, variant: str | None = None) -> dg.StaticPartitionsDefinition:
-    """One foundation per training seed (``train.seeds``), materialized on its own: keys ``1234``. A variant
-    whose result depends on no seed (a rule, a logistic regression) has the one key ``0``."""
-    return dg.StaticPartitionsDefinition([str(s) for s in policy_seeds(settings, variant)])
+    """One foundation per training seed (``train.seeds``) and fold, materialized on its own: keys ``1234`` (a
+    single cut) or ``2019@1234`` (walk-forward folds, ``folds.py``). A variant whose result depends on no seed
+    (a rule, a logistic regression) has the one seed ``0``: keys ``0``, ``2019@0``."""
+    return dg.StaticPartitionsDefinition(
+        [
+            Policy("splinegpt", s, None, f).seed_key
+            for f in fold_names(settings)
+            for s in policy_seeds(settings, variant)
+        ]
+    )
 
 
 def tau_partitions(settings: Settings, variant: str | None = None) -> dg.StaticPartitionsDefinition:
@@ -100,6 +108,20 @@ def policy_taus(settings: Settings, variant: str | None = None) -> tuple[float, 
     if variant is None or lookup_variant(variant).family == "model" or settings.evaluate.baseline_taus is None:
         return settings.tokenize.taus
     return settings.evaluate.baseline_taus
+
+
+def grid_keys(settings: Settings, keys: list[str]) -> list[str]:
+    """The partition keys of the run's grid among ``keys``: with ``tau_sweep_folds`` = "last" a (seed, tau)
+    key at a tau other than the report's only on the last fold (the CLI materializes these)."""
+
+    def wanted(key: str) -> bool:
+        if "|" not in key:
+            return True
+        seed_key, tau = key.split("|")  # Dagster orders the dimensions by name: seed|tau
+        fold = Policy.from_seed_key("splinegpt", seed_key).fold
+        return fold in evaluated_folds(settings, float(tau))
+
+    return [k for k in keys if wanted(k)]
 
 
 def foundation_of_policy() -> dg.MultiToSingleDimensionPartitionMapping:

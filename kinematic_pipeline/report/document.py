@@ -97,13 +97,18 @@ def render_report(
     figures: dict[str, Path],
     conventions: str,
     relative_to: Path | None = None,
+    lead: tuple[str, ...] = (),
 ) -> str:
     """The Markdown report. ``context`` is shown as a list (profile, test period, tickers, tau, cost, run
     id...); tables and figures keep their order, each under a heading with its explanation; figure links
     are relative to ``relative_to``, the folder the report is written to (None: paths as given);
-    ``conventions`` (``backtest.metrics.CONVENTIONS``) closes the document."""
+    ``conventions`` (``backtest.metrics.CONVENTIONS``) closes the document; the ``lead`` tables (the verdict)
+    come first, under "Verdict", before the other tables."""
     lines = [f"# {title}", ""]
     lines += [f"- **{name}**: {value}" for name, value in context.items()]
+    for key in (k for k in lead if k in tables):
+        lines += ["", "## Verdict", "", f"_{key}_", "", markdown_table(tables[key])]
+    tables = {k: v for k, v in tables.items() if k not in lead}
     if tables:
         lines += ["", "## Tables"]
     for key, frame in tables.items():

@@ -1,6 +1,7 @@
 """alpha by maximum marginal likelihood over the training period, and the lookup the tokenizer uses.
 
-``estimate_alphas`` reads raw_ohlcv shards dated on or before ``data.train_end`` only, builds one
+``estimate_alphas`` reads raw_ohlcv shards dated on or before the first fold's training end only (``folds.first_cut``: the
+tokens every fold shares may depend on nothing a fold tests; a single cut: ``data.train_end``), builds one
 session-indexed series per ticker (missing sessions and zero volumes are NaN) and maximizes the
 exact profile likelihood (``kinematic_pipeline.tokenize.alpha_mle``): pooled over the corpus, and per
 ticker when ``tokenize.alpha_mle_scope = "ticker"``.
@@ -14,6 +15,7 @@ import numpy as np
 import polars as pl
 
 from kinematic_pipeline.config import Settings
+from kinematic_pipeline.folds import first_cut
 from kinematic_pipeline.tokenize import (
     estimate_alpha_price,
     estimate_alpha_price_pooled,
@@ -38,9 +40,9 @@ ALPHA_SCHEMA: dict[str, pl.DataType] = {
 def training_series(settings: Settings) -> tuple[list[str], list[np.ndarray], list[np.ndarray]]:
     """Per ticker, session-indexed ln(close) and ln(volume) over the training period (NaN = missing)."""
     wh = settings.warehouse
-    days = wh.shard_days(RAW_OHLCV, until=settings.data.train_end)
+    days = wh.shard_days(RAW_OHLCV, until=first_cut(settings))
     if not days:
-        raise FileNotFoundError(f"no raw_ohlcv shards on or before {settings.data.train_end} in {wh.root / RAW_OHLCV}")
+        raise FileNotFoundError(f"no raw_ohlcv shards on or before {first_cut(settings)} in {wh.root / RAW_OHLCV}")
     bars = pl.read_parquet([wh.shard(RAW_OHLCV, d) for d in days])
     index = {d: k for k, d in enumerate(days)}
     bars = bars.with_columns(
@@ -65,7 +67,7 @@ def training_series(settings: Settings) -> tuple[list[str], list[np.ndarray], li
 def estimate_alphas(settings: Settings) -> pl.DataFrame:
     """ALPHA_SCHEMA rows: the pooled corpus estimates, plus per-ticker ones for the "ticker" scope."""
     tickers, prices, volumes = training_series(settings)
-    fit = {"fit_start": settings.data.start_date, "fit_end": settings.data.train_end}
+    fit = {"fit_start": settings.data.start_date, "fit_end": first_cut(settings)}
     usable = [
         k for k in range(len(tickers)) if np.isfinite(prices[k]).sum() >= 8 and np.isfinite(volumes[k]).sum() >= 8
     ]
@@ -160,6 +162,6 @@ def alpha_metadata(settings: Settings, estimates: pl.DataFrame) -> dict:
         "alpha_volume_corpus": alpha["volume"],
         "estimates": Markdown(markdown_table(estimates.head(40))),
         "per_ticker_estimates": estimates.height - corpus.height,
-        "fit_window": f"{settings.data.start_date} .. {settings.data.train_end}",
+        "fit_window": f"{settings.data.start_date} .. {first_cut(settings)} (the first fold's training days)",
         "used_by_tokenizer": f"alpha_price={settings.tokenize.alpha_price}, alpha_volume={settings.tokenize.alpha_volume}",
     }

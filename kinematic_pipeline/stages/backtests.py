@@ -24,6 +24,7 @@ from kinematic_pipeline.backtest.sweep import (
     run_sweep,
 )
 from kinematic_pipeline.config import EvalConfig, Settings
+from kinematic_pipeline.folds import fold_of
 from kinematic_pipeline.lineage import PROVENANCE_SCHEMA, provenance_frame
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.variants import BENCHMARK
@@ -37,12 +38,13 @@ from kinematic_pipeline.warehouse import (
 )
 
 MARGIN_METRICS_SCHEMA = {**METRICS_SCHEMA, "margin": pl.Float64, "validation_rows": pl.Int64}
+FOLD = {"fold": pl.String}  # every evaluation row names its walk-forward fold (folds.Fold.label)
 EVALUATION_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
-    PREDICTIONS: PREDICTIONS_SCHEMA,
-    BACKTESTS: METRICS_SCHEMA,
-    MARGIN_BACKTESTS: MARGIN_METRICS_SCHEMA,
-    EQUITY_CURVES: EQUITY_SCHEMA,
-    TRADES: TRADES_SCHEMA,
+    PREDICTIONS: PREDICTIONS_SCHEMA | FOLD,  # as stages.predict.FOLD_PREDICTIONS_SCHEMA
+    BACKTESTS: METRICS_SCHEMA | FOLD,
+    MARGIN_BACKTESTS: MARGIN_METRICS_SCHEMA | FOLD,
+    EQUITY_CURVES: EQUITY_SCHEMA | FOLD,
+    TRADES: TRADES_SCHEMA | FOLD,
     PROVENANCE: PROVENANCE_SCHEMA,
 }
 MAIN_METRICS = (  # the columns the backtests asset shows at the report's cost
@@ -126,7 +128,8 @@ def run_backtests(settings: Settings, policy: Policy, code_versions: dict[str, s
     the margin rule's metrics and the provenance; refresh their views.
 
     Buy & Hold depends only on the test tickers' closes, not on the policy: its rows go to one shard per
-    asset (``buy_and_hold.parquet``) that every policy writes with the same bytes, so each view holds them once.
+    asset and fold (``buy_and_hold.parquet``, ``buy_and_hold_fold2019.parquet``) that every policy of the fold
+    writes with the same bytes, so each view holds them once.
     """
     ev, wh = settings.evaluate, settings.warehouse
     predictions_file = wh.evaluation_file(PREDICTIONS, policy)
@@ -137,13 +140,15 @@ def run_backtests(settings: Settings, policy: Policy, code_versions: dict[str, s
         )
     predictions = pl.read_parquet(predictions_file)
     sweep = sweep_costs(ev, predictions, class_weights=settings.train.class_weights)
+    fold = pl.lit(fold_of(settings, policy.fold).label).alias("fold")
     paths = {}
     for asset, frame in ((BACKTESTS, sweep.metrics), (EQUITY_CURVES, sweep.equity), (TRADES, sweep.trades)):
-        is_benchmark = pl.col("variant") == BENCHMARK
-        wh.write(frame.filter(is_benchmark), wh.benchmark_file(asset))
+        is_benchmark, frame = pl.col("variant") == BENCHMARK, frame.with_columns(fold)
+        wh.write(frame.filter(is_benchmark), wh.benchmark_file(asset, policy.fold))
         paths[asset] = wh.evaluation_file(asset, policy)
         wh.write(frame.filter(~is_benchmark), paths[asset])
-    margin = margin_rule_backtests(settings, predictions, pl.read_parquet(wh.predictions_extra("validation", policy)))
+    validation = pl.read_parquet(wh.predictions_extra("validation", policy))
+    margin = margin_rule_backtests(settings, predictions, validation).with_columns(fold)
     paths[MARGIN_BACKTESTS] = wh.evaluation_file(MARGIN_BACKTESTS, policy)
     wh.write(margin, paths[MARGIN_BACKTESTS])
     provenance = provenance_frame(settings, policy, outputs=paths, code_versions=code_versions)

@@ -28,6 +28,7 @@ import polars as pl
 
 from kinematic_pipeline.atomic_files import file_sha256, write_bytes_atomic
 from kinematic_pipeline.config import Settings
+from kinematic_pipeline.folds import fold_of
 from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.probe_features import feature_columns, features_tokenization
@@ -57,22 +58,39 @@ def features_path(settings: Settings, variant: str, part: str = "training") -> P
 
 
 def read_features(
-    settings: Settings, variant: str, splits: tuple[str, ...], extra: tuple[str, ...] = ()
+    settings: Settings,
+    variant: str,
+    splits: tuple[str, ...],
+    extra: tuple[str, ...] = (),
+    fold: str | None = None,
 ) -> pl.DataFrame:
-    """The rows of ``splits`` (from the training file, or ``("test",)``) of the variant's features, with its
-    feature columns and ``extra``."""
+    """The rows of ``splits`` of the variant's features for ``fold`` (a ``Policy.fold``), with its feature
+    columns and ``extra``: ``("test",)`` the test file's rows of the fold's test period; otherwise the training
+    file's rows on or before the fold's training end, split by the fold's own dates (``features.fold_split``),
+    with every label of a day after the fold's ``label_end`` (the purge) set to null."""
+    from kinematic_pipeline.stages.features import fold_split
+
     part = "test" if splits == ("test",) else "training"
     spec, path = lookup_variant(variant), features_path(settings, variant, part)
     if not path.exists():
         asset = f"{path.parent.name}_features"
         raise FileNotFoundError(f"{path} is missing: materialize {asset} (what {variant} reads)")
     columns = feature_columns(spec.features) if spec.family == "probe" else ("ret1", "ret20")
-    return (
-        pl.scan_parquet(path)
-        .filter(pl.col("split").is_in(splits))
-        .select("ticker", "date", "split", *columns, *extra)
-        .collect()
-    )
+    scope = fold_of(settings, fold)
+    scan = pl.scan_parquet(path)
+    date = pl.col("date")
+    if part == "test":
+        in_fold = (
+            date >= scope.test_start if scope.test_end is None else date.is_between(scope.test_start, scope.test_end)
+        )
+        scan = scan.filter(in_fold)
+    else:
+        _, validation = fold_split(settings, spec.token_asset, scope)
+        split = pl.when(date.is_in(validation)).then(pl.lit("validation")).otherwise(pl.lit("train"))
+        labels = [c for c in extra if c in {tau_column(t) for t in settings.tokenize.taus}]
+        purged = [pl.when(date > scope.label_end).then(None).otherwise(pl.col(c)).alias(c) for c in labels]
+        scan = scan.filter(date <= scope.train_end).with_columns(split.alias("split"), *purged)
+    return scan.filter(pl.col("split").is_in(splits)).select("ticker", "date", "split", *columns, *extra).collect()
 
 
 def _matrix(frame: pl.DataFrame, columns: tuple[str, ...]) -> np.ndarray:
@@ -93,11 +111,14 @@ def fit_probe(settings: Settings, policy: Policy) -> ProbeFit:
         raise ValueError(f"{policy.variant} is not a probe")
     label = tau_column(policy.tau)
     columns = feature_columns(spec.features)
-    frame = read_features(settings, policy.variant, ("train", "validation"), (label,))
+    frame = read_features(settings, policy.variant, ("train", "validation"), (label,), policy.fold)
     frame = frame.filter(pl.col(label).is_not_null() & (pl.col(label) >= 0))
     train, val = frame.filter(pl.col("split") == "train"), frame.filter(pl.col("split") == "validation")
     if train.height == 0:
         raise ValueError(f"{policy}: no labelled training row in {features_path(settings, policy.variant)}")
+    cap = settings.evaluate.probe_max_train_rows
+    if cap is not None and train.height > cap:  # a seeded uniform sample of the fold's labelled training rows
+        train = train.sample(n=cap, seed=policy.seed).sort("ticker", "date")
     x_train = _matrix(train, columns)
     mean, std = np.nanmean(x_train, axis=0), np.nanstd(x_train, axis=0)
     std = np.where(std > 0, std, 1.0)
@@ -245,7 +266,7 @@ def baseline_predictions(
     from kinematic_pipeline.backtest.sweep import predictions_frame
 
     label = tau_column(policy.tau)
-    frame = read_features(settings, policy.variant, (split,), ("close", label))
+    frame = read_features(settings, policy.variant, (split,), ("close", label), policy.fold)
     if tickers is not None:
         frame = frame.filter(pl.col("ticker").is_in(tickers))
     frame = frame.sort("ticker", "date")

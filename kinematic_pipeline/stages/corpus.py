@@ -3,7 +3,8 @@
 Channels 0 (c0) and 4 (c~0) are anchored per window (dual window anchoring) and not z-scored; the
 other seven (c1, c2, c3, c~1..c~4, or their fd/raw counterparts) are standardized with these
 statistics. They are read from the token asset's window store, which holds the shards dated on or before
-``data.train_end`` and nothing later: the statistics can never see the test period. Each row records its fit window and a digest of the shards it was fitted on.
+the last fold's training end and nothing later; each fold's rows (column ``fold``) sum only its own training
+days, so no statistic a policy normalizes with sees its test period. Each row records its fit window and a digest of the shards it was fitted on.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import polars as pl
 
 from kinematic_pipeline.atomic_files import digest, remove_if_exists
 from kinematic_pipeline.config import Settings
+from kinematic_pipeline.folds import fold_of, store_cut, walk_forward
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS, token_kind
 from kinematic_pipeline.warehouse import CORPUS_STATS
 from kinematic_pipeline.window_store import open_store
@@ -22,6 +24,7 @@ from kinematic_pipeline.windows import CHANNEL_NAMES, N_CHANNELS, ZSCORED_CHANNE
 
 STATS_SCHEMA: dict[str, pl.DataType] = {
     "tokenization": pl.String,
+    "fold": pl.String,  # the fold whose training days the row is fitted on (folds.Fold.label)
     "channel": pl.Int8,
     "channel_name": pl.String,
     "mean": pl.Float64,
@@ -35,60 +38,86 @@ STATS_SCHEMA: dict[str, pl.DataType] = {
 
 
 def channel_moments(
-    settings: Settings, asset: str, days: list[dt.date], chunk: int = 64
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """Mean and std (ddof 0) of each channel over every token of ``days`` (the training period's, all of them
-    in the window store), streamed ``chunk`` days at a time from the store: one sequential read of the windows
-    the day shards hold, in the same order, instead of a second pass over the Parquet shards."""
+    settings: Settings, asset: str, days: list[dt.date], cuts: list[dt.date] | None = None, chunk: int = 64
+) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    """Mean and std (ddof 0) of each channel over every token of the ``days`` on or before each of ``cuts``
+    (default: the last day; a fold's training end each), streamed ``chunk`` days at a time from the window
+    store: one sequential read of the windows the day shards hold. One pass: per-period partial sums (count,
+    sum, sum of squares around a common shift) between consecutive cuts, accumulated, give every cut's
+    moments without a second read."""
     store = open_store(settings, asset)
     first = dict(zip(store.days["date"].to_list(), store.days["first_row"].to_list()))
     windows = dict(zip(store.days["date"].to_list(), store.days["windows"].to_list()))
-    total, total_sq, count = np.zeros(N_CHANNELS), np.zeros(N_CHANNELS), 0
+    cuts = sorted(cuts or [days[-1]])
+    periods = np.searchsorted(np.array(cuts, dtype="datetime64[D]"), np.array(days, dtype="datetime64[D]"))
+    total, total_sq = np.zeros((len(cuts), N_CHANNELS)), np.zeros((len(cuts), N_CHANNELS))
+    count = np.zeros(len(cuts), dtype=np.int64)
     shift = None  # subtract a first-chunk mean per channel: keeps the sum of squares well conditioned
     for k in range(0, len(days), chunk):
-        held = [d for d in days[k : k + chunk] if d in first]  # a day without windows adds nothing
-        if not held:
-            continue
-        lo, hi = first[held[0]], first[held[-1]] + windows[held[-1]]
-        values = store.read(np.arange(lo, hi)).astype(np.float64).reshape(-1, N_CHANNELS)
-        values = values[np.isfinite(values).all(axis=1)]
-        if shift is None and len(values):
-            shift = values.mean(axis=0)
-        if len(values):
-            centred = values - shift
-            total += centred.sum(axis=0)
-            total_sq += (centred**2).sum(axis=0)
-            count += len(values)
-    if count == 0:
-        raise ValueError(f"no {asset} tokens on or before {settings.data.train_end}: nothing to fit corpus_stats on")
-    mean_c = total / count
-    return shift + mean_c, np.sqrt(np.maximum(total_sq / count - mean_c**2, 0.0)), count
+        block = [(d, p) for d, p in zip(days[k : k + chunk], periods[k : k + chunk]) if d in first and p < len(cuts)]
+        for period in sorted({p for _, p in block}):
+            held = [d for d, p in block if p == period]  # a day without windows adds nothing
+            lo, hi = first[held[0]], first[held[-1]] + windows[held[-1]]
+            values = store.read(np.arange(lo, hi)).astype(np.float64).reshape(-1, N_CHANNELS)
+            values = values[np.isfinite(values).all(axis=1)]
+            if shift is None and len(values):
+                shift = values.mean(axis=0)
+            if len(values):
+                centred = values - shift
+                total[period] += centred.sum(axis=0)
+                total_sq[period] += (centred**2).sum(axis=0)
+                count[period] += len(values)
+    out = []
+    for j, cut in enumerate(cuts):
+        n = int(count[: j + 1].sum())
+        if n == 0:
+            raise ValueError(f"no {asset} tokens on or before {cut}: nothing to fit corpus_stats on")
+        mean_c = total[: j + 1].sum(axis=0) / n
+        var = total_sq[: j + 1].sum(axis=0) / n - mean_c**2
+        out.append((shift + mean_c, np.sqrt(np.maximum(var, 0.0)), n))
+    return out
 
 
 def fit_corpus_stats(settings: Settings, asset: str) -> pl.DataFrame:
-    """STATS_SCHEMA rows of one token asset: its 7 z-scored channels over the training period."""
-    wh = settings.warehouse
-    days = wh.shard_days(asset, until=settings.data.train_end)  # file names only: nothing later is opened
-    mean, std, count = channel_moments(settings, asset, days)
-    common = {
-        "tokenization": token_kind(asset).tokenization,
-        "n_values": count,
-        "fit_start": days[0],
-        "fit_end": days[-1],
-        "shards": len(days),
-        "shards_digest": digest(wh.content_hashes(asset, days)),
-    }
-    rows = [
-        {
-            **common,
-            "channel": ch,
-            "channel_name": CHANNEL_NAMES[ch],
-            "mean": float(mean[ch]),
-            "std": float(std[ch]) if std[ch] > 1e-12 else 1.0,
+    """STATS_SCHEMA rows of one token asset: its 7 z-scored channels over each fold's training days."""
+    wh, folds = settings.warehouse, walk_forward(settings)
+    days = wh.shard_days(asset, until=store_cut(settings))  # file names only: nothing later is opened
+    moments = channel_moments(settings, asset, days, [f.train_end for f in folds])
+    rows = []
+    for fold, (mean, std, count) in zip(folds, moments):
+        fold_days = [d for d in days if d <= fold.train_end]
+        common = {
+            "tokenization": token_kind(asset).tokenization,
+            "fold": fold.label,
+            "n_values": count,
+            "fit_start": fold_days[0],
+            "fit_end": fold_days[-1],
+            "shards": len(fold_days),
+            "shards_digest": digest(wh.content_hashes(asset, fold_days)),
         }
-        for ch in ZSCORED_CHANNELS
-    ]
+        rows += [
+            {
+                **common,
+                "channel": ch,
+                "channel_name": CHANNEL_NAMES[ch],
+                "mean": float(mean[ch]),
+                "std": float(std[ch]) if std[ch] > 1e-12 else 1.0,
+            }
+            for ch in ZSCORED_CHANNELS
+        ]
     return pl.DataFrame(rows, schema=STATS_SCHEMA)
+
+
+def fold_stats(settings: Settings, tokenization: str, fold: str | None) -> pl.DataFrame:
+    """The corpus statistics of ``tokenization`` fitted on the training days of ``fold`` (a ``Policy.fold``)."""
+    path = settings.warehouse.corpus_stats_file(tokenization)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: materialize {tokenization}_corpus_stats")
+    label = fold_of(settings, fold).label
+    stats = pl.read_parquet(path)
+    if "fold" not in stats.columns or not (stats["fold"] == label).any():
+        raise ValueError(f"{path} holds no statistics of fold {label}: re-materialize {tokenization}_corpus_stats")
+    return stats.filter(pl.col("fold") == label)
 
 
 def materialize_corpus_stats(settings: Settings, assets: tuple[str, ...] = TOKEN_ASSETS) -> pl.DataFrame:
@@ -108,7 +137,8 @@ def corpus_stats_metadata(settings: Settings, stats: pl.DataFrame) -> dict:
     from kinematic_pipeline.report.markdown import Markdown, markdown_table
 
     return {
-        "fit_window": f"{stats['fit_start'].min()} .. {stats['fit_end'].max()} (train_end {settings.data.train_end})",
+        "fit_window": f"{stats['fit_start'].min()} .. {stats['fit_end'].max()} (one row set per fold, each "
+        "fitted on its own training days)",
         "statistics": Markdown(markdown_table(stats.drop("shards_digest", "fit_start", "fit_end"))),
         "shards_digest": stats["shards_digest"][0],
         "dagster/row_count": stats.height,

@@ -31,6 +31,7 @@ from kinematic_pipeline.backtest.policy_frames import decision_frame, seed_mean_
 from kinematic_pipeline.backtest.signal import daily_ic, direction_auc, ic_summary, time_series_ic
 from kinematic_pipeline.backtest.skill import base_rates
 from kinematic_pipeline.config import Settings
+from kinematic_pipeline.folds import walk_forward
 from kinematic_pipeline.label_rules import at_tau, labels_from_returns, tau_column
 from kinematic_pipeline.report import evidence_tables as evidence_tables_report
 from kinematic_pipeline.sources import make_source
@@ -66,11 +67,12 @@ def base_rates_by_outcome(labels: pl.DataFrame, taus) -> dict[str, dict[float, n
 
 
 def train_base_rates(settings: Settings) -> dict[str, dict[float, np.ndarray]]:
-    """``base_rates_by_outcome`` of the labels on training-period days (on or before the cut), per tau."""
-    wh = settings.warehouse
-    days = wh.shard_days(LABELS, until=settings.data.train_end)
+    """``base_rates_by_outcome`` of the labels on training-period days, per tau: those of the first fold (on or
+    before its ``label_end``), known before every fold's test period, so one reference serves the pooled days."""
+    wh, first = settings.warehouse, walk_forward(settings)[0]
+    days = wh.shard_days(LABELS, until=first.label_end)
     if not days:
-        raise FileNotFoundError(f"no labels on or before {settings.data.train_end}: materialize labels first")
+        raise FileNotFoundError(f"no labels on or before {first.label_end}: materialize labels first")
     columns = [*(tau_column(t) for t in settings.tokenize.taus), "r_close"]
     labels = pl.read_parquet([wh.shard(LABELS, d) for d in days], columns=columns)
     return base_rates_by_outcome(labels, settings.tokenize.taus)
@@ -157,6 +159,13 @@ def evaluated_variants(settings: Settings) -> tuple[str, ...]:
     return (*settings.train.variants, *settings.evaluate.baselines)
 
 
+def pooled_margin_metrics(settings: Settings) -> pl.DataFrame:
+    """The margin rule's pooled record per policy (``stages.pooled``; the view itself for a single fold)."""
+    from kinematic_pipeline.stages.pooled import read_pooled
+
+    return read_pooled(settings, MARGIN_BACKTESTS)
+
+
 def evidence_tables(settings: Settings, metrics: pl.DataFrame) -> dict[str, pl.DataFrame]:
     """The evidence tables at the report's tau and cost (see the module docstring)."""
     ev, tau = settings.evaluate, settings.evaluate.report_tau
@@ -173,7 +182,7 @@ def evidence_tables(settings: Settings, metrics: pl.DataFrame) -> dict[str, pl.D
         "time_series_ic": universe["time_series_ic"],
         "decisions": evidence_tables_report.decisions_table(decisions, tau),
         "decision_rules": evidence_tables_report.decision_rules_table(
-            metrics, margin_metrics(settings), tau, ev.report_cost_bps, seen
+            metrics, pooled_margin_metrics(settings), tau, ev.report_cost_bps, seen
         ),
         "data_seen": universe["data_seen"],
     }
@@ -293,26 +302,27 @@ def universe_note(settings: Settings, universe: pl.DataFrame) -> str:
 
 
 def data_seen(settings: Settings, variants: tuple[str, ...]) -> dict[str, str]:
-    """{variant: the dates its fit, validation and normalization saw} (the contamination column)."""
-    from kinematic_pipeline.training.data import split_days
-    from kinematic_pipeline.window_store import training_shard_days
+    """{variant: the dates its fit, validation and normalization saw, per fold} (the contamination column)."""
+    from kinematic_pipeline.stages.features import fold_split
 
-    out, cut, splits = {}, settings.data.train_end, {}
+    out, folds = {}, walk_forward(settings)
     for v in variants:
         spec = lookup_variant(v)
         if spec.family == "rule":
             out[v] = "nothing: a fixed rule (tau only)"
             continue
-        if spec.token_asset not in splits:  # the manifests of the training days, listed once per token asset
-            days = training_shard_days(settings, spec.token_asset)[0]
-            splits[spec.token_asset] = split_days(days, settings.train.val_fraction)
-        fit_days, val = splits[spec.token_asset]
-        span = f"fit {fit_days[0]} .. {fit_days[-1]}" if fit_days else "fit: none"
-        val_text = f"validation {val[0]} .. {val[-1]}" if val else "no validation"
-        norm = (
-            f"z-scores of the fit rows ({fit_days[0]} .. {fit_days[-1]})"
-            if spec.family == "probe"
-            else (f"corpus statistics to {cut}" if spec.normalized else "RevIN (each window itself)")
-        )
-        out[v] = f"{span}; {val_text}; normalization: {norm}"
+        parts = []
+        for fold in folds:
+            fit_days, val = fold_split(settings, spec.token_asset, fold)
+            span = f"fit {fit_days[0]} .. {fit_days[-1]}" if fit_days else "fit: none"
+            val_text = f"validation {val[0]} .. {val[-1]}" if val else "no validation"
+            label = f"labels <= {fold.label_end}"
+            norm = (
+                "z-scores of the fit rows"
+                if spec.family == "probe"
+                else (f"corpus statistics to {fold.train_end}" if spec.normalized else "RevIN (each window itself)")
+            )
+            name = "" if fold.name is None else f"fold {fold.name}: "
+            parts.append(f"{name}{span}; {val_text}; {label}; normalization: {norm}")
+        out[v] = " / ".join(parts)
     return out

@@ -3,12 +3,14 @@
 Two Parquet files per tokenization (``features/<tokenization>/training.parquet`` and ``test.parquet``), one row
 per window; a probe pins the training file's hash, so new test days never make a fitted probe stale:
 
-- ``split``: ``train`` and ``validation`` rows are the window store's (days on or before the cut; the last
-  ``train.val_fraction`` of its days validate, the fine-tuning's split), ``test`` rows every ticker of every
-  token shard after the cut (the whole universe, not only the backtested names);
+- ``split``: ``train`` and ``validation`` rows are the window store's (days on or before the last fold's
+  training end; the last ``train.val_fraction`` of its days validate, the fine-tuning's split), ``test`` rows
+  every ticker of every token shard of every fold's test period (the whole universe, not only the backtested
+  names). A fold reads its own rows (``stages.baselines.read_features``): the training rows up to its training
+  end, split again by its own dates (``fold_split``), the test rows of its test period;
 - the features (``probe_features``: the last five tokens and window std; the raw tokens' file also ret1,
   vol20 and ret20);
-- the close of the day (validation and test rows: what a backtest trades) and the labels of every tau with
+- the close of the day (every fold's validation rows and the test rows: what a backtest trades) and the labels of every tau with
   ``r_close`` and ``r_spline`` (evaluation only: no feature reads them).
 
 Beside them ``features/<tokenization>/inputs.parquet`` lists what it was built from (the store's tokens file and
@@ -28,12 +30,13 @@ import polars as pl
 from tqdm import tqdm
 
 from kinematic_pipeline.config import Settings
+from kinematic_pipeline.folds import Fold, walk_forward
 from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.probe_features import RAW_EXTRAS, TOKEN_FEATURES, raw_extras, token_features
 from kinematic_pipeline.token_kinds import token_kind
 from kinematic_pipeline.training.data import split_days
 from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
-from kinematic_pipeline.window_store import open_store
+from kinematic_pipeline.window_store import open_store, training_shard_days
 from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
 
 CHUNK_WINDOWS = 131_072  # store rows turned into features at a time (~300 MB of tokens)
@@ -106,6 +109,13 @@ def _test_rows(settings: Settings, asset: str, days: list[dt.date], progress: bo
     return pl.concat(parts).with_columns(pl.lit("test").alias("split"))
 
 
+def fold_split(settings: Settings, asset: str, fold: Fold) -> tuple[list[dt.date], list[dt.date]]:
+    """The training and validation days of ``fold``: the days of ``asset``'s window store on or before the
+    fold's training end, split by date as its models' fine-tuning splits them (``training.data``)."""
+    days = [d for d in training_shard_days(settings, asset)[0] if d <= fold.train_end]
+    return split_days(days, settings.train.val_fraction)
+
+
 def _closes(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
     """ticker, date, close of raw_ohlcv on ``days`` (a day unit's partition is its folder's date)."""
     wh = settings.warehouse
@@ -138,11 +148,11 @@ def build_features(settings: Settings, asset: str, progress: bool = True) -> Fea
     started, wh = time.perf_counter(), settings.warehouse
     tokenization = token_kind(asset).tokenization
     train, store_input = _store_rows(settings, asset, progress)
-    test_days = evaluation_days(settings, asset)
+    test_days = evaluation_days(settings, asset)  # every fold's test period
     test = _test_rows(settings, asset, test_days, progress)
     frame = pl.concat([train, test], how="diagonal_relaxed") if test.height else train
-    validation_days = frame.filter(pl.col("split") == "validation")["date"].unique().sort().to_list()
-    closes = _closes(settings, sorted(set(validation_days) | set(test_days)))
+    validation_days = {d for fold in walk_forward(settings) for d in fold_split(settings, asset, fold)[1]}
+    closes = _closes(settings, sorted(validation_days | set(test_days)))
     frame = frame.join(closes, on=["ticker", "date"], how="left", maintain_order="left")
     frame = frame.join(
         _labels(settings, frame["date"].unique().sort().to_list()),

@@ -2,7 +2,8 @@
 
 Rolling protocol (paper "Experimental Setup & Protocol"): the action of day t comes from the token shard of
 day t, whose window was fitted on bars up to t only, so nothing after t enters a decision. Test days are
-the token shards dated after ``data.train_end``. No dagster here.
+the token shards of the policy's fold's test period (``folds.py``; a single cut: every day after
+``data.train_end``). No dagster here.
 """
 
 from __future__ import annotations
@@ -17,21 +18,25 @@ import polars as pl
 from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA, predictions_frame
 from kinematic_pipeline.config import Settings
+from kinematic_pipeline.folds import Fold, fold_of, walk_forward
 from kinematic_pipeline.label_rules import same_tau, tau_column
 from kinematic_pipeline.policy import Policy
-from kinematic_pipeline.training.data import split_days
+from kinematic_pipeline.stages.corpus import fold_stats
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, PREDICTIONS, RAW_OHLCV, Warehouse
-from kinematic_pipeline.window_store import training_shard_days
 from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS, WindowNormalizer
 
 N_DEFAULT_TEST_TICKERS = 6  # the paper backtests six names
+FOLD_PREDICTIONS_SCHEMA = {**PREDICTIONS_SCHEMA, "fold": pl.String}  # the view: every fold's rows, named
 INPUTS_SCHEMA = {"asset": pl.String, "date": pl.String, "path": pl.String, "content_hash": pl.String}
 
 
-def evaluation_days(settings: Settings, asset: str) -> list[dt.date]:
-    """Dates of ``asset`` shards after the training cut (and not after ``data.end_date``)."""
-    return settings.warehouse.shard_days(asset, after=settings.data.train_end, until=settings.data.end_date)
+def evaluation_days(settings: Settings, asset: str, fold: Fold | None = None) -> list[dt.date]:
+    """Dates of ``asset`` shards in ``fold``'s test period (None: every fold's), not after ``data.end_date``."""
+    folds = walk_forward(settings)
+    first, last = (folds[0].test_start, None) if fold is None else (fold.test_start, fold.test_end)
+    until = settings.data.end_date if last is None else min(last, settings.data.end_date or last)
+    return settings.warehouse.shard_days(asset, after=first - dt.timedelta(days=1), until=until)
 
 
 def evaluation_tickers(settings: Settings, asset: str, days: list[dt.date]) -> list[str]:
@@ -45,10 +50,12 @@ def evaluation_tickers(settings: Settings, asset: str, days: list[dt.date]) -> l
     return names.head(N_DEFAULT_TEST_TICKERS).to_list()
 
 
-def validation_days(settings: Settings, asset: str) -> list[dt.date]:
-    """The validation days of training: the last ``val_fraction`` of the days on or before the cut that hold
-    windows (the days of the window store, listed from the manifests)."""
-    return split_days(training_shard_days(settings, asset)[0], settings.train.val_fraction)[1]
+def validation_days(settings: Settings, asset: str, fold: Fold) -> list[dt.date]:
+    """The validation days of ``fold``'s training: the last ``val_fraction`` of its days that hold windows (the
+    window store's days up to the fold's training end, listed from the manifests)."""
+    from kinematic_pipeline.stages.features import fold_split
+
+    return fold_split(settings, asset, fold)[1]
 
 
 def predict_probabilities(classifier, x: np.ndarray, batch_size: int) -> np.ndarray:
@@ -105,9 +112,9 @@ def predict(
     """Actions and probabilities of one fine-tuned classifier on every test day (or ``days``) and ticker."""
     wh, spec = settings.warehouse, lookup_variant(policy.variant)
     asset = spec.token_asset
-    days = evaluation_days(settings, asset) if days is None else days
+    days = evaluation_days(settings, asset, fold_of(settings, policy.fold)) if days is None else days
     tickers = evaluation_tickers(settings, asset, days) if tickers is None else tickers
-    stats = pl.read_parquet(wh.corpus_stats_file(spec.tokenization)) if spec.normalized else None
+    stats = fold_stats(settings, spec.tokenization, policy.fold) if spec.normalized else None
     normalize = WindowNormalizer(spec, stats)
     label_col = tau_column(policy.tau)
     frame = _test_windows(wh, asset, days, tickers, label_col)
@@ -187,23 +194,25 @@ def _write(settings: Settings, policy: Policy, result: Predictions, validation: 
     wh, asset = settings.warehouse, lookup_variant(policy.variant).token_asset
     if result.frame.height == 0:
         raise ValueError(
-            f"none of the test tickers {result.missing_tickers} has a {asset} window after {settings.data.train_end}"
+            f"none of the test tickers {result.missing_tickers} has a {asset} window in the test period of "
+            f"{policy} ({fold_of(settings, policy.fold).describe()})"
         )
     path = wh.evaluation_file(PREDICTIONS, policy)
-    wh.write(result.frame, path)
-    wh.write(validation, wh.predictions_extra("validation", policy))
+    fold = pl.lit(fold_of(settings, policy.fold).label).alias("fold")
+    wh.write(result.frame.with_columns(fold), path)
+    wh.write(validation.with_columns(fold), wh.predictions_extra("validation", policy))
     wh.write(_shards_frame(result.shards), wh.predictions_extra("inputs", policy))
     if universe is not None:
-        wh.write(universe, wh.predictions_extra("universe", policy))
-    wh.refresh_view(PREDICTIONS, PREDICTIONS_SCHEMA)
+        wh.write(universe.with_columns(fold), wh.predictions_extra("universe", policy))
+    wh.refresh_view(PREDICTIONS, FOLD_PREDICTIONS_SCHEMA)
     return path
 
 
-def _check_test_period(settings: Settings, asset: str) -> list[dt.date]:
-    days = evaluation_days(settings, asset)
+def _check_test_period(settings: Settings, asset: str, fold: Fold) -> list[dt.date]:
+    days = evaluation_days(settings, asset, fold)
     if not days:
         raise ValueError(
-            f"no {asset} shard is dated after the training cut {settings.data.train_end}: the test period is "
+            f"no {asset} shard is dated in the test period of fold {fold.label} ({fold.describe()}): it is "
             f"empty (the paper tests 2023-01-01 onward; load bars after the cut, e.g. KP_SOURCE_PATH with newer data)"
         )
     return days
@@ -215,7 +224,8 @@ def run_predictions(settings: Settings, policy: Policy) -> tuple[Predictions, Pa
     seeded sample of ``universe_tickers``); refresh the ``predictions`` view. Models load their adapter;
     probes and rules read the features file (``stages.baselines``)."""
     spec = lookup_variant(policy.variant)
-    days = _check_test_period(settings, spec.token_asset)
+    fold = fold_of(settings, policy.fold)
+    days = _check_test_period(settings, spec.token_asset, fold)
     at_report_tau = same_tau(policy.tau, settings.evaluate.report_tau)
     if spec.family != "model":
         return _run_baseline_predictions(settings, policy, days, at_report_tau)
@@ -226,7 +236,7 @@ def run_predictions(settings: Settings, policy: Policy) -> tuple[Predictions, Pa
     # The same policy on the validation days of the training period (the fine-tuning's own split), for the
     # test tickers: what the second decision rule's margin is chosen on (never on test days).
     tickers = sorted(result.frame["ticker"].unique().to_list())
-    validation = predict(settings, policy, classifier, validation_days(settings, spec.token_asset), tickers)
+    validation = predict(settings, policy, classifier, validation_days(settings, spec.token_asset, fold), tickers)
     universe = None
     if at_report_tau:
         universe = predict(settings, policy, classifier, days, universe_tickers(settings, spec.token_asset, days))

@@ -14,10 +14,12 @@ import polars as pl
 
 from kinematic_pipeline.backtest.metrics import conventions
 from kinematic_pipeline.config import EvalConfig, Settings
+from kinematic_pipeline.folds import walk_forward
 from kinematic_pipeline.label_rules import at_tau
 from kinematic_pipeline.report import document, figures, paper, tables
 from kinematic_pipeline.report.markdown import markdown_table
-from kinematic_pipeline.stages.evidence import evidence_tables, margin_metrics, read_view
+from kinematic_pipeline.stages.evidence import evidence_tables, pooled_margin_metrics, read_view
+from kinematic_pipeline.stages.pooled import per_fold_table, pooled_evaluation, read_pooled, walk_forward_run
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS
 from kinematic_pipeline.variants import BENCHMARK, FOCUS_VARIANT
 from kinematic_pipeline.warehouse import BACKTESTS, EQUITY_CURVES, PREDICTIONS, RAW_OHLCV
@@ -25,7 +27,12 @@ from kinematic_pipeline.windows import CHANNEL_NAMES, window_end_kinematics
 
 CONTEXT_FILE = "context.json"  # under reports/tables/: the run the tables describe
 KINEMATIC_COLUMNS = CHANNEL_NAMES
+VERDICT_TITLE = (
+    "Verdict: the report's questions answered with tests that survive multiple testing (SPA, StepM, MCS, "
+    "deflated Sharpe, Holm; computed, not written by hand)"
+)
 TABLE_TITLES = {
+    "verdict": VERDICT_TITLE,
     "absolute_performance": "Absolute performance: total return and max drawdown (paper Table absolute_perf)",
     "risk_adjusted": "Risk-adjusted efficiency: Sharpe and Sortino, with bootstrap 95% CIs (paper Table risk_adjusted)",
     "liquidation_equilibrium": "The Liquidation Equilibrium: action distribution and performance (paper Table "
@@ -36,6 +43,8 @@ TABLE_TITLES = {
     "probabilities p = (q/w)/Σ(q/w), not of the class-weighted softmax q (not in the paper)",
     "per_seed": "Every seed on its own: what the mean +- std cells summarize (not in the paper)",
     "paper_comparison": "This run next to the paper's published numbers (paper Tables absolute_perf and risk_adjusted)",
+    "per_fold": "Every walk-forward fold on its own: Sharpe and total return at the report's tau and cost, mean "
+    "over tickers and seeds (the tables above pool the folds' test days into one record per policy; not in the paper)",
 }
 # Tables built from the predictions and the training labels as well (stages/evidence.py), not the metrics alone.
 EVIDENCE_TITLES = {
@@ -59,8 +68,9 @@ ALL_TITLES = {**TABLE_TITLES, **EVIDENCE_TITLES}
 
 
 def load_metrics(settings: Settings) -> pl.DataFrame:
-    """Every backtests row (each policy partition's, and the Buy & Hold rows, once per ticker and cost)."""
-    return read_view(settings, BACKTESTS).sort("variant", "tau", "ticker", "cost_bps", nulls_last=True)
+    """Every backtests row (each policy's pooled out-of-sample record over its folds, and the Buy & Hold rows,
+    once per ticker and cost; ``stages.pooled``)."""
+    return read_pooled(settings, BACKTESTS).sort("variant", "tau", "ticker", "cost_bps", nulls_last=True)
 
 
 def report_conventions(ev: EvalConfig) -> str:
@@ -110,13 +120,26 @@ def _paper_comparison(metrics: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     return (paper.not_comparable_table(why) if frame is None else frame), why
 
 
+def _training_period(settings: Settings) -> str:
+    folds = walk_forward(settings)
+    if len(folds) == 1:
+        return f"{settings.data.start_date} .. {folds[0].train_end} (labels <= {folds[0].label_end})"
+    return (
+        f"{len(folds)} walk-forward folds (expanding, embargo {settings.evaluate.embargo_sessions} sessions): "
+        + "; ".join(
+            f"{f.name}: train {settings.data.start_date} .. {f.train_end}, test {f.test_start} .. {f.test_end or 'end'}"
+            for f in folds
+        )
+    )
+
+
 def _context(settings: Settings, metrics: pl.DataFrame) -> dict[str, str]:
     ev, policies = settings.evaluate, metrics.filter(pl.col("variant") != BENCHMARK)
     seeds = sorted(policies["seed"].drop_nulls().unique().to_list())
     return {
         "profile": settings.profile,
         "source": settings.data.source,
-        "training period": f"{settings.data.start_date} .. {settings.data.train_end}",
+        "training period": _training_period(settings),
         "test period": f"{metrics['first_date'].min()} .. {metrics['last_date'].max()}",
         "test tickers": ", ".join(sorted(metrics["ticker"].unique().to_list())),
         "focus ticker (single-ticker tables)": focus_ticker(settings, metrics),
@@ -134,8 +157,12 @@ def _context(settings: Settings, metrics: pl.DataFrame) -> dict[str, str]:
 def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame], Path, pl.DataFrame]:
     """Write every table (``tables/<name>.md|.parquet``), their context and ``tables.md``; returns the
     tables, the path of ``tables.md`` and the metrics they were built from."""
+    pooled_evaluation(settings)  # the pooled records every table below reads (reports/pooled/)
     metrics = load_metrics(settings)
-    built = {**build_tables(settings, metrics), **evidence_tables(settings, metrics)}
+    built = {"verdict": verdict_or_reason(settings)}
+    built |= {**build_tables(settings, metrics), **evidence_tables(settings, metrics)}
+    if walk_forward_run(settings):
+        built["per_fold"] = per_fold_table(settings)
     out = settings.warehouse.report_tables_dir
     out.mkdir(parents=True, exist_ok=True)
     sections = []
@@ -149,6 +176,17 @@ def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame
     path = settings.warehouse.tables_file
     path.write_text(f"## The paper's tables ({settings.profile} profile)\n\n{lines}\n\n" + "\n".join(sections))
     return built, path, metrics
+
+
+def verdict_or_reason(settings: Settings) -> pl.DataFrame:
+    """The verdict table (``stages.verdict``), or one row saying why this run cannot compute it."""
+    from kinematic_pipeline.stages.verdict import VERDICT_SCHEMA, materialize_verdict
+
+    try:
+        return materialize_verdict(settings)
+    except ValueError as exc:
+        row = {k: "-" for k in VERDICT_SCHEMA} | {"Question": "all", "Answer": f"not computable: {exc}"}
+        return pl.DataFrame([row], schema=VERDICT_SCHEMA)
 
 
 def _window_days(settings: Settings, predictions: pl.DataFrame, ticker: str) -> list[dt.date]:
@@ -185,7 +223,7 @@ def materialize_figures(settings: Settings) -> dict[str, Path]:
     ev = settings.evaluate
     metrics = load_metrics(settings)
     predictions = read_view(settings, PREDICTIONS)
-    equity = read_view(settings, EQUITY_CURVES)
+    equity = read_pooled(settings, EQUITY_CURVES)
     focus = focus_ticker(settings, metrics)
     out = settings.warehouse.figures_dir
     out.mkdir(parents=True, exist_ok=True)
@@ -199,11 +237,12 @@ def materialize_figures(settings: Settings) -> dict[str, Path]:
     )
     figures.sweeps_png(metrics, focus, paths["sweeps"])
     figures.decision_rules_png(
-        metrics, margin_metrics(settings), ev.report_tau, ev.report_cost_bps, paths["decision_rules"]
+        metrics, pooled_margin_metrics(settings), ev.report_tau, ev.report_cost_bps, paths["decision_rules"]
     )
     days = _window_days(settings, predictions, focus)
     bars, kin = load_bars_and_kinematics(settings, focus, days)
-    start, end = (days[0], days[-1]) if days else (settings.data.train_end, settings.data.train_end)
+    cut = walk_forward(settings)[-1].train_end
+    start, end = (days[0], days[-1]) if days else (cut, cut)
     figures.kinematic_manifold_png(bars, kin, focus, start, end, paths["kinematic_manifold"])
     resp = ev.responsiveness_ticker if ev.responsiveness_ticker in set(metrics["ticker"].to_list()) else focus
     if resp != focus:
@@ -222,7 +261,11 @@ def materialize_report(settings: Settings, extra_context: dict[str, str] | None 
     tables_dir = wh.report_tables_dir
     if not (tables_dir / CONTEXT_FILE).exists():
         raise FileNotFoundError(f"no tables under {tables_dir}: materialize paper_tables first")
-    built = {ALL_TITLES[name]: pl.read_parquet(tables_dir / f"{name}.parquet") for name in ALL_TITLES}
+    built = {
+        ALL_TITLES[name]: pl.read_parquet(tables_dir / f"{name}.parquet")
+        for name in ALL_TITLES
+        if name != "per_fold" or (tables_dir / f"{name}.parquet").exists()  # walk-forward runs only
+    }
     figure_paths = {p.stem: p for p in sorted(wh.figures_dir.glob("*.png"))}
     text = document.render_report(
         f"Kinematic Tokenization: backtest report ({settings.profile} profile)",
@@ -231,6 +274,7 @@ def materialize_report(settings: Settings, extra_context: dict[str, str] | None 
         figure_paths,
         report_conventions(settings.evaluate),
         relative_to=wh.reports_dir,
+        lead=(VERDICT_TITLE,),
     )
     path = wh.report_file
     path.write_text(text)

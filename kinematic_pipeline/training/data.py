@@ -4,8 +4,9 @@ Each epoch is a uniform sample (without replacement) of the training windows: ev
 equally likely, a different sample per epoch and seed, the same one for the same seed and epoch
 (``window_store.epoch_sample``); without a cap, every window once, shuffled. The windows come from the token
 asset's window store (``kinematic_pipeline.window_store``: one memory-mapped file built from the day shards
-on or before ``data.train_end``), so a sample spread over thousands of days reads only its own rows. The
-training period's days split by date: the last ``val_fraction`` of them validate (a sample fixed per seed,
+on or before the last fold's training end), so a sample spread over thousands of days reads only its own
+rows; a policy's fold (``folds.py``) reads the store's days up to its own training end, and the labels of
+the days whose horizon reaches its test period are purged. The fold's training days split by date: the last ``val_fraction`` of them validate (a sample fixed per seed,
 so that validation losses compare across epochs). DDP ranks and DataLoader workers serve disjoint, equal
 parts of each epoch's sample. The DataLoader runs with ``batch_size=None``: the stream yields whole batches.
 """
@@ -23,9 +24,11 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from kinematic_pipeline.config import Settings
+from kinematic_pipeline.folds import fold_of
 from kinematic_pipeline.label_rules import same_tau, tau_column
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.sampling import epoch_sample, part_of
+from kinematic_pipeline.stages.corpus import fold_stats
 from kinematic_pipeline.variants import ACTION_KEYS, UNKNOWN_LABEL
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, SHARDS_USED_SCHEMA
@@ -188,17 +191,20 @@ class WindowDataModule(L.LightningDataModule):
             return
         cfg = self.settings.train
         store = self.store = open_store(self.settings, self.token_asset)
-        days = store.days["date"].to_list()
+        fold = self.fold = fold_of(self.settings, self.policy.fold)
+        days = [d for d in store.days["date"].to_list() if d <= fold.train_end]  # the fold's prefix of the store
         self.train_days, self.val_days = split_days(days, cfg.val_fraction)
         day_of_row = store.day_of_row
-        usable = store.rows["finite"].to_numpy()
+        usable = store.rows["finite"].to_numpy() & (day_of_row < len(days))
         if self.tau is not None:
             self._labels, self._label_hashes = store_labels(self.settings, store, self.tau)
+            purged = store.rows["date"].to_numpy() > np.datetime64(fold.label_end, "D")  # label reaches the test
+            self._labels[purged] = UNKNOWN_LABEL
             usable = usable & (self._labels >= 0)
         is_val = day_of_row >= len(self.train_days)
         stats = None
         if self.variant.normalized:
-            stats = pl.read_parquet(self.settings.warehouse.corpus_stats_file(self.variant.tokenization))
+            stats = fold_stats(self.settings, self.variant.tokenization, self.policy.fold)
         common = dict(
             store=store,
             normalize=WindowNormalizer(self.variant, stats),
@@ -281,8 +287,8 @@ class WindowDataModule(L.LightningDataModule):
                 served=int(served.sum()),
             )
         ]
-        n_train = len(self.train_days)
-        for k, day in enumerate(store.days.iter_rows(named=True)):
+        n_train, n_fold = len(self.train_days), len(self.train_days) + len(self.val_days)
+        for k, day in enumerate(store.days.head(n_fold).iter_rows(named=True)):  # the fold's days only
             split = "train" if k < n_train else "val"
             row = dict(
                 split=split,

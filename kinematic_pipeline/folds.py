@@ -1,0 +1,125 @@
+"""Walk-forward folds: which days each trained policy may learn from and which days it is tested on.
+
+``evaluate.folds`` = 1 is the single cut (``data.train_end``, ``KP_TRAIN_END``): train on the sessions on or
+before it, test on every later one; the fold has no name (``Policy.fold`` None, keys ``1234|0.01``).
+``evaluate.folds`` = n > 1 tests the n consecutive periods (``evaluate.fold_period``: year, half, quarter)
+after ``data.train_end``; fold k (named ``2019``, ``2022H1``, ``2022Q3``) trains on every session before its test
+period less an embargo of ``evaluate.embargo_sessions`` sessions (an expanding window), and its test period
+ends where the next fold's begins (the last fold's at the end of the history). In both, the labels of the
+training days whose label horizon (``evaluate.label_horizon`` sessions: a label of day t needs day t+1) reaches
+into the test period are purged: ``label_end`` is the last training day with a label a policy may learn.
+
+Tokens and labels do not depend on the cut and are shared; every training-derived quantity is per fold: the
+window store holds the last fold's training days (each fold reads the prefix up to its ``train_end``),
+corpus statistics are one row set per fold, and alpha's MLE sees the first fold's training days only. No dagster.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from kinematic_pipeline.calendar import calendar_end, trading_days
+
+
+@dataclass(frozen=True)
+class Fold:
+    name: str | None  # None: the single cut
+    train_end: dt.date  # the last training day (windows ending on or before it are trained on)
+    label_end: dt.date  # the last training day whose label may be learned (the purge)
+    test_start: dt.date  # the first test session
+    test_end: dt.date | None  # the last test day (None: every later session)
+
+    @property
+    def label(self) -> str:
+        """The fold's value in the ``fold`` column of the evaluation views: its name, ``all`` for a single cut."""
+        return self.name or "all"
+
+    def tests(self, day: dt.date) -> bool:
+        return day >= self.test_start and (self.test_end is None or day <= self.test_end)
+
+    def describe(self) -> str:
+        end = "" if self.test_end is None else str(self.test_end)
+        return f"train <= {self.train_end} (labels <= {self.label_end}), test {self.test_start} .. {end}"
+
+
+def _period(day: dt.date, period: str) -> tuple[str, dt.date, dt.date]:
+    """The name, first and last calendar day of the period (year, half, quarter) holding ``day``."""
+    if period == "year":
+        return str(day.year), dt.date(day.year, 1, 1), dt.date(day.year, 12, 31)
+    months = 6 if period == "half" else 3
+    k = (day.month - 1) // months
+    first = dt.date(day.year, 1 + k * months, 1)
+    month = first.month + months
+    following = dt.date(day.year + 1, 1, 1) if month > 12 else dt.date(day.year, month, 1)
+    last = following - dt.timedelta(days=1)
+    return f"{day.year}{'H' if period == 'half' else 'Q'}{k + 1}", first, last
+
+
+def _sessions_before(day: dt.date, start: dt.date) -> list[dt.date]:
+    return trading_days(start, day - dt.timedelta(days=1)) if day > start else []
+
+
+def _purged(train_end: dt.date, test_start: dt.date, start: dt.date, horizon: int) -> dt.date:
+    """The last day on or before ``train_end`` whose label (``horizon`` sessions ahead) is known before
+    ``test_start``: the session ``horizon`` sessions before the one preceding the test period."""
+    before = [d for d in _sessions_before(test_start, start) if d <= train_end]
+    gap = len(_sessions_before(test_start, start)) - len(before)  # sessions between the training and test days
+    drop = max(0, horizon - gap)
+    return before[-1 - drop] if len(before) > drop else start - dt.timedelta(days=1)
+
+
+def walk_forward(settings) -> tuple[Fold, ...]:
+    """The run's folds, in time order (``evaluate.folds``; see the module docstring)."""
+    data, ev = settings.data, settings.evaluate
+    start, cut = data.start_date, data.train_end
+    horizon = ev.label_horizon
+    first_test = trading_days(cut + dt.timedelta(days=1), calendar_end())[0]
+    if ev.folds == 1:
+        return (Fold(None, cut, _purged(cut, first_test, start, horizon), first_test, None),)
+    folds, day = [], first_test
+    for k in range(ev.folds):
+        name, _, last = _period(day, ev.fold_period)
+        sessions = _sessions_before(day, start)
+        if len(sessions) <= ev.embargo_sessions:
+            raise ValueError(f"fold {name}: no training day before its test period {day} less the embargo")
+        train_end = sessions[-1 - ev.embargo_sessions]
+        test_end = None if k == ev.folds - 1 else last
+        folds.append(Fold(name, train_end, _purged(train_end, day, start, horizon), day, test_end))
+        day = trading_days(last + dt.timedelta(days=1), calendar_end())[0]
+    return tuple(folds)
+
+
+def fold_of(settings, name: str | None) -> Fold:
+    """The fold called ``name`` (a ``Policy.fold``); a ValueError naming the run's folds otherwise."""
+    folds = walk_forward(settings)
+    for fold in folds:
+        if fold.name == name:
+            return fold
+    names = ", ".join(f.label for f in folds)
+    raise ValueError(f"fold {name!r} is not one of this run's folds ({names}; evaluate.folds={len(folds)})")
+
+
+def store_cut(settings) -> dt.date:
+    """The window store's cut: the last fold's training end (every fold's training days are its prefix)."""
+    return walk_forward(settings)[-1].train_end
+
+
+def first_cut(settings) -> dt.date:
+    """The first fold's training end: what nothing shared by every fold (alpha's MLE) may look past."""
+    return walk_forward(settings)[0].train_end
+
+
+def fold_names(settings) -> tuple[str | None, ...]:
+    return tuple(f.name for f in walk_forward(settings))
+
+
+def evaluated_folds(settings, tau: float) -> tuple[str | None, ...]:
+    """The folds a policy at ``tau`` is trained and evaluated on: every fold, or with ``tau_sweep_folds`` =
+    "last" the last fold only for the taus other than the report's."""
+    from kinematic_pipeline.label_rules import same_tau
+
+    names = fold_names(settings)
+    if settings.evaluate.tau_sweep_folds == "last" and not same_tau(tau, settings.evaluate.report_tau):
+        return names[-1:]
+    return names

@@ -1,0 +1,149 @@
+"""Pooled out-of-sample records: every fold's test days of a policy, backtested as one record.
+
+With walk-forward folds (``folds.py``) each (variant, seed, tau) has one predictions shard per fold, each on its
+own fold's test days (disjoint and consecutive). Pooling concatenates them in date order and runs the same
+sweep over the whole out-of-sample period (one equity curve, one tax ledger, one bootstrap), so every table
+reads one record per policy, 2019-2022 on ``real``; the per-fold backtests stay in the ``backtests`` view
+(column ``fold``) for the per-fold breakdown. The margin rule is pooled alike: each fold's actions use the m
+chosen on that fold's validation days. A policy evaluated on fewer folds (the tau sweep on the last fold
+only) is pooled over the folds it has; ``folds`` says how many. With a single fold the views are the record.
+
+The pooled frames are written under ``reports/pooled/`` by ``paper_tables`` and read back by ``figures``.
+No dagster here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from kinematic_pipeline.backtest.decisions import threshold_actions, unweighted_probabilities
+from kinematic_pipeline.config import Settings
+from kinematic_pipeline.folds import walk_forward
+from kinematic_pipeline.stages.backtests import sweep_costs
+from kinematic_pipeline.stages.evidence import margin_metrics, read_view
+from kinematic_pipeline.variants import BENCHMARK
+from kinematic_pipeline.warehouse import BACKTESTS, EQUITY_CURVES, MARGIN_BACKTESTS, PREDICTIONS
+
+POLICY_KEYS = ("variant", "tau", "seed")
+POOLED = (BACKTESTS, EQUITY_CURVES, MARGIN_BACKTESTS)
+
+
+def walk_forward_run(settings: Settings) -> bool:
+    return len(walk_forward(settings)) > 1
+
+
+def _fold_counts(predictions: pl.DataFrame) -> pl.DataFrame:
+    return predictions.group_by(POLICY_KEYS).agg(pl.col("fold").n_unique().alias("folds"))
+
+
+def _by_fold_set(predictions: pl.DataFrame) -> list[pl.DataFrame]:
+    """The predictions split into groups of policies tested on the same folds (the same days): the sweep's Buy &
+    Hold needs one set of days per ticker; the group with the most folds first."""
+    sets = predictions.group_by(POLICY_KEYS).agg(pl.col("fold").unique().sort().str.join(",").alias("fold_set"))
+    frame = predictions.join(sets, on=POLICY_KEYS, how="left")
+    groups = sorted(frame["fold_set"].unique().to_list(), key=lambda s: -len(s.split(",")))
+    return [frame.filter(pl.col("fold_set") == g).drop("fold_set") for g in groups]
+
+
+def _pool(settings: Settings, predictions: pl.DataFrame, benchmark: bool) -> list:
+    """Sweeps of the pooled predictions, one per fold set (Buy & Hold with the widest only)."""
+    out = []
+    for k, group in enumerate(_by_fold_set(predictions)):
+        group = group.sort("variant", "tau", "seed", "ticker", "date")
+        out.append(sweep_costs(settings.evaluate, group, benchmark and k == 0, settings.train.class_weights))
+    return out
+
+
+def _margin_actions(settings: Settings, predictions: pl.DataFrame, margins: pl.DataFrame) -> pl.DataFrame:
+    """The predictions with the margin rule's actions: each fold's rows thresholded at that fold's m."""
+    m = margins.select(*POLICY_KEYS, "fold", "margin").unique(subset=[*POLICY_KEYS, "fold"])
+    frame = predictions.join(m, on=[*POLICY_KEYS, "fold"], how="inner")
+    q = frame.select("p_buy", "p_sell", "p_hold").to_numpy().astype(np.float64)
+    p = unweighted_probabilities(q, settings.train.class_weights)
+    margin = frame["margin"].to_numpy()
+    actions = np.empty(frame.height, dtype=np.int8)
+    for value in np.unique(margin):
+        rows = margin == value
+        actions[rows] = threshold_actions(p[rows], float(value))
+    return frame.with_columns(pl.Series("action", actions, dtype=pl.Int8)).drop("margin")
+
+
+def pooled_evaluation(settings: Settings) -> dict[str, pl.DataFrame]:
+    """{backtests, equity_curves, margin_backtests}: one pooled record per policy (and Buy & Hold), with the
+    number of folds pooled (``folds``); the views themselves for a single fold. Written under
+    ``reports/pooled/``."""
+    if not walk_forward_run(settings):
+        frames = {BACKTESTS: read_view(settings, BACKTESTS), EQUITY_CURVES: read_view(settings, EQUITY_CURVES)}
+        frames[MARGIN_BACKTESTS] = margin_metrics(settings)
+        return frames
+    predictions = read_view(settings, PREDICTIONS)
+    counts = _fold_counts(predictions)
+    sweeps = _pool(settings, predictions, benchmark=True)
+    n_folds = len(walk_forward(settings))
+
+    def with_folds(frame: pl.DataFrame) -> pl.DataFrame:
+        joined = frame.join(counts, on=POLICY_KEYS, how="left", nulls_equal=True)
+        is_benchmark = pl.col("variant") == BENCHMARK
+        return joined.with_columns(pl.when(is_benchmark).then(n_folds).otherwise(pl.col("folds")).alias("folds"))
+
+    frames = {
+        BACKTESTS: with_folds(pl.concat([s.metrics for s in sweeps])),
+        EQUITY_CURVES: with_folds(pl.concat([s.equity for s in sweeps])),
+    }
+    margins = margin_metrics(settings)
+    if margins.height:
+        thresholded = _margin_actions(settings, predictions, margins)
+        margin_sweeps = _pool(settings, thresholded, benchmark=False)
+        summary = margins.group_by(POLICY_KEYS).agg(
+            pl.col("margin").mean().alias("margin"), pl.col("validation_rows").sum().alias("validation_rows")
+        )
+        pooled = pl.concat([s.metrics for s in margin_sweeps]).join(summary, on=POLICY_KEYS, how="left")
+        frames[MARGIN_BACKTESTS] = with_folds(pooled)
+    else:
+        frames[MARGIN_BACKTESTS] = margins
+    folder = settings.warehouse.reports_dir / "pooled"
+    for name, frame in frames.items():
+        settings.warehouse.write(frame, folder / f"{name}.parquet")
+    return frames
+
+
+def read_pooled(settings: Settings, name: str) -> pl.DataFrame:
+    """A pooled frame ``paper_tables`` wrote (``pooled_evaluation``), or the view itself for a single fold."""
+    if not walk_forward_run(settings):
+        return pooled_evaluation(settings)[name]
+    path = settings.warehouse.reports_dir / "pooled" / f"{name}.parquet"
+    if not path.exists():
+        return pooled_evaluation(settings)[name]
+    return pl.read_parquet(path)
+
+
+def per_fold_table(settings: Settings) -> pl.DataFrame:
+    """Every fold's own backtests at the report's tau and cost: per variant and fold, the Sharpe and total
+    return averaged over tickers and seeds (Buy & Hold beside), with the test days of the fold."""
+    from kinematic_pipeline.label_rules import at_tau
+
+    ev = settings.evaluate
+    rows = read_view(settings, BACKTESTS).filter(
+        (pl.col("cost_bps") == ev.report_cost_bps) & (at_tau(ev.report_tau) | pl.col("tau").is_null())
+    )
+    order = [f.label for f in walk_forward(settings)]
+    per = (
+        rows.group_by("variant", "fold")
+        .agg(
+            pl.col("sharpe").filter(pl.col("sharpe").is_not_nan()).mean().round(2).alias("sharpe"),
+            (pl.col("total_return").mean() * 100).round(1).alias("return_pct"),
+            pl.col("first_date").min().alias("first"),
+            pl.col("last_date").max().alias("last"),
+        )
+        .with_columns(pl.col("fold").replace_strict(order, list(range(len(order))), default=99).alias("_k"))
+    )
+    wide = per.pivot(on="fold", index="variant", values=["sharpe", "return_pct"], sort_columns=False)
+    folds = per.sort("_k").unique("fold", maintain_order=True)
+    renamed = {}
+    for f in folds.iter_rows(named=True):
+        span = f"{f['fold']} ({f['first']}..{f['last']})"
+        renamed[f"sharpe_{f['fold']}"] = f"Sharpe {span}"
+        renamed[f"return_pct_{f['fold']}"] = f"return % {f['fold']}"
+    columns = ["variant"] + [c for f in folds["fold"] for c in (f"sharpe_{f}", f"return_pct_{f}") if c in wide.columns]
+    return wide.select(columns).rename(renamed).sort("variant")
