@@ -39,7 +39,7 @@ def warehouse(tmp_path):
 @pytest.fixture
 def ci_settings(warehouse):
     """The ci profile on the synthetic source, over two months, in a temporary warehouse."""
-    return load_settings("ci", warehouse=warehouse, start_date=SHORT_START, end_date=SHORT_END, env={})
+    return single_cut(load_settings("ci", warehouse=warehouse, start_date=SHORT_START, end_date=SHORT_END, env={}))
 
 
 # --- a tokenized warehouse from a synthetic Parquet file ---------------------------------------------
@@ -61,8 +61,14 @@ def _settings(tmp_path, name: str, bars: pl.DataFrame, **tokenize):
     settings = load_settings(
         "ci", source="parquet", source_path=str(path), warehouse=tmp_path / name, start_date=START, end_date=END, env={}
     )
-    settings = dataclasses.replace(settings, data=dataclasses.replace(settings.data, train_end=CUT))
+    settings = dataclasses.replace(single_cut(settings), data=dataclasses.replace(settings.data, train_end=CUT))
     return dataclasses.replace(settings, tokenize=dataclasses.replace(settings.tokenize, **tokenize))
+
+
+def single_cut(settings):
+    """``settings`` with one fold (the single cut ``data.train_end``): the ci profile's two walk-forward folds
+    need a year of history; these tests' few months test the single cut."""
+    return dataclasses.replace(settings, evaluate=dataclasses.replace(settings.evaluate, folds=1))
 
 
 def _run_all(settings) -> list[dt.date]:

@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "ci_backtests.csv"
-KEYS = ["variant", "tau", "seed", "ticker", "cost_bps"]
+KEYS = ["fold", "variant", "tau", "seed", "ticker", "cost_bps"]
 REL_TOL = 1e-9
 
 

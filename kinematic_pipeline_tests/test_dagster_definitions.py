@@ -105,7 +105,10 @@ def test_the_tokenize_and_corpus_stages_materialize_in_process(tmp_path):
         spline.metadata["windows"].value == query(settings.warehouse, "SELECT count(*) FROM spline_tokens").item() > 0
     )
     stats = instance.get_latest_materialization_event(dg.AssetKey("fd_corpus_stats")).asset_materialization
-    assert "2021-12-31" in stats.metadata["fit_window"].value
+    # one row set per walk-forward fold (ci: 2022H1, 2022H2), each on the days it has before its own cut
+    assert stats.metadata["fit_window"].value == (
+        "fold 2022H1: 2021-01-04 .. 2021-06-30; fold 2022H2: 2021-01-04 .. 2021-06-30"
+    )
     assert query(settings.warehouse, "SELECT count(DISTINCT tokenization) FROM corpus_stats").item() == 3
 
 

@@ -104,7 +104,7 @@ def test_an_empty_test_period_fails_with_a_message_that_names_the_cut(warehouses
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
     try:
-        with pytest.raises(ValueError, match="after the training cut 2021-12-31: the test period is empty"):
+        with pytest.raises(ValueError, match=r"in the test period of fold all \(train <= 2021-12-31 .*\): it is empty"):
             run_predictions(late, policy)
     finally:
         adapter.unlink()

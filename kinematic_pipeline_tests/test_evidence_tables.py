@@ -21,11 +21,13 @@ from kinematic_pipeline.report import evidence_tables as tables
 from kinematic_pipeline.stages import evidence as ev
 from kinematic_pipeline.stages.labels import labels_schema
 from kinematic_pipeline.warehouse import LABELS
+from kinematic_pipeline_tests.conftest import single_cut
 
 TAU = 0.01
 TICKERS = ("A", "B", "C", "D")
 TRAIN_DAYS = (dt.date(2023, 1, 2), dt.date(2023, 1, 3))
-TEST_DAYS = tuple(dt.date(2023, 1, 4) + dt.timedelta(k) for k in range(6))
+CUT = dt.date(2023, 1, 4)  # the last training day's label (2023-01-03 -> 01-04) is known before the test period
+TEST_DAYS = tuple(dt.date(2023, 1, 5) + dt.timedelta(k) for k in range(6))
 LABEL = tau_column(TAU)
 # training days: (trained-on labels, r_close) per ticker; the two disagree on purpose
 TRAIN_ROWS = {
@@ -35,11 +37,11 @@ TRAIN_ROWS = {
 
 
 def _settings(tmp_path, label_source="spline"):
-    settings = load_settings("ci", source="parquet", source_path=str(tmp_path / "unused.parquet"), env={})
+    settings = single_cut(load_settings("ci", source="parquet", source_path=str(tmp_path / "unused.parquet"), env={}))
     return dataclasses.replace(
         settings,
         warehouse=tmp_path / "wh",
-        data=dataclasses.replace(settings.data, train_end=TRAIN_DAYS[-1]),
+        data=dataclasses.replace(settings.data, train_end=CUT),
         tokenize=dataclasses.replace(settings.tokenize, taus=(TAU,), label_source=label_source),
         evaluate=dataclasses.replace(settings.evaluate, skill_bootstrap_resamples=60, report_tau=TAU),
     )

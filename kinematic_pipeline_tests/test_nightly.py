@@ -145,21 +145,24 @@ def test_the_evaluation_schedule_asks_for_each_fine_tuned_model_only(nightly_set
 
     assert "no fine-tuned model" in _tick(defs, schedule, TICKS[0]).skip_message
     wh, (first, second) = settings.warehouse, settings.train.seeds
-    spline, patch = Policy("splinegpt", second, 0.01), Policy("patchtst", first, 0.02)
+    fold = "2022H2"  # the ci profile's last walk-forward fold: its test period is the one a night extends
+    spline, patch = Policy("splinegpt", second, 0.01, fold), Policy("patchtst", first, 0.02, fold)
     (wh.adapter_dir(spline) / "adapter").mkdir(parents=True)
     (wh.adapter_dir(spline) / "adapter/adapter_config.json").write_text("{}")
     wh.adapter_dir(patch).mkdir(parents=True)
     (wh.adapter_dir(patch) / "head.pt").write_bytes(b"")
-    wh.adapter_dir(Policy("rawgpt", first, 0.005)).mkdir(parents=True)  # a folder without a model: not ready
-    fd = wh.adapter_dir(Policy("rawgpt_fd", first, 0.01))
+    wh.adapter_dir(Policy("rawgpt", first, 0.005, fold)).mkdir(parents=True)  # a folder without a model: not ready
+    wh.adapter_dir(Policy("rawgpt", first, 0.005, "2022H1")).mkdir(parents=True)  # an earlier fold's: not nightly
+    (wh.adapter_dir(Policy("rawgpt", first, 0.005, "2022H1")) / "head.pt").write_bytes(b"")
+    fd = wh.adapter_dir(Policy("rawgpt_fd", first, 0.01, fold))
     fd.mkdir(parents=True)
     (fd / "head.pt").write_bytes(b"")  # a LoRA variant's is adapter/
     tick = _tick(defs, schedule, TICKS[0])
-    assert sorted(r.partition_key for r in tick.run_requests) == [f"{first}|0.02", f"{second}|0.01"]
+    assert sorted(r.partition_key for r in tick.run_requests) == [f"{fold}@{first}|0.02", f"{fold}@{second}|0.01"]
     selections = {r.partition_key: sorted(k.path[0] for k in r.asset_selection) for r in tick.run_requests}
     assert selections == {
-        f"{first}|0.02": ["patchtst_backtests", "patchtst_margin_backtests", "patchtst_predictions"],
-        f"{second}|0.01": ["splinegpt_backtests", "splinegpt_margin_backtests", "splinegpt_predictions"],
+        f"{fold}@{first}|0.02": ["patchtst_backtests", "patchtst_margin_backtests", "patchtst_predictions"],
+        f"{fold}@{second}|0.01": ["splinegpt_backtests", "splinegpt_margin_backtests", "splinegpt_predictions"],
     }
     assert not _tick(defs, schedule, dt.date(2021, 4, 2)).run_requests  # Good Friday
 

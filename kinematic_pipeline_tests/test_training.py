@@ -28,6 +28,7 @@ from kinematic_pipeline.training.data import WindowDataModule, split_days
 from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule, adamw_with_cosine
 from kinematic_pipeline.training.run import build_classifier, finetune, load_classifier, load_foundation, pretrain
 from kinematic_pipeline.window_store import build_window_store
+from kinematic_pipeline_tests.conftest import single_cut
 
 TAU = 0.01
 SEED = 1234  # the ci profile's first seed
@@ -41,7 +42,7 @@ def ci_warehouse(tmp_path_factory):
     from kinematic_pipeline.stages.labels import materialize_labels
     from kinematic_pipeline.stages.tokenize import materialize_tokens
 
-    settings = load_settings("ci", warehouse=tmp_path_factory.mktemp("train") / "warehouse", env={})
+    settings = single_cut(load_settings("ci", warehouse=tmp_path_factory.mktemp("train") / "warehouse", env={}))
     days = trading_days(settings.data.start_date, settings.data.end_date)
     materialize_raw_ohlcv(settings, days, progress=False)
     materialize_tokens(settings, days, progress=False)

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import dagster as dg
 
 from kinematic_pipeline.config import Settings
+from kinematic_pipeline.folds import fold_names
 from kinematic_pipeline.nightly import EXCHANGE_TIMEZONE, NIGHTLY_CRON, SessionPlan, exchange_date, tick_plan
 from kinematic_pipeline.orchestration.assets_evaluate import EVALUATION_ASSETS, evaluation_asset
 from kinematic_pipeline.orchestration.partitions import policy_key, range_tags
@@ -73,9 +74,11 @@ def session_run_requests(plan: SessionPlan, origin: str, run_config: dict | None
 
 
 def ready_policies(settings: Settings) -> list[Policy]:
-    """Every fine-tuned policy in the warehouse (a PEFT adapter or PatchTST's head), in partition order."""
+    """Every fine-tuned policy of the last fold (the one whose test period is open: the days a night adds) in the
+    warehouse (a PEFT adapter or PatchTST's head), in partition order."""
+    last = fold_names(settings)[-1]
     policies = [
-        Policy(v, seed, tau)
+        Policy(v, seed, tau, last)
         for seed in settings.train.seeds
         for tau in settings.tokenize.taus
         for v in settings.train.variants

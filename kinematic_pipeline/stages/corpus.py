@@ -137,8 +137,10 @@ def corpus_stats_metadata(settings: Settings, stats: pl.DataFrame) -> dict:
     from kinematic_pipeline.report.markdown import Markdown, markdown_table
 
     return {
-        "fit_window": f"{stats['fit_start'].min()} .. {stats['fit_end'].max()} (one row set per fold, each "
-        "fitted on its own training days)",
+        "fit_window": "; ".join(  # one row set per fold, each fitted on its own training days
+            f"fold {f}: {a} .. {b}"
+            for f, a, b in stats.select("fold", "fit_start", "fit_end").unique(maintain_order=True).iter_rows()
+        ),
         "statistics": Markdown(markdown_table(stats.drop("shards_digest", "fit_start", "fit_end"))),
         "shards_digest": stats["shards_digest"][0],
         "dagster/row_count": stats.height,

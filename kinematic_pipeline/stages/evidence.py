@@ -143,6 +143,7 @@ def information_skill(
     (with the informed ceiling on synthetic data) and, unless they coincide, on close-to-close labels."""
     ev, weights, names = settings.evaluate, settings.train.class_weights, outcome_names(settings.tokenize.label_source)
     kw = {"n_boot": ev.skill_bootstrap_resamples, "boot_seed": ev.bootstrap_seed}
+    report_rows = report_rows.drop("fold", strict=False)  # the folds' test days pooled: one record per policy
     oracle = oracle_test_predictions(settings, report_rows, tau) if report_rows.height else None
     scored = (
         report_rows if oracle is None else pl.concat([report_rows, oracle.cast(report_rows.schema)], how="vertical")

@@ -32,7 +32,6 @@ VERDICT_TITLE = (
     "deflated Sharpe, Holm; computed, not written by hand)"
 )
 TABLE_TITLES = {
-    "verdict": VERDICT_TITLE,
     "absolute_performance": "Absolute performance: total return and max drawdown (paper Table absolute_perf)",
     "risk_adjusted": "Risk-adjusted efficiency: Sharpe and Sortino, with bootstrap 95% CIs (paper Table risk_adjusted)",
     "liquidation_equilibrium": "The Liquidation Equilibrium: action distribution and performance (paper Table "
@@ -43,9 +42,11 @@ TABLE_TITLES = {
     "probabilities p = (q/w)/Σ(q/w), not of the class-weighted softmax q (not in the paper)",
     "per_seed": "Every seed on its own: what the mean +- std cells summarize (not in the paper)",
     "paper_comparison": "This run next to the paper's published numbers (paper Tables absolute_perf and risk_adjusted)",
-    "per_fold": "Every walk-forward fold on its own: Sharpe and total return at the report's tau and cost, mean "
-    "over tickers and seeds (the tables above pool the folds' test days into one record per policy; not in the paper)",
 }
+PER_FOLD_TITLE = (
+    "Every walk-forward fold on its own: Sharpe and total return at the report's tau and cost, mean over tickers "
+    "and seeds (the other tables pool the folds' test days into one record per policy; not in the paper)"
+)
 # Tables built from the predictions and the training labels as well (stages/evidence.py), not the metrics alone.
 EVIDENCE_TITLES = {
     "signal": "The signal on the universe: daily cross-sectional rank IC of s = p(Buy) - p(Sell) (weights undone) "
@@ -64,7 +65,7 @@ EVIDENCE_TITLES = {
     "models, rules and probes side by side (not in the paper)",
     "data_seen": "Which dates each variant's fit, validation and normalization saw (not in the paper)",
 }
-ALL_TITLES = {**TABLE_TITLES, **EVIDENCE_TITLES}
+ALL_TITLES = {"verdict": VERDICT_TITLE, **TABLE_TITLES, "per_fold": PER_FOLD_TITLE, **EVIDENCE_TITLES}
 
 
 def load_metrics(settings: Settings) -> pl.DataFrame:

@@ -63,7 +63,22 @@ def strategy_returns(settings: Settings, equity: pl.DataFrame) -> tuple[list[str
     names = sorted(c for c in wide.columns if c not in ("date", BENCHMARK))
     if BENCHMARK not in wide.columns or not names:
         raise ValueError("the verdict needs Buy & Hold and at least one strategy on common days")
-    return names, wide.select(names).to_numpy(), wide[BENCHMARK].to_numpy(), wide["date"].to_list()
+    names, returns = _distinct(names, wide.select(names).to_numpy())
+    return names, returns, wide[BENCHMARK].to_numpy(), wide["date"].to_list()
+
+
+def _distinct(names: list[str], returns: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """One column per distinct return series (a rule that never trades at any tau is one strategy, not four:
+    identical columns would make the MCS's loss differences degenerate); the name lists its twins."""
+    kept: dict[bytes, int] = {}
+    twins: dict[int, list[str]] = {}
+    for j, name in enumerate(names):
+        key = np.ascontiguousarray(returns[:, j]).tobytes()
+        first = kept.setdefault(key, j)
+        twins.setdefault(first, []).append(name)
+    columns = sorted(kept.values())
+    label = [names[j] + (f" (= {len(twins[j]) - 1} identical)" if len(twins[j]) > 1 else "") for j in columns]
+    return label, returns[:, columns]
 
 
 def count_trials(settings: Settings, metrics_view: pl.DataFrame) -> tuple[int, str]:
@@ -131,7 +146,7 @@ def beat_buy_and_hold(settings: Settings, equity: pl.DataFrame, trials: tuple[in
     rows.append(
         {
             "Question": "Which strategies are the best (model confidence set)?",
-            "Test": f"Hansen-Lunde-Nason MCS at 10% ... 5% (method R) over {len(names)} strategies",
+            "Test": f"Hansen-Lunde-Nason model confidence set at 5% (method R) over {len(names)} strategies",
             "Statistic": f"{len(kept)} of {len(names)} in the set",
             "Interval or p-value": ", ".join(f"{n} {_p(p)}" for n, p in sorted(mcs.items(), key=lambda x: -x[1])[:5]),
             "Trials": trials[1],
