@@ -93,8 +93,13 @@ def _read_parquet(path: Path) -> pl.DataFrame:
     if dtype == pl.String:
         # Parquet rows have no header line: row k (0-based) is row k + 1.
         frame = frame.with_columns(_parse_dates(frame, path, first_row=1))
-    elif dtype == pl.Date or isinstance(dtype, pl.Datetime):
-        frame = frame.with_columns(pl.col("date").cast(pl.Date))
+    elif dtype == pl.Date:
+        _raise_on_null_dates(frame, frame, path, first_row=1)
+    elif isinstance(dtype, pl.Datetime):
+        # A timestamp's trading date is its calendar date in its own zone (a zone-aware one's, as the same
+        # instant written as text with its offset reads), never the UTC date: a bar stamped 2021-01-04 06:00+09:00
+        # is 2021-01-04's, though in UTC it is still 2021-01-03.
+        frame = frame.with_columns(pl.col("date").dt.date())
         _raise_on_null_dates(frame, frame, path, first_row=1)
     else:
         raise ValueError(f"{path}: column 'date' has type {dtype}; expected a date, a timestamp or YYYY-MM-DD text")
