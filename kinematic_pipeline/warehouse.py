@@ -9,6 +9,7 @@ files are ``atomic_files.py``, the DuckDB catalog ``catalog.py``. No dagster her
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import shutil
 import tempfile
@@ -19,8 +20,10 @@ import polars as pl
 
 from kinematic_pipeline.atomic_files import (
     PARQUET_COMPRESSION,
+    file_sha256,
     same_files,
     swap_in_folder,
+    write_bytes_atomic,
     write_parquet_atomic,
     write_staged_file,
 )
@@ -49,6 +52,7 @@ PREDICTIONS, BACKTESTS, EQUITY_CURVES, TRADES, PROVENANCE = (
 MARGIN_BACKTESTS = "margin_backtests"  # the second decision rule's backtests (beside the paper's argmax)
 REPORTS_DIR, TABLES_FILE, REPORT_FILE = "reports", "tables.md", "report.md"
 MODEL_FILE = "model.pt"  # a foundation's weights: {"variant", "model_config", "state_dict"}
+PIN_FILE = "foundation.json"  # beside each adapter: the sha256 of the foundation it was fine-tuned from
 SHARDS_USED_FILE = "shards_used.parquet"  # beside each checkpoint/adapter: the store and shards it trained on
 SHARDS_USED_SCHEMA: dict[str, pl.DataType] = {
     "asset": pl.String,  # the token asset, labels, or the window store (split "store")
@@ -59,6 +63,10 @@ SHARDS_USED_SCHEMA: dict[str, pl.DataType] = {
     "windows": pl.Int64,  # windows of the day (of the whole store for the store's row)
     "served": pl.Int64,  # windows of it served over every epoch (0: never drawn)
 }
+
+
+class StalePairError(ValueError):
+    """A derived artefact was built from another version of its input than the one on disk now."""
 
 
 @dataclass(frozen=True)
@@ -296,6 +304,34 @@ class Warehouse:
     def adapter_files(self, policy: Policy) -> list[Path]:
         """The files that define the fine-tuned head of ``policy``, sorted."""
         return lookup_variant(policy.variant).head.files(self.adapter_dir(policy))
+
+    def pin_foundation(self, adapter_dir: Path, foundation: Path, foundation_sha256: str) -> Path:
+        """Record, in an adapter's folder, the foundation (path and sha256) it was fine-tuned from."""
+        path = Path(adapter_dir) / PIN_FILE
+        record = {"foundation": str(foundation), "foundation_sha256": foundation_sha256}
+        write_bytes_atomic(path, json.dumps(record, indent=1).encode(), durable=self.durable)
+        return path
+
+    def check_pair(self, policy: Policy) -> str:
+        """The foundation's sha256 when the adapter of ``policy`` was fine-tuned from the foundation on disk now;
+        ``StalePairError`` naming both hashes and the asset to re-materialize otherwise (a retrained foundation
+        under an old adapter, or an adapter with no record of its foundation)."""
+        foundation, adapter = self.policy_files(policy)
+        key = "|".join(policy.partition.values())
+        fix = f"re-materialize {policy.variant}_adapter partition {key}"
+        pin = adapter / PIN_FILE
+        now = file_sha256(foundation)
+        if not pin.exists():
+            raise StalePairError(
+                f"{adapter} records no foundation (no {PIN_FILE}; the foundation now is {now[:16]}): {fix}"
+            )
+        pinned = json.loads(pin.read_text())["foundation_sha256"]
+        if pinned != now:
+            raise StalePairError(
+                f"the adapter of {policy} was fine-tuned from foundation sha256 {pinned[:16]}, but {foundation} is now "
+                f"sha256 {now[:16]} (the foundation was retrained): {fix}"
+            )
+        return now
 
     def policy_files(self, policy: Policy) -> tuple[Path, Path]:
         """(foundation model.pt, adapter folder) of a fine-tuned policy; a clear error when either is missing."""

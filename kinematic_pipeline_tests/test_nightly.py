@@ -157,6 +157,15 @@ def test_the_evaluation_schedule_asks_for_each_fine_tuned_model_only(nightly_set
     fd = wh.adapter_dir(Policy("rawgpt_fd", first, 0.01, fold))
     fd.mkdir(parents=True)
     (fd / "head.pt").write_bytes(b"")  # a LoRA variant's is adapter/
+    retrained = Policy("rawgpt", second, 0.01, fold)  # fine-tuned from a foundation retrained since: never asked
+    (wh.adapter_dir(retrained) / "adapter").mkdir(parents=True)
+    (wh.adapter_dir(retrained) / "adapter/adapter_config.json").write_text("{}")
+    for policy in (spline, patch, retrained):  # each adapter pins the foundation it was fine-tuned from
+        wh.foundation_checkpoint(policy).parent.mkdir(parents=True, exist_ok=True)
+        wh.foundation_checkpoint(policy).write_bytes(b"weights")
+        checkpoint = wh.foundation_checkpoint(policy)
+        wh.pin_foundation(wh.adapter_dir(policy), checkpoint, file_sha256(checkpoint))
+    wh.foundation_checkpoint(retrained).write_bytes(b"retrained weights")
     tick = _tick(defs, schedule, TICKS[0])
     assert sorted(r.partition_key for r in tick.run_requests) == [f"{fold}@{first}|0.02", f"{fold}@{second}|0.01"]
     selections = {r.partition_key: sorted(k.path[0] for k in r.asset_selection) for r in tick.run_requests}

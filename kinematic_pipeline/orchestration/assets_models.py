@@ -26,6 +26,14 @@ from kinematic_pipeline.window_store import window_store_asset
 TRAINING_POOL = "kinematic_pipeline/training"
 
 
+def data_version(result) -> dg.DataVersion:
+    """A trained model's Dagster data version: the sha256 of its files. A retrained foundation with other bytes
+    marks its adapters (and their evaluation) stale in the UI; loading refuses the pair (``check_pair``)."""
+    from kinematic_pipeline.atomic_files import digest
+
+    return dg.DataVersion(digest([result.files_sha256[k] for k in sorted(result.files_sha256)]))
+
+
 def training_inputs(variant: str) -> list[dg.AssetDep]:
     """What a variant's training reads besides its own models: its window store, its corpus statistics."""
     spec = lookup_variant(variant)
@@ -55,7 +63,7 @@ def foundation_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
 
         result = pretrain(settings, context_policy(context, variant))
         context.log.info(f"{result.policy}: {result.params_total:,} parameters, {result.seconds:.0f} s")
-        return dg.MaterializeResult(metadata=training_metadata(result, settings))
+        return dg.MaterializeResult(metadata=training_metadata(result, settings), data_version=data_version(result))
 
     return foundation
 
@@ -82,7 +90,7 @@ def adapter_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
         from kinematic_pipeline.training.run import finetune
 
         result = finetune(settings, context_policy(context, variant))
-        return dg.MaterializeResult(metadata=training_metadata(result, settings))
+        return dg.MaterializeResult(metadata=training_metadata(result, settings), data_version=data_version(result))
 
     return adapter
 

@@ -75,7 +75,8 @@ def session_run_requests(plan: SessionPlan, origin: str, run_config: dict | None
 
 def ready_policies(settings: Settings) -> list[Policy]:
     """Every fine-tuned policy of the last fold (the one whose test period is open: the days a night adds) in the
-    warehouse (a PEFT adapter or PatchTST's head), in partition order."""
+    warehouse (a PEFT adapter or PatchTST's head) whose adapter was fine-tuned from the foundation on disk, in
+    partition order."""
     last = fold_names(settings)[-1]
     policies = [
         Policy(v, seed, tau, last)
@@ -83,7 +84,16 @@ def ready_policies(settings: Settings) -> list[Policy]:
         for tau in settings.tokenize.taus
         for v in settings.train.variants
     ]
-    return [p for p in policies if settings.warehouse.has_adapter(p)]
+    return [p for p in policies if settings.warehouse.has_adapter(p) and _pair_holds(settings, p)]
+
+
+def _pair_holds(settings: Settings, policy: Policy) -> bool:
+    """Whether the adapter was fine-tuned from the foundation on disk (a stale pair is never evaluated)."""
+    try:
+        settings.warehouse.check_pair(policy)
+    except (ValueError, FileNotFoundError):
+        return False
+    return True
 
 
 def evaluation_assets(settings: Settings) -> list[str]:

@@ -158,11 +158,14 @@ def finetune(
         classifier.eval()
         files = head.save(classifier, out_dir, policy.variant, policy.tau)
     extra = {"foundation_sha256": file_sha256(foundation), "class_counts": fitted[0].class_counts()}
+    settings.warehouse.pin_foundation(out_dir, foundation, extra["foundation_sha256"])  # loads check the pair
     return _result(settings, policy, out_dir, files, classifier, fitted, started, **extra)
 
 
 def load_classifier(settings: Settings, policy: Policy) -> nn.Module:
-    """The fine-tuned classifier of ``policy`` in eval mode: its foundation's weights + its saved head."""
+    """The fine-tuned classifier of ``policy`` in eval mode: its foundation's weights + its saved head, once the
+    adapter's record of its foundation (``foundation.json``) is checked against the foundation on disk."""
+    settings.warehouse.check_pair(policy)  # the adapter was fine-tuned from this very foundation
     foundation, adapter = settings.warehouse.policy_files(policy)
     head = HEADS[lookup_variant(policy.variant).head.kind]
     return head.load(load_foundation(settings, policy, foundation), adapter).eval()
