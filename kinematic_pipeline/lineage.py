@@ -253,6 +253,13 @@ def trace(settings: Settings, policy: Policy, ticker: str, cost_bps: float | Non
             span = f"{s['first']} .. {s['last']}" if s["first"] else ""
             split = f" [{s['split']}]" if s["split"] else ""
             report.lines.append(f"      {s['asset']}{split}: {s['n']} {span}")
+    if lookup_variant(variant).family == "model":  # the adapter and the foundation on disk are one pair
+        try:
+            pinned = wh.check_pair(policy)
+            report.lines.append(f"  pair               adapter fine-tuned from foundation sha256 {pinned[:16]}  ok")
+        except (ValueError, FileNotFoundError) as exc:
+            report.problems.append(f"pair: {exc}")
+            report.lines.append("  pair               STALE (see below)")
     code = prov.filter(pl.col("link") == "code")
     if code.height:
         report.lines.append(

@@ -1,0 +1,71 @@
+"""A run uses exactly the pair it records: a foundation retrained under an old adapter is refused by the real CLI.
+
+On the ci warehouse ``.ci/run`` materialized (``KP_GOLDEN_WAREHOUSE``, its ``DAGSTER_HOME`` and profile in the
+environment): the foundation of one policy is replaced by another valid checkpoint (what a retrain leaves),
+then ``dagster asset materialize`` of its predictions fails with one message naming both hashes and the adapter
+partition to re-materialize, and ``lineage`` reports the stale pair; with the foundation put back both succeed
+again and the predictions' bytes are the ones before.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kinematic_pipeline.atomic_files import file_sha256
+from kinematic_pipeline.config import load_settings
+from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.warehouse import PREDICTIONS
+from kinematic_pipeline_tests.conftest import cli
+
+pytestmark = pytest.mark.e2e
+FOLD, TAU = "2022H1", 0.01
+
+
+@pytest.fixture
+def settings():
+    path = os.environ.get("KP_GOLDEN_WAREHOUSE")
+    if not path:
+        pytest.skip("set KP_GOLDEN_WAREHOUSE (and DAGSTER_HOME) to a ci-profile warehouse materialized whole")
+    return load_settings("ci", warehouse=path)
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, env={**os.environ, "KP_PROFILE": "ci"}, timeout=600)
+
+
+def test_a_retrained_foundation_under_an_old_adapter_is_refused(settings):
+    wh = settings.warehouse
+    policy, other = Policy("splinegpt", 1235, TAU, FOLD), Policy("splinegpt", 1234, TAU, FOLD)
+    foundation, replacement = wh.foundation_checkpoint(policy), wh.foundation_checkpoint(other)
+    predictions = wh.evaluation_file(PREDICTIONS, policy)
+    before, pinned = file_sha256(predictions), file_sha256(foundation)
+    key = "|".join(policy.partition.values())
+    materialize = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline"]
+    materialize += ["--select", "splinegpt_predictions", "--partition", key]
+    lineage = [sys.executable, "-m", "kinematic_pipeline", "lineage", "--model", "splinegpt", "--tau", str(TAU)]
+    lineage += ["--seed", "1235", "--fold", FOLD, "--ticker", "SYN000"]
+    backup = Path(str(foundation) + ".kept")
+    shutil.copy2(foundation, backup)
+    try:
+        shutil.copy2(replacement, foundation)  # a valid checkpoint with other weights: the foundation "retrained"
+        failed = _run(*materialize)
+        assert failed.returncode != 0
+        output = failed.stdout + failed.stderr
+        assert f"fine-tuned from foundation sha256 {pinned[:16]}" in output
+        assert f"is now sha256 {file_sha256(replacement)[:16]}" in output
+        assert f"re-materialize splinegpt_adapter partition {key}" in output
+        assert file_sha256(predictions) == before  # nothing was written from the stale pair
+        traced = _run(*lineage)
+        assert traced.returncode == 1 and "pair               STALE" in traced.stdout
+    finally:
+        shutil.move(backup, foundation)
+    assert _run(*materialize).returncode == 0
+    assert file_sha256(predictions) == before
+    traced = _run(*lineage)
+    assert traced.returncode == 0 and f"adapter fine-tuned from foundation sha256 {pinned[:16]}  ok" in traced.stdout
