@@ -38,11 +38,9 @@ def catalog_connection(warehouse: Path, read_only: bool = False, timeout_s: floa
                 break
             except BlockingIOError as exc:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"catalog {warehouse / 'catalog.duckdb'} stayed locked for {timeout_s:.0f}s"
-                    ) from exc
+                    raise TimeoutError(f"catalog {catalog_file(warehouse)} stayed locked for {timeout_s:.0f}s") from exc
                 time.sleep(0.05)
-        con = duckdb.connect(str(warehouse / "catalog.duckdb"), read_only=read_only)
+        con = duckdb.connect(str(catalog_file(warehouse)), read_only=read_only)
         try:
             # The views' globs are relative to the warehouse: a copied or moved warehouse reads its own files.
             con.execute(f"SET file_search_path = {sql_str(str(warehouse.resolve()))}")
@@ -52,6 +50,25 @@ def catalog_connection(warehouse: Path, read_only: bool = False, timeout_s: floa
     finally:
         fcntl.flock(lock, fcntl.LOCK_UN)
         lock.close()
+
+
+def catalog_file(warehouse: Path) -> Path:
+    """The catalog of ``warehouse``: ``catalog.duckdb`` in it; when its path holds a ``?`` (DuckDB 2.0 cuts a
+    database path at the first ``?`` to name its write-ahead log, and resolves links first), a file of the same
+    views under ``$XDG_CACHE_HOME/kinematic_pipeline/catalogs/<sha256 of the path>/`` (it holds only views, whose
+    globs read the warehouse's own files through ``file_search_path``)."""
+    warehouse = Path(warehouse)
+    if "?" not in str(warehouse.resolve()):
+        return warehouse / "catalog.duckdb"
+    import hashlib
+    import os
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    key = hashlib.sha256(str(warehouse.resolve()).encode()).hexdigest()[:32]
+    folder = cache / "kinematic_pipeline" / "catalogs" / key
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "warehouse.txt").write_text(str(warehouse.resolve()) + "\n")
+    return folder / "catalog.duckdb"
 
 
 def _sql_schema(schema: dict[str, pl.DataType]) -> str:

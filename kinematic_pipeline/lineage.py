@@ -20,6 +20,7 @@ from pathlib import Path
 import polars as pl
 
 from kinematic_pipeline import __version__
+from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import fold_of
@@ -124,7 +125,7 @@ def provenance_frame(settings: Settings, policy: Policy, *, outputs: dict[str, P
             add("probe", f"{variant}_probe", path)
     elif spec.family == "model":
         _model_provenance(wh, policy, add)
-    for shard in pl.read_parquet(inputs).iter_rows(named=True):
+    for shard in exact.read_parquet(inputs).iter_rows(named=True):
         add(
             _input_link(shard["asset"]),
             shard["asset"],
@@ -155,7 +156,7 @@ def _model_provenance(wh, policy: Policy, add) -> None:
     for prefix, model_dir in (("pretrain", foundation.parent), ("finetune", adapter)):
         used_file = wh.shards_used(model_dir)
         add(f"{prefix}_lineage", f"{variant}_{'foundation' if prefix == 'pretrain' else 'adapter'}", used_file)
-        used = pl.read_parquet(used_file)
+        used = exact.read_parquet(used_file)
         for row in used.filter(pl.col("served") > 0).iter_rows(named=True):  # what the model was served
             link = "window_store" if row["split"] == "store" else "training_shard"
             date = None if link == "window_store" else row["date"]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import polars as pl
 
+from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.atomic_files import (
     PARQUET_COMPRESSION,
     file_sha256,
@@ -114,7 +115,10 @@ class Warehouse:
 
     @property
     def catalog_path(self) -> Path:
-        return self.root / "catalog.duckdb"
+        """``catalog.duckdb`` (``catalog.catalog_file``: elsewhere only for a path DuckDB cannot open)."""
+        from kinematic_pipeline.catalog import catalog_file
+
+        return catalog_file(self.root)
 
     def write(self, frame: pl.DataFrame, path: Path, compression: str = PARQUET_COMPRESSION) -> str:
         """``atomic_files.write_parquet_atomic`` with this warehouse's durability; the file's sha256."""
@@ -154,7 +158,7 @@ class Warehouse:
         path = self.manifest(asset, day)
         if not path.exists():
             raise FileNotFoundError(f"{asset} partition {day} has no manifest ({path}); materialize {asset} for it")
-        return pl.read_parquet(path, columns=columns).row(0, named=True)
+        return exact.read_parquet(path, columns=columns).row(0, named=True)
 
     def content_hash(self, asset: str, day: dt.date, default: str | None = None) -> str:
         """The sha256 its manifest records for ``asset``'s shard of ``day`` (``default`` if there is none)."""
@@ -166,7 +170,7 @@ class Warehouse:
         """``manifest_row`` of many days, in their order, in one read of their manifests."""
         if not days:
             return []
-        frame = pl.read_parquet([self.manifest(asset, d) for d in days], columns=["partition_date", *columns])
+        frame = exact.read_parquet([self.manifest(asset, d) for d in days], columns=["partition_date", *columns])
         by_day = {row.pop("partition_date"): row for row in frame.iter_rows(named=True)}
         return [by_day[d] for d in days]
 

@@ -36,6 +36,7 @@ import numpy as np
 import polars as pl
 from tqdm.auto import tqdm
 
+from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.atomic_files import PARQUET_COMPRESSION, digest, file_sha256, swap_in_folder
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import store_cut
@@ -148,7 +149,7 @@ def build_window_store(settings: Settings, asset: str, progress: bool = True) ->
             np.lib.format.write_array_header_1_0(tokens_hash, header)
             for lo, hi in _chunks(counts, BUILD_CHUNK_WINDOWS):
                 paths = [wh.shard(asset, d) for d in days[lo:hi]]
-                frame = pl.read_parquet(paths, columns=["ticker", "date", "tokens"])
+                frame = exact.read_parquet(paths, columns=["ticker", "date", "tokens"])
                 _check_rows(frame, asset, days[lo:hi], counts[lo:hi])
                 block = frame["tokens"].to_numpy().reshape(-1, N_TOKENS, N_CHANNELS).astype("<f4", copy=False)
                 tokens_hash.write(np.ascontiguousarray(block).tobytes())
@@ -234,7 +235,7 @@ def _check_rows(frame: pl.DataFrame, asset: str, days: list[dt.date], counts: np
 
 def _read_manifest(folder: Path) -> dict | None:
     path = folder / MANIFEST_FILE
-    return pl.read_parquet(path).row(0, named=True) if path.exists() else None
+    return exact.read_parquet(path).row(0, named=True) if path.exists() else None
 
 
 def _holds(folder: Path, manifest: dict, shards_digest: str, train_end: dt.date) -> bool:
@@ -353,8 +354,8 @@ def open_store(settings: Settings, asset: str) -> WindowStore:
             f"the window store of {asset} ({folder}) was built from other {asset} shards (digest "
             f"{manifest['shards_digest'][:12]}, the warehouse's is {now[:12]}): {fix}"
         )
-    days = pl.read_parquet(folder / DAYS_FILE)
-    rows = pl.read_parquet(folder / ROWS_FILE)
+    days = exact.read_parquet(folder / DAYS_FILE)
+    rows = exact.read_parquet(folder / ROWS_FILE)
     if rows.height != manifest["windows"] or days.height != manifest["days"]:
         raise StaleStoreError(f"the window store of {asset} ({folder}) does not match its manifest: {fix}")
     return WindowStore(folder, manifest, days, rows)

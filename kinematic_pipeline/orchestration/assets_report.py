@@ -4,8 +4,8 @@ The stage module is imported inside the bodies: loading the definitions stays li
 """
 
 import dagster as dg
-import polars as pl
 
+from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.lineage import CODE_VERSIONS
 from kinematic_pipeline.orchestration.assets_evaluate import evaluated_variants, evaluation_asset
@@ -111,7 +111,9 @@ def report_asset(settings: Settings) -> dg.AssetsDefinition:
         verdict = settings.warehouse.report_tables_dir / "verdict.parquet"
         return dg.MaterializeResult(
             metadata={
-                "verdict": dg.MetadataValue.md(markdown_table(pl.read_parquet(verdict)) if verdict.exists() else "-"),
+                "verdict": dg.MetadataValue.md(
+                    markdown_table(exact.read_parquet(verdict)) if verdict.exists() else "-"
+                ),
                 "path": dg.MetadataValue.path(str(path)),
                 "report": dg.MetadataValue.md(path.read_text()[:60_000]),
                 "folder": dg.MetadataValue.path(str(settings.warehouse.reports_dir)),

@@ -30,6 +30,7 @@ from importlib import resources
 
 import polars as pl
 
+from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.report.tables import _over_seeds, _percent, _ratio, format_percent, runs_at
 from kinematic_pipeline.variants import BENCHMARK, VARIANT_NAMES, display_name
 
@@ -64,7 +65,7 @@ THIS_RUN, PAPER = "this run", "paper (published)"
 def paper_results() -> pl.DataFrame:
     """The transcribed tables (package data), with the schema above; "N/A" cells have a null value."""
     text = resources.files("kinematic_pipeline.report").joinpath(PAPER_RESULTS_FILE).read_text()
-    return pl.read_csv(text.encode(), schema=PAPER_RESULTS_SCHEMA)
+    return exact.read_csv(text.encode(), schema=PAPER_RESULTS_SCHEMA)
 
 
 def _period_text(period: tuple[dt.date | None, dt.date | None]) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import polars as pl
 
+from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.sources.base import VALUE_COLUMNS, LoadedOnce, conform
 
 _ALIASES = {"symbol": "ticker", "adj_close": "adj_close", "adjclose": "adj_close", "timestamp": "date"}
@@ -79,7 +80,7 @@ def _with_provenance(frame: pl.DataFrame, path: Path) -> pl.DataFrame:
 
 def _read_parquet(path: Path) -> pl.DataFrame:
     try:
-        frame = pl.read_parquet(path)
+        frame = exact.read_parquet(path)
     except (pl.exceptions.PolarsError, OSError) as exc:
         raise ValueError(
             f"{path}: not a readable Parquet file (truncated, or not Parquet): {_first_line(exc)}"
@@ -141,7 +142,7 @@ def _read_csv_text(path: Path) -> pl.DataFrame:
     if b"\0" in path.read_bytes()[: 1 << 16]:  # polars reads some binary files as one odd column
         raise ValueError(f"{path}: not a CSV text file (binary, or not UTF-8 text)")
     try:
-        return pl.read_csv(path, infer_schema=False, has_header=True)
+        return exact.read_csv(path, infer_schema=False, has_header=True)
     except pl.exceptions.NoDataError as exc:
         raise ValueError(f"{path}: the CSV file is empty (not even a header row)") from exc
     except (pl.exceptions.PolarsError, OSError) as exc:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import first_cut
 from kinematic_pipeline.tokenize import (
@@ -43,7 +44,7 @@ def training_series(settings: Settings) -> tuple[list[str], list[np.ndarray], li
     days = wh.shard_days(RAW_OHLCV, until=first_cut(settings))
     if not days:
         raise FileNotFoundError(f"no raw_ohlcv shards on or before {first_cut(settings)} in {wh.root / RAW_OHLCV}")
-    bars = pl.read_parquet([wh.shard(RAW_OHLCV, d) for d in days])
+    bars = exact.read_parquet([wh.shard(RAW_OHLCV, d) for d in days])
     index = {d: k for k, d in enumerate(days)}
     bars = bars.with_columns(
         pl.col("date").replace_strict(index, return_dtype=pl.Int64).alias("session"),
@@ -123,7 +124,7 @@ class AlphaLookup:
                     path = settings.warehouse.alpha_estimates_file()
                     if not path.exists():
                         raise FileNotFoundError(f"alpha_{kind} = 'mle' needs {path}: materialize alpha_estimates first")
-                    estimates = pl.read_parquet(path)
+                    estimates = exact.read_parquet(path)
                 rows = estimates.filter(pl.col("kind") == kind)
                 corpus[kind] = rows.filter(pl.col("scope") == CORPUS)["alpha"][0]
                 values[kind] = dict(zip(rows["scope"].to_list(), rows["alpha"].to_list()))

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.backtest.decisions import choose_margin, threshold_actions, unweighted_probabilities
 from kinematic_pipeline.backtest.sweep import (
     EQUITY_SCHEMA,
@@ -138,7 +139,7 @@ def run_backtests(settings: Settings, policy: Policy, code_versions: dict[str, s
         raise FileNotFoundError(
             f"{predictions_file} is missing: materialize {policy.variant}_predictions partition {key}"
         )
-    predictions = pl.read_parquet(predictions_file)
+    predictions = exact.read_parquet(predictions_file)
     sweep = sweep_costs(ev, predictions, class_weights=settings.train.class_weights)
     fold = pl.lit(fold_of(settings, policy.fold).label).alias("fold")
     paths = {}
@@ -147,7 +148,7 @@ def run_backtests(settings: Settings, policy: Policy, code_versions: dict[str, s
         wh.write(frame.filter(is_benchmark), wh.benchmark_file(asset, policy.fold))
         paths[asset] = wh.evaluation_file(asset, policy)
         wh.write(frame.filter(~is_benchmark), paths[asset])
-    validation = pl.read_parquet(wh.predictions_extra("validation", policy))
+    validation = exact.read_parquet(wh.predictions_extra("validation", policy))
     margin = margin_rule_backtests(settings, predictions, validation).with_columns(fold)
     paths[MARGIN_BACKTESTS] = wh.evaluation_file(MARGIN_BACKTESTS, policy)
     wh.write(margin, paths[MARGIN_BACKTESTS])

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.atomic_files import file_sha256, write_bytes_atomic
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import fold_of
@@ -77,7 +78,7 @@ def read_features(
         raise FileNotFoundError(f"{path} is missing: materialize {asset} (what {variant} reads)")
     columns = feature_columns(spec.features) if spec.family == "probe" else ("ret1", "ret20")
     scope = fold_of(settings, fold)
-    scan = pl.scan_parquet(path)
+    scan = exact.scan_parquet(path)
     date = pl.col("date")
     if part == "test":
         in_fold = (

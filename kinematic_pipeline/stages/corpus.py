@@ -14,6 +14,7 @@ import datetime as dt
 import numpy as np
 import polars as pl
 
+from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.atomic_files import digest, remove_if_exists
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import fold_of, store_cut, walk_forward
@@ -114,7 +115,7 @@ def fold_stats(settings: Settings, tokenization: str, fold: str | None) -> pl.Da
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: materialize {tokenization}_corpus_stats")
     label = fold_of(settings, fold).label
-    stats = pl.read_parquet(path)
+    stats = exact.read_parquet(path)
     if "fold" not in stats.columns or not (stats["fold"] == label).any():
         raise ValueError(f"{path} holds no statistics of fold {label}: re-materialize {tokenization}_corpus_stats")
     return stats.filter(pl.col("fold") == label)

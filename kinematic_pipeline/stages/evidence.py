@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.backtest.decisions import unweighted_probabilities
 from kinematic_pipeline.backtest.oracle import oracle_predictions
 from kinematic_pipeline.backtest.policy_frames import decision_frame, seed_mean_skill_frame
@@ -74,7 +75,7 @@ def train_base_rates(settings: Settings) -> dict[str, dict[float, np.ndarray]]:
     if not days:
         raise FileNotFoundError(f"no labels on or before {first.label_end}: materialize labels first")
     columns = [*(tau_column(t) for t in settings.tokenize.taus), "r_close"]
-    labels = pl.read_parquet([wh.shard(LABELS, d) for d in days], columns=columns)
+    labels = exact.read_parquet([wh.shard(LABELS, d) for d in days], columns=columns)
     return base_rates_by_outcome(labels, settings.tokenize.taus)
 
 
@@ -95,7 +96,7 @@ def with_close_labels(predictions: pl.DataFrame, returns: pl.DataFrame) -> pl.Da
 def prediction_day_returns(settings: Settings, predictions: pl.DataFrame) -> pl.DataFrame:
     """ticker, date, r_close from the labels shards of the prediction days."""
     wh, days = settings.warehouse, sorted(predictions["date"].unique().to_list())
-    return pl.read_parquet([wh.shard(LABELS, d) for d in days], columns=["ticker", "date", "r_close"])
+    return exact.read_parquet([wh.shard(LABELS, d) for d in days], columns=["ticker", "date", "r_close"])
 
 
 def read_view(settings: Settings, view: str) -> pl.DataFrame:
@@ -113,8 +114,8 @@ def oracle_test_predictions(settings: Settings, predictions: pl.DataFrame, tau: 
         return None
     wh, days = settings.warehouse, sorted(predictions["date"].unique().to_list())
     tickers = predictions["ticker"].unique().to_list()
-    bars = pl.read_parquet([wh.shard(RAW_OHLCV, d) for d in days], columns=["ticker", "date", "close"])
-    labels = pl.read_parquet([wh.shard(LABELS, d) for d in days], columns=["ticker", "date", tau_column(tau)])
+    bars = exact.read_parquet([wh.shard(RAW_OHLCV, d) for d in days], columns=["ticker", "date", "close"])
+    labels = exact.read_parquet([wh.shard(LABELS, d) for d in days], columns=["ticker", "date", tau_column(tau)])
     truth = make_source(settings).ground_truth().filter(pl.col("ticker").is_in(tickers))
     # The latent drift that matches the labels: the spline labels follow positions, close labels closes.
     drift = "velocity" if settings.tokenize.label_source == "spline" else "close"
@@ -198,12 +199,12 @@ def universe_predictions(settings: Settings, variants: tuple[str, ...]) -> pl.Da
     the de-weighted probabilities (a rule's one-hot action: +1 / -1 / 0)."""
     folder = settings.warehouse.predictions_folder("universe")
     files = sorted(folder.glob("*.parquet")) if folder.exists() else []
-    frames = [f for f in (pl.read_parquet(p) for p in files) if f.height and f["variant"][0] in set(variants)]
+    frames = [f for f in (exact.read_parquet(p) for p in files) if f.height and f["variant"][0] in set(variants)]
     if not frames:
         raise FileNotFoundError(f"no universe predictions under {folder}: materialize the predictions assets")
     frame = pl.concat(frames, how="vertical").filter(at_tau(settings.evaluate.report_tau))
     wh, days = settings.warehouse, sorted(frame["date"].unique().to_list())
-    returns = pl.read_parquet(
+    returns = exact.read_parquet(
         [wh.shard(LABELS, d) for d in days if wh.shard(LABELS, d).exists()],
         columns=["ticker", "date", "r_close", "r_spline"],
     )

@@ -29,6 +29,7 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
+from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import Fold, walk_forward
 from kinematic_pipeline.label_rules import tau_column
@@ -98,7 +99,7 @@ def _test_rows(settings: Settings, asset: str, days: list[dt.date], progress: bo
     bar = tqdm(total=len(days), desc=f"{asset} features (test period)", unit="day", disable=not progress)
     for lo in range(0, len(days), TEST_DAYS_PER_READ):
         block = days[lo : lo + TEST_DAYS_PER_READ]
-        frame = pl.read_parquet([wh.shard(asset, d) for d in block], columns=["ticker", "date", "tokens"])
+        frame = exact.read_parquet([wh.shard(asset, d) for d in block], columns=["ticker", "date", "tokens"])
         if frame.height:
             tokens = frame["tokens"].to_numpy().reshape(-1, N_TOKENS, N_CHANNELS)
             parts.append(pl.concat([frame.select("ticker", "date"), _feature_frame(tokens, raw)], how="horizontal"))
@@ -124,7 +125,7 @@ def _closes(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
         return pl.DataFrame(schema={"ticker": pl.String, "date": pl.Date, "close": pl.Float64})
     day_of = pl.LazyFrame({"_file": [str(wh.shard(RAW_OHLCV, d)) for d in present], "date": present})
     return (
-        pl.scan_parquet([wh.shard(RAW_OHLCV, d) for d in present], include_file_paths="_file")
+        exact.scan_parquet([wh.shard(RAW_OHLCV, d) for d in present], include_file_paths="_file")
         .select("ticker", "close", "_file")
         .join(day_of, on="_file")
         .drop("_file")
@@ -138,7 +139,7 @@ def _labels(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
     present = [d for d in days if wh.shard(LABELS, d).exists()]
     if not present:
         return pl.DataFrame(schema={c: (pl.String if c == "ticker" else pl.Date) for c in columns[:2]})
-    return pl.scan_parquet([wh.shard(LABELS, d) for d in present]).select(columns).collect()
+    return exact.scan_parquet([wh.shard(LABELS, d) for d in present]).select(columns).collect()
 
 
 def build_features(settings: Settings, asset: str, progress: bool = True) -> FeaturesSummary:

@@ -13,6 +13,7 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from kinematic_pipeline import __version__
+from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.atomic_files import combined_hash
 from kinematic_pipeline.bar_contract import KEPT_SCHEMA, QUARANTINE_SCHEMA, split_by_partition, validate_bars
 from kinematic_pipeline.calendar import previous_trading_day, trading_day_on_or_after
@@ -242,7 +243,7 @@ def verify_raw_ohlcv(settings: Settings, days: list[dt.date]) -> dict[str, tuple
         return {"shards_exist": (False, f"{len(missing)} shard(s) missing, e.g. {missing[0]}")}
     # one scan over the file list (a concat of one scan per day is quadratic to plan: 281 s for 5,787 days)
     partition_of = pl.LazyFrame({"_file": [str(p) for p in kept_files], "_partition": days})
-    kept = pl.scan_parquet(kept_files, include_file_paths="_file").join(partition_of, on="_file", how="left")
+    kept = exact.scan_parquet(kept_files, include_file_paths="_file").join(partition_of, on="_file", how="left")
     stats = (
         kept.select(
             pl.len().alias("rows"),
@@ -257,9 +258,9 @@ def verify_raw_ohlcv(settings: Settings, days: list[dt.date]) -> dict[str, tuple
         .collect()
         .row(0, named=True)
     )
-    manifests = pl.read_parquet([wh.manifest(RAW_OHLCV, d) for d in days])
+    manifests = exact.read_parquet([wh.manifest(RAW_OHLCV, d) for d in days])
     q_files = [p for p in (wh.shard(QUARANTINE, d) for d in days) if p.exists()]
-    quarantined = pl.scan_parquet(q_files).select(pl.len()).collect().item() if q_files else 0
+    quarantined = exact.scan_parquet(q_files).select(pl.len()).collect().item() if q_files else 0
     read = int(manifests["rows_read"].sum())
     return {
         "no_nan_in_kept_rows": (

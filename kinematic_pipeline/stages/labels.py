@@ -15,6 +15,7 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from kinematic_pipeline import __version__
+from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.atomic_files import combined_hash, digest
 from kinematic_pipeline.calendar import trading_day_on_or_after
 from kinematic_pipeline.config import Settings
@@ -50,7 +51,7 @@ def _read(settings: Settings, asset: str, day: dt.date, schema: dict[str, pl.Dat
     """The shard's columns; an empty frame when it does not exist and is not required."""
     path = settings.warehouse.shard(asset, day)
     if path.exists():
-        return pl.read_parquet(path, columns=list(schema))
+        return exact.read_parquet(path, columns=list(schema))
     if required:
         raise FileNotFoundError(f"{asset} partition {day} is not materialized (no {path})")
     return pl.DataFrame(schema=schema)
@@ -110,7 +111,7 @@ def materialize_labels(settings: Settings, days: list[dt.date], progress: bool =
 
 def label_distribution(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
     """Counts of Buy/Sell/Hold/unknown per tau over ``days`` (for metadata)."""
-    frame = pl.read_parquet([settings.warehouse.shard(LABELS, d) for d in days])
+    frame = exact.read_parquet([settings.warehouse.shard(LABELS, d) for d in days])
     rows = []
     for tau in settings.tokenize.taus:
         col = frame[tau_column(tau)]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.backtest.decisions import threshold_actions, unweighted_probabilities
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import walk_forward
@@ -115,7 +116,7 @@ def read_pooled(settings: Settings, name: str) -> pl.DataFrame:
     path = settings.warehouse.reports_dir / "pooled" / f"{name}.parquet"
     if not path.exists():
         return pooled_evaluation(settings)[name]
-    return pl.read_parquet(path)
+    return exact.read_parquet(path)
 
 
 def per_fold_table(settings: Settings) -> pl.DataFrame:

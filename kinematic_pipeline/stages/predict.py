@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA, predictions_frame
 from kinematic_pipeline.config import Settings
@@ -46,7 +47,7 @@ def evaluation_tickers(settings: Settings, asset: str, days: list[dt.date]) -> l
     if not days:
         return []
     paths = [settings.warehouse.shard(asset, d) for d in days]
-    names = pl.read_parquet(paths, columns=["ticker"])["ticker"].unique().sort()
+    names = exact.read_parquet(paths, columns=["ticker"])["ticker"].unique().sort()
     return names.head(N_DEFAULT_TEST_TICKERS).to_list()
 
 
@@ -140,11 +141,11 @@ def _test_windows(wh: Warehouse, asset: str, days: list[dt.date], tickers: list[
     if not days:  # no test day: an empty frame (tokens are then not read)
         return pl.DataFrame(schema={"ticker": pl.String, "date": pl.Date, "close": pl.Float64, label_col: pl.Int8})
     wanted = pl.col("ticker").is_in(tickers)
-    windows = pl.scan_parquet([wh.shard(asset, d) for d in days]).select("ticker", "date", "tokens").filter(wanted)
+    windows = exact.scan_parquet([wh.shard(asset, d) for d in days]).select("ticker", "date", "tokens").filter(wanted)
     # a raw_ohlcv day's bars: its partition is the folder's date (join on the file, not on the bar's date)
     day_of = pl.LazyFrame({"_file": [str(wh.shard(RAW_OHLCV, d)) for d in days], "date": days})
     closes = (
-        pl.scan_parquet([wh.shard(RAW_OHLCV, d) for d in days], include_file_paths="_file")
+        exact.scan_parquet([wh.shard(RAW_OHLCV, d) for d in days], include_file_paths="_file")
         .filter(wanted)
         .select("ticker", "close", "_file")
         .join(day_of, on="_file")
@@ -153,7 +154,7 @@ def _test_windows(wh: Warehouse, asset: str, days: list[dt.date], tickers: list[
     frame = windows.join(closes, on=["ticker", "date"], how="left")
     label_files = [p for p in (wh.shard(LABELS, d) for d in days) if p.exists()]
     if label_files:
-        labels = pl.scan_parquet(label_files).filter(wanted).select("ticker", "date", label_col)
+        labels = exact.scan_parquet(label_files).filter(wanted).select("ticker", "date", label_col)
         frame = frame.join(labels, on=["ticker", "date"], how="left")
     else:
         frame = frame.with_columns(pl.lit(None, pl.Int8).alias(label_col))
@@ -171,7 +172,7 @@ def universe_tickers(settings: Settings, asset: str, days: list[dt.date]) -> lis
     if not days:
         return []
     names = (
-        pl.scan_parquet([settings.warehouse.shard(asset, d) for d in days])
+        exact.scan_parquet([settings.warehouse.shard(asset, d) for d in days])
         .select("ticker")
         .unique()
         .collect()["ticker"]
@@ -256,7 +257,7 @@ def _run_baseline_predictions(settings: Settings, policy: Policy, days: list[dt.
     validation = baseline_predictions(settings, policy, "validation", sorted(present), probe)
     files = [features_path(settings, policy.variant, part) for part in ("training", "test")]
     tokenization = files[0].parent.name
-    inputs = pl.read_parquet(wh.features_inputs_file(tokenization))
+    inputs = exact.read_parquet(wh.features_inputs_file(tokenization))
     shards = [dict(asset=f"{tokenization}_features", date="", path=f, content_hash=file_sha256(f)) for f in files]
     shards += [{**row, "path": Path(row["path"])} for row in inputs.iter_rows(named=True)]
     result = Predictions(frame, shards, [t for t in tickers if t not in present])

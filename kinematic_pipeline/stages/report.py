@@ -12,6 +12,7 @@ from pathlib import Path
 
 import polars as pl
 
+from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.backtest.metrics import conventions
 from kinematic_pipeline.config import EvalConfig, Settings
 from kinematic_pipeline.folds import walk_forward
@@ -199,9 +200,9 @@ def load_bars_and_kinematics(settings: Settings, ticker: str, days: list[dt.date
     """Raw bars and end-of-window spline kinematics of one ticker on ``days`` (from the shards)."""
     wh, bars, kin = settings.warehouse, [], []
     for day in days:
-        raw = pl.read_parquet(wh.shard(RAW_OHLCV, day)).filter(pl.col("ticker") == ticker)
+        raw = exact.read_parquet(wh.shard(RAW_OHLCV, day)).filter(pl.col("ticker") == ticker)
         bars.append(raw.select("ticker", "date", "open", "high", "low", "close", "volume"))
-        tokens = pl.read_parquet(wh.shard(SPLINE_TOKENS, day), columns=["ticker", "date", "tokens"]).filter(
+        tokens = exact.read_parquet(wh.shard(SPLINE_TOKENS, day), columns=["ticker", "date", "tokens"]).filter(
             pl.col("ticker") == ticker
         )
         if tokens.height:
@@ -263,7 +264,7 @@ def materialize_report(settings: Settings, extra_context: dict[str, str] | None 
     if not (tables_dir / CONTEXT_FILE).exists():
         raise FileNotFoundError(f"no tables under {tables_dir}: materialize paper_tables first")
     built = {
-        ALL_TITLES[name]: pl.read_parquet(tables_dir / f"{name}.parquet")
+        ALL_TITLES[name]: exact.read_parquet(tables_dir / f"{name}.parquet")
         for name in ALL_TITLES
         if name != "per_fold" or (tables_dir / f"{name}.parquet").exists()  # walk-forward runs only
     }

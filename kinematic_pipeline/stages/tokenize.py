@@ -25,6 +25,7 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from kinematic_pipeline import __version__
+from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.atomic_files import combined_hash, digest
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import Settings
@@ -81,8 +82,8 @@ def load_panel(settings: Settings, first_day: dt.date, last_day: dt.date) -> Pan
             raise FileNotFoundError(
                 f"raw_ohlcv partition {day} is not materialized (no {path}); materialize raw_ohlcv for it first"
             )
-    hashes = pl.read_parquet(manifests, columns=["content_hash"])["content_hash"].to_list()
-    bars = pl.read_parquet(paths, columns=["ticker", "date", "close", "volume", "volume_missing"])
+    hashes = exact.read_parquet(manifests, columns=["content_hash"])["content_hash"].to_list()
+    bars = exact.read_parquet(paths, columns=["ticker", "date", "close", "volume", "volume_missing"])
     _raise_on_non_finite(bars, wh)
     tickers = sorted(bars["ticker"].unique().to_list())
     s_index = {d: k for k, d in enumerate(sessions)}

@@ -13,11 +13,11 @@ import warnings
 from pathlib import Path
 
 import lightning as L
-import polars as pl
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
+from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.config import TrainConfig
 from kinematic_pipeline.training.data import EpochSeed
 
@@ -140,7 +140,7 @@ def loss_curves(metrics_csv: Path) -> tuple[list[tuple[int, float]], list[tuple[
     """(step, train loss) and (epoch, val loss) from the CSV log."""
     if not metrics_csv.exists():
         return [], []
-    frame = pl.read_csv(metrics_csv, infer_schema_length=None)
+    frame = exact.read_csv(metrics_csv, infer_schema_length=None)
 
     def pairs(x: str, y: str) -> list[tuple[int, float]]:
         if y not in frame.columns:
