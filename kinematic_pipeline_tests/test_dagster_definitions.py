@@ -75,7 +75,7 @@ def test_raw_ohlcv_materializes_in_process_over_a_range_of_days(ci_settings):
     assert meta["rows_read"].value == meta["rows_kept"].value + meta["rows_quarantined"].value
     assert len(meta["content_hash"].value) == 64
     checks = result.get_asset_check_evaluations()
-    assert len(checks) == 4 and all(c.passed for c in checks)
+    assert len(checks) == 6 and all(c.passed for c in checks)  # the contract (4) and the quality warnings (2)
     days = query(ci_settings.warehouse, "SELECT DISTINCT date FROM raw_ohlcv ORDER BY 1")["date"]
     assert days.len() == 23 and days.max() <= SHORT_END
     assert isinstance(days, pl.Series)

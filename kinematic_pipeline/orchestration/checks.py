@@ -6,10 +6,11 @@ serialized in each row, which is quadratic in a 5,787-day single-run backfill.
 """
 
 import dagster as dg
+import polars as pl
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.orchestration.partitions import run_days
-from kinematic_pipeline.stages.ingest import verify_raw_ohlcv
+from kinematic_pipeline.stages.ingest import data_quality, verify_raw_ohlcv
 from kinematic_pipeline.warehouse import RAW_OHLCV
 
 RAW_CHECKS = (
@@ -17,6 +18,16 @@ RAW_CHECKS = (
     ("unique_ticker_date", "(ticker, date) is unique."),
     ("no_date_after_partition", "No kept row is dated after its trading-day partition."),
     ("kept_plus_quarantined_equals_read", "Every row read is kept or quarantined: nothing is dropped."),
+)
+
+
+QUALITY_CHECKS = (
+    (
+        "no_unadjusted_split",
+        "No overnight close move beyond x1.8 (either way) while the volume stays within 0.5-2x its 20-session median "
+        "(an unadjusted split moves the price, not the volume; news moves both). Warns with ticker and date.",
+    ),
+    ("no_ticker_case_variants", "No two tickers that differ only by case (AAPL and aapl). Warns with the names."),
 )
 
 
@@ -36,4 +47,30 @@ def build_ingest_checks(settings: Settings) -> list[dg.AssetChecksDefinition]:
                 metadata={"detail": text, "days_checked": len(days)},
             )
 
-    return [raw_ohlcv_contract]
+    @dg.multi_asset_check(
+        specs=[
+            dg.AssetCheckSpec(name, asset=RAW_OHLCV, description=desc, blocking=False) for name, desc in QUALITY_CHECKS
+        ],
+        name="raw_ohlcv_quality",
+        description="Data quality a quant expects, as warnings (the bars stay): suspected unadjusted splits, "
+        "tickers that differ only by case. On the run's trading days (all days when run alone).",
+    )
+    def raw_ohlcv_quality(context: dg.AssetCheckExecutionContext):
+        from kinematic_pipeline.report.markdown import markdown_table
+
+        days = run_days(context.run.tags) or settings.warehouse.manifest_days(RAW_OHLCV)
+        for name, (passed, text, rows) in data_quality(settings, days).items():
+            table = markdown_table(pl.DataFrame(rows[:50])) if rows else "-"
+            yield dg.AssetCheckResult(
+                asset_key=RAW_OHLCV,
+                check_name=name,
+                passed=bool(passed),
+                severity=dg.AssetCheckSeverity.WARN,
+                metadata={
+                    "detail": text,
+                    "flagged": dg.MetadataValue.md(table),
+                    "days_checked": len(days),
+                },
+            )
+
+    return [raw_ohlcv_contract, raw_ohlcv_quality]

@@ -58,11 +58,23 @@ class FileSource(LoadedOnce):
         return self._all()
 
 
-def _normalize_names(frame: pl.DataFrame) -> pl.DataFrame:
-    renamed = {}
+def _normalize_names(frame: pl.DataFrame, path: Path) -> pl.DataFrame:
+    """Column names matched case-insensitively, spaces as underscores, aliases resolved; two columns that become
+    one name (``Close`` and ``close ``, or a repeated header) are a ValueError naming the file and both."""
+    renamed: dict[str, str] = {}
     for col in frame.columns:
         key = col.strip().lower().replace(" ", "_")
+        key = key.split("_duplicated_")[0]  # polars renames a repeated CSV header "x" to "x_duplicated_0"
         renamed[col] = _ALIASES.get(key, key)
+    seen: dict[str, str] = {}
+    for col, name in renamed.items():
+        if name in seen:
+            original = col.split("_duplicated_")[0]
+            raise ValueError(
+                f"{path}: duplicate column {name!r} (columns {seen[name]!r} and {original!r}): which one holds the "
+                "bars is ambiguous. Hint: remove or rename one of them"
+            )
+        seen[name] = col
     return frame.rename(renamed)
 
 
@@ -85,7 +97,7 @@ def _read_parquet(path: Path) -> pl.DataFrame:
         raise ValueError(
             f"{path}: not a readable Parquet file (truncated, or not Parquet): {_first_line(exc)}"
         ) from exc
-    frame = _with_ticker(_normalize_names(frame), path)
+    frame = _with_ticker(_normalize_names(frame, path), path)
     missing = [c for c in ("date", *VALUE_COLUMNS) if c not in frame.columns]
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)} (have {', '.join(frame.columns)})")
@@ -104,8 +116,9 @@ def _read_parquet(path: Path) -> pl.DataFrame:
         _raise_on_null_dates(frame, frame, path, first_row=1)
     else:
         raise ValueError(f"{path}: column 'date' has type {dtype}; expected a date, a timestamp or YYYY-MM-DD text")
-    numeric = [pl.col(c).cast(pl.Float64, strict=False) for c in _NUMERIC if c in frame.columns]
-    return frame.with_columns(*numeric)
+    text = [c for c in _NUMERIC if c in frame.columns and frame.schema[c] == pl.String]  # numbers stored as text
+    numeric = [pl.col(c).cast(pl.Float64, strict=False) for c in _NUMERIC if c in frame.columns and c not in text]
+    return _parse_numbers(frame.with_columns(*numeric), text)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -186,7 +199,7 @@ def _read_csv(path: Path) -> pl.DataFrame:
             ticker_from_header = next((v for v in first[1:] if v), None)
             text = text.slice(2).rename({text.columns[0]: "date"})
             first_row = 4
-    text = _normalize_names(text)
+    text = _normalize_names(text, path)
     missing = [c for c in ("date", *VALUE_COLUMNS) if c not in text.columns]
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)} (have {', '.join(text.columns)})")
@@ -195,20 +208,21 @@ def _read_csv(path: Path) -> pl.DataFrame:
     text = _with_provenance(_with_ticker(text, path), path)
 
     numeric = [c for c in _NUMERIC if c in text.columns]
-    parsed = text.with_columns(
-        _parse_dates(text, path, first_row),
-        *[pl.col(c).str.strip_chars().cast(pl.Float64, strict=False).alias(c) for c in numeric],
-    )
-    # Keep the original text of every value that failed to parse (empty cells are plain missing values).
+    return _parse_numbers(text.with_columns(_parse_dates(text, path, first_row)), numeric)
+
+
+def _parse_numbers(text: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
+    """``columns`` (text) parsed as numbers; the original text of every value that failed to parse goes to
+    ``raw_text`` as ``column=text`` (empty cells are plain missing values), so its quarantine row shows it."""
+    parsed = text.with_columns(*[pl.col(c).str.strip_chars().cast(pl.Float64, strict=False).alias(c) for c in columns])
     failures = [
-        pl.when(pl.col(f"__{c}").is_null() & text_col.is_not_null() & (text_col.str.strip_chars() != ""))
+        pl.when(parsed[c].is_null() & text_col.is_not_null() & (text_col.str.strip_chars() != ""))
         .then(pl.lit(f"{c}=") + text_col)
         .otherwise(None)
-        for c in numeric
-        for text_col in [pl.col(f"__text_{c}")]
+        for c in columns
+        for text_col in [text[c]]
     ]
-    joined = parsed.rename({c: f"__{c}" for c in numeric}).with_columns(
-        *[text[c].alias(f"__text_{c}") for c in numeric]
-    )
-    raw_text = joined.select(pl.concat_str(failures, separator=";", ignore_nulls=True).alias("raw_text"))["raw_text"]
+    if not failures:
+        return parsed.with_columns(pl.lit(None, pl.String).alias("raw_text"))
+    raw_text = text.select(pl.concat_str(failures, separator=";", ignore_nulls=True).alias("raw_text"))["raw_text"]
     return parsed.with_columns(raw_text.replace("", None).alias("raw_text"))

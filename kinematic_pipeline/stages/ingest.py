@@ -7,6 +7,7 @@ re-reads what was written, independently of the writer, for the asset checks.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass
 
 import polars as pl
@@ -275,5 +276,56 @@ def verify_raw_ohlcv(settings: Settings, days: list[dt.date]) -> dict[str, tuple
         "kept_plus_quarantined_equals_read": (
             stats["rows"] + quarantined == read,
             f"kept {stats['rows']} + quarantined {quarantined} vs read {read}",
+        ),
+    }
+
+
+SPLIT_MOVE = math.log(1.8)  # an overnight |ln(close / previous close)| beyond this (a 2:1 split is ln 2) ...
+SPLIT_VOLUME_BAND = (0.5, 2.0)  # ... with the day's volume within this band of its previous 20 sessions' median
+
+
+def data_quality(settings: Settings, days: list[dt.date]) -> dict[str, tuple[bool, str, list[dict]]]:
+    """Data-quality warnings on the kept bars of ``days`` (and the 20 sessions before them, for the moves):
+    {check: (passed, description, flagged rows)}: overnight moves an unadjusted split would leave (a big move
+    without the volume change real news brings), and tickers that differ only by case."""
+    wh = settings.warehouse
+    held = [d for d in wh.manifest_days(RAW_OHLCV) if d <= max(days)] if days else []
+    first = sorted(set(days))[0] if days else None
+    before = [d for d in held if d < first][-20:] if first else []
+    files = [wh.shard(RAW_OHLCV, d) for d in [*before, *sorted(set(days))] if wh.shard(RAW_OHLCV, d).exists()]
+    if not files:
+        return {"no_unadjusted_split": (True, "no bars", []), "no_ticker_case_variants": (True, "no bars", [])}
+    bars = exact.scan_parquet(files).select("ticker", "date", "close", "volume").sort("ticker", "date").collect()
+    moves = (
+        bars.with_columns(
+            (pl.col("close") / pl.col("close").shift(1)).log().over("ticker").alias("move"),
+            pl.col("volume").shift(1).rolling_median(20, min_samples=5).over("ticker").alias("median_volume"),
+        )
+        .with_columns((pl.col("volume") / pl.col("median_volume")).alias("volume_ratio"))
+        .filter(
+            pl.col("date").is_in(days)
+            & (pl.col("move").abs() > SPLIT_MOVE)
+            & pl.col("volume_ratio").is_between(*SPLIT_VOLUME_BAND)
+        )
+        .select("ticker", "date", (pl.col("move").exp()).round(3).alias("close_ratio"), pl.col("volume_ratio").round(2))
+    )
+    names = bars["ticker"].unique().sort()
+    folded = pl.DataFrame({"ticker": names, "key": names.str.to_uppercase()})
+    variants = folded.filter(pl.col("key").is_duplicated()).group_by("key").agg(pl.col("ticker").sort()).sort("key")
+    flagged_moves = [{**r, "date": str(r["date"])} for r in moves.head(50).iter_rows(named=True)]
+    cases = [{"tickers": ", ".join(t)} for t in variants["ticker"].to_list()]
+    move_text = "; ".join(f"{r['ticker']} {r['date']}: close x{r['close_ratio']}" for r in flagged_moves[:10])
+    return {
+        "no_unadjusted_split": (
+            moves.height == 0,
+            f"{moves.height} overnight move(s) beyond x{math.exp(SPLIT_MOVE):.1f} without a volume change "
+            f"(an unadjusted split?){': ' + move_text if move_text else ''}",
+            flagged_moves,
+        ),
+        "no_ticker_case_variants": (
+            variants.height == 0,
+            f"{variants.height} ticker(s) that differ only by case"
+            + (": " + "; ".join(c["tickers"] for c in cases[:10]) if cases else ""),
+            cases,
         ),
     }
