@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import re
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +26,6 @@ def sql_str(text: str) -> str:
 @contextlib.contextmanager
 def catalog_connection(warehouse: Path, read_only: bool = False, timeout_s: float = 120.0) -> Iterator:
     """A DuckDB connection to the catalog; writers hold an exclusive file lock (one writer at a time)."""
-    import duckdb
 
     warehouse = Path(warehouse)
     warehouse.mkdir(parents=True, exist_ok=True)
@@ -40,7 +41,7 @@ def catalog_connection(warehouse: Path, read_only: bool = False, timeout_s: floa
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"catalog {catalog_file(warehouse)} stayed locked for {timeout_s:.0f}s") from exc
                 time.sleep(0.05)
-        con = duckdb.connect(str(catalog_file(warehouse)), read_only=read_only)
+        con = _connect(warehouse, read_only)
         try:
             # The views' globs are relative to the warehouse: a copied or moved warehouse reads its own files.
             con.execute(f"SET file_search_path = {sql_str(str(warehouse.resolve()))}")
@@ -71,6 +72,82 @@ def catalog_file(warehouse: Path) -> Path:
     return folder / "catalog.duckdb"
 
 
+def _connect(warehouse: Path, read_only: bool):
+    """A connection to the catalog; a catalog file DuckDB cannot open (a disk that filled while it was written, a
+    stray edit) is moved aside and rebuilt from the shards, since it holds only views (one line says so)."""
+    import duckdb
+
+    path = catalog_file(warehouse)
+    try:
+        return duckdb.connect(str(path), read_only=read_only)
+    except duckdb.Error as exc:
+        if not path.exists() or "lock" in str(exc).lower():
+            raise
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        kept = path.with_name(f"{path.name}.damaged-{stamp}")
+        path.rename(kept)
+        wal = path.with_name(path.name + ".wal")
+        if wal.exists():
+            wal.rename(kept.with_name(kept.name + ".wal"))
+        con = duckdb.connect(str(path))
+        from kinematic_pipeline.warehouse import rebuild_views
+
+        con.execute(f"SET file_search_path = {sql_str(str(Path(warehouse).resolve()))}")
+        views = rebuild_views(Path(warehouse), con)
+        print(
+            f"catalog {path} could not be opened ({_first_line(exc)}): moved to {kept.name}; rebuilt "
+            f"{len(views)} view(s) from the shards ({', '.join(views[:8])}{'...' if len(views) > 8 else ''})",
+            file=sys.stderr,
+        )
+        if read_only:
+            con.close()
+            return duckdb.connect(str(path), read_only=True)
+        return con
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+DAMAGED_DIR = "_damaged"  # where a file DuckDB cannot read is moved (with its day unit or manifest)
+_FILE_IN_ERROR = re.compile(r"""(?:File|file) ['"]([^'"]+\.parquet)['"]""")
+
+
+def create_view(con, warehouse: Path, view: str, body: str, attempts: int = 50) -> list[str]:
+    """``CREATE OR REPLACE VIEW view AS body``; a Parquet file under the warehouse that DuckDB cannot read (zero
+    bytes, truncated) never locks the view: it is moved aside (``warehouse.quarantine_damaged``: its whole day
+    unit, or the shard with its manifest) and the view is created without it. Returns what was moved."""
+    import duckdb
+
+    moved: list[str] = []
+    for _ in range(attempts):
+        try:
+            con.execute(f'CREATE OR REPLACE VIEW "{view}" AS {body}')
+            return moved
+        except duckdb.Error as exc:
+            match = _FILE_IN_ERROR.search(str(exc))
+            path = Path(match.group(1)) if match else None
+            if path is not None and not path.is_absolute():
+                path = Path(warehouse).resolve() / path
+            if path is None or not _unreadable(path):
+                raise
+            from kinematic_pipeline.warehouse import quarantine_damaged
+
+            moved.append(quarantine_damaged(Path(warehouse), path, _first_line(exc)))
+    raise RuntimeError(f"view {view}: more than {attempts} damaged files under {warehouse}")
+
+
+def _unreadable(path: Path) -> bool:
+    """Whether ``path`` is a Parquet file no reader can open (its footer is missing or damaged)."""
+    try:
+        pl.read_parquet_schema(path)
+    except FileNotFoundError:
+        return False
+    except Exception:
+        return True
+    return False
+
+
 def _sql_schema(schema: dict[str, pl.DataType]) -> str:
     types = {
         pl.String: "VARCHAR",
@@ -99,7 +176,7 @@ def refresh_view(warehouse: Path, view: str, directory: Path, schema: dict[str, 
     else:
         body = f"SELECT {_sql_schema(schema)} WHERE false"
     with catalog_connection(warehouse) as con:
-        con.execute(f'CREATE OR REPLACE VIEW "{view}" AS {body}')
+        create_view(con, warehouse, view, body)
 
 
 def query(warehouse: Path, sql: str, params: list | None = None) -> pl.DataFrame:
