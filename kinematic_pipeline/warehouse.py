@@ -8,6 +8,7 @@ files are ``atomic_files.py``, the DuckDB catalog ``catalog.py``. No dagster her
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -194,12 +195,54 @@ class Warehouse:
         for none; their hashes go to ``<member>_hash``, "" for none) and the manifest are written to a
         staging folder and swapped in by one atomic rename: readers see the old day or the new one, whole.
         """
-        if asset in DAY_UNITS:
-            return self._write_unit(asset, day, frame, record, manifest_schema, compression, companions or {})
-        record = {**record, "content_hash": self.write(frame, self.shard(asset, day), compression)}
-        row = {k: record[k] for k in manifest_schema}
-        self.write(pl.DataFrame([row], schema=manifest_schema), self.manifest(asset, day))
-        return record
+        with self.day_lock(asset, day):  # one writer of a day at a time: no interleaved unit, no lost staging
+            if asset in DAY_UNITS:
+                return self._write_unit(asset, day, frame, record, manifest_schema, compression, companions or {})
+            record = {**record, "content_hash": self.write(frame, self.shard(asset, day), compression)}
+            row = {k: record[k] for k in manifest_schema}
+            self.write(pl.DataFrame([row], schema=manifest_schema), self.manifest(asset, day))
+            return record
+
+    @contextlib.contextmanager
+    def day_lock(self, asset: str, day: dt.date | str, timeout_s: float = 600.0):
+        """An exclusive lock on one day of ``asset`` (``.locks/<asset>/<day>.lock``) for as long as it is written:
+        two runs over the same partitions (a schedule and a manual backfill) write a day one after the other;
+        the second says once whom it waits for (pid, host, since) and stops after ``timeout_s`` naming them."""
+        import fcntl
+        import socket
+        import sys
+        import time
+
+        folder = self.root / ".locks" / asset
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{day}.lock"
+        with open(path, "a+") as handle:
+            deadline, told = time.monotonic() + timeout_s, False
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    holder = path.read_text().strip() or "another process"
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(
+                            f"{asset} {day} is still being written by {holder} after {timeout_s:.0f} s"
+                        ) from None
+                    if not told:
+                        print(f"{asset} {day} is being written by {holder}: waiting", file=sys.stderr)
+                        told = True
+                    time.sleep(0.05)
+            try:
+                handle.seek(0)
+                handle.truncate()
+                handle.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%H:%M:%S')}")
+                handle.flush()
+                yield
+            finally:
+                handle.seek(0)
+                handle.truncate()
+                handle.flush()
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def _write_unit(self, asset, day, frame, record, manifest_schema, compression, companions) -> dict:
         members = DAY_UNITS[asset]

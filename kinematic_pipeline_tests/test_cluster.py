@@ -7,12 +7,19 @@ SQLite instance, another warehouse); Postgres holds exactly one materialization 
 kill leaves no partial shard visible (every *.parquet reads; leftovers are `.<name>.*.tmp` only) and re-running
 the failed partitions writes the same bytes. The servers and workers are stopped at the end, also on failure.
 
+Then one fold of the training grid (the ci profile's first fold, its seeds, two taus: independent runs, all at
+once) on two more workers, with the concurrency pool of deploy/postgres/dagster.yaml (`concurrency.pools`,
+default_limit 1: one GPU): from the event log's STEP_START / STEP_SUCCESS times, no two training steps
+(foundations, adapters: the pool kinematic_pipeline/training) ever ran at once, while the runs' other steps
+(predictions, backtests) ran beside them; the instance's slot table showed a training step waiting for the slot.
+
     pytest -m e2e kinematic_pipeline_tests/test_cluster.py     (as root on Debian: apt-get installs
                                                                           postgresql / redis-server if missing)
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import os
@@ -24,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -32,6 +40,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from kinematic_pipeline.calendar import trading_days
+from kinematic_pipeline.config import load_settings
+from kinematic_pipeline.folds import fold_names
+from kinematic_pipeline.orchestration.assets_models import TRAINING_POOL
+from kinematic_pipeline.orchestration.partitions import policy_key
+from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.warehouse import Warehouse
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +53,11 @@ FIRST, LAST = "2021-01-04", "2021-06-25"  # 121 sessions
 HALVES = ((FIRST, "2021-03-31"), ("2021-04-01", LAST))  # 61 + 60 sessions, one run each
 TOKENS = ("spline_tokens", "fd_tokens", "raw_tokens")
 ASSETS = ("raw_ohlcv", *TOKENS)
+# The grid: one fold (the ci profile's first), its seeds, two taus, of the ci profile's cheapest model (a
+# PatchTST foundation or adapter trains in seconds on a CPU); what it reads is built in-process first.
+GRID_VARIANT, GRID_TAUS = "patchtst", (0.01, 0.02)
+GRID_UPSTREAM = "raw_ohlcv,alpha_estimates,spline_tokens,raw_tokens,labels,raw_window_store"
+TRAINING_STEPS = (f"{GRID_VARIANT}_foundation", f"{GRID_VARIANT}_adapter")  # the steps of TRAINING_POOL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -77,13 +95,13 @@ def servers(request):
     return settings
 
 
-def _base_env(warehouse: Path, home: Path) -> dict[str, str]:
+def _base_env(warehouse: Path, home: Path, end: str | None = LAST) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KP_", "DAGSTER_"))}
     env.update(
         DAGSTER_HOME=str(home),
         KP_PROFILE="ci",
         KP_WAREHOUSE=str(warehouse),
-        KP_END_DATE=LAST,
+        **({"KP_END_DATE": end} if end else {}),  # None: the ci profile's whole history
         PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
         PATH=os.pathsep.join([str(BIN), os.environ.get("PATH", "")]),  # dagster-celery starts `celery` by PATH
     )
@@ -102,10 +120,20 @@ def cluster(servers, tmp_path_factory):
     with dg.DagsterInstance.from_config(str(home)) as instance:  # create the schema once, before the processes
         instance.get_runs(limit=1)
 
+    try:
+        with _celery_workers(env, ("w1", "w2"), base) as (workers, logs):
+            yield {"env": env, "home": home, "warehouse": base / "warehouse", "workers": workers, "logs": logs}
+    finally:
+        os.environ.pop("DAGSTER_PG_URL", None)
+
+
+@contextlib.contextmanager
+def _celery_workers(env: dict[str, str], names: tuple[str, ...], base: Path) -> Iterator[tuple[dict, dict]]:
+    """Celery workers (concurrency 1 each) with `env`, ready; stopped at the end, also on failure."""
     workers: dict[str, subprocess.Popen] = {}
     logs: dict[str, Path] = {}
     try:
-        for name in ("w1", "w2"):
+        for name in names:
             logs[name] = base / f"worker-{name}.log"
             cmd = [str(BIN / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app"]
             cmd += ["-y", str(ROOT / "deploy/celery/run_config.yaml"), "-n", name, "--", "--concurrency=1"]
@@ -118,7 +146,7 @@ def cluster(servers, tmp_path_factory):
             assert time.monotonic() < deadline, "workers not ready:\n" + "\n".join(p.read_text() for p in logs.values())
             assert all(w.poll() is None for w in workers.values()), "a worker exited"
             time.sleep(0.5)
-        yield {"env": env, "home": home, "warehouse": base / "warehouse", "workers": workers, "logs": logs}
+        yield workers, logs
     finally:
         for proc in workers.values():  # warm shutdown, then SIGKILL what is left of each worker's process group
             if proc.poll() is None:
@@ -129,13 +157,13 @@ def cluster(servers, tmp_path_factory):
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=30)
-        os.environ.pop("DAGSTER_PG_URL", None)
 
 
-def _launch(env: dict[str, str], select: str, start: str, end: str, log: Path) -> tuple[subprocess.Popen, Path]:
+def _launch(env: dict[str, str], select: str, start: str, end: str | None, log: Path) -> tuple[subprocess.Popen, Path]:
+    """A run through the Celery code location: the partitions start...end, or the one partition `start`."""
     cmd = [str(BIN / "dagster"), "asset", "materialize", "-f", str(ROOT / "deploy/celery/code_location.py")]
     cmd += ["-c", str(ROOT / "deploy/celery/run_config.yaml"), "--select", select]
-    cmd += ["--partition-range", f"{start}...{end}"]
+    cmd += ["--partition", start] if end is None else ["--partition-range", f"{start}...{end}"]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT), log
 
 
@@ -170,23 +198,19 @@ def _busy_pool_process(cluster: dict, since: dict[str, int]) -> tuple[str, psuti
     raise LookupError
 
 
-def _reference_shards(tmp_path: Path) -> dict[str, str]:
+def _in_process(home: Path, warehouse: Path, select: str, end: str | None = LAST) -> None:
     """The default path: `python -m kinematic_pipeline materialize`, in-process runs, SQLite instance."""
-    home = tmp_path / "ref_home"
     home.mkdir()
     text = (ROOT / "dagster.yaml").read_text().replace("base_dir: warehouse/", f"base_dir: {home}/")
     (home / "dagster.yaml").write_text(text)
-    env = _base_env(tmp_path / "ref_warehouse", home)
-    cmd = [
-        sys.executable,
-        "-m",
-        "kinematic_pipeline",
-        "materialize",
-        "--select",
-        " or ".join(f"key:{a}" for a in ASSETS),
-    ]
+    env = _base_env(warehouse, home, end)
+    cmd = [sys.executable, "-m", "kinematic_pipeline", "materialize", "--select", select]
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+
+def _reference_shards(tmp_path: Path) -> dict[str, str]:
+    _in_process(tmp_path / "ref_home", tmp_path / "ref_warehouse", " or ".join(f"key:{a}" for a in ASSETS))
     return _shards(tmp_path / "ref_warehouse")
 
 
@@ -277,3 +301,168 @@ def test_celery_workers_on_postgres_backfill_the_same_bytes_and_survive_a_killed
     for name, log in cluster["logs"].items():
         assert " succeeded in " in log.read_text(), f"worker {name} ran no step"
     print("timings (s):", {k: round(v, 1) for k, v in timings.items()}, "killed:", killed)
+
+
+# --- one fold of the training grid, in parallel runs, through the training pool --------------------------------
+
+
+def _grid() -> tuple[str, list[str], list[str]]:
+    """The ci profile's first fold, and its partitions: foundations by seed, adapters by (seed, tau)."""
+    settings = load_settings("ci", env={})
+    fold = fold_names(settings)[0]
+    seeds = settings.train.seeds
+    pretrain = [Policy(GRID_VARIANT, s, None, fold).seed_key for s in seeds]
+    finetune = [str(policy_key(Policy(GRID_VARIANT, s, tau, fold))) for s in seeds for tau in GRID_TAUS]
+    return fold, pretrain, finetune
+
+
+def _database(url: str, name: str) -> str:
+    """A new database `name` on the server of `url` (the grid's instance, apart from the backfill's)."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    finally:
+        engine.dispose()
+    return f"{url.rsplit('/', 1)[0]}/{name}"
+
+
+@contextlib.contextmanager
+def _instance(home: Path, pg_url: str) -> Iterator[dg.DagsterInstance]:
+    """The instance of `home` (deploy/postgres/dagster.yaml reads DAGSTER_PG_URL when it opens)."""
+    before = os.environ.get("DAGSTER_PG_URL")
+    os.environ["DAGSTER_PG_URL"] = pg_url
+    try:
+        instance = dg.DagsterInstance.from_config(str(home))
+    finally:
+        if before is None:
+            os.environ.pop("DAGSTER_PG_URL")
+        else:
+            os.environ["DAGSTER_PG_URL"] = before
+    with instance:
+        yield instance
+
+
+@pytest.fixture(scope="module")
+def grid_cluster(servers, tmp_path_factory):
+    """Its own instance (deploy/postgres/dagster.yaml in another database of the server: the pool's limit is
+    its concurrency.pools.default_limit), its own broker databases and two workers on the ci profile's whole
+    history (the folds' training and test days), so nothing is shared with the backfill's workers."""
+    base = tmp_path_factory.mktemp("grid")
+    home = base / "dagster_home"
+    home.mkdir()
+    shutil.copy(ROOT / "deploy" / "postgres" / "dagster.yaml", home / "dagster.yaml")
+    broker, backend = (servers[k].rsplit("/", 1)[0] for k in ("KP_CELERY_BROKER", "KP_CELERY_BACKEND"))
+    settings = {
+        "DAGSTER_PG_URL": _database(servers["DAGSTER_PG_URL"], "dagster_grid"),
+        "KP_CELERY_BROKER": f"{broker}/2",
+        "KP_CELERY_BACKEND": f"{backend}/3",
+    }
+    env = {**_base_env(base / "warehouse", home, end=None), **settings}
+    with _instance(home, settings["DAGSTER_PG_URL"]) as instance:  # create the schema once, before the processes
+        instance.get_runs(limit=1)
+    with _celery_workers(env, ("g1", "g2"), base) as (workers, logs):
+        yield {
+            "env": env,
+            "home": home,
+            "warehouse": base / "warehouse",
+            "base": base,
+            "logs": logs,
+            "pg_url": settings["DAGSTER_PG_URL"],
+        }
+
+
+def _run_all(grid: dict, select: str, partitions: list[str], tmp_path: Path, storage, seen: dict) -> None:
+    """One run per partition, all at once; the pool's slots polled until every run has ended."""
+    runs = [
+        _launch(grid["env"], select, key, None, tmp_path / f"run-{key.replace('|', '_')}.log") for key in partitions
+    ]
+    while any(proc.poll() is None for proc, _ in runs):
+        info = storage.get_concurrency_info(TRAINING_POOL)
+        seen["claimed"] = max(seen["claimed"], len(info.claimed_slots))
+        seen["waiting"] = max(seen["waiting"], sum(s.assigned_timestamp is None for s in info.pending_steps))
+        time.sleep(0.2)
+    for code, output in map(_wait, runs):
+        assert code == 0, output[-4000:]
+
+
+def _step_intervals(instance: dg.DagsterInstance) -> list[tuple[str, str, float, float]]:
+    """(run id, step key, STEP_START time, STEP_SUCCESS time) of every step of every run of the instance."""
+    types = {dg.DagsterEventType.STEP_START, dg.DagsterEventType.STEP_SUCCESS}
+    intervals = []
+    for run in instance.get_runs():
+        times: dict[str, dict] = {}
+        for entry in instance.all_logs(run.run_id, of_type=types):
+            times.setdefault(entry.step_key, {})[entry.dagster_event.event_type] = entry.timestamp
+        for step, at in times.items():
+            assert set(at) == types, (run.run_id, step, at)
+            intervals.append(
+                (run.run_id, step, at[dg.DagsterEventType.STEP_START], at[dg.DagsterEventType.STEP_SUCCESS])
+            )
+    return sorted(intervals, key=lambda i: i[2])
+
+
+def test_one_fold_of_the_training_grid_runs_in_parallel_with_one_training_step_at_a_time(grid_cluster, tmp_path):
+    fold, pretrain, finetune = _grid()
+    assert len(pretrain) >= 2, "the ci profile's grid of seeds"
+    warehouse, timings = grid_cluster["warehouse"], {}
+
+    started = time.perf_counter()  # what training reads: tokens, labels, the window store (in-process)
+    _in_process(tmp_path / "upstream_home", warehouse, GRID_UPSTREAM, end=None)
+    timings["upstream (in-process)"] = time.perf_counter() - started
+
+    seen = {"claimed": 0, "waiting": 0}
+    with _instance(grid_cluster["home"], grid_cluster["pg_url"]) as instance:
+        storage = instance.event_log_storage
+        assert storage.supports_global_concurrency_limits
+        assert instance.get_concurrency_config().pool_config.default_pool_limit == 1  # deploy/postgres/dagster.yaml
+
+        # The fold's foundations (one run per seed), then its policies (one run per seed and tau: the adapter,
+        # its predictions and backtests), each stage's runs all at once on the two workers.
+        started = time.perf_counter()
+        _run_all(grid_cluster, f"{GRID_VARIANT}_foundation", pretrain, tmp_path, storage, seen)
+        timings["foundations"] = time.perf_counter() - started
+        started = time.perf_counter()
+        select = ",".join(f"{GRID_VARIANT}_{a}" for a in ("adapter", "predictions", "backtests", "margin_backtests"))
+        _run_all(grid_cluster, select, finetune, tmp_path, storage, seen)
+        timings["adapters + evaluation"] = time.perf_counter() - started
+
+        info = storage.get_concurrency_info(TRAINING_POOL)
+        assert info.slot_count == 1 and info.using_default_limit, info  # concurrency.pools.default_limit
+        assert not info.claimed_slots and not info.pending_steps, info  # every slot given back
+        # The pool's row exists: what a first claim racing another, or a changed default_limit, meets. Dagster's
+        # own initialization fails the run there on Postgres (dagster-io/dagster#33552); cluster.py's does not.
+        assert storage.initialize_concurrency_limit_to_default(TRAINING_POOL)
+        assert storage.get_concurrency_info(TRAINING_POOL).slot_count == 1
+        # More GPUs: the documented command; an explicit limit replaces the default one.
+        cmd = [str(BIN / "dagster"), "instance", "concurrency", "set", TRAINING_POOL, "2"]
+        out = subprocess.run(cmd, cwd=ROOT, env=grid_cluster["env"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        info = storage.get_concurrency_info(TRAINING_POOL)
+        assert info.slot_count == 2 and not info.using_default_limit, info
+        intervals = _step_intervals(instance)
+        runs = instance.get_runs()
+        assert len(runs) == len(pretrain) + len(finetune)
+        assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
+        for asset, keys in ((f"{GRID_VARIANT}_foundation", pretrain), (f"{GRID_VARIANT}_adapter", finetune)):
+            records = instance.fetch_materializations(dg.AssetKey(asset), limit=1000).records
+            assert sorted(r.partition_key for r in records) == sorted(keys), asset
+
+    t0 = intervals[0][2]
+    print(f"fold {fold}: {len(runs)} runs")
+    for run_id, step, start, end in intervals:
+        print(f"  {start - t0:7.1f} .. {end - t0:7.1f} s  {step:<28} run {run_id[:8]}")
+    training = [i for i in intervals if i[1] in TRAINING_STEPS]
+    others = [i for i in intervals if i[1] not in TRAINING_STEPS]
+    assert len(training) == len(pretrain) + len(finetune), training
+    # At most one training step in flight at any time: each starts after the one before it ended.
+    for before, after in zip(training, training[1:]):
+        assert after[2] >= before[3], f"training steps overlap: {before} and {after}"
+    # The pool held training steps back (not only a busy worker), and only ever gave out its one slot.
+    assert seen["claimed"] <= 1 and seen["waiting"] >= 1, seen
+    # The runs' other steps were not held: some ran while a training step did.
+    beside = [(o[1], t[1]) for o in others for t in training if o[2] < t[3] and t[2] < o[3]]
+    assert beside, "no other step ran beside a training step"
+    print("timings (s):", {k: round(v, 1) for k, v in timings.items()}, "pool:", seen, "beside:", beside[:3])

@@ -18,7 +18,10 @@ def test_a_damaged_day_is_moved_aside_and_rewritten_and_a_damaged_catalog_rebuil
     wh = Warehouse(tmp_path / "warehouse")
     rows = wh.query("SELECT count(*) AS n FROM raw_ohlcv")["n"].item()
     days = wh.manifest_days("raw_ohlcv")
-    zero, cut = wh.unit_dir("raw_ohlcv", days[3]) / "bars.parquet", wh.unit_dir("raw_ohlcv", days[7]) / "manifest.parquet"
+    zero, cut = (
+        wh.unit_dir("raw_ohlcv", days[3]) / "bars.parquet",
+        wh.unit_dir("raw_ohlcv", days[7]) / "manifest.parquet",
+    )
     before = {p: file_sha256(p) for p in (zero, cut)}
     zero.write_bytes(b"")  # a disk that filled
     cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])  # a copy that stopped half-way

@@ -131,3 +131,36 @@ def test_manifest_rows_read_at_once_equal_the_day_by_day_rows_in_the_order_asked
     assert [r["windows"] for r in rows] == [2, 0, 3]
     assert wh.content_hashes("spline_tokens", asked) == [wh.content_hash("spline_tokens", d) for d in asked]
     assert wh.manifest_rows("spline_tokens", [], ["windows"]) == [] == wh.content_hashes("spline_tokens", [])
+
+
+_WRITER = """
+import datetime as dt, sys
+import polars as pl
+from kinematic_pipeline.warehouse import Warehouse
+wh, k = Warehouse(sys.argv[1]), int(sys.argv[2])
+day = dt.date(2021, 3, 1)
+schema = {"partition_date": pl.Date, "content_hash": pl.String, "quarantine_hash": pl.String}
+for i in range(int(sys.argv[3])):
+    frame = pl.DataFrame({"x": [float(k)] * (1 + i % 7)})
+    wh.write_shard("raw_ohlcv", day, frame, {"partition_date": day}, schema, companions={"quarantine": frame})
+"""
+
+
+def test_two_processes_writing_the_same_day_never_break_each_others_unit(tmp_path):
+    """Two runs over the same partitions (a schedule and a manual backfill): each day is written by one process
+    at a time (``Warehouse.day_lock``), so neither removes the other's staging folder as a stale one nor swaps a
+    unit in half-written; the day ends whole, its manifest naming its files' bytes."""
+    from kinematic_pipeline.warehouse import Warehouse
+
+    root = tmp_path / "warehouse"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _WRITER, str(root), str(k), "60"], stderr=subprocess.PIPE, text=True)
+        for k in (1, 2)
+    ]
+    errors = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    wh, day = Warehouse(root), dt.date(2021, 3, 1)
+    manifest = pl.read_parquet(wh.manifest("raw_ohlcv", day)).row(0, named=True)
+    assert manifest["content_hash"] == file_sha256(wh.shard("raw_ohlcv", day))
+    assert manifest["quarantine_hash"] == file_sha256(wh.shard("quarantine", day))
+    assert not list((root / "raw_ohlcv" / ".staging").iterdir())

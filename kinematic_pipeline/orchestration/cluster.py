@@ -77,6 +77,41 @@ else:
                 token_provider=get_token_provider_from_config(config_value),
             )
 
+        def initialize_concurrency_limit_to_default(self, concurrency_key: str) -> bool:
+            """A pool's first claim under ``concurrency.pools.default_limit`` (the training pool of the grid).
+
+            Dagster 1.13.27 inserts the pool's row, catches the duplicate key and updates it in the same
+            transaction, which Postgres has already aborted (dagster-io/dagster#33552): two runs claiming a pool
+            for the first time at once (the grid's runs), or a changed default_limit, fail the run. Here the
+            same row in one ``INSERT ... ON CONFLICT DO UPDATE``; a concurrent first claim waits on the row,
+            then sees its slots, so it never adds a second set."""
+            if (
+                not self.has_concurrency_limits_table
+                or not self.has_default_pool_limit_col
+                or not self.has_instance
+                or self._instance.global_op_concurrency_default_limit is None
+            ):
+                return super().initialize_concurrency_limit_to_default(concurrency_key)
+            from dagster._core.storage.event_log.schema import ConcurrencyLimitsTable
+            from sqlalchemy.dialects.postgresql import insert
+
+            self._reconcile_concurrency_limits_from_slots()
+            limit = self._instance.global_op_concurrency_default_limit
+            table = ConcurrencyLimitsTable
+            with self.index_transaction() as conn:
+                conn.execute(
+                    insert(table)
+                    .values(concurrency_key=concurrency_key, limit=limit, using_default_limit=True)
+                    .on_conflict_do_update(
+                        index_elements=[table.c.concurrency_key],
+                        set_={"limit": limit},
+                        where=table.c.limit != limit,
+                    )
+                )
+                conn.execute(table.select().where(table.c.concurrency_key == concurrency_key).with_for_update())
+                self._allocate_concurrency_slots(conn, concurrency_key, limit)
+            return True
+
     PostgresScheduleStorage = _checked(dagster_postgres.PostgresScheduleStorage)
 
 
