@@ -71,6 +71,10 @@ class StalePairError(ValueError):
     """A derived artefact was built from another version of its input than the one on disk now."""
 
 
+class CorruptShardError(ValueError):
+    """A shard's bytes differ from the sha256 its manifest recorded when it was written."""
+
+
 @dataclass(frozen=True)
 class Warehouse:
     """``$KP_WAREHOUSE``, every file in it by name.
@@ -174,6 +178,26 @@ class Warehouse:
         frame = exact.read_parquet([self.manifest(asset, d) for d in days], columns=["partition_date", *columns])
         by_day = {row.pop("partition_date"): row for row in frame.iter_rows(named=True)}
         return [by_day[d] for d in days]
+
+    def verified_shards(self, asset: str, days: list[dt.date]) -> list[Path]:
+        """The shards of ``asset`` on ``days``, each re-hashed and compared with its manifest's sha256 before it is
+        read (threads: hashing releases the GIL); ``CorruptShardError`` naming the file, both hashes and the
+        partition to re-materialize for the first whose bytes differ (a flipped bit, an edit, a truncation)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        paths = [self.shard(asset, d) for d in days]
+        recorded = self.content_hashes(asset, days)
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            actual = list(pool.map(lambda p: file_sha256(p) if p.exists() else "", paths))
+        for day, path, want, got in zip(days, paths, recorded, actual):
+            if want != got:
+                size = f"{path.stat().st_size:,} bytes" if path.exists() else "missing"
+                raise CorruptShardError(
+                    f"{path} ({size}) is not the file its manifest records (sha256 {got[:16] or '-'}, the manifest "
+                    f"says {want[:16]}): damaged or edited after it was written. Re-materialize {asset} for {day} "
+                    f"(python -m kinematic_pipeline materialize --select {asset})"
+                )
+        return paths
 
     def content_hashes(self, asset: str, days: list[dt.date]) -> list[str]:
         """``content_hash`` of many days, in their order."""

@@ -148,7 +148,7 @@ def build_window_store(settings: Settings, asset: str, progress: bool = True) ->
             header = {"descr": "<f4", "fortran_order": False, "shape": (total, N_TOKENS, N_CHANNELS)}
             np.lib.format.write_array_header_1_0(tokens_hash, header)
             for lo, hi in _chunks(counts, BUILD_CHUNK_WINDOWS):
-                paths = [wh.shard(asset, d) for d in days[lo:hi]]
+                paths = wh.verified_shards(asset, days[lo:hi])  # the bytes its manifests record, or nothing
                 frame = exact.read_parquet(paths, columns=["ticker", "date", "tokens"])
                 _check_rows(frame, asset, days[lo:hi], counts[lo:hi])
                 block = frame["tokens"].to_numpy().reshape(-1, N_TOKENS, N_CHANNELS).astype("<f4", copy=False)

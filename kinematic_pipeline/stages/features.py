@@ -99,7 +99,7 @@ def _test_rows(settings: Settings, asset: str, days: list[dt.date], progress: bo
     bar = tqdm(total=len(days), desc=f"{asset} features (test period)", unit="day", disable=not progress)
     for lo in range(0, len(days), TEST_DAYS_PER_READ):
         block = days[lo : lo + TEST_DAYS_PER_READ]
-        frame = exact.read_parquet([wh.shard(asset, d) for d in block], columns=["ticker", "date", "tokens"])
+        frame = exact.read_parquet(wh.verified_shards(asset, block), columns=["ticker", "date", "tokens"])
         if frame.height:
             tokens = frame["tokens"].to_numpy().reshape(-1, N_TOKENS, N_CHANNELS)
             parts.append(pl.concat([frame.select("ticker", "date"), _feature_frame(tokens, raw)], how="horizontal"))

@@ -141,7 +141,8 @@ def _test_windows(wh: Warehouse, asset: str, days: list[dt.date], tickers: list[
     if not days:  # no test day: an empty frame (tokens are then not read)
         return pl.DataFrame(schema={"ticker": pl.String, "date": pl.Date, "close": pl.Float64, label_col: pl.Int8})
     wanted = pl.col("ticker").is_in(tickers)
-    windows = exact.scan_parquet([wh.shard(asset, d) for d in days]).select("ticker", "date", "tokens").filter(wanted)
+    wh.verified_shards(RAW_OHLCV, days)  # a test day's bytes are its manifest's, or nothing is predicted
+    windows = exact.scan_parquet(wh.verified_shards(asset, days)).select("ticker", "date", "tokens").filter(wanted)
     # a raw_ohlcv day's bars: its partition is the folder's date (join on the file, not on the bar's date)
     day_of = pl.LazyFrame({"_file": [str(wh.shard(RAW_OHLCV, d)) for d in days], "date": days})
     closes = (

@@ -83,6 +83,7 @@ def load_panel(settings: Settings, first_day: dt.date, last_day: dt.date) -> Pan
                 f"raw_ohlcv partition {day} is not materialized (no {path}); materialize raw_ohlcv for it first"
             )
     hashes = exact.read_parquet(manifests, columns=["content_hash"])["content_hash"].to_list()
+    paths = wh.verified_shards(RAW_OHLCV, sessions)  # never read a day whose bytes are not its manifest's
     bars = exact.read_parquet(paths, columns=["ticker", "date", "close", "volume", "volume_missing"])
     _raise_on_non_finite(bars, wh)
     tickers = sorted(bars["ticker"].unique().to_list())
