@@ -46,6 +46,7 @@ LINK_ORDER = (
     "predictions",
     "predictions_validation",
     "predictions_inputs",
+    "predictions_model",
     "probe",
     "features",
     "adapter",
@@ -105,8 +106,13 @@ def provenance_frame(settings: Settings, policy: Policy, *, outputs: dict[str, P
     wh, variant = settings.warehouse, policy.variant
     rows: list[dict] = []
 
+    root = wh.root.resolve()
+
     def add(link: str, asset: str, path: Path, sha: str | None = None, **extra) -> None:
-        rows.append(dict(link=link, asset=asset, path=str(path), sha256=sha or file_sha256(Path(path)), **extra))
+        # relative to the warehouse: `lineage` in a copied warehouse checks the copy's files, not the original's
+        resolved = Path(path).resolve()
+        name = str(resolved.relative_to(root)) if resolved.is_relative_to(root) else str(path)
+        rows.append(dict(link=link, asset=asset, path=name, sha256=sha or file_sha256(Path(path)), **extra))
 
     inputs = wh.predictions_extra("inputs", policy)
     files = {
@@ -114,6 +120,7 @@ def provenance_frame(settings: Settings, policy: Policy, *, outputs: dict[str, P
         "predictions": wh.evaluation_file("predictions", policy),
         "predictions_validation": wh.predictions_extra("validation", policy),
         "predictions_inputs": inputs,
+        "predictions_model": wh.predictions_extra("model", policy),  # the model files' hashes it was made with
     }
     for asset, path in files.items():
         add(asset, asset, path)
@@ -188,15 +195,17 @@ def _fmt(x) -> str:
     return "N/A" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
 
 
-def _check(rows: pl.DataFrame, report: LineageReport) -> int:
-    """Re-hash each file; record missing files and hash mismatches. Returns the number that match."""
+def _check(rows: pl.DataFrame, report: LineageReport, root: Path) -> int:
+    """Re-hash each file (a relative path is under the warehouse being traced: a copy checks its own files);
+    record missing files and hash mismatches. Returns the number that match."""
     good = 0
-    for path, sha, date in rows.select("path", "sha256", "date").iter_rows():
+    for name, sha, date in rows.select("path", "sha256", "date").iter_rows():
         report.checked += 1
+        path = Path(name) if Path(name).is_absolute() else Path(root) / name
         where = f"{path}" + (f" (partition {date})" if date else "")
-        if not Path(path).exists():
+        if not path.exists():
             report.problems.append(f"missing: {where}")
-        elif file_sha256(Path(path)) != sha:
+        elif file_sha256(path) != sha:
             report.problems.append(f"hash mismatch: {where} is not the file the backtest used")
         else:
             good += 1
@@ -239,7 +248,7 @@ def trace(settings: Settings, policy: Policy, ticker: str, cost_bps: float | Non
         rows = prov.filter(pl.col("link") == link)
         if rows.height == 0:
             continue
-        good = _check(rows, report)
+        good = _check(rows, report, wh.root)
         status = "ok" if good == rows.height else f"{rows.height - good} PROBLEM(S)"
         if rows.height == 1:
             report.lines.append(f"  {link:<18} {rows['path'][0]}  sha256 {rows['sha256'][0][:16]}  {status}")

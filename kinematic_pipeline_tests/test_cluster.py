@@ -259,11 +259,15 @@ def test_celery_workers_on_postgres_backfill_the_same_bytes_and_survive_a_killed
     print("the failed run says:", lost.group(0).strip()[:300])
     assert cluster["workers"][killed[0]].poll() is None  # the worker itself lives on with a new pool process
 
-    # No partial shard is visible: every *.parquet reads; anything else is a `.<name>.*.tmp` leftover.
+    # No partial shard is visible: every *.parquet reads; anything else is a `.<name>.*.tmp` leftover or a day's
+    # writer lock (`.locks/<asset>/<day>.lock`, Warehouse.day_lock: never read as data; the killed writer's is
+    # released by the kernel with its process).
     for path in warehouse.rglob("*"):
         if path.is_file() and "dagster" not in path.parts and path.parent.name != "warehouse":
             if path.suffix == ".parquet":
                 pq.read_table(path)
+            elif ".locks" in path.relative_to(warehouse).parts:
+                assert path.suffix == ".lock" and path.parent.parent.name == ".locks", path
             else:
                 assert path.name.startswith(".") and path.name.endswith(".tmp"), path
     partial = _token_shards(warehouse)

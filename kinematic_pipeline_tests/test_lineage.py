@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -53,7 +54,8 @@ def test_every_link_of_a_backtest_resolves_to_a_file_with_the_recorded_hash(back
     files = prov.filter(pl.col("link") != "code")
     assert report.checked == files.height
     for path, sha in files.select("path", "sha256").iter_rows():  # independently of trace()
-        assert file_sha256(path) == sha, path
+        assert not Path(path).is_absolute(), path  # relative to the warehouse: a copy checks its own files
+        assert file_sha256(settings.warehouse.root / path) == sha, path
     # the training shards are exactly those on or before the cut, and the test shards exactly after it
     train = files.filter(pl.col("link") == "training_shard")
     test = files.filter(pl.col("link") == "test_shard")
@@ -70,8 +72,8 @@ def test_a_rewritten_training_shard_or_a_missing_raw_partition_breaks_the_chain(
     settings = backtested
     ticker = query(settings.warehouse, "SELECT min(ticker) AS t FROM backtests")["t"][0]
     prov = query(settings.warehouse, "SELECT * FROM provenance")
-    shard = prov.filter(pl.col("link") == "training_shard")["path"][0]
-    raw = prov.filter(pl.col("link") == "raw_ohlcv")["path"][-1]
+    shard = str(settings.warehouse.root / prov.filter(pl.col("link") == "training_shard")["path"][0])
+    raw = str(settings.warehouse.root / prov.filter(pl.col("link") == "raw_ohlcv")["path"][-1])
     saved_shard, saved_raw = tmp_path / "shard", tmp_path / "raw"
     saved_shard.write_bytes(open(shard, "rb").read())
     saved_raw.write_bytes(open(raw, "rb").read())
@@ -89,6 +91,23 @@ def test_a_rewritten_training_shard_or_a_missing_raw_partition_breaks_the_chain(
             fh.write(saved_shard.read_bytes())
         with open(raw, "wb") as fh:
             fh.write(saved_raw.read_bytes())
+    assert trace(settings, POLICY, ticker).ok
+
+
+def test_lineage_in_a_copied_warehouse_checks_the_copy(backtested, tmp_path):
+    import dataclasses
+    import shutil
+
+    settings = backtested
+    ticker = query(settings.warehouse, "SELECT min(ticker) AS t FROM backtests")["t"][0]
+    copy = dataclasses.replace(settings, warehouse=tmp_path / "copy")
+    shutil.copytree(settings.warehouse.root, copy.warehouse.root, symlinks=True)
+    assert trace(copy, POLICY, ticker).ok
+    prov = query(copy.warehouse, "SELECT * FROM provenance")
+    shard = copy.warehouse.root / prov.filter(pl.col("link") == "training_shard")["path"][0]
+    pl.read_parquet(shard).head(1).write_parquet(shard)  # the copy's file changes, the original's does not
+    report = trace(copy, POLICY, ticker)
+    assert not report.ok and any(str(shard) in p for p in report.problems), report.problems
     assert trace(settings, POLICY, ticker).ok
 
 

@@ -69,3 +69,24 @@ def test_a_retrained_foundation_under_an_old_adapter_is_refused(settings):
     assert file_sha256(predictions) == before
     traced = _run(*lineage)
     assert traced.returncode == 0 and f"adapter fine-tuned from foundation sha256 {pinned[:16]}  ok" in traced.stdout
+
+
+def test_predictions_made_by_an_adapter_since_replaced_are_not_backtested(settings):
+    wh = settings.warehouse
+    policy, other = Policy("splinegpt", 1235, TAU, FOLD), Policy("splinegpt", 1234, TAU, FOLD)
+    ours = next(p for p in wh.adapter_files(policy) if p.suffix == ".safetensors")
+    theirs = next(p for p in wh.adapter_files(other) if p.suffix == ".safetensors")
+    key = "|".join(policy.partition.values())
+    backtest = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline"]
+    backtest += ["--select", "splinegpt_backtests,splinegpt_margin_backtests", "--partition", key]
+    backup = Path(str(ours) + ".kept")
+    shutil.copy2(ours, backup)
+    try:
+        shutil.copy2(theirs, ours)  # the adapter "re-fine-tuned" after its predictions were made
+        failed = _run(*backtest)
+        output = failed.stdout + failed.stderr
+        assert failed.returncode != 0 and f"were made by {ours} sha256" in output
+        assert f"re-materialize splinegpt_predictions partition {key}" in output
+    finally:
+        shutil.move(backup, ours)
+    assert _run(*backtest).returncode == 0

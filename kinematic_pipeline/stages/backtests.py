@@ -28,6 +28,7 @@ from kinematic_pipeline.config import EvalConfig, Settings
 from kinematic_pipeline.folds import fold_of
 from kinematic_pipeline.lineage import PROVENANCE_SCHEMA, provenance_frame
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.stages.predict import check_predictions_model
 from kinematic_pipeline.variants import BENCHMARK
 from kinematic_pipeline.warehouse import (
     BACKTESTS,
@@ -139,6 +140,7 @@ def run_backtests(settings: Settings, policy: Policy, code_versions: dict[str, s
         raise FileNotFoundError(
             f"{predictions_file} is missing: materialize {policy.variant}_predictions partition {key}"
         )
+    check_predictions_model(settings, policy)  # made by the adapter (foundation, probe) on disk now
     predictions = exact.read_parquet(predictions_file)
     sweep = sweep_costs(ev, predictions, class_weights=settings.train.class_weights)
     fold = pl.lit(fold_of(settings, policy.fold).label).alias("fold")

@@ -19,7 +19,7 @@ from kinematic_pipeline.atomic_files import digest, remove_if_exists
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import fold_of, store_cut, walk_forward
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS, token_kind
-from kinematic_pipeline.warehouse import CORPUS_STATS
+from kinematic_pipeline.warehouse import CORPUS_STATS, StalePairError
 from kinematic_pipeline.window_store import open_store
 from kinematic_pipeline.windows import CHANNEL_NAMES, N_CHANNELS, ZSCORED_CHANNELS
 
@@ -114,11 +114,23 @@ def fold_stats(settings: Settings, tokenization: str, fold: str | None) -> pl.Da
     path = settings.warehouse.corpus_stats_file(tokenization)
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: materialize {tokenization}_corpus_stats")
-    label = fold_of(settings, fold).label
+    scope = fold_of(settings, fold)
     stats = exact.read_parquet(path)
-    if "fold" not in stats.columns or not (stats["fold"] == label).any():
-        raise ValueError(f"{path} holds no statistics of fold {label}: re-materialize {tokenization}_corpus_stats")
-    return stats.filter(pl.col("fold") == label)
+    if "fold" not in stats.columns or not (stats["fold"] == scope.label).any():
+        raise ValueError(
+            f"{path} holds no statistics of fold {scope.label}: re-materialize {tokenization}_corpus_stats"
+        )
+    stats = stats.filter(pl.col("fold") == scope.label)
+    # pinned: the statistics were fitted on the token shards the warehouse holds now (their manifests' hashes)
+    asset = next(a for a in TOKEN_ASSETS if token_kind(a).tokenization == tokenization)
+    wh = settings.warehouse
+    now = digest(wh.content_hashes(asset, wh.shard_days(asset, until=scope.train_end)))
+    if stats["shards_digest"][0] != now:
+        raise StalePairError(
+            f"the {tokenization} corpus statistics of fold {scope.label} were fitted on other {asset} shards (digest "
+            f"{stats['shards_digest'][0][:16]}, the warehouse's is {now[:16]}): re-materialize {tokenization}_corpus_stats"
+        )
+    return stats
 
 
 def materialize_corpus_stats(settings: Settings, assets: tuple[str, ...] = TOKEN_ASSETS) -> pl.DataFrame:

@@ -24,7 +24,7 @@ from kinematic_pipeline.label_rules import same_tau, tau_column
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.stages.corpus import fold_stats
 from kinematic_pipeline.variants import variant as lookup_variant
-from kinematic_pipeline.warehouse import LABELS, PREDICTIONS, RAW_OHLCV, Warehouse
+from kinematic_pipeline.warehouse import LABELS, PREDICTIONS, RAW_OHLCV, StalePairError, Warehouse
 from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS, WindowNormalizer
 
 N_DEFAULT_TEST_TICKERS = 6  # the paper backtests six names
@@ -162,6 +162,43 @@ def _test_windows(wh: Warehouse, asset: str, days: list[dt.date], tickers: list[
     return frame.collect()
 
 
+MODEL_FILES_SCHEMA = {"path": pl.String, "sha256": pl.String}
+
+
+def model_files(settings: Settings, policy: Policy) -> list[Path]:
+    """The files that decide a policy's predictions: a model's foundation and adapter, a probe's fit (a rule: none)."""
+    spec, wh = lookup_variant(policy.variant), settings.warehouse
+    if spec.family == "model":
+        return [wh.foundation_checkpoint(policy), *wh.adapter_files(policy)]
+    if spec.family == "probe":
+        from kinematic_pipeline.stages.baselines import probe_files
+
+        return probe_files(settings, policy)
+    return []
+
+
+def model_files_frame(settings: Settings, policy: Policy) -> pl.DataFrame:
+    rows = [{"path": str(p), "sha256": file_sha256(p)} for p in model_files(settings, policy)]
+    return pl.DataFrame(rows, schema=MODEL_FILES_SCHEMA)
+
+
+def check_predictions_model(settings: Settings, policy: Policy) -> None:
+    """The predictions of ``policy`` were made by the model files on disk now; ``StalePairError`` naming the file,
+    both hashes and the partition to re-materialize otherwise (a re-fine-tuned adapter under old predictions)."""
+    path = settings.warehouse.predictions_extra("model", policy)
+    key = "|".join(policy.partition.values())
+    fix = f"re-materialize {policy.variant}_predictions partition {key}"
+    if not path.exists():
+        raise StalePairError(f"the predictions of {policy} record no model files ({path} is missing): {fix}")
+    for row in exact.read_parquet(path).iter_rows(named=True):
+        now = file_sha256(Path(row["path"])) if Path(row["path"]).exists() else "missing"
+        if now != row["sha256"]:
+            raise StalePairError(
+                f"the predictions of {policy} were made by {row['path']} sha256 {row['sha256'][:16]}, it is now "
+                f"{now[:16]}: {fix}"
+            )
+
+
 def _shards_frame(shards: list[dict]) -> pl.DataFrame:
     return pl.DataFrame([{**s, "date": str(s["date"]), "path": str(s["path"])} for s in shards], schema=INPUTS_SCHEMA)
 
@@ -204,6 +241,7 @@ def _write(settings: Settings, policy: Policy, result: Predictions, validation: 
     wh.write(result.frame.with_columns(fold), path)
     wh.write(validation.with_columns(fold), wh.predictions_extra("validation", policy))
     wh.write(_shards_frame(result.shards), wh.predictions_extra("inputs", policy))
+    wh.write(model_files_frame(settings, policy), wh.predictions_extra("model", policy))
     if universe is not None:
         wh.write(universe.with_columns(fold), wh.predictions_extra("universe", policy))
     wh.refresh_view(PREDICTIONS, FOLD_PREDICTIONS_SCHEMA)
