@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
+from bench_training import VARIANT, ensure_warehouse, fresh_module  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from kinematic_pipeline.config import load_settings  # noqa: E402
@@ -34,8 +35,6 @@ from kinematic_pipeline.policy import Policy  # noqa: E402
 from kinematic_pipeline.training.data import WindowDataModule  # noqa: E402
 from kinematic_pipeline.training.modules import adamw_with_cosine  # noqa: E402
 from kinematic_pipeline.training.trainer import configure_threads  # noqa: E402
-
-from bench_training import VARIANT, ensure_warehouse, fresh_module  # noqa: E402
 
 TOLERANCE = {"bf16 autocast": 2e-2, "torch.compile": 1e-4}  # relative loss difference after --steps steps
 
@@ -140,7 +139,7 @@ def main() -> None:
     train(settings, base[:2])  # warm-up: first-call allocations, thread pools
     results = {}
     for _ in range(args.repeats):  # interleaved, so drifting load hits all alike
-        for name, batches, kw, scale in variants:
+        for name, batches, kw, _scale in variants:
             try:
                 seconds, loss = train(settings, batches, **kw)
             except Exception as exc:  # noqa: BLE001 - a variant the platform cannot run is reported, not fatal
@@ -153,7 +152,7 @@ def main() -> None:
         f"\n{'variant':<15} {'s/step':>8} {'windows/s':>10} {'GFLOP/s':>8} {'MFU':>6} {'speed-up':>9} "
         f"{'loss':>8} {'rel diff':>9} {'tolerance':>9}  verdict"
     )
-    for name, batches, kw, scale in variants:
+    for name, _batches, kw, scale in variants:
         seconds, loss, failure = results[name]
         if failure:
             print(f"{name:<15} {failure}")
