@@ -1,4 +1,4 @@
-"""The MFU benchmark counts what it claims: a training step's FLOPs (forward + backward) from
+"""The training benchmark's MFU table counts what it claims: a training step's FLOPs (forward + backward) from
 ``torch.utils.flop_counter``, equal to the analytic count of a linear layer, and a square matmul's peak."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from bench_training_mfu import matmul_peak, step_flops  # noqa: E402
+from bench_training import matmul_peak, step_flops  # noqa: E402
 
 
 class _Linear(torch.nn.Module):
@@ -33,3 +33,26 @@ def test_a_steps_flops_are_the_analytic_count_of_forward_and_backward():
 
 def test_the_matmul_peak_is_a_rate():
     assert 1e6 < matmul_peak(torch.float32, 128, 1) < 1e15
+
+
+def test_bench_training_mfu_of_a_tiny_gpt_is_a_fraction_of_the_matmul_peak(tmp_path):
+    import dataclasses
+
+    import bench_training as bt
+
+    from kinematic_pipeline.config import load_settings
+
+    settings = load_settings("ci", warehouse=tmp_path, env={})
+    settings = dataclasses.replace(settings, model=dataclasses.replace(settings.model, n_layers=1, dropout=0.1))
+    torch.manual_seed(0)
+    pool = [torch.randn(8, settings.model.context, settings.model.n_channels) for _ in range(4)]
+    variants = [bt.FP32, bt.StepVariant("batch x2", 2e-2, scale=2), bt.StepVariant("bf16", 2e-2, bf16=True)]
+    peaks = {"float32": bt.matmul_peak(torch.float32, 256), "bfloat16": bt.matmul_peak(torch.bfloat16, 256)}
+    rows = bt.measure_variants(settings, pool, pool[-1], variants, 2, 1, peaks)
+    assert [r["variant"] for r in rows] == ["float32", "batch x2", "bf16"]
+    assert rows[0]["rel_diff"] == 0 and rows[0]["verdict"] == "reference"
+    assert rows[1]["step_flops"] == 2 * rows[0]["step_flops"]  # every op of the step is linear in the batch
+    for r in rows:
+        assert 0 < r["mfu_float32"] <= 1.5
+        assert r["verdict"] in {"reference", "keep", "drop (beyond tolerance)", "drop (no speed-up)"}
+    assert 0 < rows[2]["mfu_bfloat16"] <= 1.5
