@@ -13,7 +13,6 @@ import datetime as dt
 import gc
 import os
 import re
-import socket
 import sys
 from pathlib import Path
 
@@ -143,6 +142,7 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
 
     from kinematic_pipeline.definitions import build_definitions
     from kinematic_pipeline.orchestration.partitions import PARTITION_TAG, grid_keys, range_tags
+    from kinematic_pipeline.orchestration.runs import fail_orphaned_runs, owner_tags
 
     home = _ensure_dagster_home(settings)
     defs = build_definitions(settings)
@@ -194,42 +194,6 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
         print()
         print_report(settings)
     return 0
-
-
-# Tags of every run the CLI starts: which process runs it, so a later CLI can tell a run whose process
-# was killed (SIGKILL, OOM: no failure event is ever written) from one still running.
-PID_TAG, HOST_TAG = "kinematic_pipeline/pid", "kinematic_pipeline/host"
-
-
-def owner_tags() -> dict[str, str]:
-    return {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by another user
-        return True
-    return True
-
-
-def fail_orphaned_runs(instance) -> list[str]:
-    """Mark failed the STARTED runs this CLI started on this host whose process is gone; their ids."""
-    import dagster as dg
-
-    host, failed = socket.gethostname(), []
-    for run in instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED], tags={HOST_TAG: host})):
-        pid = int(run.tags.get(PID_TAG, "0") or 0)
-        if pid <= 0 or pid == os.getpid() or _pid_alive(pid):
-            continue
-        instance.report_run_failed(
-            run, message=f"process {pid} on {host} that ran it is gone (killed?); marked failed by the next CLI start"
-        )
-        failed.append(run.run_id)
-        print(f"marked run {run.run_id} failed: its process {pid} no longer exists", file=sys.stderr)
-    return failed
 
 
 def _failure_line(result) -> str:

@@ -20,9 +20,10 @@ from kinematic_pipeline.orchestration.assets_ingest import raw_ohlcv_asset
 from kinematic_pipeline.orchestration.assets_models import build_model_assets
 from kinematic_pipeline.orchestration.assets_report import build_report_assets
 from kinematic_pipeline.orchestration.assets_tokenize import build_tokenize_assets
-from kinematic_pipeline.orchestration.checks import build_ingest_checks
+from kinematic_pipeline.orchestration.checks import build_ingest_checks, build_token_checks
 from kinematic_pipeline.orchestration.jobs import build_jobs
 from kinematic_pipeline.orchestration.resources import BarSourceOverride
+from kinematic_pipeline.orchestration.runs import orphaned_runs_sensor, watch_parent
 from kinematic_pipeline.orchestration.schedules import build_schedules
 from kinematic_pipeline.orchestration.sensors import build_sensors
 
@@ -33,6 +34,7 @@ os.environ.setdefault("DAGSTER_EVENT_BATCH_SIZE", "10000")
 
 
 def build_definitions(settings: Settings) -> dg.Definitions:
+    watch_parent()  # in a step subprocess: exit with the run process, never compute on as an orphan
     with warnings.catch_warnings():
         # BackfillPolicy is "beta" in Dagster 1.13; single-run backfills are what trading-day assets need.
         warnings.simplefilter("ignore", dg.BetaWarning)
@@ -41,9 +43,9 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         assets += [*build_evaluate_assets(settings), *build_report_assets(settings)]
     return dg.Definitions(
         assets=assets,
-        asset_checks=[*build_ingest_checks(settings)],
+        asset_checks=[*build_ingest_checks(settings), *build_token_checks(settings)],
         jobs=build_jobs(settings),
         schedules=build_schedules(settings, assets),
-        sensors=build_sensors(settings),
+        sensors=[*build_sensors(settings), orphaned_runs_sensor()],
         resources={"bar_source": BarSourceOverride()},
     )

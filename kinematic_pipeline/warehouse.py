@@ -31,15 +31,18 @@ from kinematic_pipeline.atomic_files import (
 )
 from kinematic_pipeline.catalog import DAMAGED_DIR, catalog_connection, create_view, query, refresh_view, sql_str
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.variants import variant as lookup_variant
 
 # Asset names: each is the folder of its shards under the warehouse and the name of its catalog view.
 RAW_OHLCV, QUARANTINE = "raw_ohlcv", "quarantine"
-# Assets whose trading day is one unit: a folder ``<asset>/<day>/`` holding the shard (``bars.parquet``),
-# its companions (the quarantine) and its manifest, swapped in whole by one atomic rename. Each member has
-# a catalog view over ``<asset>/*/<file>``, which always matches the typed zero-row files of ``<asset>/_schema/``.
+# Assets whose trading day is one unit: a folder ``<asset>/<day>/`` holding the shard (``bars.parquet``,
+# ``tokens.parquet``), its companions (the quarantine) and its manifest, swapped in whole by one atomic rename:
+# a crash never leaves a shard beside another shard's manifest. Each member has a catalog view over
+# ``<asset>/*/<file>``, which always matches the typed zero-row files of ``<asset>/_schema/``.
 DAY_UNITS: dict[str, dict[str, str]] = {
-    RAW_OHLCV: {RAW_OHLCV: "bars.parquet", QUARANTINE: "quarantine.parquet", "manifest": "manifest.parquet"}
+    RAW_OHLCV: {RAW_OHLCV: "bars.parquet", QUARANTINE: "quarantine.parquet", "manifest": "manifest.parquet"},
+    **{kind: {kind: "tokens.parquet", "manifest": "manifest.parquet"} for kind in TOKEN_ASSETS},
 }
 UNIT_OF = {member: asset for asset, members in DAY_UNITS.items() for member in members if member != "manifest"}
 SCHEMA_DIR, STAGING_DIR = "_schema", ".staging"
@@ -84,7 +87,8 @@ class Warehouse:
     - ``raw_ohlcv/<YYYY-MM-DD>/`` (``DAY_UNITS``): a day as one unit, ``bars.parquet`` (the kept bars),
       ``quarantine.parquet`` (only when rows were quarantined) and ``manifest.parquet``, replaced together
       by one atomic rename (``write_shard`` with ``companions``); ``raw_ohlcv/_schema/`` holds typed
-      zero-row twins so that the catalog's globs always match;
+      zero-row twins so that the catalog's globs always match; the token assets likewise
+      (``<token asset>/<YYYY-MM-DD>/tokens.parquet`` and ``manifest.parquet``);
     - ``alpha_estimates/estimates.parquet``, ``corpus_stats/<tokenization>.parquet``,
       ``window_store/<token asset>/`` (``window_store.py``);
     - ``models/<variant>/seed=<seed>/foundation/model.pt`` and ``.../seed=<seed>/adapters/tau=<tau>/``,
@@ -150,14 +154,52 @@ class Warehouse:
     def shard_days(self, asset: str, *, after: dt.date | None = None, until: dt.date | None = None) -> list[dt.date]:
         """Sorted days of ``asset``'s shards with ``after < day <= until`` (file names only: nothing is opened)."""
         if asset in DAY_UNITS:
+            self.upgrade_flat_days(asset)
             return _unit_days_in(self.root / asset, after, until)
         return _days_in(self.root / asset, after, until)
 
     def manifest_days(self, asset: str) -> list[dt.date]:
         """Sorted days whose ``asset`` shard has a manifest (a shard counts once its manifest is written)."""
         if asset in DAY_UNITS:
+            self.upgrade_flat_days(asset)
             return _unit_days_in(self.root / asset, None, None)  # a unit exists whole or not at all
         return _days_in(self.root / "manifests" / asset, None, None)
+
+    def upgrade_flat_days(self, asset: str) -> int:
+        """Move the day shards of a warehouse written before ``asset`` became a day unit (``<asset>/<day>.parquet``
+        with ``manifests/<asset>/<day>.parquet``) into their units, each by one rename of a staged folder; a
+        shard without its manifest stays where it is (its day is re-written by the next materialization).
+        Returns the days moved; a no-op (one stat) once done."""
+        flat = self.root / "manifests" / asset
+        if asset not in DAY_UNITS or not flat.is_dir():
+            return 0
+        members, moved = DAY_UNITS[asset], 0
+        with self.day_lock(asset, "upgrade"):
+            for manifest in sorted(flat.glob("*.parquet")):
+                shard = self.root / asset / manifest.name
+                if not _is_day(manifest.stem) or not shard.exists():
+                    continue
+                staging = self.root / asset / STAGING_DIR / f"{manifest.stem}.upgrade"
+                staging.mkdir(parents=True, exist_ok=True)
+                shard.rename(staging / members[asset])
+                manifest.rename(staging / members["manifest"])
+                final = self.unit_dir(asset, manifest.stem)
+                if final.exists():  # a unit written since: it is the newer day
+                    shutil.rmtree(staging)
+                else:
+                    staging.rename(final)
+                moved += 1
+            if not any(flat.iterdir()):
+                flat.rmdir()
+        if moved:
+            import sys
+
+            print(
+                f"warehouse {self.root}: moved {moved} {asset} day(s) into day units (shard and manifest "
+                "in one folder, swapped as one)",
+                file=sys.stderr,
+            )
+        return moved
 
     def manifest_row(self, asset: str, day: dt.date, columns: list[str] | None = None) -> dict:
         path = self.manifest(asset, day)
@@ -489,7 +531,7 @@ def quarantine_damaged(root: Path, path: Path, why: str) -> str:
     asset = rel.parts[0]
     if asset in DAY_UNITS and len(rel.parts) == 3 and _is_day(rel.parts[1]):
         moving = [path.parent]
-        fix = f"the day {rel.parts[1]} is re-ingested by the next materialization of {asset}"
+        fix = f"the day {rel.parts[1]} is rewritten by the next materialization of {asset}"
     elif len(rel.parts) == 2 and _is_day(path.stem):
         manifest = root / "manifests" / asset / path.name
         moving = [path, *([manifest] if manifest.exists() else [])]

@@ -40,6 +40,7 @@ from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.atomic_files import PARQUET_COMPRESSION, digest, file_sha256, swap_in_folder
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import store_cut
+from kinematic_pipeline.stages.tokenize import check_token_inputs
 from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
 
 STORE_CODE_VERSION = "window-store-1"
@@ -124,6 +125,7 @@ def build_window_store(settings: Settings, asset: str, progress: bool = True) ->
     days, metas = training_shard_days(settings, asset)
     if not days:
         raise ValueError(f"no {asset} windows on or before {store_cut(settings)}: materialize {asset} first")
+    check_token_inputs(settings, asset, days)  # tokenized from the raw days on disk now, look-back included
     shards_digest = digest([m["content_hash"] for m in metas])
     final = wh.window_store_dir(asset)
     current = _read_manifest(final)

@@ -28,7 +28,7 @@ from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.training.data import store_labels
-from kinematic_pipeline.warehouse import Warehouse
+from kinematic_pipeline.warehouse import STAGING_DIR, Warehouse
 from kinematic_pipeline.window_store import build_window_store, open_store, training_shard_days
 from kinematic_pipeline_tests.conftest import execute_run_requests
 
@@ -155,9 +155,13 @@ def test_a_tick_killed_mid_write_leaves_no_partial_shard_and_the_next_run_repair
     streamed_before = _streamed(settings)
     old_labels = file_sha256(Warehouse(wh).shard("labels", PREVIOUS))
 
-    # 1. Killed while writing a new shard (spline_tokens of DAY): it does not exist, only its partial temp file.
-    _kill_mid_write(f"spline_tokens/.{DAY}.parquet.", tmp_path / "marker-1")
-    _partial(wh / "spline_tokens", DAY)
+    # 1. Killed while writing a new day unit (spline_tokens of DAY): it does not exist, only its partial shard in
+    #    the unit's staging folder (shard and manifest are swapped in together, or not at all).
+    _kill_mid_write(f"spline_tokens/{STAGING_DIR}/{DAY}.", tmp_path / "marker-1")
+    (staged,) = (wh / "spline_tokens" / STAGING_DIR).glob(f"{DAY}.*/tokens.parquet")
+    with pytest.raises(Exception):  # noqa: B017 - whatever the reader raises: the bytes are not a Parquet file
+        pl.read_parquet(staged)
+    assert not (staged.parent / "manifest.parquet").exists()
     assert not Warehouse(wh).shard("spline_tokens", DAY).exists()
     assert _visible_windows(settings, "spline_tokens") == (rows_before, last_before)  # DuckDB: the old days only
     assert DAY not in training_shard_days(settings, "spline_tokens")[0]
@@ -167,8 +171,9 @@ def test_a_tick_killed_mid_write_leaves_no_partial_shard_and_the_next_run_repair
     #    its first run repaired DAY's shards; the old labels shard stays whole and readable.
     _kill_mid_write(f"labels/.{PREVIOUS}.parquet.", tmp_path / "marker-2")
     _partial(wh / "labels", PREVIOUS)
-    assert not list((wh / "spline_tokens").glob(".*.tmp"))  # the stale temp file of step 1 is gone
-    assert file_sha256(Warehouse(wh).shard("spline_tokens", DAY)) == expected[f"spline_tokens/{DAY}.parquet"]
+    assert not list((wh / "spline_tokens" / STAGING_DIR).glob(f"{DAY}.*"))  # the stale staging of step 1 is gone
+    tokens_rel = Warehouse(wh).shard("spline_tokens", DAY).relative_to(wh).as_posix()
+    assert file_sha256(wh / tokens_rel) == expected[tokens_rel]
     assert file_sha256(Warehouse(wh).shard("labels", PREVIOUS)) == old_labels
     label_manifests = pl.read_parquet(list((wh / "manifests/labels").glob("*.parquet")))
     assert _visible_windows(settings, "labels") == (label_manifests["windows"].sum(), PREVIOUS)
@@ -183,8 +188,8 @@ def test_a_tick_killed_mid_write_leaves_no_partial_shard_and_the_next_run_repair
     assert {rel: file_sha256(wh / rel) for rel in expected} == expected
     assert not [p for p in wh.rglob(".*.tmp")]
     for asset in (*TOKEN_ASSETS, "labels"):
-        for shard in (wh / asset).glob("*.parquet"):  # every shard matches its manifest
-            assert file_sha256(shard) == pl.read_parquet(Warehouse(wh).manifest(asset, shard.stem))["content_hash"][0]
+        for day in Warehouse(wh).shard_days(asset):  # every shard matches its manifest
+            assert file_sha256(Warehouse(wh).shard(asset, day)) == Warehouse(wh).content_hash(asset, day)
     assert _visible_windows(settings, "spline_tokens")[1] == DAY
     assert _streamed(settings) > streamed_before
 

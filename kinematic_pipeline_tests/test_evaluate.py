@@ -82,7 +82,7 @@ def test_configured_test_tickers_missing_from_the_data_are_reported(warehouses):
 def test_window_kinematics_are_the_last_token_because_the_end_knot_has_zero_acceleration(warehouses):
     base, _ = warehouses
     day = evaluation_days(base, "spline_tokens")[-1]
-    tokens = pl.read_parquet(base.warehouse / "spline_tokens" / f"{day}.parquet")["tokens"].to_numpy()
+    tokens = pl.read_parquet(base.warehouse.shard("spline_tokens", day))["tokens"].to_numpy()
     state = window_end_kinematics(tokens)
     np.testing.assert_array_equal(state, tokens[:, 63, :])
     # the natural spline's acceleration carried to the end knot, c2 + c3 * h, vanishes: why token 63 is used

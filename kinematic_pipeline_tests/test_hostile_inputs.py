@@ -158,7 +158,7 @@ def test_hostile_parquet_with_text_dates_and_a_run_killed_before(tmp_path):
     import dagster as dg
     from dagster._core.storage.dagster_run import DagsterRun
 
-    from kinematic_pipeline.cli import HOST_TAG, PID_TAG
+    from kinematic_pipeline.orchestration.runs import HOST_TAG, PID_TAG
 
     path = tmp_path / "bars.parquet"
     frame = pl.DataFrame(hostile_rows()).with_columns(pl.col("date").cast(pl.String))  # ISO text dates

@@ -104,8 +104,12 @@ def test_three_nightly_ticks_add_one_shard_per_asset_and_a_rerun_changes_nothing
 
         new = set(after) - set(before)
         changed = {f for f in before if after[f] != before[f]}
-        for asset in TOKEN_ASSETS:
-            assert {f for f in new if f.startswith(f"{asset}/")} == {f"{asset}/{day}.parquet"}
+        for asset in TOKEN_ASSETS:  # the day's unit: tokens and manifest
+            unit = Warehouse(wh).unit_dir(asset, day).relative_to(wh)
+            assert {f for f in new if f.startswith(f"{asset}/")} == {
+                f"{unit}/tokens.parquet",
+                f"{unit}/manifest.parquet",
+            }
         unit = Warehouse(wh).unit_dir("raw_ohlcv", day).relative_to(wh)  # the day's unit: bars and manifest
         assert {f for f in new if f.startswith("raw_ohlcv/")} == {f"{unit}/bars.parquet", f"{unit}/manifest.parquet"}
         # The only older files rewritten: the previous session's labels (and its manifest), now with returns.

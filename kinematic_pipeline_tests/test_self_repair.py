@@ -29,7 +29,7 @@ def test_a_damaged_day_is_moved_aside_and_rewritten_and_a_damaged_catalog_rebuil
     proc = run_cli(tmp_path, "materialize", "--select", "raw_ohlcv")
     assert proc.returncode == 0, proc.stderr[-2000:]
     for day in (days[3], days[7]):
-        assert f"damaged raw_ohlcv/{day}/" in proc.stderr and f"the day {day} is re-ingested" in proc.stderr
+        assert f"damaged raw_ohlcv/{day}/" in proc.stderr and f"the day {day} is rewritten" in proc.stderr
     assert {p: file_sha256(p) for p in (zero, cut)} == before  # the same bytes as before the damage
     assert wh.query("SELECT count(*) AS n FROM raw_ohlcv")["n"].item() == rows
     assert len(list((wh.root / "_damaged").glob("*/raw_ohlcv/*"))) == 2  # kept for a post-mortem

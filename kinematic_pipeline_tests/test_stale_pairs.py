@@ -90,3 +90,53 @@ def test_predictions_made_by_an_adapter_since_replaced_are_not_backtested(settin
     finally:
         shutil.move(backup, ours)
     assert _run(*backtest).returncode == 0
+
+
+def test_predictions_refuse_token_days_whose_raw_days_were_re_ingested(settings, tmp_path):
+    """A test-period bar corrected and re-ingested (a new raw_ohlcv unit with its own manifest) after the tokens
+    were cut: predicting from those tokens fails naming the token shard, both digests and what to re-materialize;
+    with the raw day put back the same predictions are written again."""
+    import polars as pl
+
+    from kinematic_pipeline.folds import fold_of
+    from kinematic_pipeline.stages.predict import evaluation_days
+    from kinematic_pipeline.warehouse import QUARANTINE, RAW_OHLCV
+
+    wh = settings.warehouse
+    policy = Policy("splinegpt", 1235, TAU, FOLD)
+    predictions = wh.evaluation_file(PREDICTIONS, policy)
+    before = file_sha256(predictions)
+    day = evaluation_days(settings, "spline_tokens", fold_of(settings, FOLD))[3]
+    recorded = wh.manifest_row("spline_tokens", day, ["raw_inputs_digest"])["raw_inputs_digest"]
+    unit = wh.unit_dir(RAW_OHLCV, day)
+    backup = tmp_path / "kept"
+    shutil.copytree(unit, backup)
+    key = "|".join(policy.partition.values())
+    materialize = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline"]
+    materialize += ["--select", "splinegpt_predictions", "--partition", key]
+    try:
+        manifest = pl.read_parquet(wh.manifest(RAW_OHLCV, day))
+        bars = pl.read_parquet(wh.shard(RAW_OHLCV, day))
+        corrected = bars.with_columns(
+            close=pl.col("close") * pl.when(pl.int_range(pl.len()) == 0).then(1.01).otherwise(1.0)
+        )
+        quarantine = wh.shard(QUARANTINE, day)
+        wh.write_shard(
+            RAW_OHLCV,
+            day,
+            corrected,
+            manifest.row(0, named=True),
+            dict(manifest.schema),
+            companions={QUARANTINE: pl.read_parquet(quarantine) if quarantine.exists() else None},
+        )
+        failed = _run(*materialize)
+        output = failed.stdout + failed.stderr
+        assert failed.returncode != 0
+        assert f"spline_tokens shard of {day}" in output and f"digest was {recorded[:16]}" in output
+        assert "Re-materialize spline_tokens" in output
+        assert file_sha256(predictions) == before  # nothing was written from the stale pair
+    finally:
+        shutil.rmtree(unit)
+        shutil.move(backup, unit)
+    assert _run(*materialize).returncode == 0
+    assert file_sha256(predictions) == before

@@ -161,3 +161,54 @@ def test_numba_kernels_use_a_threading_layer_that_does_not_starve_torch():
     env = {k: v for k, v in __import__("os").environ.items() if k != "NUMBA_THREADING_LAYER"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     assert out.stdout.strip() == "workqueue"  # OpenMP here + torch's OpenMP slowed training 30-75x
+
+
+def test_token_days_are_pinned_to_the_raw_days_behind_their_windows(tmp_path):
+    """A bar corrected and re-ingested on day d makes exactly the token days whose windows read d (d and the 64
+    sessions after it) stale; every reader refuses them naming both digests; re-tokenizing them restores the pin."""
+    from kinematic_pipeline.orchestration.checks import build_token_checks
+    from kinematic_pipeline.stages.tokenize import check_token_inputs, stale_token_days
+    from kinematic_pipeline.warehouse import StalePairError
+
+    bars = _bars()
+    settings = _settings(tmp_path, "wh", bars)
+    days = _run_all(settings)
+    assert all(stale_token_days(settings, kind, days) == [] for kind in TOKEN_ASSETS)  # pinned as written
+    day = days[10]
+    corrected = bars.with_columns(
+        close=pl.when((pl.col("date") == day) & (pl.col("ticker") == bars["ticker"][0]))
+        .then(pl.col("close") * 1.01)
+        .otherwise(pl.col("close"))
+    )
+    corrected.write_parquet(settings.data.source_path)
+    materialize_raw_ohlcv(settings, [day], progress=False)  # the re-ingest of one corrected day
+    sessions = trading_days(day, END)
+    reading_day = [d for d in days if d in set(sessions[:65])]
+    assert len(reading_day) == 65
+    for kind in TOKEN_ASSETS:
+        stale = stale_token_days(settings, kind, days)
+        assert [d for d, _, _ in stale] == reading_day, kind
+        assert all(recorded != current for _, recorded, current in stale)
+    recorded = settings.warehouse.manifest_row("spline_tokens", day, ["raw_inputs_digest"])["raw_inputs_digest"]
+    with pytest.raises(StalePairError, match=f"spline_tokens shard of {day} .* digest was {recorded[:16]}"):
+        check_token_inputs(settings, "spline_tokens", days)
+    with pytest.raises(StalePairError, match="Re-materialize spline_tokens"):
+        build_window_store(settings, "spline_tokens")
+    check_token_inputs(settings, "spline_tokens", days[:10])  # days before d still hold
+    # the asset check says the same in Dagster
+    import dagster as dg
+
+    from kinematic_pipeline.definitions import build_definitions
+
+    defs = build_definitions(settings)
+    result = dg.materialize(
+        [*defs.assets, *build_token_checks(settings)],
+        selection=dg.AssetSelection.checks_for_assets("spline_tokens"),
+        resources=defs.resources,
+        instance=dg.DagsterInstance.ephemeral(),
+    )
+    (evaluation,) = result.get_asset_check_evaluations()
+    assert not evaluation.passed and evaluation.metadata["days_checked"].value == len(days)
+    assert "65 of" in evaluation.metadata["detail"].value
+    materialize_tokens(settings, reading_day, progress=False)  # re-materialized: the pair holds again
+    assert all(stale_token_days(settings, kind, days) == [] for kind in TOKEN_ASSETS)

@@ -164,3 +164,29 @@ def test_two_processes_writing_the_same_day_never_break_each_others_unit(tmp_pat
     assert manifest["content_hash"] == file_sha256(wh.shard("raw_ohlcv", day))
     assert manifest["quarantine_hash"] == file_sha256(wh.shard("quarantine", day))
     assert not list((root / "raw_ohlcv" / ".staging").iterdir())
+
+
+def test_token_days_of_an_older_warehouse_move_into_day_units(tmp_path, capsys):
+    """A warehouse written before the token assets became day units (``<asset>/<day>.parquet`` beside
+    ``manifests/<asset>/<day>.parquet``) is read as units after one move; a shard without a manifest stays out."""
+    from kinematic_pipeline.warehouse import Warehouse
+
+    wh = Warehouse(tmp_path)
+    days = [dt.date(2021, 3, 1), dt.date(2021, 3, 2)]
+    for k, day in enumerate(days):
+        shard = tmp_path / "spline_tokens" / f"{day}.parquet"
+        shard.parent.mkdir(parents=True, exist_ok=True)
+        pl.DataFrame({"x": [k]}).write_parquet(shard)
+        manifest = tmp_path / "manifests" / "spline_tokens" / f"{day}.parquet"
+        manifest.parent.mkdir(parents=True, exist_ok=True)
+        pl.DataFrame({"partition_date": [day], "content_hash": [file_sha256(shard)]}).write_parquet(manifest)
+    orphan = tmp_path / "spline_tokens" / "2021-03-03.parquet"
+    pl.DataFrame({"x": [9]}).write_parquet(orphan)  # its manifest was never written (a crash of the old layout)
+
+    assert wh.shard_days("spline_tokens") == days
+    assert "moved 2 spline_tokens day(s) into day units" in capsys.readouterr().err
+    for day in days:
+        assert wh.shard("spline_tokens", day) == tmp_path / "spline_tokens" / str(day) / "tokens.parquet"
+        assert wh.verified_shards("spline_tokens", [day]) == [wh.shard("spline_tokens", day)]
+    assert not (tmp_path / "manifests" / "spline_tokens").exists() and orphan.exists()
+    assert wh.upgrade_flat_days("spline_tokens") == 0  # done once

@@ -11,6 +11,8 @@ import polars as pl
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.orchestration.partitions import run_days
 from kinematic_pipeline.stages.ingest import data_quality, verify_raw_ohlcv
+from kinematic_pipeline.stages.tokenize import stale_token_days
+from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.warehouse import RAW_OHLCV
 
 RAW_CHECKS = (
@@ -74,3 +76,55 @@ def build_ingest_checks(settings: Settings) -> list[dg.AssetChecksDefinition]:
             )
 
     return [raw_ohlcv_contract, raw_ohlcv_quality]
+
+
+TOKEN_CHECK = "raw_days_unchanged"
+
+
+def build_token_checks(settings: Settings) -> list[dg.AssetChecksDefinition]:
+    """Each token asset's pin to the raw days behind its windows: a token day whose raw_ohlcv days (its 64-session
+    look-back included) were re-ingested since it was tokenized fails, naming the days to re-materialize. Runs
+    with the token assets, alone (the UI's check "Execute"), and whenever raw_ohlcv changes (its automation
+    condition, under the daemon)."""
+
+    @dg.multi_asset_check(
+        specs=[
+            dg.AssetCheckSpec(
+                TOKEN_CHECK,
+                asset=kind,
+                description="Every token day was tokenized from the raw_ohlcv days on disk now (the digest of their "
+                "sha256s, look-back included, equals the one its manifest recorded).",
+                additional_deps=[RAW_OHLCV],
+                automation_condition=dg.AutomationCondition.any_deps_updated(),
+            )
+            for kind in TOKEN_ASSETS
+        ],
+        name="tokens_match_raw_days",
+        can_subset=True,
+        description="Token shards against the raw days they were tokenized from (all days when run alone).",
+    )
+    def tokens_match_raw_days(context: dg.AssetCheckExecutionContext):
+        wh = settings.warehouse
+        for key in sorted(context.selected_asset_check_keys, key=lambda k: k.asset_key.to_user_string()):
+            kind = key.asset_key.to_user_string()
+            materialized = set(wh.manifest_days(kind))
+            days = [d for d in (run_days(context.run.tags) or sorted(materialized)) if d in materialized]
+            stale = stale_token_days(settings, kind, days)
+            detail = (
+                f"{len(stale)} of {len(days)} {kind} day(s) were tokenized from raw_ohlcv days re-ingested since "
+                f"({stale[0][0]} .. {stale[-1][0]}): re-materialize {kind} for them"
+                if stale
+                else f"all {len(days)} {kind} day(s) match the raw days on disk"
+            )
+            yield dg.AssetCheckResult(
+                asset_key=kind,
+                check_name=TOKEN_CHECK,
+                passed=not stale,
+                metadata={
+                    "detail": detail,
+                    "days_checked": len(days),
+                    "stale_days": dg.MetadataValue.md(", ".join(str(d) for d, _, _ in stale[:50]) or "-"),
+                },
+            )
+
+    return [tokens_match_raw_days]

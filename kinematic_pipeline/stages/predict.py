@@ -23,6 +23,7 @@ from kinematic_pipeline.folds import Fold, fold_of, walk_forward
 from kinematic_pipeline.label_rules import same_tau, tau_column
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.stages.corpus import fold_stats
+from kinematic_pipeline.stages.tokenize import check_token_inputs
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, PREDICTIONS, RAW_OHLCV, StalePairError, Warehouse
 from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS, WindowNormalizer
@@ -118,6 +119,7 @@ def predict(
     stats = fold_stats(settings, spec.tokenization, policy.fold) if spec.normalized else None
     normalize = WindowNormalizer(spec, stats)
     label_col = tau_column(policy.tau)
+    check_token_inputs(settings, asset, days)  # windows of the raw days as they are now, or nothing is predicted
     frame = _test_windows(wh, asset, days, tickers, label_col)
     hashes = {a: wh.content_hashes(a, days) for a in (asset, RAW_OHLCV)}
     shards = [

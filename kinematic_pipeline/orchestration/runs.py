@@ -1,0 +1,115 @@
+"""Runs whose process died: never STARTED forever, never an orphan step left computing.
+
+A run whose process is killed (SIGKILL, out of memory) writes no failure event, and Dagster's run monitoring
+cannot see a dead worker of the default run launcher (nor of a plain ``dagster asset materialize``, which runs
+in its own process). Two guards close that:
+
+- ``fail_orphaned_runs``: a STARTED run whose process is gone is marked failed. The process is the pid the CLI
+  tags its runs with (``PID_TAG``, ``HOST_TAG``) or, for a run started by Dagster itself, the pid of its
+  ``RUN_START`` event (on a single-host SQLite instance only: a shared Postgres instance holds other hosts'
+  runs). Called by every ``python -m kinematic_pipeline materialize`` and by the ``orphaned_runs`` sensor every
+  minute under the daemon (``dagster dev``).
+- ``watch_parent``: a step subprocess of the multiprocess executor exits when the run process that spawned it
+  is gone, instead of computing on as an orphan (started when the step process loads the definitions).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+
+import dagster as dg
+
+PID_TAG, HOST_TAG = "kinematic_pipeline/pid", "kinematic_pipeline/host"
+ORPHANED_RUNS_SENSOR = "orphaned_runs"
+
+
+def owner_tags() -> dict[str, str]:
+    """The tags of a run this process runs: which process to ask whether it still lives."""
+    return {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by another user
+        return True
+    return True
+
+
+def _single_host(instance: dg.DagsterInstance) -> bool:
+    from dagster._core.storage.runs import SqliteRunStorage
+
+    return isinstance(instance.run_storage, SqliteRunStorage)
+
+
+def run_process(instance: dg.DagsterInstance, run: dg.DagsterRun) -> int | None:
+    """The pid of the process running ``run`` on this host, or None when this host cannot tell."""
+    if PID_TAG in run.tags:
+        return int(run.tags[PID_TAG] or 0) if run.tags.get(HOST_TAG) == socket.gethostname() else None
+    if not _single_host(instance):
+        return None
+    records = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.RUN_START, limit=1).records
+    event = records[0].event_log_entry.dagster_event if records else None
+    return event.pid if event is not None and event.pid else None
+
+
+def fail_orphaned_runs(instance: dg.DagsterInstance) -> list[str]:
+    """Mark failed the STARTED runs whose process on this host is gone; their ids."""
+    failed, host = [], socket.gethostname()
+    for run in instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])):
+        pid = run_process(instance, run)
+        if not pid or pid == os.getpid() or pid_alive(pid):
+            continue
+        instance.report_run_failed(
+            run, message=f"process {pid} on {host} that ran it is gone (killed?); marked failed by {sys.argv[0]}"
+        )
+        failed.append(run.run_id)
+        print(f"marked run {run.run_id} failed: its process {pid} no longer exists", file=sys.stderr)
+    return failed
+
+
+def orphaned_runs_sensor() -> dg.SensorDefinition:
+    @dg.sensor(
+        name=ORPHANED_RUNS_SENSOR,
+        minimum_interval_seconds=60,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Marks failed every STARTED run whose process on this host is gone (killed, out of memory): "
+        "Dagster's run monitoring cannot see a dead worker of the default launcher or of `dagster asset "
+        "materialize`. Requests no run.",
+    )
+    def orphaned_runs(context: dg.SensorEvaluationContext):
+        failed = fail_orphaned_runs(context.instance)
+        return dg.SkipReason(f"marked failed: {', '.join(failed)}" if failed else "no orphaned run")
+
+    return orphaned_runs
+
+
+_WATCHING: list[int] = []
+
+
+def watch_parent(poll_seconds: float = 1.0) -> bool:
+    """In a child process of ``multiprocessing`` (a step of the multiprocess executor), exit (status 70) within
+    ``poll_seconds`` of the parent's death; True when the watch was started (once per process)."""
+    import multiprocessing
+
+    if multiprocessing.parent_process() is None or _WATCHING:
+        return False
+    parent = os.getppid()
+    _WATCHING.append(parent)
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_seconds)
+            if os.getppid() != parent:
+                print(f"step process {os.getpid()}: its run process {parent} is gone; exiting", file=sys.stderr)
+                sys.stderr.flush()
+                os._exit(70)
+
+    threading.Thread(target=watch, name="kp-parent-watch", daemon=True).start()
+    return True
