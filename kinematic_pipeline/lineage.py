@@ -180,6 +180,34 @@ def _input_link(asset: str) -> str:
     return "test_shard"
 
 
+def _check_token_pins(settings: Settings, prov: pl.DataFrame, report: LineageReport) -> None:
+    """The token shards of the chain (test and training days) against the raw days behind their windows, the
+    64-session look-back included: each day's recorded raw-input digest equals that of the raw manifests now."""
+    import datetime as dt
+
+    from kinematic_pipeline.stages.tokenize import stale_token_days
+    from kinematic_pipeline.token_kinds import TOKEN_ASSETS
+
+    shards = prov.filter(pl.col("asset").is_in(TOKEN_ASSETS) & pl.col("date").is_not_null())
+    checked, stale = 0, []
+    for asset in sorted(set(shards["asset"].to_list())):
+        days = sorted({dt.date.fromisoformat(str(d)) for d in shards.filter(pl.col("asset") == asset)["date"]})
+        days = [d for d in days if settings.warehouse.manifest(asset, d).exists()]
+        checked += len(days)
+        stale += [(asset, day) for day, _, _ in stale_token_days(settings, asset, days)]
+    if not checked:
+        return
+    if stale:
+        asset, day = stale[0]
+        report.problems.append(
+            f"tokens: {len(stale)} token day(s) were tokenized from raw_ohlcv days re-ingested since (first: {asset} "
+            f"{day}); re-materialize {asset} for them"
+        )
+        report.lines.append(f"  tokens <- raw      {len(stale)} of {checked} token days STALE (see below)")
+    else:
+        report.lines.append(f"  tokens <- raw      {checked} token days match the raw days behind them (look-back)")
+
+
 @dataclass
 class LineageReport:
     lines: list[str] = field(default_factory=list)
@@ -270,6 +298,7 @@ def trace(settings: Settings, policy: Policy, ticker: str, cost_bps: float | Non
         except (ValueError, FileNotFoundError) as exc:
             report.problems.append(f"pair: {exc}")
             report.lines.append("  pair               STALE (see below)")
+    _check_token_pins(settings, prov, report)
     code = prov.filter(pl.col("link") == "code")
     if code.height:
         report.lines.append(

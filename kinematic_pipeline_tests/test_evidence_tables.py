@@ -21,7 +21,7 @@ from kinematic_pipeline.report import evidence_tables as tables
 from kinematic_pipeline.stages import evidence as ev
 from kinematic_pipeline.stages.labels import labels_schema
 from kinematic_pipeline.warehouse import LABELS
-from kinematic_pipeline_tests.conftest import single_cut
+from kinematic_pipeline_tests.conftest import record_in_manifest, single_cut
 
 TAU = 0.01
 TICKERS = ("A", "B", "C", "D")
@@ -59,6 +59,7 @@ def _write_labels(settings, day, labels, r_close):
         LABEL: labels,
     }
     pl.DataFrame(frame, schema=labels_schema((TAU,))).write_parquet(path)
+    record_in_manifest(settings.warehouse, LABELS, day)
 
 
 @pytest.fixture

@@ -97,11 +97,9 @@ def test_an_infinite_value_in_a_shard_fails_the_check_and_the_tokenizer_names_ti
         pl.when(pl.int_range(pl.len()) == 0).then(float("inf")).otherwise(pl.col("close")).alias("close")
     )
     bad.write_parquet(path)
-    # as if an older writer had let it through: the manifest records these bytes, so verified reads accept them
-    from kinematic_pipeline.atomic_files import file_sha256
+    from kinematic_pipeline_tests.conftest import record_in_manifest
 
-    manifest = ci_settings.warehouse.manifest("raw_ohlcv", days[5])
-    pl.read_parquet(manifest).with_columns(content_hash=pl.lit(file_sha256(path))).write_parquet(manifest)
+    record_in_manifest(ci_settings.warehouse, "raw_ohlcv", days[5])  # as an older writer let it through
     passed, text = verify_raw_ohlcv(ci_settings, days)["no_nan_in_kept_rows"]
     assert not passed and "1 kept row(s)" in text
     with pytest.raises(ValueError, match=f"ticker {ticker} on {days[5]}: close=inf"):

@@ -17,7 +17,7 @@ from kinematic_pipeline.stages.backtests import run_backtests
 from kinematic_pipeline.stages.predict import run_predictions
 from kinematic_pipeline.stages.report import materialize_paper_tables, materialize_report
 from kinematic_pipeline.training.run import finetune, pretrain
-from kinematic_pipeline_tests.conftest import _bars, _run_all, _settings, _training_inputs
+from kinematic_pipeline_tests.conftest import _bars, _run_all, _settings, _training_inputs, record_in_manifest
 
 POLICY = Policy("splinegpt", 1234, 0.01)
 
@@ -163,6 +163,7 @@ def test_the_second_rules_margin_depends_on_validation_days_only(backtested, tmp
         path = perturbed.shard("labels", day)
         frame = pl.read_parquet(path)
         frame.with_columns(((pl.col(column) + 1) % 3).cast(pl.Int8)).write_parquet(path)
+        record_in_manifest(perturbed, "labels", day)  # a re-materialized labels day, not a damaged file
     run_predictions(settings, POLICY)
     run_backtests(settings, POLICY, {"kinematic_pipeline": "test"})
     test_labels = pl.read_parquet(perturbed.evaluation_file("predictions", POLICY))["label"]

@@ -114,6 +114,8 @@ def test_predictions_refuse_token_days_whose_raw_days_were_re_ingested(settings,
     key = "|".join(policy.partition.values())
     materialize = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline"]
     materialize += ["--select", "splinegpt_predictions", "--partition", key]
+    lineage = [sys.executable, "-m", "kinematic_pipeline", "lineage", "--model", "splinegpt", "--tau", str(TAU)]
+    lineage += ["--seed", "1235", "--fold", FOLD, "--ticker", "SYN000"]
     try:
         manifest = pl.read_parquet(wh.manifest(RAW_OHLCV, day))
         bars = pl.read_parquet(wh.shard(RAW_OHLCV, day))
@@ -135,8 +137,12 @@ def test_predictions_refuse_token_days_whose_raw_days_were_re_ingested(settings,
         assert f"spline_tokens shard of {day}" in output and f"digest was {recorded[:16]}" in output
         assert "Re-materialize spline_tokens" in output
         assert file_sha256(predictions) == before  # nothing was written from the stale pair
+        traced = _run(*lineage)  # the raw day behind the token look-back is part of the chain
+        assert traced.returncode == 1 and "token days STALE" in traced.stdout, traced.stdout
     finally:
         shutil.rmtree(unit)
         shutil.move(backup, unit)
     assert _run(*materialize).returncode == 0
     assert file_sha256(predictions) == before
+    traced = _run(*lineage)
+    assert traced.returncode == 0 and "token days match the raw days behind them" in traced.stdout

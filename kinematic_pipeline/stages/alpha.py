@@ -44,7 +44,7 @@ def training_series(settings: Settings) -> tuple[list[str], list[np.ndarray], li
     days = wh.shard_days(RAW_OHLCV, until=first_cut(settings))
     if not days:
         raise FileNotFoundError(f"no raw_ohlcv shards on or before {first_cut(settings)} in {wh.root / RAW_OHLCV}")
-    bars = exact.read_parquet([wh.shard(RAW_OHLCV, d) for d in days])
+    bars = exact.read_parquet(wh.verified_shards(RAW_OHLCV, days))
     index = {d: k for k, d in enumerate(days)}
     bars = bars.with_columns(
         pl.col("date").replace_strict(index, return_dtype=pl.Int64).alias("session"),

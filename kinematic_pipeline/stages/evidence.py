@@ -75,7 +75,7 @@ def train_base_rates(settings: Settings) -> dict[str, dict[float, np.ndarray]]:
     if not days:
         raise FileNotFoundError(f"no labels on or before {first.label_end}: materialize labels first")
     columns = [*(tau_column(t) for t in settings.tokenize.taus), "r_close"]
-    labels = exact.read_parquet([wh.shard(LABELS, d) for d in days], columns=columns)
+    labels = exact.read_parquet(wh.verified_shards(LABELS, days), columns=columns)
     return base_rates_by_outcome(labels, settings.tokenize.taus)
 
 
@@ -96,7 +96,7 @@ def with_close_labels(predictions: pl.DataFrame, returns: pl.DataFrame) -> pl.Da
 def prediction_day_returns(settings: Settings, predictions: pl.DataFrame) -> pl.DataFrame:
     """ticker, date, r_close from the labels shards of the prediction days."""
     wh, days = settings.warehouse, sorted(predictions["date"].unique().to_list())
-    return exact.read_parquet([wh.shard(LABELS, d) for d in days], columns=["ticker", "date", "r_close"])
+    return exact.read_parquet(wh.verified_shards(LABELS, days), columns=["ticker", "date", "r_close"])
 
 
 def read_view(settings: Settings, view: str) -> pl.DataFrame:
@@ -114,8 +114,8 @@ def oracle_test_predictions(settings: Settings, predictions: pl.DataFrame, tau: 
         return None
     wh, days = settings.warehouse, sorted(predictions["date"].unique().to_list())
     tickers = predictions["ticker"].unique().to_list()
-    bars = exact.read_parquet([wh.shard(RAW_OHLCV, d) for d in days], columns=["ticker", "date", "close"])
-    labels = exact.read_parquet([wh.shard(LABELS, d) for d in days], columns=["ticker", "date", tau_column(tau)])
+    bars = exact.read_parquet(wh.verified_shards(RAW_OHLCV, days), columns=["ticker", "date", "close"])
+    labels = exact.read_parquet(wh.verified_shards(LABELS, days), columns=["ticker", "date", tau_column(tau)])
     truth = make_source(settings).ground_truth().filter(pl.col("ticker").is_in(tickers))
     # The latent drift that matches the labels: the spline labels follow positions, close labels closes.
     drift = "velocity" if settings.tokenize.label_source == "spline" else "close"
@@ -205,7 +205,7 @@ def universe_predictions(settings: Settings, variants: tuple[str, ...]) -> pl.Da
     frame = pl.concat(frames, how="vertical").filter(at_tau(settings.evaluate.report_tau))
     wh, days = settings.warehouse, sorted(frame["date"].unique().to_list())
     returns = exact.read_parquet(
-        [wh.shard(LABELS, d) for d in days if wh.shard(LABELS, d).exists()],
+        wh.verified_shards(LABELS, [d for d in days if wh.shard(LABELS, d).exists()]),
         columns=["ticker", "date", "r_close", "r_spline"],
     )
     frame = frame.join(returns, on=["ticker", "date"], how="left", validate="m:1")

@@ -126,7 +126,7 @@ def _closes(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
         return pl.DataFrame(schema={"ticker": pl.String, "date": pl.Date, "close": pl.Float64})
     day_of = pl.LazyFrame({"_file": [str(wh.shard(RAW_OHLCV, d)) for d in present], "date": present})
     return (
-        exact.scan_parquet([wh.shard(RAW_OHLCV, d) for d in present], include_file_paths="_file")
+        exact.scan_parquet(wh.verified_shards(RAW_OHLCV, present), include_file_paths="_file")
         .select("ticker", "close", "_file")
         .join(day_of, on="_file")
         .drop("_file")
@@ -140,7 +140,7 @@ def _labels(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
     present = [d for d in days if wh.shard(LABELS, d).exists()]
     if not present:
         return pl.DataFrame(schema={c: (pl.String if c == "ticker" else pl.Date) for c in columns[:2]})
-    return exact.scan_parquet([wh.shard(LABELS, d) for d in present]).select(columns).collect()
+    return exact.scan_parquet(wh.verified_shards(LABELS, present)).select(columns).collect()
 
 
 def build_features(settings: Settings, asset: str, progress: bool = True) -> FeaturesSummary:

@@ -51,6 +51,7 @@ def _read(settings: Settings, asset: str, day: dt.date, schema: dict[str, pl.Dat
     """The shard's columns; an empty frame when it does not exist and is not required."""
     path = settings.warehouse.shard(asset, day)
     if path.exists():
+        (path,) = settings.warehouse.verified_shards(asset, [day])  # its manifest's bytes, or an error naming it
         return exact.read_parquet(path, columns=list(schema))
     if required:
         raise FileNotFoundError(f"{asset} partition {day} is not materialized (no {path})")
@@ -111,7 +112,7 @@ def materialize_labels(settings: Settings, days: list[dt.date], progress: bool =
 
 def label_distribution(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
     """Counts of Buy/Sell/Hold/unknown per tau over ``days`` (for metadata)."""
-    frame = exact.read_parquet([settings.warehouse.shard(LABELS, d) for d in days])
+    frame = exact.read_parquet(settings.warehouse.verified_shards(LABELS, days))
     rows = []
     for tau in settings.tokenize.taus:
         col = frame[tau_column(tau)]

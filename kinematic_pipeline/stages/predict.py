@@ -155,7 +155,7 @@ def _test_windows(wh: Warehouse, asset: str, days: list[dt.date], tickers: list[
         .drop("_file")
     )
     frame = windows.join(closes, on=["ticker", "date"], how="left")
-    label_files = [p for p in (wh.shard(LABELS, d) for d in days) if p.exists()]
+    label_files = wh.verified_shards(LABELS, [d for d in days if wh.shard(LABELS, d).exists()])
     if label_files:
         labels = exact.scan_parquet(label_files).filter(wanted).select("ticker", "date", label_col)
         frame = frame.join(labels, on=["ticker", "date"], how="left")
@@ -212,7 +212,7 @@ def universe_tickers(settings: Settings, asset: str, days: list[dt.date]) -> lis
     if not days:
         return []
     names = (
-        exact.scan_parquet([settings.warehouse.shard(asset, d) for d in days])
+        exact.scan_parquet(settings.warehouse.verified_shards(asset, days))
         .select("ticker")
         .unique()
         .collect()["ticker"]

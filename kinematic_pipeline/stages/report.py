@@ -200,11 +200,11 @@ def load_bars_and_kinematics(settings: Settings, ticker: str, days: list[dt.date
     """Raw bars and end-of-window spline kinematics of one ticker on ``days`` (from the shards)."""
     wh, bars, kin = settings.warehouse, [], []
     for day in days:
-        raw = exact.read_parquet(wh.shard(RAW_OHLCV, day)).filter(pl.col("ticker") == ticker)
+        raw = exact.read_parquet(wh.verified_shards(RAW_OHLCV, [day])[0]).filter(pl.col("ticker") == ticker)
         bars.append(raw.select("ticker", "date", "open", "high", "low", "close", "volume"))
-        tokens = exact.read_parquet(wh.shard(SPLINE_TOKENS, day), columns=["ticker", "date", "tokens"]).filter(
-            pl.col("ticker") == ticker
-        )
+        tokens = exact.read_parquet(
+            wh.verified_shards(SPLINE_TOKENS, [day])[0], columns=["ticker", "date", "tokens"]
+        ).filter(pl.col("ticker") == ticker)
         if tokens.height:
             state = window_end_kinematics(tokens["tokens"].to_numpy())
             kin.append(

@@ -161,7 +161,7 @@ def store_labels(settings: Settings, store: WindowStore, tau: float) -> tuple[np
     keys = store.rows.select("date", "ticker")
     if not days:
         return np.full(keys.height, UNKNOWN_LABEL, dtype=np.int64), hashes
-    labels = exact.scan_parquet([wh.shard(LABELS, d) for d in days]).select("date", "ticker", col).collect()
+    labels = exact.scan_parquet(wh.verified_shards(LABELS, days)).select("date", "ticker", col).collect()
     joined = keys.join(labels, on=["date", "ticker"], how="left", maintain_order="left")
     return joined[col].fill_null(UNKNOWN_LABEL).to_numpy().astype(np.int64), hashes
 
