@@ -43,6 +43,7 @@ RAW_OHLCV, QUARANTINE = "raw_ohlcv", "quarantine"
 DAY_UNITS: dict[str, dict[str, str]] = {
     RAW_OHLCV: {RAW_OHLCV: "bars.parquet", QUARANTINE: "quarantine.parquet", "manifest": "manifest.parquet"},
     **{kind: {kind: "tokens.parquet", "manifest": "manifest.parquet"} for kind in TOKEN_ASSETS},
+    "labels": {"labels": "labels.parquet", "manifest": "manifest.parquet"},
 }
 UNIT_OF = {member: asset for asset, members in DAY_UNITS.items() for member in members if member != "manifest"}
 SCHEMA_DIR, STAGING_DIR = "_schema", ".staging"
@@ -87,8 +88,9 @@ class Warehouse:
     - ``raw_ohlcv/<YYYY-MM-DD>/`` (``DAY_UNITS``): a day as one unit, ``bars.parquet`` (the kept bars),
       ``quarantine.parquet`` (only when rows were quarantined) and ``manifest.parquet``, replaced together
       by one atomic rename (``write_shard`` with ``companions``); ``raw_ohlcv/_schema/`` holds typed
-      zero-row twins so that the catalog's globs always match; the token assets likewise
-      (``<token asset>/<YYYY-MM-DD>/tokens.parquet`` and ``manifest.parquet``);
+      zero-row twins so that the catalog's globs always match; the token assets and the labels likewise
+      (``<token asset>/<YYYY-MM-DD>/tokens.parquet``, ``labels/<YYYY-MM-DD>/labels.parquet``, each with its
+      ``manifest.parquet``);
     - ``alpha_estimates/estimates.parquet``, ``corpus_stats/<tokenization>.parquet``,
       ``window_store/<token asset>/`` (``window_store.py``);
     - ``models/<variant>/seed=<seed>/foundation/model.pt`` and ``.../seed=<seed>/adapters/tau=<tau>/``,

@@ -115,11 +115,13 @@ def _kill_mid_write(victim: str, marker: Path) -> None:
     assert child.returncode == -signal.SIGKILL
 
 
-def _partial(folder: Path, day: dt.date) -> Path:
-    (tmp,) = folder.glob(f".{day}.parquet.*.tmp")
+def _partial_in_staging(folder: Path, day: dt.date, name: str) -> Path:
+    """The half-written shard of a day unit in its staging folder, with no manifest beside it."""
+    (staged,) = (folder / STAGING_DIR).glob(f"{day}.*/{name}")
     with pytest.raises(Exception):  # noqa: B017 - whatever the reader raises: the bytes are not a Parquet file
-        pl.read_parquet(tmp)
-    return tmp
+        pl.read_parquet(staged)
+    assert not (staged.parent / "manifest.parquet").exists()
+    return staged
 
 
 def _visible_windows(settings, asset: str) -> tuple[int, dt.date]:
@@ -158,10 +160,7 @@ def test_a_tick_killed_mid_write_leaves_no_partial_shard_and_the_next_run_repair
     # 1. Killed while writing a new day unit (spline_tokens of DAY): it does not exist, only its partial shard in
     #    the unit's staging folder (shard and manifest are swapped in together, or not at all).
     _kill_mid_write(f"spline_tokens/{STAGING_DIR}/{DAY}.", tmp_path / "marker-1")
-    (staged,) = (wh / "spline_tokens" / STAGING_DIR).glob(f"{DAY}.*/tokens.parquet")
-    with pytest.raises(Exception):  # noqa: B017 - whatever the reader raises: the bytes are not a Parquet file
-        pl.read_parquet(staged)
-    assert not (staged.parent / "manifest.parquet").exists()
+    _partial_in_staging(wh / "spline_tokens", DAY, "tokens.parquet")
     assert not Warehouse(wh).shard("spline_tokens", DAY).exists()
     assert _visible_windows(settings, "spline_tokens") == (rows_before, last_before)  # DuckDB: the old days only
     assert DAY not in training_shard_days(settings, "spline_tokens")[0]
@@ -169,19 +168,20 @@ def test_a_tick_killed_mid_write_leaves_no_partial_shard_and_the_next_run_repair
 
     # 2. The next tick is killed while rewriting an existing shard (labels of PREVIOUS, now with returns):
     #    its first run repaired DAY's shards; the old labels shard stays whole and readable.
-    _kill_mid_write(f"labels/.{PREVIOUS}.parquet.", tmp_path / "marker-2")
-    _partial(wh / "labels", PREVIOUS)
+    _kill_mid_write(f"labels/{STAGING_DIR}/{PREVIOUS}.", tmp_path / "marker-2")
+    _partial_in_staging(wh / "labels", PREVIOUS, "labels.parquet")
     assert not list((wh / "spline_tokens" / STAGING_DIR).glob(f"{DAY}.*"))  # the stale staging of step 1 is gone
     tokens_rel = Warehouse(wh).shard("spline_tokens", DAY).relative_to(wh).as_posix()
     assert file_sha256(wh / tokens_rel) == expected[tokens_rel]
     assert file_sha256(Warehouse(wh).shard("labels", PREVIOUS)) == old_labels
-    label_manifests = pl.read_parquet(list((wh / "manifests/labels").glob("*.parquet")))
+    label_manifests = pl.read_parquet([Warehouse(wh).manifest("labels", d) for d in Warehouse(wh).shard_days("labels")])
     assert _visible_windows(settings, "labels") == (label_manifests["windows"].sum(), PREVIOUS)
     # Fine-tuning reads labels up to train_end; DAY's labels wait for the next session, so stop before it.
     until_previous = dataclasses.replace(settings, data=dataclasses.replace(settings.data, train_end=PREVIOUS))
-    assert (
-        _streamed(until_previous, tau=0.01) == label_manifests["known"].sum() > 0
-    )  # the labelled windows of the complete (old) shards
+    streamed = _streamed(until_previous, tau=0.01)
+    store_days = open_store(until_previous, "spline_tokens").days["date"].implode()  # the cut's days (its purge)
+    in_store = label_manifests.filter(pl.col("partition_date").is_in(store_days))
+    assert streamed == in_store["known"].sum() > 0  # the labelled windows of the complete (old) shards
 
     # 3. The next run repairs everything to the bytes of the uninterrupted tick.
     assert all(r.success for r in execute_run_requests(defs, _tick_requests(defs, DAY), instance, QUIET))

@@ -113,7 +113,8 @@ def test_three_nightly_ticks_add_one_shard_per_asset_and_a_rerun_changes_nothing
         unit = Warehouse(wh).unit_dir("raw_ohlcv", day).relative_to(wh)  # the day's unit: bars and manifest
         assert {f for f in new if f.startswith("raw_ohlcv/")} == {f"{unit}/bars.parquet", f"{unit}/manifest.parquet"}
         # The only older files rewritten: the previous session's labels (and its manifest), now with returns.
-        labels = {f"labels/{previous}.parquet", f"manifests/labels/{previous}.parquet"}
+        unit = Warehouse(wh).unit_dir("labels", previous).relative_to(wh)
+        labels = {f"{unit}/labels.parquet", f"{unit}/manifest.parquet"}
         assert changed <= labels and labels <= changed | new
         assert not Warehouse(wh).shard("labels", day).exists()  # the new day's labels wait for the next session
         known = pl.read_parquet(Warehouse(wh).shard("labels", previous))["label_tau_0p0100"]

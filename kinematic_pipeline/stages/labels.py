@@ -105,8 +105,7 @@ def materialize_labels(settings: Settings, days: list[dt.date], progress: bool =
             "code_version": __version__,
         }
         records.append(wh.write_shard(LABELS, day, frame, record, MANIFEST_SCHEMA))
-    wh.refresh_view(LABELS, labels_schema(settings.tokenize.taus))
-    wh.refresh_manifest_view(LABELS, MANIFEST_SCHEMA)
+    wh.ensure_unit_views(LABELS, {LABELS: labels_schema(settings.tokenize.taus), "manifest": MANIFEST_SCHEMA})
     return pl.DataFrame(records, schema=MANIFEST_SCHEMA)
 
 
