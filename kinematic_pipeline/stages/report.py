@@ -23,6 +23,7 @@ from kinematic_pipeline.stages.evidence import evidence_tables, pooled_margin_me
 from kinematic_pipeline.stages.pooled import per_fold_table, pooled_evaluation, read_pooled, walk_forward_run
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS
 from kinematic_pipeline.variants import BENCHMARK, FOCUS_VARIANT
+from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import BACKTESTS, EQUITY_CURVES, PREDICTIONS, RAW_OHLCV
 from kinematic_pipeline.windows import CHANNEL_NAMES, window_end_kinematics
 
@@ -137,7 +138,10 @@ def _training_period(settings: Settings) -> str:
 
 def _context(settings: Settings, metrics: pl.DataFrame) -> dict[str, str]:
     ev, policies = settings.evaluate, metrics.filter(pl.col("variant") != BENCHMARK)
-    seeds = sorted(policies["seed"].drop_nulls().unique().to_list())
+    models = [v for v in policies["variant"].unique().to_list() if lookup_variant(v).family == "model"]
+    trained = policies.filter(pl.col("variant").is_in(models)) if models else policies
+    seeds = sorted(trained["seed"].drop_nulls().unique().to_list())
+    others = sorted(set(policies["seed"].drop_nulls().unique().to_list()) - set(seeds))
     return {
         "profile": settings.profile,
         "source": settings.data.source,
@@ -147,6 +151,8 @@ def _context(settings: Settings, metrics: pl.DataFrame) -> dict[str, str]:
         "focus ticker (single-ticker tables)": focus_ticker(settings, metrics),
         "main tables": f"tau = {ev.report_tau:g}, costs = {ev.report_cost_bps:g} bps per trade",
         "seeds": f"{len(seeds)} ({', '.join(map(str, seeds))})"
+        + (" for the trained models" if models else "")
+        + (f" (rules and probes: seed {', '.join(map(str, others))})" if others else "")
         + (
             ": the profile trains one seed, so no spread over seeds is reported"
             if len(seeds) == 1
