@@ -47,6 +47,7 @@ DAY_UNITS: dict[str, dict[str, str]] = {
 }
 UNIT_OF = {member: asset for asset, members in DAY_UNITS.items() for member in members if member != "manifest"}
 SCHEMA_DIR, STAGING_DIR = "_schema", ".staging"
+_UPGRADED: set[tuple[str, str]] = set()  # (warehouse, day-unit asset) whose older flat days were moved this process
 ALPHA_ESTIMATES, LABELS, CORPUS_STATS = "alpha_estimates", "labels", "corpus_stats"
 PREDICTIONS, BACKTESTS, EQUITY_CURVES, TRADES, PROVENANCE = (
     "predictions",
@@ -141,11 +142,13 @@ class Warehouse:
         """``<asset>/<key>.parquet``: a trading day's shard, or a named one (``stats``, ``splinegpt_tau0.01``);
         for a member of a day unit (``raw_ohlcv``, ``quarantine``), its file in ``<unit>/<day>/``."""
         if asset in UNIT_OF:
+            self._upgraded(UNIT_OF[asset])
             return self.unit_dir(UNIT_OF[asset], key) / DAY_UNITS[UNIT_OF[asset]][asset]
         return self.root / asset / f"{key}.parquet"
 
     def manifest(self, asset: str, day: dt.date | str) -> Path:
         if asset in DAY_UNITS:
+            self._upgraded(asset)
             return self.unit_dir(asset, day) / DAY_UNITS[asset]["manifest"]
         return self.root / "manifests" / asset / f"{day}.parquet"
 
@@ -156,16 +159,23 @@ class Warehouse:
     def shard_days(self, asset: str, *, after: dt.date | None = None, until: dt.date | None = None) -> list[dt.date]:
         """Sorted days of ``asset``'s shards with ``after < day <= until`` (file names only: nothing is opened)."""
         if asset in DAY_UNITS:
-            self.upgrade_flat_days(asset)
+            self._upgraded(asset)
             return _unit_days_in(self.root / asset, after, until)
         return _days_in(self.root / asset, after, until)
 
     def manifest_days(self, asset: str) -> list[dt.date]:
         """Sorted days whose ``asset`` shard has a manifest (a shard counts once its manifest is written)."""
         if asset in DAY_UNITS:
-            self.upgrade_flat_days(asset)
+            self._upgraded(asset)
             return _unit_days_in(self.root / asset, None, None)  # a unit exists whole or not at all
         return _days_in(self.root / "manifests" / asset, None, None)
+
+    def _upgraded(self, asset: str) -> None:
+        """``upgrade_flat_days`` once per process and warehouse (later calls cost a set lookup)."""
+        key = (str(self.root), asset)
+        if key not in _UPGRADED:
+            self.upgrade_flat_days(asset)
+            _UPGRADED.add(key)
 
     def upgrade_flat_days(self, asset: str) -> int:
         """Move the day shards of a warehouse written before ``asset`` became a day unit (``<asset>/<day>.parquet``

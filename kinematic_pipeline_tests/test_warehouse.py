@@ -67,7 +67,8 @@ def test_a_copied_warehouse_reads_its_own_files_once_the_original_is_gone(tmp_pa
     original = ci_settings.warehouse
     labels = pl.DataFrame({"ticker": ["A", "B"], "date": [days[0]] * 2})
     write_parquet_atomic(labels, original.shard("labels", days[0]))
-    original.refresh_view("labels", {"ticker": pl.String, "date": pl.Date})
+    manifest = {"partition_date": pl.Date, "content_hash": pl.String}
+    original.ensure_unit_views("labels", {"labels": {"ticker": pl.String, "date": pl.Date}, "manifest": manifest})
     views = "SELECT (SELECT count(*) FROM raw_ohlcv), (SELECT count(*) FROM raw_ohlcv_manifest), (SELECT count(*) FROM labels)"
     expected = (summary.totals["rows_kept"], len(days), 2)
     assert original.query(views).row(0) == expected
@@ -79,7 +80,7 @@ def test_a_copied_warehouse_reads_its_own_files_once_the_original_is_gone(tmp_pa
     assert copy.query(views).row(0) == expected
     assert copy.query("SELECT count(*) FROM quarantine").item() == 0
     definitions = copy.query("SELECT sql FROM duckdb_views() WHERE NOT internal")["sql"].to_list()
-    assert len(definitions) == 4 and not [sql for sql in definitions if str(original.root) in sql]
+    assert len(definitions) == 5 and not [sql for sql in definitions if str(original.root) in sql]
     # and the copy goes on: a re-ingest there writes there
     moved = dataclasses.replace(ci_settings, warehouse=copy.root)
     materialize_raw_ohlcv(moved, days, progress=False)

@@ -7,7 +7,8 @@
    Sharpe ratio, with the trials counted from what the run evaluated (variants x taus x costs x rules x folds).
 2. Does any model carry directional information beyond the trivial baseline? The daily cross-sectional rank
    IC on the universe (report's tau, seeds averaged) of each model and probe minus that of the trivial probe
-   (``lr_trivial``; 0 without it), with its Newey-West t and Holm-adjusted one-sided p-values.
+   (``lr_trivial``), with its Newey-West t and Holm-adjusted one-sided p-values; and the same against 0 (does
+   the score rank tomorrow's returns at all: a trivial probe with a negative IC flatters every other).
 3. Do spline tokens beat finite differences? Stationary-bootstrap 95% intervals of the Sharpe difference of each
    matched ablation (SplineGPT vs RawGPT-FD and vs RawGPT; each probe on spline vs on fd tokens).
 Beside them the model confidence set across the strategies. Every answer is a template filled with the
@@ -159,7 +160,8 @@ def beat_buy_and_hold(settings: Settings, equity: pl.DataFrame, trials: tuple[in
 
 
 def information_beyond_trivial(settings: Settings, universe: pl.DataFrame | None) -> list[dict]:
-    question = "Does any model carry directional information beyond the trivial baseline?"
+    """Two rows: each model's and probe's daily rank IC minus the trivial probe's, and its own IC against 0 (a
+    trivial probe with a negative IC, the one-day reversal, makes every other score look informative beside it)."""
     if universe is None or universe.height == 0:
         return []
     scores = universe.group_by("variant", "ticker", "date").agg(pl.col("score").mean(), pl.col("r_close").first())
@@ -167,41 +169,57 @@ def information_beyond_trivial(settings: Settings, universe: pl.DataFrame | None
         v: daily_ic(g, "score", "r_close").select("date", "rank_ic")
         for (v,), g in scores.group_by("variant", maintain_order=True)
     }
+    tested = [v for v in sorted(ic) if v != TRIVIAL and not v.startswith(("always", "momentum"))]
     reference = ic.get(TRIVIAL)
-    rows, tests = [], []
-    for v in sorted(ic):
-        if v == TRIVIAL or v.startswith(("always", "momentum")):
-            continue
-        daily = ic[v]
+    rows = []
+    if reference is not None:
+        rows += _ic_row(
+            "Does any model carry directional information beyond the trivial baseline?",
+            f"daily rank IC on the universe minus {display_name(TRIVIAL)}'s",
+            {v: ic[v] for v in tested},
+            reference,
+        )
+    rows += _ic_row(
+        "Does any model's score rank the next day's returns (rank IC > 0)?",
+        "daily rank IC on the universe against 0",
+        {v: ic[v] for v in tested},
+        None,
+    )
+    return rows
+
+
+def _ic_row(question: str, test: str, ic: dict[str, pl.DataFrame], reference: pl.DataFrame | None) -> list[dict]:
+    """One verdict row: a one-sided Newey-West t of each variant's daily IC (minus ``reference``'s on the same
+    days), Holm-adjusted over the variants."""
+    from statsmodels.stats.multitest import multipletests
+
+    tests = []
+    for v, daily in ic.items():
         if reference is not None:
             daily = daily.join(reference, on="date", suffix="_ref").with_columns(
                 (pl.col("rank_ic") - pl.col("rank_ic_ref")).alias("rank_ic")
             )
         x = daily["rank_ic"].to_numpy()
-        t, _, lags = newey_west_t(x)
+        t, _, _ = newey_west_t(x)
         p = float(sps.norm.sf(t)) if np.isfinite(t) else float("nan")
         tests.append((v, float(np.nanmean(x)) if x.size else float("nan"), t, p, x.size))
     if not tests:
         return []
     pvals = np.array([p if np.isfinite(p) else 1.0 for *_, p, _ in tests])
-    from statsmodels.stats.multitest import multipletests
-
     reject, adjusted, _, _ = multipletests(pvals, alpha=LEVEL, method="holm")
     winners = [tests[i][0] for i in range(len(tests)) if reject[i]]
-    ref_text = f"minus {display_name(TRIVIAL)}'s" if reference is not None else "(no trivial probe: against 0)"
     best = int(np.argmin(adjusted))
-    rows.append(
+    return [
         {
             "Question": question,
-            "Test": f"daily rank IC on the universe {ref_text}, Newey-West t, one-sided, Holm over {len(tests)} "
-            f"models and probes ({tests[best][4]} days)",
+            "Test": f"{test}, Newey-West t, one-sided, Holm over {len(tests)} models and probes "
+            f"({tests[best][4]} days)",
             "Statistic": "; ".join(f"{v} {m:+.4f} (t {t:.2f})" for v, m, t, _, _ in tests),
             "Interval or p-value": f"smallest Holm p = {_p(adjusted[best])} ({tests[best][0]})",
             "Trials": f"{len(tests)} (one per model and probe)",
             "Answer": f"yes: {', '.join(winners)} at 5% (Holm)" if winners else "no evidence at the 5% level",
         }
-    )
-    return rows
+    ]
 
 
 def spline_vs_fd(settings: Settings, equity: pl.DataFrame, trials: tuple[int, str]) -> list[dict]:
