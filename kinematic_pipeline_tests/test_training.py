@@ -101,8 +101,9 @@ def test_no_shard_after_train_end_is_ever_opened(ci_warehouse, tmp_path):
     shutil.copytree(ci_warehouse.warehouse, wh)
     settings = dataclasses.replace(ci_warehouse, warehouse=wh)
     corrupted = 0
-    for path in wh.rglob("*.parquet"):
-        if path.stem[:4].isdigit() and path.stem > settings.data.train_end.isoformat():
+    for path in wh.rglob("*.parquet"):  # a day's shard or manifest, flat (<day>.parquet) or in its unit (<day>/)
+        day = path.stem if path.stem[:4].isdigit() else path.parent.name
+        if day[:4].isdigit() and day > settings.data.train_end.isoformat():
             path.write_bytes(b"not parquet: reading this shard is a look-ahead bug")
             corrupted += 1
     assert corrupted > 0
