@@ -203,6 +203,12 @@ class Warehouse:
                 moved += 1
             if not any(flat.iterdir()):
                 flat.rmdir()
+            days = _unit_days_in(self.root / asset, None, None)
+            if moved and days:  # the catalog's views of the asset: over the units now, typed by a moved day
+                unit = self.unit_dir(asset, days[0])
+                self.ensure_unit_views(
+                    asset, {m: dict(pl.read_parquet_schema(unit / name)) for m, name in members.items()}
+                )
         if moved:
             import sys
 

@@ -190,4 +190,6 @@ def test_token_days_of_an_older_warehouse_move_into_day_units(tmp_path, capsys):
         assert wh.shard("spline_tokens", day) == tmp_path / "spline_tokens" / str(day) / "tokens.parquet"
         assert wh.verified_shards("spline_tokens", [day]) == [wh.shard("spline_tokens", day)]
     assert not (tmp_path / "manifests" / "spline_tokens").exists() and orphan.exists()
+    assert wh.query("SELECT sum(x) AS x, count(*) AS n FROM spline_tokens").row(0) == (1, 2)  # views over the units
+    assert wh.query("SELECT count(*) FROM spline_tokens_manifest").item() == 2
     assert wh.upgrade_flat_days("spline_tokens") == 0  # done once
