@@ -71,6 +71,35 @@ def test_predictions_cover_every_test_day_and_ticker_with_valid_probabilities(wa
     assert {s["asset"] for s in result.shards} == {"spline_tokens", "raw_ohlcv"}
 
 
+class _Recorder(torch.nn.Module):
+    """A classifier that remembers the batches it was shown."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.batches = inner, []
+
+    def forward(self, x):
+        self.batches.append(x.clone())
+        return self.inner(x)
+
+
+def test_the_model_sees_the_same_batches_on_every_call(warehouses):
+    """The float32 probabilities of a window depend in their last bits on the batch it shares; the test windows
+    come from joins whose row order varies from call to call, so predict feeds them in (ticker, date) order."""
+    base, _ = warehouses
+    settings = dataclasses.replace(base, evaluate=dataclasses.replace(base.evaluate, predict_batch_size=7))
+    runs = []
+    for _ in range(4):
+        recorder = _Recorder(_classifier(settings, "patchtst"))
+        frame = predict(settings, Policy("patchtst", 1234, 0.01), recorder).frame
+        runs.append((recorder.batches, frame))
+    first, frame = runs[0]
+    assert len(first) > 1 and first[0].shape[0] == 7
+    for batches, other in runs[1:]:
+        assert len(batches) == len(first) and all(torch.equal(a, b) for a, b in zip(first, batches))
+        assert other.equals(frame)
+
+
 def test_configured_test_tickers_missing_from_the_data_are_reported(warehouses):
     base, _ = warehouses
     settings = dataclasses.replace(base, evaluate=dataclasses.replace(base.evaluate, test_tickers=("SYN001", "NVDA")))

@@ -161,7 +161,9 @@ def _test_windows(wh: Warehouse, asset: str, days: list[dt.date], tickers: list[
         frame = frame.join(labels, on=["ticker", "date"], how="left")
     else:
         frame = frame.with_columns(pl.lit(None, pl.Int8).alias(label_col))
-    return frame.collect()
+    # one order: the joins' row order varies from call to call, and with it the model's batches (and so the
+    # float32 probabilities in their last bits)
+    return frame.collect().sort("ticker", "date")
 
 
 MODEL_FILES_SCHEMA = {"path": pl.String, "sha256": pl.String}
