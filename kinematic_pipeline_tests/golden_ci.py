@@ -7,8 +7,11 @@ WAREHOUSE is a ci-profile warehouse materialized whole (``.ci/run`` does it). Ev
 row (policies and Buy & Hold, every tau and cost) is compared with ``kinematic_pipeline_tests/golden/
 ci_backtests.csv`` (``test_golden_ci_report.py`` in CI); a change in any number fails with the rows and
 columns that moved. Training on CPU with
-the pinned torch is deterministic, so the tolerance is tight (1e-9 relative): a difference means the
-pipeline computes something else, not noise.
+the pinned torch is deterministic on one machine, so the tolerance is tight (1e-9 relative): a difference means
+the pipeline computes something else, not noise. The one exception is what is computed from the models' float32
+probabilities themselves (Brier score, calibration error): x86 CPUs of other generations run other GEMM kernels
+whose float32 sums differ in their last bits (measured: the same commit on two hosts, up to 1.1e-7 relative in
+Brier, every action and return equal), so those columns are compared to 1e-6 relative, about 8 float32 ulps.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import polars as pl
 GOLDEN = Path(__file__).resolve().parent / "golden" / "ci_backtests.csv"
 KEYS = ["fold", "variant", "tau", "seed", "ticker", "cost_bps"]
 REL_TOL = 1e-9
+FLOAT32_COLUMNS = {"brier": 1e-6, "ece": 1e-6}  # metrics of float32 probabilities: see the docstring
 
 
 def backtest_rows(warehouse: Path) -> pl.DataFrame:
@@ -48,7 +52,7 @@ def compare(actual: pl.DataFrame, golden: pl.DataFrame) -> list[str]:
         a, g = actual[column], golden[column]
         if a.dtype.is_numeric() or a.dtype == pl.Boolean:
             x, y = a.cast(pl.Float64).to_numpy(), g.cast(pl.Float64).to_numpy()
-            same = np.isclose(x, y, rtol=REL_TOL, atol=1e-12, equal_nan=True)
+            same = np.isclose(x, y, rtol=FLOAT32_COLUMNS.get(column, REL_TOL), atol=1e-12, equal_nan=True)
         else:
             same = (a.cast(pl.String).fill_null("") == g.cast(pl.String).fill_null("")).to_numpy()
         for i in np.flatnonzero(~same)[:5]:

@@ -45,3 +45,13 @@ def test_the_comparison_notices_a_changed_metric(materialized):
     moved = actual.with_columns(pl.col("sharpe") + pl.when(pl.int_range(pl.len()) == row).then(1e-6).otherwise(0.0))
     problems = compare(moved, golden)
     assert len(problems) == 1 and problems[0].startswith("sharpe of ")
+
+
+def test_probability_metrics_allow_float32_last_bits_and_nothing_more(materialized):
+    actual = backtest_rows(materialized)
+    golden = pl.read_csv(GOLDEN, schema=actual.schema)
+    row = actual.with_row_index().filter(pl.col("brier").is_finite())["index"][0]
+    for scale, noticed in ((1 + 2e-7, False), (1 + 1e-4, True)):
+        at_row = pl.int_range(pl.len()) == row
+        moved = actual.with_columns(pl.when(at_row).then(pl.col("brier") * scale).otherwise(pl.col("brier")))
+        assert bool(compare(moved, golden)) is noticed, scale
