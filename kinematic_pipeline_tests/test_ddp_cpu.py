@@ -48,7 +48,7 @@ def test_two_cpu_ranks_train_a_foundation_with_ddp_spawn_inside_a_dagster_step(t
         DAGSTER_HOME=str(home),
         KP_PROFILE="ci",
         KP_WAREHOUSE=str(warehouse),
-        KP_END_DATE="2021-08-31",  # ~105 token days, all in the training period
+        KP_END_DATE="2021-08-31",  # ~105 token days, all in the first fold's training period
         PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
     )
     inputs = " or ".join(
@@ -58,7 +58,7 @@ def test_two_cpu_ranks_train_a_foundation_with_ddp_spawn_inside_a_dagster_step(t
 
     env.update(KP_TRAIN_ACCELERATOR="cpu", KP_TRAIN_DEVICES="2", KP_TRAIN_SHARD_TRACE=str(trace))
     cmd = [str(BIN / "dagster"), "asset", "materialize", "-m", "kinematic_pipeline", "--select", "splinegpt_foundation"]
-    cmd += ["--partition", "1234"]  # one seed's foundation
+    cmd += ["--partition", "2022H1@1234"]  # one fold's and seed's foundation (the ci profile's first fold)
     output = _run(cmd, env)
     assert "RUN_SUCCESS" in output
 
@@ -74,7 +74,7 @@ def test_two_cpu_ranks_train_a_foundation_with_ddp_spawn_inside_a_dagster_step(t
     for (epoch, split), group in served.group_by(["epoch", "split"]):
         per_rank = group.group_by("rank").agg(pl.col("windows").sum()).sort("rank")["windows"].to_list()
         assert len(per_rank) == 2 and per_rank[0] == per_rank[1] > 0, (epoch, split, per_rank)
-    out_dir = Warehouse(warehouse).foundation_dir(Policy("splinegpt", 1234))
+    out_dir = Warehouse(warehouse).foundation_dir(Policy("splinegpt", 1234, fold="2022H1"))
     used = pl.read_parquet(out_dir / "shards_used.parquet").filter(pl.col("served") > 0)
     for split in ("train", "val"):
         traced = served.filter(pl.col("split") == split).group_by("day").agg(pl.col("windows").sum())
