@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kinematic_pipeline.orchestration.checks import RAW_CHECKS
+from kinematic_pipeline.orchestration.checks import QUALITY_CHECKS, RAW_CHECKS
 from kinematic_pipeline_tests.conftest import cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -375,7 +375,7 @@ def test_asset_graph_shows_every_stage_group_and_the_report(ui, screenshot_dir):
 
 def test_raw_ohlcv_asset_checks_are_listed(ui, screenshot_dir):
     browser, base_url, log_path = ui
-    names = [name for name, _ in RAW_CHECKS]
+    names = [name for name, _ in RAW_CHECKS + QUALITY_CHECKS]  # the blocking contract and the warning checks
     browser.get(f"{base_url}/assets/raw_ohlcv?view=checks")
     lines = _wait_until(
         browser,
