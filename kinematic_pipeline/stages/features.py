@@ -34,7 +34,7 @@ from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import Fold, walk_forward
 from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.probe_features import RAW_EXTRAS, TOKEN_FEATURES, raw_extras, token_features
-from kinematic_pipeline.stages.tokenize import verified_token_shards
+from kinematic_pipeline.stages.tokenize import check_token_inputs
 from kinematic_pipeline.token_kinds import token_kind
 from kinematic_pipeline.training.data import split_days
 from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
@@ -96,11 +96,12 @@ def _store_rows(settings: Settings, asset: str, progress: bool) -> tuple[pl.Data
 
 
 def _test_rows(settings: Settings, asset: str, days: list[dt.date], progress: bool) -> pl.DataFrame:
-    raw, parts = token_kind(asset).tokenization == "raw", []
+    wh, raw, parts = settings.warehouse, token_kind(asset).tokenization == "raw", []
+    check_token_inputs(settings, asset, days)  # tokenized from the raw days on disk now, look-back included
     bar = tqdm(total=len(days), desc=f"{asset} features (test period)", unit="day", disable=not progress)
     for lo in range(0, len(days), TEST_DAYS_PER_READ):
         block = days[lo : lo + TEST_DAYS_PER_READ]
-        frame = exact.read_parquet(verified_token_shards(settings, asset, block), columns=["ticker", "date", "tokens"])
+        frame = exact.read_parquet(wh.verified_shards(asset, block), columns=["ticker", "date", "tokens"])
         if frame.height:
             tokens = frame["tokens"].to_numpy().reshape(-1, N_TOKENS, N_CHANNELS)
             parts.append(pl.concat([frame.select("ticker", "date"), _feature_frame(tokens, raw)], how="horizontal"))

@@ -170,14 +170,6 @@ def check_token_inputs(settings: Settings, kind: str, days: list[dt.date]) -> No
         )
 
 
-def verified_token_shards(settings: Settings, kind: str, days: list[dt.date]) -> list:
-    """The ``kind`` shards of ``days``: bytes verified against their manifests and windows pinned to the raw days
-    they were tokenized from (``check_token_inputs``)."""
-    paths = settings.warehouse.verified_shards(kind, days)
-    check_token_inputs(settings, kind, days)
-    return paths
-
-
 @dataclass(frozen=True)
 class DayWindows:
     day: dt.date
