@@ -90,7 +90,7 @@ def _connect(warehouse: Path, read_only: bool):
         if wal.exists():
             wal.rename(kept.with_name(kept.name + ".wal"))
         con = duckdb.connect(str(path))
-        from kinematic_pipeline.warehouse import rebuild_views
+        from kinematic_pipeline.warehouse_repair import rebuild_views
 
         con.execute(f"SET file_search_path = {sql_str(str(Path(warehouse).resolve()))}")
         views = rebuild_views(Path(warehouse), con)
@@ -115,7 +115,7 @@ _FILE_IN_ERROR = re.compile(r"""(?:File|file) ['"]([^'"]+\.parquet)['"]""")
 
 def create_view(con, warehouse: Path, view: str, body: str, attempts: int = 50) -> list[str]:
     """``CREATE OR REPLACE VIEW view AS body``; a Parquet file under the warehouse that DuckDB cannot read (zero
-    bytes, truncated) never locks the view: it is moved aside (``warehouse.quarantine_damaged``: its whole day
+    bytes, truncated) never locks the view: it is moved aside (``warehouse_repair.quarantine_damaged``: its whole day
     unit, or the shard with its manifest) and the view is created without it. Returns what was moved."""
     import duckdb
 
@@ -131,7 +131,7 @@ def create_view(con, warehouse: Path, view: str, body: str, attempts: int = 50) 
                 path = Path(warehouse).resolve() / path
             if path is None or not _unreadable(path):
                 raise
-            from kinematic_pipeline.warehouse import quarantine_damaged
+            from kinematic_pipeline.warehouse_repair import quarantine_damaged
 
             moved.append(quarantine_damaged(Path(warehouse), path, _first_line(exc)))
     raise RuntimeError(f"view {view}: more than {attempts} damaged files under {warehouse}")

@@ -29,7 +29,7 @@ from kinematic_pipeline.atomic_files import (
     write_parquet_atomic,
     write_staged_file,
 )
-from kinematic_pipeline.catalog import DAMAGED_DIR, catalog_connection, create_view, query, refresh_view, sql_str
+from kinematic_pipeline.catalog import catalog_connection, create_view, query, refresh_view, sql_str
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.variants import variant as lookup_variant
@@ -189,7 +189,7 @@ class Warehouse:
         with self.day_lock(asset, "upgrade"):
             for manifest in sorted(flat.glob("*.parquet")):
                 shard = self.root / asset / manifest.name
-                if not _is_day(manifest.stem) or not shard.exists():
+                if not is_day_name(manifest.stem) or not shard.exists():
                     continue
                 staging = self.root / asset / STAGING_DIR / f"{manifest.stem}.upgrade"
                 staging.mkdir(parents=True, exist_ok=True)
@@ -535,77 +535,19 @@ class Warehouse:
         return self.query(f'SELECT * FROM "{view}"')
 
 
-def quarantine_damaged(root: Path, path: Path, why: str) -> str:
-    """Move a damaged file aside to ``_damaged/`` with what belongs to it: a day unit's whole folder (the day
-    is then missing and the next ingest writes it again), a day shard with its manifest (likewise), any other
-    file alone (its asset must be re-materialized). Returns a line saying what moved and what to do; prints it."""
-    import sys
-    import time
-
-    root, path = Path(root).resolve(), Path(path).resolve()
-    rel = path.relative_to(root)
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    target = root / DAMAGED_DIR / stamp
-    asset = rel.parts[0]
-    if asset in DAY_UNITS and len(rel.parts) == 3 and _is_day(rel.parts[1]):
-        moving = [path.parent]
-        fix = f"the day {rel.parts[1]} is rewritten by the next materialization of {asset}"
-    elif len(rel.parts) == 2 and _is_day(path.stem):
-        manifest = root / "manifests" / asset / path.name
-        moving = [path, *([manifest] if manifest.exists() else [])]
-        fix = f"the day {path.stem} is rewritten by the next materialization of {asset}"
-    else:
-        moving = [path]
-        fix = f"re-materialize {asset}"
-    for item in moving:
-        dest = target / item.relative_to(root)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        item.rename(dest)
-    line = f"damaged {rel} ({why}): moved to {DAMAGED_DIR}/{stamp}/; {fix}"
-    print(f"warehouse {root}: {line}", file=sys.stderr)
-    return line
-
-
-FLAT_SKIP = {REPORTS_DIR, "models", "window_store", "features", "manifests", "drop", DAMAGED_DIR}
-
-
-def rebuild_views(root: Path, con) -> list[str]:
-    """Every catalog view, re-created from the folders of the warehouse (the catalog holds only views): the
-    members of each day unit with a typed ``_schema`` file, each folder of ``*.parquet`` shards, each folder of
-    manifests. Returns the views' names."""
-    root, views = Path(root), []
-    for asset, members in DAY_UNITS.items():
-        for member, name in members.items():
-            if (root / asset / SCHEMA_DIR / name).exists():
-                view = f"{asset}_manifest" if member == "manifest" else member
-                create_view(
-                    con, root, view, f"SELECT * FROM read_parquet({sql_str(f'{asset}/*/{name}')}, union_by_name = true)"
-                )
-                views.append(view)
-    folders = [(p.name, p) for p in sorted(root.iterdir()) if p.is_dir() and p.name not in FLAT_SKIP]
-    folders += [(f"{p.name}_manifest", p) for p in sorted((root / "manifests").glob("*")) if p.is_dir()]
-    for view, folder in folders:
-        if folder.name in DAY_UNITS or folder.name.startswith((".", "_")) or not any(folder.glob("*.parquet")):
-            continue
-        glob = str((folder / "*.parquet").relative_to(root))
-        create_view(con, root, view, f"SELECT * FROM read_parquet({sql_str(glob)}, union_by_name = true)")
-        views.append(view)
-    return views
-
-
 def _days_in(folder: Path, after: dt.date | None, until: dt.date | None) -> list[dt.date]:
     if not folder.is_dir():
         return []
-    days = (dt.date.fromisoformat(p.stem) for p in folder.glob("*.parquet") if _is_day(p.stem))
+    days = (dt.date.fromisoformat(p.stem) for p in folder.glob("*.parquet") if is_day_name(p.stem))
     return sorted(d for d in days if (after is None or d > after) and (until is None or d <= until))
 
 
 def _unit_days_in(folder: Path, after: dt.date | None, until: dt.date | None) -> list[dt.date]:
     if not folder.is_dir():
         return []
-    days = (dt.date.fromisoformat(p.name) for p in folder.iterdir() if _is_day(p.name) and p.is_dir())
+    days = (dt.date.fromisoformat(p.name) for p in folder.iterdir() if is_day_name(p.name) and p.is_dir())
     return sorted(d for d in days if (after is None or d > after) and (until is None or d <= until))
 
 
-def _is_day(stem: str) -> bool:
+def is_day_name(stem: str) -> bool:
     return len(stem) == 10 and stem[4] == "-" and stem[7] == "-" and stem.replace("-", "").isdigit()
