@@ -10,8 +10,8 @@ the failed partitions writes the same bytes. The servers and workers are stopped
 Then one fold of the training grid (the ci profile's first fold, its seeds, two taus: independent runs, all at
 once) on two more workers, with the concurrency pool of deploy/postgres/dagster.yaml (`concurrency.pools`,
 default_limit 1: one GPU): from the event log's STEP_START / STEP_SUCCESS times, no two training steps
-(foundations, adapters: the pool kinematic_pipeline/training) ever ran at once, while the runs' other steps
-(predictions, backtests) ran beside them; the instance's slot table showed a training step waiting for the slot.
+(foundations, adapters: the pool kinematic_pipeline/training) ever ran at once; the instance's slot table showed a
+training step waiting for the slot, and never held or queued any other step (predictions, backtests).
 
     pytest -m e2e kinematic_pipeline_tests/test_cluster.py     (as root on Debian: apt-get installs
                                                                           postgresql / redis-server if missing)
@@ -390,6 +390,7 @@ def _run_all(grid: dict, select: str, partitions: list[str], tmp_path: Path, sto
         info = storage.get_concurrency_info(TRAINING_POOL)
         seen["claimed"] = max(seen["claimed"], len(info.claimed_slots))
         seen["waiting"] = max(seen["waiting"], sum(s.assigned_timestamp is None for s in info.pending_steps))
+        seen["steps"] |= {s.step_key for s in (*info.claimed_slots, *info.pending_steps)}
         time.sleep(0.2)
     for code, output in map(_wait, runs):
         assert code == 0, output[-4000:]
@@ -420,7 +421,7 @@ def test_one_fold_of_the_training_grid_runs_in_parallel_with_one_training_step_a
     _in_process(tmp_path / "upstream_home", warehouse, GRID_UPSTREAM, end=None)
     timings["upstream (in-process)"] = time.perf_counter() - started
 
-    seen = {"claimed": 0, "waiting": 0}
+    seen = {"claimed": 0, "waiting": 0, "steps": set()}
     with _instance(grid_cluster["home"], grid_cluster["pg_url"]) as instance:
         storage = instance.event_log_storage
         assert storage.supports_global_concurrency_limits
@@ -469,7 +470,8 @@ def test_one_fold_of_the_training_grid_runs_in_parallel_with_one_training_step_a
         assert after[2] >= before[3], f"training steps overlap: {before} and {after}"
     # The pool held training steps back (not only a busy worker), and only ever gave out its one slot.
     assert seen["claimed"] <= 1 and seen["waiting"] >= 1, seen
-    # The runs' other steps were not held: some ran while a training step did.
+    # The runs' other steps never entered the pool: only training steps ever held or waited for its slot. (Whether
+    # a prediction happens to run while another run's adapter trains is up to the two workers' timing: printed.)
+    assert seen["steps"] and seen["steps"] <= set(TRAINING_STEPS), seen["steps"]
     beside = [(o[1], t[1]) for o in others for t in training if o[2] < t[3] and t[2] < o[3]]
-    assert beside, "no other step ran beside a training step"
     print("timings (s):", {k: round(v, 1) for k, v in timings.items()}, "pool:", seen, "beside:", beside[:3])
