@@ -66,15 +66,21 @@ def naive_auc(scores, is_class):
     return wins / (len(pos) * len(neg))
 
 
+def _per_row(reference, n):
+    """The reference of each of n rows: a (3,) reference repeated, or the given (n, 3) rows."""
+    return list(reference) if np.ndim(reference) == 2 else [reference] * n
+
+
 def naive_metrics(probs, labels, reference, actions=None):
     """Every skill_table metric on one sample (labels -1 dropped first); actions None: the policy's
-    balanced accuracy is NaN."""
+    balanced accuracy is NaN. reference: (3,) for every row, or one (3,) per row."""
     actions = [None] * len(labels) if actions is None else actions
-    rows = [(p, int(y), a) for p, y, a in zip(probs, labels, actions) if y >= 0]
-    probs = [p for p, _, _ in rows]
-    labels = [y for _, y, _ in rows]
-    acted = [a for _, _, a in rows]
-    ref = [reference] * len(labels)
+    refs = _per_row(reference, len(labels))
+    rows = [(p, int(y), a, r) for p, y, a, r in zip(probs, labels, actions, refs) if y >= 0]
+    probs = [p for p, _, _, _ in rows]
+    labels = [y for _, y, _, _ in rows]
+    acted = [a for _, _, a, _ in rows]
+    ref = [r for _, _, _, r in rows]
     predicted = [max(range(3), key=lambda k, p=p: (p[k], -k)) for p in probs]  # argmax, first on ties
     out = {
         "log_loss": naive_log_loss(probs, labels),
@@ -93,10 +99,14 @@ def naive_metrics(probs, labels, reference, actions=None):
     return out
 
 
-def _labelled(probs, labels, days, actions):
+def _labelled(probs, labels, days, actions, reference=None):
     keep = [i for i, y in enumerate(labels) if y >= 0]
     acted = None if actions is None else [int(actions[i]) for i in keep]
-    return [probs[i] for i in keep], [int(labels[i]) for i in keep], [days[i] for i in keep], acted
+    out = [probs[i] for i in keep], [int(labels[i]) for i in keep], [days[i] for i in keep], acted
+    if reference is None:
+        return out
+    refs = _per_row(reference, len(labels))
+    return (*out, [refs[i] for i in keep])
 
 
 def naive_resampled_days(n_days, n_boot, block_days, seed):
@@ -118,7 +128,8 @@ def naive_resample_metrics(probs, labels, days, actions, reference, distinct, pi
     """naive_metrics of the rows of the drawn days (a day drawn twice contributes its rows twice)."""
     rows = [i for d in picked for i, x in enumerate(days) if x == distinct[d]]
     acted = None if actions is None else [actions[i] for i in rows]
-    return naive_metrics([probs[i] for i in rows], [labels[i] for i in rows], reference, acted)
+    refs = _per_row(reference, len(labels))
+    return naive_metrics([probs[i] for i in rows], [labels[i] for i in rows], [refs[i] for i in rows], acted)
 
 
 def _interval(values, alpha):
@@ -130,7 +141,7 @@ def _interval(values, alpha):
 def naive_skill_table(probs, labels, days, reference, n_boot, block_days, seed, alpha=0.05, actions=None):
     """Twin of skill_table: the same block starts, but every resample is built row by row and scored with
     the naive metrics."""
-    probs, labels, days, actions = _labelled(probs, labels, days, actions)
+    probs, labels, days, actions, reference = _labelled(probs, labels, days, actions, reference)
     distinct = sorted(set(days))
     out = {"n_rows": len(labels), "n_days": len(distinct)}
     point = naive_metrics(probs, labels, reference, actions)
@@ -146,14 +157,16 @@ def naive_skill_table(probs, labels, days, reference, n_boot, block_days, seed, 
 
 def naive_seed_mean_skill(seeds, reference, n_boot, block_days, seed, alpha=0.05):
     """Twin of skill_seeds.seed_mean_skill. seeds: list of (probs, labels, days, actions). One draw of the
-    union's days; per resample each seed's naive metrics, then their mean; the interval of those means."""
-    seeds = [_labelled(*one) for one in seeds]
-    distinct = sorted({d for _, _, days, _ in seeds for d in days})
-    points = [naive_metrics(p, y, reference, a) for p, y, _, a in seeds]
-    out = {"n_seeds": len(seeds), "n_rows": sum(len(y) for _, y, _, _ in seeds), "n_days": len(distinct)}
+    union's days; per resample each seed's naive metrics, then their mean; the interval of those means.
+    reference: (3,) for every row, or a list with one (n_s, 3) per seed."""
+    per_seed_refs = reference if isinstance(reference, list) else [reference] * len(seeds)
+    seeds = [_labelled(*one, ref) for one, ref in zip(seeds, per_seed_refs)]
+    distinct = sorted({d for _, _, days, _, _ in seeds for d in days})
+    points = [naive_metrics(p, y, r, a) for p, y, _, a, r in seeds]
+    out = {"n_seeds": len(seeds), "n_rows": sum(len(y) for _, y, _, _, _ in seeds), "n_days": len(distinct)}
     means = {k: [] for k in points[0]}
     for picked in naive_resampled_days(len(distinct), n_boot, block_days, seed):
-        per_seed = [naive_resample_metrics(p, y, d, a, reference, distinct, picked) for p, y, d, a in seeds]
+        per_seed = [naive_resample_metrics(p, y, d, a, r, distinct, picked) for p, y, d, a, r in seeds]
         for k in means:
             means[k].append(sum(m[k] for m in per_seed) / len(per_seed))
     for k in points[0]:

@@ -16,6 +16,7 @@ from kinematic_pipeline.backtest.policy_frames import seed_mean_skill_frame
 from kinematic_pipeline.backtest.skill import base_rates
 from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA
 from kinematic_pipeline.config import load_settings
+from kinematic_pipeline.folds import Fold
 from kinematic_pipeline.label_rules import labels_from_returns, tau_column
 from kinematic_pipeline.report import evidence_tables as tables
 from kinematic_pipeline.stages import evidence as ev
@@ -84,8 +85,51 @@ def warehouse(tmp_path):
 def test_base_rates_of_both_outcomes_come_from_training_days_only(warehouse):
     settings, _ = warehouse
     rates = ev.train_base_rates(settings)
-    np.testing.assert_allclose(rates[ev.TRAINED][TAU], [2 / 8, 1 / 8, 5 / 8])
-    np.testing.assert_allclose(rates[ev.CLOSE][TAU], [2 / 7, 2 / 7, 3 / 7])  # r_close labels; one unknown
+    (trained,), (close,) = rates[ev.TRAINED][TAU].rates, rates[ev.CLOSE][TAU].rates  # one fold: the single cut
+    np.testing.assert_allclose(trained, [2 / 8, 1 / 8, 5 / 8])
+    np.testing.assert_allclose(close, [2 / 7, 2 / 7, 3 / 7])  # r_close labels; one unknown
+    assert rates[ev.TRAINED][TAU].starts == (TEST_DAYS[0],)
+
+
+def _two_folds(monkeypatch):
+    """Fold A learns the labels of TRAIN_DAYS[0] and tests TEST_DAYS[:3]; fold B learns both training days and
+    tests the rest."""
+    folds = (
+        Fold("A", TRAIN_DAYS[0], TRAIN_DAYS[0], TEST_DAYS[0], TEST_DAYS[2]),
+        Fold("B", TRAIN_DAYS[1], TRAIN_DAYS[1], TEST_DAYS[3], None),
+    )
+    monkeypatch.setattr(ev, "walk_forward", lambda settings: folds)
+
+
+def test_each_fold_has_the_base_rates_of_its_own_training_labels_and_ignores_later_days(warehouse, monkeypatch):
+    settings, _ = warehouse
+    _two_folds(monkeypatch)
+    rates = ev.train_base_rates(settings)
+    np.testing.assert_allclose(np.stack(rates[ev.TRAINED][TAU].rates), [[2 / 4, 0, 2 / 4], [2 / 8, 1 / 8, 5 / 8]])
+    np.testing.assert_allclose(np.stack(rates[ev.CLOSE][TAU].rates), [[1 / 4, 1 / 4, 2 / 4], [2 / 7, 2 / 7, 3 / 7]])
+    # fold A does not move when the day after its label_end changes; fold B does
+    _write_labels(settings, TRAIN_DAYS[1], [1, 1, 1, 1], [-0.05] * 4)
+    again = ev.train_base_rates(settings)
+    assert np.array_equal(again[ev.TRAINED][TAU].rates[0], rates[ev.TRAINED][TAU].rates[0])
+    assert np.array_equal(again[ev.CLOSE][TAU].rates[0], rates[ev.CLOSE][TAU].rates[0])
+    assert not np.array_equal(again[ev.TRAINED][TAU].rates[1], rates[ev.TRAINED][TAU].rates[1])
+
+
+def test_each_test_day_is_scored_against_its_own_folds_base_rates(warehouse, monkeypatch):
+    settings, predictions = warehouse
+    _two_folds(monkeypatch)
+    rates = ev.train_base_rates(settings)
+    skill = ev.information_skill(settings, predictions, rates, TAU)[ev.outcome_names("spline")[ev.TRAINED]]
+    # every test label is Buy: a row's reference Brier is (r_buy - 1)^2 + r_sell^2 + r_hold^2 of its fold's rates
+    per_fold = [(r[0] - 1) ** 2 + r[1] ** 2 + r[2] ** 2 for r in rates[ev.TRAINED][TAU].rates]
+    assert skill["brier_reference"].item() == pytest.approx(sum(per_fold) / 2, rel=1e-12)  # 3 test days each
+    assert per_fold[0] != pytest.approx(per_fold[1])
+    fold_of_rows = rates[ev.TRAINED][TAU].rows(pl.Series(TEST_DAYS))
+    assert np.array_equal(fold_of_rows, np.stack([rates[ev.TRAINED][TAU].rates[k] for k in (0, 0, 0, 1, 1, 1)]))
+    pooled = rates[ev.TRAINED][TAU].pooled(pl.Series(TEST_DAYS[:4]))  # 3 rows of fold A, 1 of fold B
+    np.testing.assert_allclose(pooled, 0.75 * rates[ev.TRAINED][TAU].rates[0] + 0.25 * rates[ev.TRAINED][TAU].rates[1])
+    with pytest.raises(ValueError, match="2023-01-03 is before the first fold's test period"):
+        rates[ev.TRAINED][TAU].rows(pl.Series([TRAIN_DAYS[1], TEST_DAYS[0]]))
 
 
 def test_close_to_close_labels_follow_r_close_at_each_rows_tau_and_are_unknown_without_a_return():

@@ -186,6 +186,22 @@ def test_skill_table_matches_the_row_by_row_bootstrap_twin(case):
     assert math.isnan(got["policy_balanced_accuracy"]) == (actions is None)
 
 
+def test_skill_table_scores_each_row_against_its_own_reference_as_the_twin_does():
+    rng = np.random.default_rng(31)
+    probs, labels, days = _random_case(rng, 80, 16)
+    folds = np.array([[0.25, 0.23, 0.52], [0.5, 0.1, 0.4]])  # two walk-forward folds' training base rates
+    per_row = folds[(days >= 8).astype(int)]
+    got = s.skill_table(probs, labels, days, per_row, n_boot=40, block_days=3, seed=2)
+    _assert_same(got, naive_skill_table(probs, labels, days, per_row, 40, 3, 2))
+    shared = s.skill_table(probs, labels, days, folds[0], n_boot=40, block_days=3, seed=2)
+    assert got["log_loss_reference"] != shared["log_loss_reference"] and got["log_loss"] == shared["log_loss"]
+    same = s.skill_table(probs, labels, days, np.tile(folds[0], (80, 1)), n_boot=40, block_days=3, seed=2)
+    assert same.keys() == shared.keys()
+    assert all(same[k] == shared[k] or (math.isnan(same[k]) and math.isnan(shared[k])) for k in shared)
+    with pytest.raises(ValueError, match=r"or \(80, 3\), one row per label"):
+        s.skill_table(probs, labels, days, per_row[:-1], n_boot=0)
+
+
 def test_skill_table_is_deterministic_for_a_seed_and_resamples_whole_days():
     rng = np.random.default_rng(11)
     probs, labels, days = _random_case(rng, 120, 30)

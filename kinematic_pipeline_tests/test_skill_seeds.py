@@ -81,3 +81,32 @@ def test_a_seed_without_labelled_rows_or_a_bad_input_is_handled():
         seed_mean_skill([probs, probs], [[0, 1, 2]], [[0, 1, 2]], REFERENCE)
     with pytest.raises(ValueError, match="at least one seed"):
         seed_mean_skill([], [], [], REFERENCE)
+
+
+def test_each_row_can_be_scored_against_its_own_folds_base_rates():
+    # Two walk-forward folds: days 0-9 are fold 1's test days, 10-19 fold 2's, each with its training base rates.
+    rng = np.random.default_rng(21)
+    folds = np.array([[0.25, 0.23, 0.52], [0.40, 0.35, 0.25]])
+    one, two = _seed(rng, 50, np.arange(20)), _seed(rng, 45, np.arange(20))
+    per_row = [folds[(d >= 10).astype(int)] for _, _, d, _ in (one, two)]
+    got = seed_mean_skill(
+        [one[0], two[0]], [one[1], two[1]], [one[2], two[2]], per_row,
+        actions=[one[3], two[3]], n_boot=30, block_days=2, seed=4,
+    )  # fmt: skip
+    want = naive_seed_mean_skill([one, two], per_row, 30, block_days=2, seed=4)
+    _assert_close(got, want, want.keys())
+    shared = seed_mean_skill(
+        [one[0], two[0]], [one[1], two[1]], [one[2], two[2]], REFERENCE, actions=[one[3], two[3]], n_boot=30, seed=4
+    )
+    assert got["brier_reference"] != shared["brier_reference"]  # the folds' references, not one
+    # every row given the same reference: the same numbers, bit for bit, as the shared (3,) reference
+    same = [np.tile(REFERENCE, (len(y), 1)) for y in (one[1], two[1])]
+    again = seed_mean_skill(
+        [one[0], two[0]], [one[1], two[1]], [one[2], two[2]], same, actions=[one[3], two[3]], n_boot=30, seed=4
+    )
+    assert again.keys() == shared.keys()
+    assert all(again[k] == shared[k] or (math.isnan(again[k]) and math.isnan(shared[k])) for k in shared)
+    with pytest.raises(ValueError, match="per-row references for 2 seeds"):
+        seed_mean_skill([one[0], two[0]], [one[1], two[1]], [one[2], two[2]], per_row[:1], n_boot=0)
+    with pytest.raises(ValueError, match=r"or \(50, 3\), one row per label"):
+        seed_mean_skill([one[0], two[0]], [one[1], two[1]], [one[2], two[2]], [per_row[1], per_row[1]], n_boot=0)

@@ -3,13 +3,17 @@
 
 Input: the predictions frame (``sweep.PREDICTIONS_SCHEMA``: variant, tau, seed, ticker, date,
 p_buy, p_sell, p_hold, action, label, optionally other label columns such as close-to-close labels) and,
-per tau, the TRAINING labels' base rates (``skill.base_rates``: {tau: (3,) array}) of the same outcome.
+per tau, the TRAINING labels' base rates (``skill.base_rates``: {tau: (3,) array}) of the same outcome, or
+per tau a ``FoldRates``: each walk-forward fold's, which the rows of its test days are scored against.
 ``skill_frame`` and ``decision_frame``: one row per policy (variant, tau, seed); ``seed_mean_skill_frame``:
 one row per (variant, tau), the mean over seeds with a day-bootstrap interval of that mean. Rows are
 sorted by their keys. Pure: frames and arrays in, frames out; no dagster.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import datetime as dt
 
 import numpy as np
 import polars as pl
@@ -43,11 +47,49 @@ def _policies(predictions: pl.DataFrame, label_column: str = "label"):
         yield key, group, _probs_of(group)
 
 
-def _rates_for(train_base_rates: dict, tau: float) -> np.ndarray:
+@dataclasses.dataclass(frozen=True)
+class FoldRates:
+    """The training base rates of each walk-forward fold at one tau: ``rates[i]`` (3,) are the shares of
+    fold i's training labels, ``starts[i]`` its first test day (time order). A row dated d is scored against
+    the fold whose test period holds d: the last one starting on or before d."""
+
+    starts: tuple[dt.date, ...]
+    rates: tuple[np.ndarray, ...]
+
+    def _fold_index(self, dates: pl.Series) -> np.ndarray:
+        days = dates.cast(pl.Date).to_physical().to_numpy().astype(np.int64)
+        starts = np.array([(s - dt.date(1970, 1, 1)).days for s in self.starts], dtype=np.int64)
+        index = np.searchsorted(starts, days, side="right") - 1
+        if (index < 0).any():
+            first = dt.date(1970, 1, 1) + dt.timedelta(int(days[index < 0].min()))
+            raise ValueError(
+                f"{first} is before the first fold's test period ({self.starts[0]}): no training base rates"
+            )
+        return index
+
+    def rows(self, dates: pl.Series) -> np.ndarray:
+        """(n, 3): each row's fold's training base rates."""
+        return np.stack([np.asarray(r, dtype=np.float64) for r in self.rates])[self._fold_index(dates)]
+
+    def pooled(self, dates: pl.Series) -> np.ndarray:
+        """(3,): the folds' training base rates weighted by their share of the rows (one fold: its rates)."""
+        counts = np.bincount(self._fold_index(dates), minlength=len(self.rates))
+        used = [(c / counts.sum(), np.asarray(r, dtype=np.float64)) for c, r in zip(counts, self.rates) if c]
+        return used[0][1] if len(used) == 1 else np.sum([w * r for w, r in used], axis=0)
+
+
+def _rates_for(train_base_rates: dict, tau: float) -> np.ndarray | FoldRates:
     try:
-        return np.asarray(train_base_rates[tau], dtype=np.float64)
+        rates = train_base_rates[tau]
     except KeyError:
         raise ValueError(f"no training base rates for tau={tau} (have {sorted(train_base_rates)})") from None
+    return rates if isinstance(rates, FoldRates) else np.asarray(rates, dtype=np.float64)
+
+
+def _reference(train_base_rates: dict, tau: float, group: pl.DataFrame) -> np.ndarray:
+    """The rows' reference predictor: the (3,) training base rates at tau, or (n, 3) each row's fold's."""
+    rates = _rates_for(train_base_rates, tau)
+    return rates.rows(group["date"]) if isinstance(rates, FoldRates) else rates
 
 
 def skill_frame(
@@ -72,7 +114,7 @@ def skill_frame(
             unweighted_probabilities(q, class_weights),
             group[label_column].to_numpy(),
             group["date"].to_physical().to_numpy(),
-            _rates_for(train_base_rates, key[1]),
+            _reference(train_base_rates, key[1], group),
             actions=group["action"].to_numpy(),
             n_boot=n_boot,
             block_days=block_days,
@@ -99,11 +141,12 @@ def seed_mean_skill_frame(
     rows = []
     for key, group in _groups(predictions, ("variant", "tau"), label_column):
         seeds = group.partition_by("seed", maintain_order=True)
+        rates = _rates_for(train_base_rates, key[1])
         table = seed_mean_skill(
             [unweighted_probabilities(_probs_of(g), class_weights) for g in seeds],
             [g[label_column].to_numpy() for g in seeds],
             [g["date"].to_physical().to_numpy() for g in seeds],
-            _rates_for(train_base_rates, key[1]),
+            [rates.rows(g["date"]) for g in seeds] if isinstance(rates, FoldRates) else rates,
             actions=[g["action"].to_numpy() for g in seeds],
             n_boot=n_boot,
             block_days=block_days,
@@ -115,11 +158,12 @@ def seed_mean_skill_frame(
 
 def decision_frame(predictions: pl.DataFrame, train_base_rates: dict[float, np.ndarray], class_weights) -> pl.DataFrame:
     """``decision_diagnostics`` of every policy (its ``action`` column, the training base rates of its
-    tau), plus ``liquidation_cause``: the report's sentence (it says "No Liquidation Equilibrium" when the
+    tau: with folds, theirs weighted by the policy's test rows in each), plus ``liquidation_cause``: the report's sentence (it says "No Liquidation Equilibrium" when the
     policy buys). The class weights are left out of the rows (one value per run)."""
     rows = []
     for key, group, q in _policies(predictions):
         rates = _rates_for(train_base_rates, key[1])
+        rates = rates.pooled(group["date"]) if isinstance(rates, FoldRates) else rates
         diag = decision_diagnostics(q, group["action"].to_numpy(), rates, class_weights)
         cause = liquidation_cause(diag)
         diag.pop("class_weights")

@@ -1,8 +1,8 @@
 """Predictive skill of Buy/Sell/Hold probabilities, independent of any trading rule: pure functions of arrays.
 
 "Do the tokens carry information?" For one (variant, tau, seed) on the test period: log loss and Brier
-score as skill scores against the constant predictor that outputs the TRAINING base rates (0 = no more
-information than the base rates, 1 = perfect, < 0 = worse than the base rates), balanced accuracy and
+score as skill scores against the predictor that outputs the TRAINING base rates (one (3,) vector for every
+row, or per row its walk-forward fold's: (n, 3)) (0 = no more information than the base rates, 1 = perfect, < 0 = worse than the base rates), balanced accuracy and
 macro-F1 of the argmax of the probabilities, the AUC of Buy-vs-rest and Sell-vs-rest, and (given the
 policy's actions) the balanced accuracy of those actions, each with a percentile bootstrap interval that
 resamples whole test days (every ticker of a day together, optionally in circular blocks of consecutive
@@ -196,14 +196,15 @@ def _weighted_auc(scores: np.ndarray, is_class: np.ndarray, weights: np.ndarray)
 
 
 def _row_losses(probs: np.ndarray, labels: np.ndarray, reference: np.ndarray) -> dict[str, np.ndarray]:
-    """Per labelled row: model and reference log loss and Brier contributions."""
+    """Per labelled row: model and reference log loss and Brier contributions (reference (3,) or (n, 3))."""
     rows = np.arange(labels.size)
     onehot = np.eye(3)[labels]
+    reference = np.broadcast_to(reference, probs.shape)  # the same numbers for a (3,) reference as before
     return {
         "log_loss": -np.log(np.clip(probs[rows, labels], LOG_EPS, 1.0)),
-        "log_loss_reference": -np.log(np.clip(reference[labels], LOG_EPS, 1.0)),
+        "log_loss_reference": -np.log(np.clip(reference[rows, labels], LOG_EPS, 1.0)),
         "brier": np.sum((probs - onehot) ** 2, axis=1),
-        "brier_reference": np.sum((reference[None, :] - onehot) ** 2, axis=1),
+        "brier_reference": np.sum((reference - onehot) ** 2, axis=1),
     }
 
 
@@ -276,11 +277,17 @@ def labelled_sample(probs, labels, days, actions=None):
     return probs[keep], labels[keep], days[keep], actions
 
 
-def reference_rates(train_base_rates) -> np.ndarray:
-    """The (3,) training base rates as float64; ValueError unless 3 finite non-negative shares."""
+def reference_rates(train_base_rates, labels=None) -> np.ndarray:
+    """The training base rates as float64: (3,), one reference for every row, or (n, 3), each row its own
+    (its walk-forward fold's), given with the n ``labels`` and cut here to the rows ``labelled_sample`` keeps.
+    ValueError unless finite non-negative shares of one of those shapes."""
     reference = np.asarray(train_base_rates, dtype=np.float64)
+    n = None if labels is None else np.asarray(labels).shape[0]
+    if reference.ndim == 2 and reference.shape == (n, 3) and np.isfinite(reference).all() and (reference >= 0).all():
+        return reference[_labels(labels) >= 0]
     if reference.shape != (3,) or not np.isfinite(reference).all() or (reference < 0).any():
-        raise ValueError(f"train_base_rates must be 3 non-negative shares, got {train_base_rates}")
+        rows = "" if n is None else f" or ({n}, 3), one row per label"
+        raise ValueError(f"train_base_rates must be 3 non-negative shares{rows}, got shape {reference.shape}")
     return reference
 
 
@@ -330,14 +337,14 @@ def skill_table(
     probs: (n, 3) Buy/Sell/Hold probabilities (for log loss and Brier, calibrated ones: see the module
     docstring); labels: (n,) codes, -1 rows are dropped; days: (n,) any sortable day key (date, int),
     rows of one day are resampled together; train_base_rates: (3,) ``base_rates`` of the TRAINING labels,
-    the reference predictor of both skill scores; actions: (n,) the policy's codes, or None (then
+    the reference predictor of both skill scores, or (n, 3) per row (each test day its fold's); actions: (n,) the policy's codes, or None (then
     policy_balanced_accuracy is NaN). The bootstrap resamples the distinct labelled days with
     ``day_resample_counts(n_days, n_boot, block_days, seed)`` (deterministic for a seed) and takes the
     (alpha/2, 1 - alpha/2) quantiles of the finite resample values; NaN intervals with n_boot = 0.
     Returns {metric: estimate, metric_ci_low: ..., metric_ci_high: ..., "n_rows": int, "n_days": int}.
     """
+    reference = reference_rates(train_base_rates, labels)
     probs, labels, days, actions = labelled_sample(probs, labels, days, actions)
-    reference = reference_rates(train_base_rates)
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     row = {"n_rows": int(labels.size), "n_days": 0}

@@ -50,8 +50,9 @@ def seed_mean_skill(
 
     probs, labels, days (and actions, or None): one array per seed, as ``skill.skill_table`` takes them
     (probs (n_s, 3), labels (n_s,) with -1 dropped, days (n_s,) sortable keys comparable across seeds,
-    actions (n_s,) the policy's codes). The resample counts are ``day_resample_counts(n_days, n_boot,
-    block_days, seed)`` over the sorted union of the seeds' labelled days; a seed without some day simply
+    actions (n_s,) the policy's codes); train_base_rates: (3,) shared by every row, or a list with one
+    (n_s, 3) per seed (each row's own reference: its walk-forward fold's training base rates). The resample
+    counts are ``day_resample_counts(n_days, n_boot, block_days, seed)`` over the sorted union of the seeds' labelled days; a seed without some day simply
     has no rows there. Per resample the seeds' values are averaged (a NaN in one seed makes that resample's
     mean NaN; intervals use the finite means). Returns {metric: mean over seeds, metric_ci_low,
     metric_ci_high, metric_seed_std (sample std over seeds, ddof 1; NaN with one seed), "n_seeds",
@@ -63,7 +64,15 @@ def seed_mean_skill(
         raise ValueError("seed_mean_skill needs at least one seed")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    reference = reference_rates(train_base_rates)
+    per_row = isinstance(train_base_rates, list | tuple) and len(train_base_rates) > 0
+    per_row = per_row and np.ndim(train_base_rates[0]) == 2
+    if per_row and len(train_base_rates) != len(labels):
+        raise ValueError(f"{len(train_base_rates)} per-row references for {len(labels)} seeds")
+    references = (
+        [reference_rates(r, y) for r, y in zip(train_base_rates, labels)]
+        if per_row
+        else [reference_rates(train_base_rates)] * len(labels)
+    )
     per_action = actions if actions is not None else [None] * len(labels)
     seeds = [labelled_sample(*one) for one in zip(probs, labels, days, per_action)]
     n_rows = sum(int(s[1].size) for s in seeds)
@@ -72,7 +81,10 @@ def seed_mean_skill(
     union, day_index = np.unique(np.concatenate([s[2] for s in seeds]), return_inverse=True)
     counts = day_resample_counts(union.size, n_boot, block_days, seed)
     splits = np.split(day_index.reshape(-1), np.cumsum([s[1].size for s in seeds])[:-1])
-    scored = [point_and_draws(p, y, a, reference, idx, counts) for (p, y, _, a), idx in zip(seeds, splits)]
+    scored = [
+        point_and_draws(p, y, a, reference, idx, counts)
+        for (p, y, _, a), reference, idx in zip(seeds, references, splits)
+    ]
     row = {"n_seeds": len(seeds), "n_rows": n_rows, "n_days": int(union.size)}
     for k in SKILL_METRICS:
         points = np.array([point[k] for point, _ in scored])  # (n_seeds,)

@@ -28,7 +28,7 @@ import polars as pl
 from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.backtest.decisions import unweighted_probabilities
 from kinematic_pipeline.backtest.oracle import oracle_predictions
-from kinematic_pipeline.backtest.policy_frames import decision_frame, seed_mean_skill_frame
+from kinematic_pipeline.backtest.policy_frames import FoldRates, decision_frame, seed_mean_skill_frame
 from kinematic_pipeline.backtest.signal import daily_ic, direction_auc, ic_summary, time_series_ic
 from kinematic_pipeline.backtest.skill import base_rates
 from kinematic_pipeline.config import Settings
@@ -67,16 +67,28 @@ def base_rates_by_outcome(labels: pl.DataFrame, taus) -> dict[str, dict[float, n
     }
 
 
-def train_base_rates(settings: Settings) -> dict[str, dict[float, np.ndarray]]:
-    """``base_rates_by_outcome`` of the labels on training-period days, per tau: those of the first fold (on or
-    before its ``label_end``), known before every fold's test period, so one reference serves the pooled days."""
-    wh, first = settings.warehouse, walk_forward(settings)[0]
-    days = wh.shard_days(LABELS, until=first.label_end)
+def train_base_rates(settings: Settings) -> dict[str, dict[float, FoldRates]]:
+    """{outcome: {tau: ``FoldRates``}}: per walk-forward fold, ``base_rates_by_outcome`` of the labels on its
+    training days (on or before its ``label_end``, the purge), so that each test day is scored against the
+    base rates its own fold's models were trained on. One read of the labels up to the last fold's end."""
+    wh, folds = settings.warehouse, walk_forward(settings)
+    last = max(f.label_end for f in folds)
+    days = wh.shard_days(LABELS, until=last)
     if not days:
-        raise FileNotFoundError(f"no labels on or before {first.label_end}: materialize labels first")
-    columns = [*(tau_column(t) for t in settings.tokenize.taus), "r_close"]
+        raise FileNotFoundError(f"no labels on or before {last}: materialize labels first")
+    taus = settings.tokenize.taus
+    columns = ["date", *(tau_column(t) for t in taus), "r_close"]
     labels = exact.read_parquet(wh.verified_shards(LABELS, days), columns=columns)
-    return base_rates_by_outcome(labels, settings.tokenize.taus)
+    per_fold = []
+    for fold in folds:
+        seen = labels.filter(pl.col("date") <= fold.label_end)
+        if seen.height == 0:
+            raise FileNotFoundError(f"fold {fold.label}: no labels on or before {fold.label_end}")
+        per_fold.append(base_rates_by_outcome(seen, taus))
+    starts = tuple(f.test_start for f in folds)
+    return {
+        outcome: {t: FoldRates(starts, tuple(r[outcome][t] for r in per_fold)) for t in taus} for outcome in per_fold[0]
+    }
 
 
 def with_close_labels(predictions: pl.DataFrame, returns: pl.DataFrame) -> pl.DataFrame:
