@@ -106,7 +106,7 @@ def test_each_row_can_be_scored_against_its_own_folds_base_rates():
     )
     assert again.keys() == shared.keys()
     assert all(again[k] == shared[k] or (math.isnan(again[k]) and math.isnan(shared[k])) for k in shared)
-    with pytest.raises(ValueError, match="per-row references for 2 seeds"):
+    with pytest.raises(ValueError, match="per-seed references for 2 seeds"):
         seed_mean_skill([one[0], two[0]], [one[1], two[1]], [one[2], two[2]], per_row[:1], n_boot=0)
     with pytest.raises(ValueError, match=r"or \(50, 3\), one row per label"):
         seed_mean_skill([one[0], two[0]], [one[1], two[1]], [one[2], two[2]], [per_row[1], per_row[1]], n_boot=0)

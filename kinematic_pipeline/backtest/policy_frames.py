@@ -141,12 +141,11 @@ def seed_mean_skill_frame(
     rows = []
     for key, group in _groups(predictions, ("variant", "tau"), label_column):
         seeds = group.partition_by("seed", maintain_order=True)
-        rates = _rates_for(train_base_rates, key[1])
         table = seed_mean_skill(
             [unweighted_probabilities(_probs_of(g), class_weights) for g in seeds],
             [g[label_column].to_numpy() for g in seeds],
             [g["date"].to_physical().to_numpy() for g in seeds],
-            [rates.rows(g["date"]) for g in seeds] if isinstance(rates, FoldRates) else rates,
+            [_reference(train_base_rates, key[1], g) for g in seeds],
             actions=[g["action"].to_numpy() for g in seeds],
             n_boot=n_boot,
             block_days=block_days,
@@ -158,8 +157,9 @@ def seed_mean_skill_frame(
 
 def decision_frame(predictions: pl.DataFrame, train_base_rates: dict[float, np.ndarray], class_weights) -> pl.DataFrame:
     """``decision_diagnostics`` of every policy (its ``action`` column, the training base rates of its
-    tau: with folds, theirs weighted by the policy's test rows in each), plus ``liquidation_cause``: the report's sentence (it says "No Liquidation Equilibrium" when the
-    policy buys). The class weights are left out of the rows (one value per run)."""
+    tau: with folds, theirs weighted by the policy's test rows in each), plus ``liquidation_cause``: the
+    report's sentence (it says "No Liquidation Equilibrium" when the policy buys). The class weights are left
+    out of the rows (one value per run)."""
     rows = []
     for key, group, q in _policies(predictions):
         rates = _rates_for(train_base_rates, key[1])

@@ -2,11 +2,12 @@
 
 "Do the tokens carry information?" For one (variant, tau, seed) on the test period: log loss and Brier
 score as skill scores against the predictor that outputs the TRAINING base rates (one (3,) vector for every
-row, or per row its walk-forward fold's: (n, 3)) (0 = no more information than the base rates, 1 = perfect, < 0 = worse than the base rates), balanced accuracy and
-macro-F1 of the argmax of the probabilities, the AUC of Buy-vs-rest and Sell-vs-rest, and (given the
-policy's actions) the balanced accuracy of those actions, each with a percentile bootstrap interval that
-resamples whole test days (every ticker of a day together, optionally in circular blocks of consecutive
-days). Codes: ``kinematic_pipeline.variants`` (0 Buy, 1 Sell, 2 Hold; label -1 is ignored).
+row, or per row its walk-forward fold's: (n, 3)) (0 = no more information than the base rates, 1 = perfect,
+< 0 = worse than the base rates), balanced accuracy and macro-F1 of the argmax of the probabilities, the
+AUC of Buy-vs-rest and Sell-vs-rest, and (given the policy's actions) the balanced accuracy of those actions,
+each with a percentile bootstrap interval that resamples whole test days (every ticker of a day together,
+optionally in circular blocks of consecutive days). Codes: ``kinematic_pipeline.variants`` (0 Buy, 1 Sell,
+2 Hold; label -1 is ignored).
 
 ``skill_table`` scores one sample; ``skill_seeds.seed_mean_skill`` scores the mean over seeds of one
 (variant, tau) under one shared day resample. Both call ``point_and_draws``: the point values and the
@@ -337,10 +338,11 @@ def skill_table(
     probs: (n, 3) Buy/Sell/Hold probabilities (for log loss and Brier, calibrated ones: see the module
     docstring); labels: (n,) codes, -1 rows are dropped; days: (n,) any sortable day key (date, int),
     rows of one day are resampled together; train_base_rates: (3,) ``base_rates`` of the TRAINING labels,
-    the reference predictor of both skill scores, or (n, 3) per row (each test day its fold's); actions: (n,) the policy's codes, or None (then
-    policy_balanced_accuracy is NaN). The bootstrap resamples the distinct labelled days with
-    ``day_resample_counts(n_days, n_boot, block_days, seed)`` (deterministic for a seed) and takes the
-    (alpha/2, 1 - alpha/2) quantiles of the finite resample values; NaN intervals with n_boot = 0.
+    the reference predictor of both skill scores, or (n, 3) per row (each test day its fold's); actions:
+    (n,) the policy's codes, or None (then policy_balanced_accuracy is NaN). The bootstrap resamples the
+    distinct labelled days with ``day_resample_counts(n_days, n_boot, block_days, seed)`` (deterministic for
+    a seed) and takes the (alpha/2, 1 - alpha/2) quantiles of the finite resample values; NaN intervals
+    with n_boot = 0.
     Returns {metric: estimate, metric_ci_low: ..., metric_ci_high: ..., "n_rows": int, "n_days": int}.
     """
     reference = reference_rates(train_base_rates, labels)

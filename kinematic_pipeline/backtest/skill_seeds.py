@@ -51,12 +51,12 @@ def seed_mean_skill(
     probs, labels, days (and actions, or None): one array per seed, as ``skill.skill_table`` takes them
     (probs (n_s, 3), labels (n_s,) with -1 dropped, days (n_s,) sortable keys comparable across seeds,
     actions (n_s,) the policy's codes); train_base_rates: (3,) shared by every row, or a list with one
-    (n_s, 3) per seed (each row's own reference: its walk-forward fold's training base rates). The resample
-    counts are ``day_resample_counts(n_days, n_boot, block_days, seed)`` over the sorted union of the seeds' labelled days; a seed without some day simply
-    has no rows there. Per resample the seeds' values are averaged (a NaN in one seed makes that resample's
-    mean NaN; intervals use the finite means). Returns {metric: mean over seeds, metric_ci_low,
-    metric_ci_high, metric_seed_std (sample std over seeds, ddof 1; NaN with one seed), "n_seeds",
-    "n_rows" (labelled rows, all seeds), "n_days" (the union)}.
+    reference per seed, (3,) or (n_s, 3) (each row its own: its walk-forward fold's training base rates).
+    The resample counts are ``day_resample_counts(n_days, n_boot, block_days, seed)`` over the sorted union
+    of the seeds' labelled days; a seed without some day simply has no rows there. Per resample the seeds'
+    values are averaged (a NaN in one seed makes that resample's mean NaN; intervals use the finite means).
+    Returns {metric: mean over seeds, metric_ci_low, metric_ci_high, metric_seed_std (sample std over seeds,
+    ddof 1; NaN with one seed), "n_seeds", "n_rows" (labelled rows, all seeds), "n_days" (the union)}.
     """
     if not len(probs) == len(labels) == len(days) or (actions is not None and len(actions) != len(labels)):
         raise ValueError("probs, labels, days (and actions) need one entry per seed")
@@ -64,15 +64,12 @@ def seed_mean_skill(
         raise ValueError("seed_mean_skill needs at least one seed")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    per_row = isinstance(train_base_rates, list | tuple) and len(train_base_rates) > 0
-    per_row = per_row and np.ndim(train_base_rates[0]) == 2
-    if per_row and len(train_base_rates) != len(labels):
-        raise ValueError(f"{len(train_base_rates)} per-row references for {len(labels)} seeds")
-    references = (
-        [reference_rates(r, y) for r, y in zip(train_base_rates, labels)]
-        if per_row
-        else [reference_rates(train_base_rates)] * len(labels)
-    )
+    per_seed = isinstance(train_base_rates, list | tuple) and len(train_base_rates) > 0
+    per_seed = per_seed and np.ndim(train_base_rates[0]) > 0  # a list of arrays, not the 3 shares themselves
+    if per_seed and len(train_base_rates) != len(labels):
+        raise ValueError(f"{len(train_base_rates)} per-seed references for {len(labels)} seeds")
+    given = train_base_rates if per_seed else [train_base_rates] * len(labels)
+    references = [reference_rates(r, y) for r, y in zip(given, labels)]
     per_action = actions if actions is not None else [None] * len(labels)
     seeds = [labelled_sample(*one) for one in zip(probs, labels, days, per_action)]
     n_rows = sum(int(s[1].size) for s in seeds)
