@@ -488,8 +488,9 @@ class Warehouse:
 
     def predictions_extra(self, folder: str, policy: Policy) -> Path:
         """``predictions/<folder>/<stem>.parquet``: the validation-day predictions (``validation``), the
-        shards a prediction read (``inputs``) and the universe predictions at the report's tau (``universe``);
-        subfolders, so not part of the ``predictions`` view."""
+        shards a prediction read (``inputs``), the model files' hashes (``model``), the calibration fitted on the
+        validation days (``calibration``) and the universe predictions at the report's tau, calibrated
+        (``universe``) and raw (``universe_raw``); subfolders, so not part of the ``predictions`` view."""
         return self.predictions_folder(folder) / f"{policy.stem}.parquet"
 
     def predictions_folder(self, folder: str) -> Path:

@@ -56,7 +56,15 @@ def test_two_cpu_ranks_train_a_foundation_with_ddp_spawn_inside_a_dagster_step(t
     )
     _run([sys.executable, "-m", "kinematic_pipeline", "materialize", "--select", inputs], env)
 
+    # A budget of two whole epochs, validated at the end of each (and before the first step): a run that ended
+    # inside an epoch would have served one batch more than it trained on (Lightning fetches one ahead).
+    from kinematic_pipeline.config import load_settings
+    from kinematic_pipeline.training.data import WindowDataModule
+
+    dm = WindowDataModule(load_settings(env=env), Policy("splinegpt", 1234, fold="2022H1"))
+    per_epoch = dm.steps_per_epoch(parts=2)
     env.update(KP_TRAIN_ACCELERATOR="cpu", KP_TRAIN_DEVICES="2", KP_TRAIN_SHARD_TRACE=str(trace))
+    env.update(KP_PRETRAIN_STEPS=str(2 * per_epoch), KP_EVAL_EVERY=str(per_epoch))
     cmd = [str(BIN / "dagster"), "asset", "materialize", "-m", "kinematic_pipeline", "--select", "splinegpt_foundation"]
     cmd += ["--partition", "2022H1@1234"]  # one fold's and seed's foundation (the ci profile's first fold)
     output = _run(cmd, env)
@@ -82,7 +90,9 @@ def test_two_cpu_ranks_train_a_foundation_with_ddp_spawn_inside_a_dagster_step(t
         assert dict(traced.iter_rows()) == dict(recorded.iter_rows()), split
 
     # The checkpoint is written once: rank 0 saves, the step process writes model.pt.
-    assert sorted(p.name for p in (out_dir / "checkpoints").iterdir()) == ["epoch00.ckpt", "last.ckpt"]
+    assert sorted(p.name for p in (out_dir / "checkpoints").iterdir()) == ["last.ckpt"]
+    curves = pl.read_csv(out_dir / "curves.csv")
+    assert curves["step"].to_list() == [0, per_epoch, 2 * per_epoch] and curves["best"].sum() == 1
     assert len(list(out_dir.rglob("model*.pt"))) == 1
     with dg.DagsterInstance.from_config(str(home)) as instance:
         records = instance.fetch_materializations(dg.AssetKey("splinegpt_foundation"), limit=10).records

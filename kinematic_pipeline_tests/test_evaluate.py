@@ -138,3 +138,53 @@ def test_an_empty_test_period_fails_with_a_message_that_names_the_cut(warehouses
     finally:
         adapter.unlink()
         foundation.unlink()
+
+
+def test_written_predictions_are_calibrated_on_validation_days_only(warehouses, monkeypatch):
+    """run_predictions fits the calibration on the validation-day predictions, applies it to the test, validation
+    and universe frames (actions re-taken as the argmax), and keeps the raw universe beside them."""
+    from kinematic_pipeline.backtest.calibration import CALIBRATION_SCHEMA, fit_calibration
+    from kinematic_pipeline.backtest.sweep import PROB_COLUMNS
+    from kinematic_pipeline.stages import predict as stage
+    from kinematic_pipeline.training import run
+
+    base, _ = warehouses
+    policy = Policy("splinegpt", 1234, 0.01)  # at the report's tau: the universe files too
+    monkeypatch.setattr(run, "load_classifier", lambda settings, p: _classifier(settings, p.variant))
+    monkeypatch.setattr(stage, "model_files", lambda settings, p: [])  # no adapter on disk to hash
+    result, path = stage.run_predictions(base, policy)
+
+    wh, fold = base.warehouse, stage.fold_of(base, policy.fold)
+    raw_test = predict(base, policy, _classifier(base, "splinegpt")).frame
+    tickers = sorted(raw_test["ticker"].unique().to_list())
+    days = stage.validation_days(base, "spline_tokens", fold)
+    raw_val = predict(base, policy, _classifier(base, "splinegpt"), days, tickers).frame
+    assert raw_val.height > 0 and raw_val["date"].max() <= CUT < raw_test["date"].min()
+    # the universe is the test tickers here: the fitting set is their validation rows
+    expected = fit_calibration(
+        raw_val.select(PROB_COLUMNS).to_numpy(), raw_val["label"].to_numpy(), base.train.class_weights
+    )
+    assert result.calibration == expected and expected.fitted
+    row = pl.read_parquet(wh.predictions_extra("calibration", policy))
+    assert row.schema == pl.Schema(CALIBRATION_SCHEMA) and row.height == 1
+    assert row.row(0, named=True)["temperature"] == expected.temperature and row["fold"][0] == fold.label
+
+    def probs(frame: pl.DataFrame) -> np.ndarray:
+        return frame.select(PROB_COLUMNS).to_numpy()
+
+    written = pl.read_parquet(path)
+    np.testing.assert_array_equal(probs(written), expected.apply(probs(raw_test).astype(np.float64)))
+    np.testing.assert_array_equal(written["action"].to_numpy(), probs(written).argmax(axis=1))
+    assert written.drop(*PROB_COLUMNS, "action").equals(
+        raw_test.drop(*PROB_COLUMNS, "action").with_columns(pl.lit(fold.label).alias("fold"))
+    )
+    validation = pl.read_parquet(wh.predictions_extra("validation", policy))
+    np.testing.assert_array_equal(probs(validation), expected.apply(probs(raw_val).astype(np.float64)))
+    universe = pl.read_parquet(wh.predictions_extra("universe", policy))
+    universe_raw = pl.read_parquet(wh.predictions_extra("universe_raw", policy))
+    assert universe_raw.schema == universe.schema and universe_raw.height == universe.height
+    assert sorted(universe["ticker"].unique().to_list()) == tickers  # so the fitting set was raw_val
+    np.testing.assert_array_equal(probs(universe), expected.apply(probs(universe_raw).astype(np.float64)))
+    assert "calibration_temperature" in result.metadata()
+    # the predictions view reads the policy's shard only, not the subfolders
+    assert wh.query("SELECT count(*) AS n FROM predictions")["n"][0] == written.height

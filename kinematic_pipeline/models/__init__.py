@@ -15,8 +15,10 @@ from kinematic_pipeline.models.heads import (
     PatchTSTClassifier,
     SequenceClassifier,
     count_parameters,
+    init_head_at_prior,
     inject_lora,
     lora_target_modules,
+    prior_logits,
     weighted_cross_entropy,
 )
 from kinematic_pipeline.models.patchtst import PatchTST
@@ -39,7 +41,9 @@ __all__ = [
     "SequenceClassifier",
     "build_model",
     "count_parameters",
+    "init_head_at_prior",
     "inject_lora",
     "lora_target_modules",
+    "prior_logits",
     "weighted_cross_entropy",
 ]

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -67,6 +68,27 @@ class PatchTSTClassifier(nn.Module):
         return self.cls_head(features)  # (B, n_classes)
 
 
+def prior_logits(class_counts: dict[str, int] | Sequence[int], class_weights: Sequence[float]) -> np.ndarray:
+    """ln(w * pi): the logits whose weighted softmax q de-weights to the training base rates pi exactly, i.e. the
+    optimum of the weighted cross entropy for a model that knows nothing. pi is smoothed by one count per class
+    (a class never seen keeps a finite logit)."""
+    counts = np.asarray(list(class_counts.values()) if isinstance(class_counts, dict) else class_counts, float)
+    if counts.shape != (len(class_weights),) or (counts < 0).any():
+        raise ValueError(f"class counts {class_counts} do not fit the class weights {class_weights}")
+    pi = (counts + 1.0) / (counts.sum() + len(counts))
+    return np.log(np.asarray(class_weights, dtype=np.float64) * pi)
+
+
+def init_head_at_prior(head: nn.Linear, logits: np.ndarray | None) -> None:
+    """Zero weights and bias ``logits``: the head predicts the prior whatever its input, so a model that learns
+    nothing scores a skill of exactly 0 against the base rates (a random head scores well below it)."""
+    if logits is None:
+        return
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.copy_(torch.as_tensor(logits, dtype=head.bias.dtype))
+
+
 def lora_target_modules(cfg: ModelConfig, layers: Sequence[int] = (0, 1, 3)) -> list[str]:
     """Names of the linear layers of KinematicGPT that receive LoRA adapters, e.g. ``blocks.0.attn.qkv``."""
     bad = [i for i in layers if not 0 <= i < cfg.n_layers]
@@ -116,10 +138,10 @@ class LoraHead:
 
     layout = LORA_HEAD
 
-    def build(self, backbone: KinematicGPT, cfg: TrainConfig) -> nn.Module:
-        return inject_lora(
-            SequenceClassifier(backbone), cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_layers
-        )
+    def build(self, backbone: KinematicGPT, cfg: TrainConfig, prior: np.ndarray | None = None) -> nn.Module:
+        classifier = SequenceClassifier(backbone)
+        init_head_at_prior(classifier.cls_head, prior)  # before PEFT copies the head into modules_to_save
+        return inject_lora(classifier, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_layers)
 
     def save(self, classifier: nn.Module, adapter_dir: Path, variant: str, tau: float) -> list[Path]:
         path = self.layout.path(adapter_dir)
@@ -141,8 +163,10 @@ class ProbeHead:
 
     layout = PROBE_HEAD
 
-    def build(self, backbone: PatchTST, cfg: TrainConfig) -> nn.Module:
-        return PatchTSTClassifier(backbone)
+    def build(self, backbone: PatchTST, cfg: TrainConfig, prior: np.ndarray | None = None) -> nn.Module:
+        classifier = PatchTSTClassifier(backbone)
+        init_head_at_prior(classifier.cls_head, prior)
+        return classifier
 
     def save(self, classifier: nn.Module, adapter_dir: Path, variant: str, tau: float) -> list[Path]:
         head = {n: p.detach().cpu() for n, p in classifier.named_parameters() if p.requires_grad}

@@ -44,7 +44,7 @@ def loss_curve_png(curves: dict[str, list[tuple[float, float]]], title: str, pat
             xs, ys = zip(*points)
             ax.plot(xs, ys, marker="o" if len(points) < 20 else None, label=name)
     ax.set_title(title, fontsize=10)
-    ax.set_xlabel("step (train) / epoch end (validation)")
+    ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -83,7 +83,15 @@ def training_metadata(result, settings) -> dict:
         .sort("asset", "split")
     )
     kind = "pretraining" if policy.tau is None else f"fine-tuning, tau={policy.tau_key}"
-    curves = {"train": list(result.train_loss_curve), "validation": list(result.val_loss_curve)}
+    # one point per validation: the mean training loss since the previous one and the validation loss (for an
+    # adapter the de-weighted log loss it stopped on, with the weighted loss it trained on beside it)
+    rows = result.curves
+    curves = {
+        "train": [(r["step"], r["train_loss"]) for r in rows if r["step"] > 0],
+        "validation": [(r["step"], r["val_loss"]) for r in rows],
+    }
+    if policy.tau is not None:
+        curves["validation (weighted CE)"] = [(r["step"], r["val_weighted_loss"]) for r in rows]
     png = loss_curve_png(curves, f"{policy.variant} {kind}", result.out_dir / "loss.png")
     values = {
         "seed": policy.seed,
@@ -99,6 +107,12 @@ def training_metadata(result, settings) -> dict:
         "training_shards_digest": digest(used["content_hash"].fill_null("").to_list()),
         "loss_curves": Markdown(embedded_image(png, kind) + "\n\n" + markdown_table(curve_table(curves))),
         "loss_plot_path": result.out_dir / "loss.png",
+        "budget_steps": result.budget_steps,
+        "steps": result.steps,
+        "best_step": result.best_step,
+        "best_val_loss": result.best_val_loss,
+        "stopped_early": result.steps < result.budget_steps,
+        "curves_path": result.out_dir / "curves.csv",
         "final_train_loss": float(curves["train"][-1][1]) if curves["train"] else float("nan"),
         "final_val_loss": float(curves["validation"][-1][1]) if curves["validation"] else float("nan"),
     }

@@ -46,6 +46,13 @@ TABLE_CAPTIONS = {
     ),
 }
 FIGURE_CAPTIONS = {
+    "training_curves": (
+        "How each model trained",
+        "Validation loss against optimizer steps of every foundation (A: its own self-supervised objective) and "
+        "every adapter at the report's tau (B: the log loss of its de-weighted probabilities, which the run "
+        "stops on); one line per fold and seed, a dot at the step whose state was saved (training runs to the "
+        "best validation loss within its step budget; our addition to the paper).",
+    ),
     "equity_curves": (
         "Cross-Sector Performance Validation",
         "Left: equity curves of SplineGPT (thick) and the baselines (thin) per ticker. Right: Buy & Hold "

@@ -407,3 +407,36 @@ def decision_rules_png(metrics: pl.DataFrame, margin: pl.DataFrame, tau: float, 
         ax.legend(fontsize=8)
     fig.suptitle(f"Decision rules at tau = {100 * tau:.2f}%, cost {cost_bps:g} bps", fontsize=10)
     return _save(fig, path)
+
+
+def training_curves_png(curves: dict[tuple[str, str], list[list[dict]]], path: Path) -> bytes:
+    """Validation loss against optimizer steps of every trained model: (A) pretraining (each backbone's own
+    objective), (B) fine-tuning at the report's tau (the de-weighted log loss the run stopped on). One line per
+    fold and seed, coloured by variant; a dot marks the step whose state was saved. ``curves`` maps
+    (variant, "pretraining" | "fine-tuning") to the runs' rows (``training.trainer.CURVE_COLUMNS``)."""
+    if not any(runs for runs in curves.values()):
+        return _no_data("Training curves", path)
+    fig = Figure(figsize=(11, 4), layout="constrained")
+    axes = fig.subplots(1, 2)
+    variants = sorted({v for v, _ in curves})
+    colours = {v: f"C{i}" for i, v in enumerate(variants)}
+    for ax, stage in zip(axes, ("pretraining", "fine-tuning")):
+        for variant in variants:
+            for k, rows in enumerate(curves.get((variant, stage), [])):
+                steps = [r["step"] for r in rows]
+                ax.plot(
+                    steps,
+                    [r["val_loss"] for r in rows],
+                    color=colours[variant],
+                    lw=1,
+                    alpha=0.7,
+                    label=variant if k == 0 else None,
+                )
+                best = [r for r in rows if r["best"]]
+                if best:
+                    ax.plot([best[0]["step"]], [best[0]["val_loss"]], "o", color=colours[variant], ms=4)
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel("validation loss" if stage == "pretraining" else "validation log loss (de-weighted p)")
+        ax.set_title(f"({'A' if stage == 'pretraining' else 'B'}) {stage}", fontsize=10)
+        ax.legend(fontsize=8)
+    return _save(fig, path)

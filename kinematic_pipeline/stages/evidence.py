@@ -193,6 +193,11 @@ def evidence_tables(settings: Settings, metrics: pl.DataFrame) -> dict[str, pl.D
         "signal": universe["signal"],
         "label_artefact": universe["label_artefact"],
         "information": universe["information"],
+        **(
+            {"information_uncalibrated": universe["information_uncalibrated"]}
+            if "information_uncalibrated" in universe
+            else {}
+        ),
         "time_series_ic": universe["time_series_ic"],
         "decisions": evidence_tables_report.decisions_table(decisions, tau),
         "decision_rules": evidence_tables_report.decision_rules_table(
@@ -205,11 +210,12 @@ def evidence_tables(settings: Settings, metrics: pl.DataFrame) -> dict[str, pl.D
 # --- the signal on the universe --------------------------------------------------------------------------
 
 
-def universe_predictions(settings: Settings, variants: tuple[str, ...]) -> pl.DataFrame:
+def universe_predictions(settings: Settings, variants: tuple[str, ...], kind: str = "universe") -> pl.DataFrame:
     """Every ``variants`` policy's predictions on the universe (``predictions/universe/``, written at the
-    report's tau), with ``r_close`` and ``r_spline`` of each ticker-day and the score s = p_buy - p_sell of
-    the de-weighted probabilities (a rule's one-hot action: +1 / -1 / 0)."""
-    folder = settings.warehouse.predictions_folder("universe")
+    report's tau; ``kind`` "universe_raw": before calibration), with ``r_close`` and ``r_spline`` of each
+    ticker-day and the score s = p_buy - p_sell of the de-weighted probabilities (a rule's one-hot action:
+    +1 / -1 / 0)."""
+    folder = settings.warehouse.predictions_folder(kind)
     files = sorted(folder.glob("*.parquet")) if folder.exists() else []
     frames = [f for f in (exact.read_parquet(p) for p in files) if f.height and f["variant"][0] in set(variants)]
     if not frames:
@@ -300,7 +306,20 @@ def universe_evidence(
         ),
         "label_artefact": evidence_tables_report.label_artefact_table(stats, settings.tokenize.label_source),
         "data_seen": evidence_tables_report.data_seen_table(seen),
+        **uncalibrated_information(settings, variants, rates, seen),
     }
+
+
+def uncalibrated_information(settings: Settings, variants: tuple[str, ...], rates: dict, seen) -> dict:
+    """The information table of the probabilities before calibration (``predictions/universe_raw/``), when every
+    policy of the universe wrote them."""
+    try:
+        raw = universe_predictions(settings, variants, "universe_raw")
+    except FileNotFoundError:
+        return {}
+    tau = settings.evaluate.report_tau
+    skill = information_skill(settings, raw.drop("score", "r_close", "r_spline"), rates, tau)
+    return {"information_uncalibrated": evidence_tables_report.information_table(skill, tau, seen)}
 
 
 def universe_note(settings: Settings, universe: pl.DataFrame) -> str:

@@ -3,11 +3,14 @@
 Rolling protocol (paper "Experimental Setup & Protocol"): the action of day t comes from the token shard of
 day t, whose window was fitted on bars up to t only, so nothing after t enters a decision. Test days are
 the token shards of the policy's fold's test period (``folds.py``; a single cut: every day after
-``data.train_end``). No dagster here.
+``data.train_end``). Models' and probes' probabilities are then calibrated (``backtest.calibration``: a
+temperature and class biases fitted on the fold's validation days only) before anything is written; the raw
+universe predictions are kept beside the calibrated ones. No dagster here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +20,7 @@ import polars as pl
 
 from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.atomic_files import file_sha256
+from kinematic_pipeline.backtest.calibration import Calibration, calibrate_frames
 from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA, predictions_frame
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import Fold, fold_of, walk_forward
@@ -78,9 +82,10 @@ class Predictions:
     frame: pl.DataFrame  # PREDICTIONS_SCHEMA, sorted by ticker, date
     shards: list[dict]  # every shard read: asset, date, path, content_hash
     missing_tickers: list[str]  # configured test tickers with no test-period window
+    calibration: Calibration | None = None  # fitted on the validation days and applied to frame (rules: None)
 
     def metadata(self) -> dict:
-        """What the predictions asset shows: rows, days and per-ticker action counts."""
+        """What the predictions asset shows: rows, days, per-ticker action counts and the calibration."""
         from kinematic_pipeline.report.markdown import Markdown, markdown_table
         from kinematic_pipeline.variants import ACTION_KEYS
 
@@ -101,6 +106,7 @@ class Predictions:
             "test_days": frame["date"].n_unique() if frame.height else 0,
             "per_ticker": Markdown(markdown_table(per_ticker)),
             "missing_test_tickers": ", ".join(self.missing_tickers) or "none",
+            **(self.calibration.metadata() if self.calibration is not None else {}),
         }
 
 
@@ -231,9 +237,35 @@ def universe_tickers(settings: Settings, asset: str, days: list[dt.date]) -> lis
     return sorted(backtested + [rest[i] for i in drawn])
 
 
-def _write(settings: Settings, policy: Policy, result: Predictions, validation: pl.DataFrame, universe) -> Path:
-    """The predictions shard, the validation-day predictions, the shards read, and at the report's tau the
-    universe predictions (``predictions/universe/``); refresh the ``predictions`` view."""
+def _calibrated(
+    settings: Settings,
+    result: Predictions,
+    validation: pl.DataFrame,
+    universe: pl.DataFrame | None,
+    fitting: pl.DataFrame | None,
+) -> tuple[Predictions, pl.DataFrame, pl.DataFrame | None]:
+    """The test, validation and universe predictions with the calibration (``backtest.calibration``) fitted on
+    ``fitting``, validation-day rows only (never a test day's), applied and the actions recomputed; unchanged
+    where ``fitting`` is None (a rule: its probabilities are its one-hot action)."""
+    if fitting is None:
+        return result, validation, universe
+    (test, validation, universe), calibration = calibrate_frames(
+        fitting, [result.frame, validation, universe], settings.train.class_weights
+    )
+    return dataclasses.replace(result, frame=test, calibration=calibration), validation, universe
+
+
+def _write(
+    settings: Settings,
+    policy: Policy,
+    result: Predictions,
+    validation: pl.DataFrame,
+    universe: pl.DataFrame | None,
+    raw_universe: pl.DataFrame | None,
+) -> Path:
+    """The predictions shard, the validation-day predictions, the shards read, the model files, the calibration
+    (``predictions/calibration/``, one row) and at the report's tau the universe predictions, calibrated
+    (``predictions/universe/``) and not (``predictions/universe_raw/``); refresh the ``predictions`` view."""
     wh, asset = settings.warehouse, lookup_variant(policy.variant).token_asset
     if result.frame.height == 0:
         raise ValueError(
@@ -241,13 +273,18 @@ def _write(settings: Settings, policy: Policy, result: Predictions, validation: 
             f"{policy} ({fold_of(settings, policy.fold).describe()})"
         )
     path = wh.evaluation_file(PREDICTIONS, policy)
-    fold = pl.lit(fold_of(settings, policy.fold).label).alias("fold")
+    label = fold_of(settings, policy.fold).label
+    fold = pl.lit(label).alias("fold")
     wh.write(result.frame.with_columns(fold), path)
     wh.write(validation.with_columns(fold), wh.predictions_extra("validation", policy))
     wh.write(_shards_frame(result.shards), wh.predictions_extra("inputs", policy))
     wh.write(model_files_frame(settings, policy), wh.predictions_extra("model", policy))
-    if universe is not None:
+    if result.calibration is not None:
+        row = result.calibration.to_frame(policy.variant, policy.tau, policy.seed, label)
+        wh.write(row, wh.predictions_extra("calibration", policy))
+    if universe is not None and raw_universe is not None:
         wh.write(universe.with_columns(fold), wh.predictions_extra("universe", policy))
+        wh.write(raw_universe.with_columns(fold), wh.predictions_extra("universe_raw", policy))
     wh.refresh_view(PREDICTIONS, FOLD_PREDICTIONS_SCHEMA)
     return path
 
@@ -263,13 +300,16 @@ def _check_test_period(settings: Settings, asset: str, fold: Fold) -> list[dt.da
 
 
 def run_predictions(settings: Settings, policy: Policy) -> tuple[Predictions, Path]:
-    """Predict the test period with the policy; write its shard, its validation-day predictions, the shards it
-    read and, at the report's tau, its predictions on the universe (every ticker-day of the test period, or the
-    seeded sample of ``universe_tickers``); refresh the ``predictions`` view. Models load their adapter;
-    probes and rules read the features file (``stages.baselines``)."""
+    """Predict the test period with the policy; calibrate it (models and probes: a temperature and class biases
+    fitted on the validation days, ``backtest.calibration``); write its shard, its validation-day predictions,
+    the shards it read, the calibration and, at the report's tau, its predictions on the universe (every
+    ticker-day of the test period, or the seeded sample of ``universe_tickers``), calibrated and raw; refresh the
+    ``predictions`` view. Models load their adapter; probes and rules read the features file
+    (``stages.baselines``)."""
     spec = lookup_variant(policy.variant)
     fold = fold_of(settings, policy.fold)
-    days = _check_test_period(settings, spec.token_asset, fold)
+    asset = spec.token_asset
+    days = _check_test_period(settings, asset, fold)
     at_report_tau = same_tau(policy.tau, settings.evaluate.report_tau)
     if spec.family != "model":
         return _run_baseline_predictions(settings, policy, days, at_report_tau)
@@ -278,14 +318,21 @@ def run_predictions(settings: Settings, policy: Policy) -> tuple[Predictions, Pa
     classifier = load_classifier(settings, policy)
     result = predict(settings, policy, classifier, days)
     # The same policy on the validation days of the training period (the fine-tuning's own split), for the
-    # test tickers: what the second decision rule's margin is chosen on (never on test days).
+    # test tickers: what the calibration is fitted on and the second decision rule's margin is chosen on
+    # (never on test days).
     tickers = sorted(result.frame["ticker"].unique().to_list())
-    validation = predict(settings, policy, classifier, validation_days(settings, spec.token_asset, fold), tickers)
-    universe = None
+    fit_days = validation_days(settings, asset, fold)
+    validation = predict(settings, policy, classifier, fit_days, tickers).frame
+    fitting, universe = validation, None
     if at_report_tau:
-        universe = predict(settings, policy, classifier, days, universe_tickers(settings, spec.token_asset, days))
-        universe = universe.frame
-    return result, _write(settings, policy, result, validation.frame, universe)
+        names = universe_tickers(settings, asset, days)
+        universe = predict(settings, policy, classifier, days, names).frame
+        # the calibration also fits on the other universe tickers' validation days: more rows, the same days
+        others = [t for t in names if t not in set(tickers)]
+        if others:
+            fitting = pl.concat([validation, predict(settings, policy, classifier, fit_days, others).frame])
+    result, validation, calibrated = _calibrated(settings, result, validation, universe, fitting)
+    return result, _write(settings, policy, result, validation, calibrated, universe)
 
 
 def _run_baseline_predictions(settings: Settings, policy: Policy, days: list[dt.date], at_report_tau: bool):
@@ -304,7 +351,13 @@ def _run_baseline_predictions(settings: Settings, policy: Policy, days: list[dt.
     shards = [dict(asset=f"{tokenization}_features", date="", path=f, content_hash=file_sha256(f)) for f in files]
     shards += [{**row, "path": Path(row["path"])} for row in inputs.iter_rows(named=True)]
     result = Predictions(frame, shards, [t for t in tickers if t not in present])
-    universe = None
+    # a probe is calibrated on its validation days as a model is; a rule's one-hot action is not
+    fitting, universe = (validation if spec.family == "probe" else None), None
     if at_report_tau:
-        universe = baseline_predictions(settings, policy, "test", universe_tickers(settings, asset, days), probe)
-    return result, _write(settings, policy, result, validation, universe)
+        names = universe_tickers(settings, asset, days)
+        universe = baseline_predictions(settings, policy, "test", names, probe)
+        others = [t for t in names if t not in present]
+        if fitting is not None and others:
+            fitting = pl.concat([validation, baseline_predictions(settings, policy, "validation", others, probe)])
+    result, validation, calibrated = _calibrated(settings, result, validation, universe, fitting)
+    return result, _write(settings, policy, result, validation, calibrated, universe)

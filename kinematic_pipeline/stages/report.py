@@ -17,6 +17,7 @@ from kinematic_pipeline.backtest.metrics import conventions
 from kinematic_pipeline.config import EvalConfig, Settings
 from kinematic_pipeline.folds import walk_forward
 from kinematic_pipeline.label_rules import at_tau
+from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report import document, figures, paper, tables
 from kinematic_pipeline.report.markdown import markdown_table
 from kinematic_pipeline.stages.evidence import evidence_tables, pooled_margin_metrics, read_view
@@ -56,10 +57,13 @@ EVIDENCE_TITLES = {
     "for every model, rule and probe at the report's tau: mean over seeds ± std (not in the paper)",
     "label_artefact": "What the trained-on label knows at decision time: direction AUC and rank IC on the "
     "trained-on labels next to the close-to-close return the backtest trades (not in the paper)",
-    "information": "Do the tokens carry information? Skill of the de-weighted probabilities p = (q/w)/Σ(q/w) on "
+    "information": "Do the tokens carry information? Skill of the calibrated, de-weighted probabilities p = (q/w)/Σ(q/w) on "
     "every scored ticker-day of the test period (the universe, see the signal table), on the trained-on labels "
     "and on close-to-close labels (what the backtest trades): mean over seeds [95% day-bootstrap interval of the "
     "seed mean] ± std over seeds (not in the paper)",
+    "information_uncalibrated": "Appendix: the same skill before calibration (the probabilities as the models "
+    "and probes output them; every table above reads them calibrated: a temperature and class biases fitted by "
+    "log loss on each fold's validation days, never on a test day) (not in the paper)",
     "time_series_ic": "Time-series rank IC of the score against the next day's close-to-close return, per "
     "backtested ticker (not in the paper)",
     "decisions": "Why each policy trades or liquidates under the paper's weighted argmax (not in the paper)",
@@ -67,6 +71,9 @@ EVIDENCE_TITLES = {
     "models, rules and probes side by side (not in the paper)",
     "data_seen": "Which dates each variant's fit, validation and normalization saw (not in the paper)",
 }
+# tables only some runs have: the per-fold table (walk-forward runs), the uncalibrated skill (runs whose
+# predictions kept their raw probabilities)
+OPTIONAL_TABLES = ("per_fold", "information_uncalibrated")
 ALL_TITLES = {"verdict": VERDICT_TITLE, **TABLE_TITLES, "per_fold": PER_FOLD_TITLE, **EVIDENCE_TITLES}
 
 
@@ -227,6 +234,26 @@ def load_bars_and_kinematics(settings: Settings, ticker: str, days: list[dt.date
     )
 
 
+def training_curves(settings: Settings) -> dict[tuple[str, str], list[list[dict]]]:
+    """The learning curves (``curves.csv``) of every foundation and of every adapter at the report's tau, per
+    variant and stage, over the folds and seeds (those trained so far)."""
+    from kinematic_pipeline.training.trainer import read_curves
+
+    wh, out = settings.warehouse, {}
+    for variant in settings.train.variants:
+        for fold in walk_forward(settings):
+            for seed in settings.train.seeds:
+                policy = Policy(variant, seed, settings.evaluate.report_tau, fold.name)
+                for stage, folder in (
+                    ("pretraining", wh.foundation_dir(policy)),
+                    ("fine-tuning", wh.adapter_dir(policy)),
+                ):
+                    rows = read_curves(folder)
+                    if rows:
+                        out.setdefault((variant, stage), []).append(rows)
+    return out
+
+
 def materialize_figures(settings: Settings) -> dict[str, Path]:
     ev = settings.evaluate
     metrics = load_metrics(settings)
@@ -237,8 +264,17 @@ def materialize_figures(settings: Settings) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = {
         name: out / f"{name}.png"
-        for name in ("equity_curves", "diagnostics", "sweeps", "kinematic_manifold", "responsiveness", "decision_rules")
+        for name in (
+            "equity_curves",
+            "diagnostics",
+            "sweeps",
+            "kinematic_manifold",
+            "responsiveness",
+            "decision_rules",
+            "training_curves",
+        )
     }
+    figures.training_curves_png(training_curves(settings), paths["training_curves"])
     figures.equity_curves_png(equity, ev.report_tau, ev.report_cost_bps, paths["equity_curves"])
     figures.diagnostics_png(
         predictions, focus, ev.report_tau, paths["diagnostics"], class_weights=settings.train.class_weights
@@ -272,7 +308,7 @@ def materialize_report(settings: Settings, extra_context: dict[str, str] | None 
     built = {
         ALL_TITLES[name]: exact.read_parquet(tables_dir / f"{name}.parquet")
         for name in ALL_TITLES
-        if name != "per_fold" or (tables_dir / f"{name}.parquet").exists()  # walk-forward runs only
+        if name not in OPTIONAL_TABLES or (tables_dir / f"{name}.parquet").exists()
     }
     figure_paths = {p.stem: p for p in sorted(wh.figures_dir.glob("*.png"))}
     text = document.render_report(

@@ -1,6 +1,7 @@
 """Training data: uniform samples of the training period's windows, served from the window store.
 
-Each epoch is a uniform sample (without replacement) of the training windows: every day and every ticker
+Training runs a budget of optimizer steps (``training/run.py``); each epoch within it is a uniform sample
+(without replacement) of the training windows: every day and every ticker
 equally likely, a different sample per epoch and seed, the same one for the same seed and epoch
 (``window_store.epoch_sample``); without a cap, every window once, shuffled. The windows come from the token
 asset's window store (``kinematic_pipeline.window_store``: one memory-mapped file built from the day shards
@@ -99,10 +100,12 @@ class SampledWindows(IterableDataset):
         k = len(self.rows) if self.cap is None else min(self.cap, len(self.rows))
         return k // parts * parts
 
-    def served_rows(self, epoch: int, parts: int = 1) -> np.ndarray:
-        """The store rows every part together serves in ``epoch`` (for lineage: what the model saw)."""
+    def served_rows(self, epoch: int, parts: int = 1, batches: int | None = None) -> np.ndarray:
+        """The store rows every part together serves in ``epoch`` (for lineage: what the model saw), or in its
+        first ``batches`` batches per part (a run that ended inside the epoch)."""
         sample = self.positions(epoch)
-        return self.rows[np.concatenate([part_of(sample, p, parts) for p in range(parts)])]
+        limit = None if batches is None else batches * self.batch_size
+        return self.rows[np.concatenate([part_of(sample, p, parts)[:limit] for p in range(parts)])]
 
     def __iter__(self):
         rank, part, parts = _part()
@@ -217,7 +220,8 @@ class WindowDataModule(L.LightningDataModule):
         for split, mask in (("train", usable & ~is_val), ("val", usable & is_val)):
             rows = np.flatnonzero(mask)
             labels = None if self._labels is None else self._labels[rows]
-            stream = SampledWindows(rows=rows, split=split, labels=labels, **common)
+            cap = common["cap"] if split == "train" else cfg.max_val_windows
+            stream = SampledWindows(rows=rows, split=split, labels=labels, **{**common, "cap": cap})
             setattr(self, f"_{split}", stream)
 
     @property
@@ -266,17 +270,22 @@ class WindowDataModule(L.LightningDataModule):
         counts = np.bincount(self._train.labels, minlength=3)
         return {name: int(counts[k]) for k, name in enumerate(ACTION_KEYS)}
 
-    def shards_used(self, epochs: int, parts: int = 1) -> list[dict]:
+    def shards_used(self, steps: int, evaluations: int, parts: int = 1) -> list[dict]:
         """Lineage: the store itself and every day shard of the training period, with its split and the windows
-        of it served over ``epochs`` epochs (0: in the store, never drawn), and the labels shards when
-        fine-tuning."""
+        of it served by ``steps`` optimizer steps per rank (whole epochs, then the first batches of the next) and
+        ``evaluations`` validations (the one validation sample each time; 0: in the store, never drawn), and the
+        labels shards when fine-tuning."""
         self.setup()
         store, wh = self.store, self.settings.warehouse
         day_of_row = store.day_of_row
         served = np.zeros(store.days.height, dtype=np.int64)
-        for epoch in range(epochs):
-            for stream in (self._train, self._val):  # validation: one sample per seed, served after every epoch
-                served += np.bincount(day_of_row[stream.served_rows(epoch, parts)], minlength=served.size)
+        per_epoch = self.steps_per_epoch(parts)
+        epochs, rest = divmod(steps, per_epoch)
+        for epoch in range(epochs + (rest > 0)):
+            batches = rest if epoch == epochs else None
+            served += np.bincount(day_of_row[self._train.served_rows(epoch, parts, batches)], minlength=served.size)
+        if evaluations:
+            served += evaluations * np.bincount(day_of_row[self._val.served_rows(0, parts)], minlength=served.size)
         rows = [
             dict(
                 asset=window_store_asset(self.token_asset),

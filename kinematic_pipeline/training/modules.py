@@ -2,8 +2,11 @@
 
 The models (``kinematic_pipeline.models``) know nothing of Lightning; each module here shares one
 ``model_step`` between training and validation (lightning-hydra-template). Paper "Training Stability":
-AdamW, cosine decay from lr to 0 over every step of every epoch, gradient clipping at norm 1 (set on
-the Trainer). Fine-tuning optimizes only the trainable parameters (LoRA + head, or the linear probe).
+AdamW, a linear warmup and a cosine decay to 0 over the run's step budget, gradient clipping at norm 1 (set on
+the Trainer). Fine-tuning optimizes only the trainable parameters (LoRA + head, or the linear probe), the head
+at its own learning rate, and validates on the de-weighted log loss: the unweighted negative log likelihood of
+p = (q/w)/sum(q/w), the probabilities every table scores (the class-weighted loss it trains on rewards Sell
+ten times over and cannot say which state predicts best).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import math
 
 import lightning as L
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from kinematic_pipeline.config import TrainConfig
@@ -20,23 +24,54 @@ from kinematic_pipeline.models import weighted_cross_entropy
 
 
 def adamw_with_cosine(
-    params: list[tuple[str, nn.Parameter]], lr: float, weight_decay: float, total_steps: int
+    params: list[tuple[str, nn.Parameter]],
+    lr: float,
+    weight_decay: float,
+    total_steps: int,
+    warmup_steps: int = 0,
+    group_lr: dict[str, float] | None = None,
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW with weight decay on matrices only (not biases, norms) and a per-step cosine from lr to 0."""
+    """AdamW with weight decay on matrices only (not biases, norms), a linear warmup over ``warmup_steps`` and a
+    per-step cosine from each group's rate to 0 at ``total_steps``. ``group_lr`` maps a name fragment to its own
+    rate (e.g. ``{"cls_head": 3e-3}``): parameters whose name holds it form their own groups."""
     trainable = [(n, p) for n, p in params if p.requires_grad]
     if not trainable:
         raise ValueError("no trainable parameters")
-    groups = [
-        {"params": [p for _, p in trainable if p.dim() >= 2], "weight_decay": weight_decay},
-        {"params": [p for _, p in trainable if p.dim() < 2], "weight_decay": 0.0},
-    ]
+    group_lr = group_lr or {}
+
+    def rate(name: str) -> float:
+        return next((r for fragment, r in group_lr.items() if fragment in name), lr)
+
+    groups = []
+    for value in sorted({rate(n) for n, _ in trainable}, reverse=True):
+        mine = [(n, p) for n, p in trainable if rate(n) == value]
+        groups += [
+            {"params": [p for _, p in mine if p.dim() >= 2], "weight_decay": weight_decay, "lr": value},
+            {"params": [p for _, p in mine if p.dim() < 2], "weight_decay": 0.0, "lr": value},
+        ]
     optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=lr)
     total = max(1, int(total_steps))
+    warmup = max(0, min(int(warmup_steps), total - 1))
 
-    def cosine(step: int) -> float:
-        return 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
+    def schedule(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        return 0.5 * (1.0 + math.cos(math.pi * min(step - warmup, total - warmup) / (total - warmup)))
 
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, cosine)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+
+
+def warmup_steps(cfg: TrainConfig, total_steps: int) -> int:
+    return int(round(cfg.warmup_fraction * total_steps))
+
+
+def deweighted_nll(logits: torch.Tensor, labels: torch.Tensor, class_weights) -> torch.Tensor:
+    """Unweighted NLL of the de-weighted probabilities p = (q/w)/sum(q/w), q = softmax(logits): since
+    q/w = exp(logits - ln w)/Z, p = softmax(logits - ln w). Rows labelled -1 are ignored."""
+    log_w = torch.log(torch.as_tensor(class_weights, dtype=logits.dtype, device=logits.device))
+    if not bool((labels != -1).any()):
+        return logits.sum() * 0.0
+    return F.cross_entropy(logits - log_w, labels.long(), ignore_index=-1)
 
 
 class PretrainModule(L.LightningModule):
@@ -66,12 +101,16 @@ class PretrainModule(L.LightningModule):
         # the same draws every epoch (PatchTST's masks; GPTs draw nothing): validation losses are comparable
         generator = torch.Generator(device=batch.device).manual_seed(self.seed + batch_idx)
         loss = self.model_step(batch, generator)
-        self.log("val/loss", loss, on_epoch=True, prog_bar=True, batch_size=len(batch))
+        self.log("val/loss", loss, on_epoch=True, prog_bar=True, batch_size=len(batch), sync_dist=True)
 
     def configure_optimizers(self):
         cfg = self.train_cfg
         optimizer, schedule = adamw_with_cosine(
-            list(self.model.named_parameters()), cfg.lr, cfg.weight_decay, self.total_steps
+            list(self.model.named_parameters()),
+            cfg.lr,
+            cfg.weight_decay,
+            self.total_steps,
+            warmup_steps(cfg, self.total_steps),
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
@@ -93,24 +132,31 @@ class FinetuneModule(L.LightningModule):
         x, y = batch  # (B, T, C), (B,)
         logits = self.classifier(x)  # (B, 3)
         loss = weighted_cross_entropy(logits, y, self.train_cfg.class_weights)
-        return loss, logits.argmax(dim=-1), y
-
-    def _log_step(self, stage: str, batch) -> torch.Tensor:
-        loss, preds, y = self.model_step(batch)
-        acc = (preds == y).float().mean()
-        self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=True, prog_bar=True, batch_size=len(y))
-        self.log(f"{stage}/acc", acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=len(y))
-        return loss
+        return loss, logits, y
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
-        return self._log_step("train", batch)
+        loss, logits, y = self.model_step(batch)
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=len(y))
+        return loss
 
     def validation_step(self, batch, batch_idx: int) -> None:
-        self._log_step("val", batch)
+        # val/loss (what the run stops on and keeps the best state by) is the de-weighted log loss
+        weighted, logits, y = self.model_step(batch)
+        nll = deweighted_nll(logits, y, self.train_cfg.class_weights)
+        acc = (logits.argmax(dim=-1) == y).float().mean()
+        log = dict(on_epoch=True, batch_size=len(y), sync_dist=True)
+        self.log("val/loss", nll, prog_bar=True, **log)
+        self.log("val/weighted_loss", weighted, **log)
+        self.log("val/acc", acc, **log)
 
     def configure_optimizers(self):
         cfg = self.train_cfg
         optimizer, schedule = adamw_with_cosine(
-            list(self.classifier.named_parameters()), cfg.finetune_lr, cfg.weight_decay, self.total_steps
+            list(self.classifier.named_parameters()),
+            cfg.finetune_lr,
+            cfg.weight_decay,
+            self.total_steps,
+            warmup_steps(cfg, self.total_steps),
+            group_lr={"cls_head": cfg.head_lr},
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

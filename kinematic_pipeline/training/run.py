@@ -20,11 +20,20 @@ from torch import nn
 
 from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.config import ModelConfig, Settings
-from kinematic_pipeline.models import HEADS, build_model, count_parameters
+from kinematic_pipeline.models import HEADS, build_model, count_parameters, prior_logits
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.training.data import WindowDataModule, write_shards_used
 from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule
-from kinematic_pipeline.training.trainer import build_trainer, configure_threads, loss_curves, quiet_lightning, ranks
+from kinematic_pipeline.training.trainer import (
+    CURVES_FILE,
+    budget_steps,
+    build_trainer,
+    configure_threads,
+    loss_curves,
+    quiet_lightning,
+    ranks,
+    read_curves,
+)
 from kinematic_pipeline.variants import variant as lookup_variant
 
 
@@ -37,14 +46,19 @@ class TrainingResult:
     files_sha256: dict[str, str]  # saved file (relative to out_dir) -> sha256
     params_total: int
     params_trainable: int
-    train_loss_curve: list[tuple[int, float]]  # (global step, loss); per epoch when too few steps were logged
-    val_loss_curve: list[tuple[int, float]]  # (epoch, loss)
+    train_loss_curve: list[tuple[int, float]]  # (global step, loss) as logged
+    val_loss_curve: list[tuple[int, float]]  # (global step, validation loss)
     seconds: float
     windows_seen: int
     shards_used: list[dict]  # training/data.py: the store and every day shard, with the windows served
     metrics_csv: Path
     foundation_sha256: str | None = None  # adapters: the foundation they were fine-tuned from
     class_counts: dict[str, int] = field(default_factory=dict)  # adapters: Buy/Sell/Hold of the training split
+    budget_steps: int = 0  # the step budget (per rank)
+    steps: int = 0  # optimizer steps run (fewer than the budget when validation stopped the run)
+    best_step: int = 0  # the step whose state was saved (0: the initial state)
+    best_val_loss: float = float("nan")
+    curves: list[dict] = field(default_factory=list)  # trainer.CURVE_COLUMNS, one row per validation
 
     @property
     def checkpoint_path(self) -> Path:
@@ -53,27 +67,36 @@ class TrainingResult:
         return self.out_dir / "model.pt" if self.policy.tau is None else head.path(self.out_dir)
 
 
-def _fit(settings: Settings, policy: Policy, module_for, out_dir: Path, epochs: int, progress: bool, num_workers: int):
-    """Sample the training windows and fit ``module_for(total_steps)`` (the caller seeded and built the model
-    first); (data, window counter, metrics CSV)."""
+def _fit(settings: Settings, module_for, out_dir: Path, data: WindowDataModule, budget: int, progress: bool):
+    """Fit ``module_for(total_steps)`` (the caller seeded and built the model first) on ``data`` for at most
+    ``budget`` optimizer steps, to the best validation loss; (data, window counter, metrics CSV, steps, budget)."""
     cfg = settings.train
     out_dir.mkdir(parents=True, exist_ok=True)
+    total = budget_steps(cfg, budget)
+    module = module_for(total)
+    trainer, counter, metrics_csv = build_trainer(cfg, out_dir, total, data.has_validation, progress, cfg.patience)
+    trainer.fit(module, datamodule=data)
+    return data, counter, metrics_csv, trainer.global_step, total
+
+
+def _data(settings: Settings, policy: Policy, num_workers: int) -> WindowDataModule:
     data = WindowDataModule(settings, policy, num_workers=num_workers)
     data.setup()
-    steps = data.steps_per_epoch(ranks(cfg))  # per rank: the schedule ends with the run
-    module = module_for(steps * epochs)
-    trainer, counter, metrics_csv = build_trainer(cfg, out_dir, epochs, steps, data.has_validation, progress)
-    trainer.fit(module, datamodule=data)
-    return data, counter, metrics_csv
+    return data
 
 
 def _result(settings, policy, out_dir, files, model, fitted, started, **extra) -> TrainingResult:
-    data, counter, csv = fitted
+    data, counter, csv, steps, budget = fitted
     total, trainable = count_parameters(model)
     train_curve, val_curve = loss_curves(csv)
-    epochs = settings.train.epochs if policy.tau is None else settings.train.finetune_epochs
-    shards_used = data.shards_used(epochs, ranks(settings.train))
+    curves = read_curves(out_dir)
+    # the steps run: the last validation's (every run ends on one: budgets are whole validation intervals, and an
+    # early stop follows a validation); a ddp_spawn run's main process never sees the ranks' step counter
+    steps = curves[-1]["step"] if curves else steps
+    best = next((r for r in curves if r["best"]), None)
+    shards_used = data.shards_used(steps=steps, evaluations=len(curves), parts=ranks(settings.train))
     write_shards_used(settings, out_dir, shards_used)
+    files = [*files, out_dir / CURVES_FILE] if curves else files
     return TrainingResult(
         policy=policy,
         out_dir=out_dir,
@@ -86,6 +109,11 @@ def _result(settings, policy, out_dir, files, model, fitted, started, **extra) -
         windows_seen=counter.windows,
         shards_used=shards_used,
         metrics_csv=csv,
+        budget_steps=budget,
+        steps=steps,
+        best_step=best["step"] if best else steps,
+        best_val_loss=best["val_loss"] if best else float("nan"),
+        curves=curves,
         **extra,
     )
 
@@ -106,7 +134,8 @@ def pretrain(
         def module_for(total_steps: int) -> PretrainModule:
             return PretrainModule(model, settings.train, total_steps, policy.seed)
 
-        fitted = _fit(settings, policy, module_for, out_dir, settings.train.epochs, progress, num_workers)
+        data = _data(settings, policy, num_workers)
+        fitted = _fit(settings, module_for, out_dir, data, settings.train.pretrain_steps, progress)
     path = out_dir / "model.pt"
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     config = dataclasses.asdict(settings.model)
@@ -127,9 +156,13 @@ def load_foundation(settings: Settings, policy: Policy, path: Path | None = None
     return model
 
 
-def build_classifier(settings: Settings, policy: Policy, backbone: nn.Module) -> nn.Module:
-    """The variant's head kind on ``backbone``: LoRA + a classification head, or PatchTST's linear probe."""
-    return HEADS[lookup_variant(policy.variant).head.kind].build(backbone, settings.train)
+def build_classifier(
+    settings: Settings, policy: Policy, backbone: nn.Module, class_counts: dict[str, int] | None = None
+) -> nn.Module:
+    """The variant's head kind on ``backbone``: LoRA + a classification head, or PatchTST's linear probe; with
+    ``class_counts`` (the training split's Buy/Sell/Hold) the head starts at the weighted prior (``prior_logits``)."""
+    prior = None if class_counts is None else prior_logits(class_counts, settings.train.class_weights)
+    return HEADS[lookup_variant(policy.variant).head.kind].build(backbone, settings.train, prior)
 
 
 def finetune(
@@ -148,16 +181,17 @@ def finetune(
     configure_threads()
     with quiet_lightning(progress):
         L.seed_everything(policy.seed, workers=True, verbose=False)
-        classifier = build_classifier(settings, policy, load_foundation(settings, policy, foundation))
+        data = _data(settings, policy, num_workers)
+        counts = data.class_counts()
+        classifier = build_classifier(settings, policy, load_foundation(settings, policy, foundation), counts)
 
         def module_for(total_steps: int) -> FinetuneModule:
             return FinetuneModule(classifier, settings.train, total_steps)
 
-        epochs = settings.train.finetune_epochs
-        fitted = _fit(settings, policy, module_for, out_dir, epochs, progress, num_workers)
+        fitted = _fit(settings, module_for, out_dir, data, settings.train.finetune_steps, progress)
         classifier.eval()
         files = head.save(classifier, out_dir, policy.variant, policy.tau)
-    extra = {"foundation_sha256": file_sha256(foundation), "class_counts": fitted[0].class_counts()}
+    extra = {"foundation_sha256": file_sha256(foundation), "class_counts": counts}
     settings.warehouse.pin_foundation(out_dir, foundation, extra["foundation_sha256"])  # loads check the pair
     return _result(settings, policy, out_dir, files, classifier, fitted, started, **extra)
 

@@ -6,7 +6,9 @@ No dagster here; ``training/run.py`` builds a Trainer with ``build_trainer`` for
 from __future__ import annotations
 
 import contextlib
+import csv
 import logging
+import math
 import os
 import shutil
 import warnings
@@ -45,6 +47,74 @@ class WindowCounter(L.Callback):
         self.windows += len(batch[1] if isinstance(batch, (tuple, list)) else batch)
 
 
+CURVES_FILE = "curves.csv"  # the learning curve of a training run, beside its weights
+CURVE_COLUMNS = ("step", "epoch", "windows", "lr", "train_loss", "val_loss", "val_weighted_loss", "val_acc", "best")
+
+
+class BestState(L.Callback):
+    """Train to the best validation loss: validate before the first step (the initial state, e.g. a head at the
+    prior, is a candidate) and every ``eval_every`` steps, keep a copy of the trainable parameters at the best
+    ``val/loss``, stop after ``patience`` validations without a better one (0: never), restore the best state when
+    training ends, and write the learning curve (``curves.csv``: one row per validation, with the mean training
+    loss since the previous one) beside the weights. ``val/loss`` is synchronized across DDP ranks, so every
+    rank keeps the same step."""
+
+    def __init__(self, out_dir: Path, patience: int) -> None:
+        self.out_dir, self.patience = Path(out_dir), patience
+        self.best_loss, self.best_step, self.bad = math.inf, 0, 0
+        self.state: dict[str, torch.Tensor] | None = None
+        self.rows: list[dict] = []
+        self._losses: list[float] = []
+        self._windows = 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        self._losses.append(float(loss.detach()))
+        self._windows += len(batch[1] if isinstance(batch, (tuple, list)) else batch)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        metrics = trainer.callback_metrics
+        if "val/loss" not in metrics:
+            return
+        val = float(metrics["val/loss"])
+        optimizers = trainer.optimizers
+        lr = optimizers[0].param_groups[0]["lr"] if optimizers and trainer.global_step else 0.0
+        row = dict(
+            step=trainer.global_step,
+            epoch=trainer.current_epoch,
+            windows=self._windows * trainer.world_size,
+            lr=lr,
+            train_loss=sum(self._losses) / len(self._losses) if self._losses else math.nan,
+            val_loss=val,
+            val_weighted_loss=float(metrics.get("val/weighted_loss", math.nan)),
+            val_acc=float(metrics.get("val/acc", math.nan)),
+            best=False,
+        )
+        self._losses = []
+        self.rows.append(row)
+        if val < self.best_loss:
+            self.best_loss, self.best_step, self.bad = val, trainer.global_step, 0
+            self.state = {n: p.detach().clone() for n, p in pl_module.named_parameters() if p.requires_grad}
+        else:
+            self.bad += 1
+            if self.patience and self.bad >= self.patience:
+                trainer.should_stop = True
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self.state is not None:
+            with torch.no_grad():
+                for name, param in pl_module.named_parameters():
+                    if name in self.state:
+                        param.copy_(self.state[name])
+        for row in self.rows:
+            row["best"] = row["step"] == self.best_step
+        if trainer.is_global_zero:
+            with open(self.out_dir / CURVES_FILE, "w", newline="") as out:
+                writer = csv.DictWriter(out, fieldnames=CURVE_COLUMNS, lineterminator="\n")
+                writer.writeheader()
+                writer.writerows(self.rows)
+
+
 def configure_threads() -> None:
     """One intra-op thread per core we may use (never more: 2 cores are easy to oversubscribe)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -70,19 +140,23 @@ def quiet_lightning(progress: bool):
             torch.use_deterministic_algorithms(deterministic)  # the Trainer sets it process-wide
 
 
-def build_trainer(cfg: TrainConfig, out_dir: Path, epochs: int, steps_per_epoch: int, has_val: bool, progress: bool):
+def build_trainer(cfg: TrainConfig, out_dir: Path, max_steps: int, has_val: bool, progress: bool, patience: int):
+    """A Trainer for ``max_steps`` optimizer steps (epochs follow: each draws a new sample), validating every
+    ``cfg.eval_every`` steps and before the first (the initial state is a candidate) when there are validation
+    windows, stopping after ``patience`` validations without improvement and restoring the best state."""
     for sub in ("checkpoints", "logs"):  # a re-run starts clean: no stale checkpoints or curves
         shutil.rmtree(out_dir / sub, ignore_errors=True)
+    (out_dir / CURVES_FILE).unlink(missing_ok=True)
     loggers = [CSVLogger(out_dir, name="logs", version=0)]
     with contextlib.suppress(ImportError):
         import tensorboard  # noqa: F401
         from lightning.pytorch.loggers import TensorBoardLogger
 
         loggers.append(TensorBoardLogger(out_dir, name="logs", version=0, sub_dir="tensorboard"))
-    checkpoint = ModelCheckpoint(
+    checkpoint = ModelCheckpoint(  # for resuming: the last state (the weights saved are the best: BestState)
         dirpath=out_dir / "checkpoints",
-        filename="epoch{epoch:02d}",
-        monitor="val/loss" if has_val else None,
+        filename="last-step{step:05d}",
+        save_top_k=0,
         save_last=True,
         auto_insert_metric_name=False,
     )
@@ -90,6 +164,7 @@ def build_trainer(cfg: TrainConfig, out_dir: Path, epochs: int, steps_per_epoch:
     if on_gpu:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     counter = WindowCounter()
+    best = BestState(out_dir, patience if has_val else 0)
     strategy = cfg.strategy
     if strategy == "auto" and ranks(cfg) > 1:
         # Ranks spawned in-process: the default launcher re-runs sys.argv (Dagster's). CPU ranks
@@ -100,19 +175,27 @@ def build_trainer(cfg: TrainConfig, out_dir: Path, epochs: int, steps_per_epoch:
         devices=cfg.devices,
         strategy=strategy,
         precision=cfg.precision,
-        max_epochs=epochs,
+        max_epochs=-1,
+        max_steps=max_steps,
+        val_check_interval=min(cfg.eval_every, max_steps),
+        check_val_every_n_epoch=None,
         gradient_clip_val=cfg.grad_clip,
         deterministic="warn" if on_gpu else True,  # some CUDA kernels have no deterministic twin
         logger=loggers,
-        callbacks=[checkpoint, EpochSeed(), counter],
+        callbacks=[checkpoint, EpochSeed(), counter, best],
         enable_progress_bar=progress,
         enable_model_summary=progress,
-        log_every_n_steps=max(1, min(50, steps_per_epoch // 4)),
+        log_every_n_steps=max(1, min(50, cfg.eval_every // 2)),
         limit_val_batches=None if has_val else 0,
-        num_sanity_val_steps=0,
+        num_sanity_val_steps=-1 if has_val else 0,  # the whole validation sample at step 0: BestState's first point
         default_root_dir=out_dir,
     )
     return trainer, counter, Path(loggers[0].log_dir) / "metrics.csv"
+
+
+def budget_steps(cfg: TrainConfig, budget: int) -> int:
+    """The step budget rounded up to whole validation intervals (the last steps are always validated)."""
+    return max(1, math.ceil(budget / cfg.eval_every)) * cfg.eval_every
 
 
 def ranks(cfg: TrainConfig) -> int:
@@ -136,8 +219,27 @@ def _gpus_requested(devices: str) -> int:
     return int(text) if text.isdigit() else 1
 
 
+def read_curves(out_dir: Path) -> list[dict]:
+    """The learning curve ``BestState`` wrote (one row per validation; [] when the run had no validation)."""
+    path = Path(out_dir) / CURVES_FILE
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        for key in CURVE_COLUMNS:
+            row[key] = (
+                row[key] == "True"
+                if key == "best"
+                else int(row[key])
+                if key in ("step", "epoch", "windows")
+                else float(row[key])
+            )
+    return rows
+
+
 def loss_curves(metrics_csv: Path) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
-    """(step, train loss) and (epoch, val loss) from the CSV log."""
+    """(step, train loss) and (step, val loss) from the CSV log."""
     if not metrics_csv.exists():
         return [], []
     frame = exact.read_csv(metrics_csv, infer_schema_length=None)
@@ -149,4 +251,4 @@ def loss_curves(metrics_csv: Path) -> tuple[list[tuple[int, float]], list[tuple[
         return [(int(a), float(b)) for a, b in rows.iter_rows()]
 
     train = pairs("step", "train/loss_step") or pairs("epoch", "train/loss_epoch")
-    return train, pairs("epoch", "val/loss")
+    return train, pairs("step", "val/loss")
