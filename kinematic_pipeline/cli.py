@@ -86,9 +86,10 @@ def normalize_selection(text: str) -> str:
     return _BARE_NAME.sub(lambda m: m.group(1) if m.group(1) in ("and", "or", "not") else f"key:{m.group(1)}", joined)
 
 
-def _plan(defs, selection: str | None, typed: str | None = None) -> list[list]:
+def _plan(defs, selection: str | None, typed: str | None = None, off_dag: tuple[str, ...] = ()) -> list[list]:
     """Selected asset keys in dependency order, grouped into as few runs as their partitionings allow: an asset
-    joins the latest run of its partitioning that comes after every parent's run."""
+    joins the latest run of its partitioning that comes after every parent's run. Without a selection every asset
+    but those of the ``off_dag`` groups (run only when selected, e.g. ``scaling``)."""
     import dagster as dg
 
     graph = defs.resolve_asset_graph()
@@ -101,6 +102,8 @@ def _plan(defs, selection: str | None, typed: str | None = None) -> list[list]:
             f"Hint: the assets are {', '.join(sorted(known))}"
         )
     sel = dg.AssetSelection.from_string(selection) if selection else dg.AssetSelection.all()
+    if not selection and off_dag:
+        sel = sel - dg.AssetSelection.groups(*off_dag)
     chosen = set(sel.resolve(graph))
     # An asset defined together with others (a multi_asset) is materialized with all of them.
     for key in list(chosen):
@@ -141,6 +144,7 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
     import dagster as dg
 
     from kinematic_pipeline.definitions import build_definitions
+    from kinematic_pipeline.orchestration.assets_scaling import off_dag_groups
     from kinematic_pipeline.orchestration.partitions import PARTITION_TAG, grid_keys, range_tags
     from kinematic_pipeline.orchestration.runs import fail_orphaned_runs, owner_tags
 
@@ -152,7 +156,7 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
     print(
         f"profile={settings.profile} source={settings.data.source} warehouse={settings.warehouse} DAGSTER_HOME={home}"
     )
-    for keys in _plan(defs, selection_text, selection):
+    for keys in _plan(defs, selection_text, selection, off_dag_groups(settings)):
         partitions_def = graph.get(keys[0]).partitions_def
         names = ", ".join(k.to_user_string() for k in keys)
         runs: list[dict[str, str]] = [{}]

@@ -244,8 +244,16 @@ class EvalConfig:
     verdict_cost_bps: float = 10.0  # the cost of the verdict's tests ("after costs"); one of costs_bps
     verdict_bootstrap_resamples: int = 1000  # SPA, StepM, MCS and the Sharpe-difference intervals
     verdict_seed: int = 0
+    # The data-scaling curves (stages/scaling.py; asset scaling_curves, group scaling): on the first fold and seed
+    # at report_tau, SplineGPT and RawGPT-FD fine-tuned from their foundations on each of these numbers of training
+    # windows (budgets of ceil(n / train.batch_size) steps), beside logistic regressions fitted on as many rows.
+    # scaling_in_dag: whether the whole-DAG materialize runs it (otherwise only `--select scaling_curves`).
+    scaling_windows: tuple[int, ...] = (4096, 16384, 65536, 262144)
+    scaling_in_dag: bool = False
 
     def __post_init__(self) -> None:
+        if not self.scaling_windows or any(int(n) < 1 for n in self.scaling_windows):
+            raise ValueError(f"evaluate.scaling_windows={self.scaling_windows!r}: expected positive window counts")
         for name in self.baselines:
             check_choice("evaluate.baselines", name, BASELINE_NAMES)
         check_choice("evaluate.fold_period", self.fold_period, FOLD_PERIODS)
@@ -337,6 +345,7 @@ def _profile_ci() -> Settings:
             fold_period="half",
             verdict_bootstrap_resamples=300,
             tau_sweep_folds="last",
+            scaling_windows=(256, 1024, 4096),  # a fold holds ~700 labelled training windows: 0.4 to 6 epochs
         ),
     )
 

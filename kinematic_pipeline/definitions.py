@@ -19,6 +19,7 @@ from kinematic_pipeline.orchestration.assets_evaluate import build_evaluate_asse
 from kinematic_pipeline.orchestration.assets_ingest import raw_ohlcv_asset
 from kinematic_pipeline.orchestration.assets_models import build_model_assets
 from kinematic_pipeline.orchestration.assets_report import build_report_assets
+from kinematic_pipeline.orchestration.assets_scaling import build_scaling_assets
 from kinematic_pipeline.orchestration.assets_tokenize import build_tokenize_assets
 from kinematic_pipeline.orchestration.checks import build_ingest_checks, build_token_checks
 from kinematic_pipeline.orchestration.jobs import build_jobs
@@ -41,6 +42,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         assets = [raw_ohlcv_asset(settings), *build_tokenize_assets(settings), *build_model_assets(settings)]
         assets += build_baseline_assets(settings)
         assets += [*build_evaluate_assets(settings), *build_report_assets(settings)]
+        assets += build_scaling_assets(settings)
     return dg.Definitions(
         assets=assets,
         asset_checks=[*build_ingest_checks(settings), *build_token_checks(settings)],

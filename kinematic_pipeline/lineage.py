@@ -37,6 +37,7 @@ CODE_VERSIONS = {  # each stage's code version: a new one marks its assets (and 
     "features": "features-1",
     "evaluate": "evaluate-1",
     "report": "report-1",
+    "scaling": "scaling-1",
 }
 LINK_ORDER = (
     "backtests",

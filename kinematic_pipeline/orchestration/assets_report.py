@@ -9,6 +9,7 @@ from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.lineage import CODE_VERSIONS
 from kinematic_pipeline.orchestration.assets_evaluate import evaluated_variants, evaluation_asset
+from kinematic_pipeline.orchestration.assets_scaling import report_waits_for_scaling
 from kinematic_pipeline.orchestration.metadata import embedded_image, markdown_table
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS
 from kinematic_pipeline.warehouse import BACKTESTS, LABELS, MARGIN_BACKTESTS, PREDICTIONS, RAW_OHLCV
@@ -99,7 +100,7 @@ def report_asset(settings: Settings) -> dg.AssetsDefinition:
         name="report",
         group_name="report",
         code_version=REPORT_CODE_VERSION,
-        deps=[dg.AssetDep("paper_tables"), dg.AssetDep("figures")],
+        deps=[dg.AssetDep("paper_tables"), dg.AssetDep("figures"), *report_waits_for_scaling(settings)],
         kinds={"markdown"},
         description="One Markdown report: context, every table, every figure, and the backtest conventions. "
         "$KP_WAREHOUSE/reports/report.md; `python -m kinematic_pipeline report` prints its tables.",

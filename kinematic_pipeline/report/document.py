@@ -53,6 +53,13 @@ FIGURE_CAPTIONS = {
         "stops on); one line per fold and seed, a dot at the step whose state was saved (training runs to the "
         "best validation loss within its step budget; our addition to the paper).",
     ),
+    "scaling_curves": (
+        "Would more data help?",
+        "Test-period rank IC (A) and log-loss skill (B) on the universe against the training windows a fine-tuning "
+        "saw (log scale), one fold and seed at the report's tau: each transformer (solid), its tokens' "
+        "logistic-regression probe fitted on as many rows (dashed) and on every training row (dotted line); a curve "
+        "still rising at its right end says more data or compute would help (our addition to the paper).",
+    ),
     "equity_curves": (
         "Cross-Sector Performance Validation",
         "Left: equity curves of SplineGPT (thick) and the baselines (thin) per ticker. Right: Buy & Hold "

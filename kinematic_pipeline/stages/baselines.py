@@ -105,8 +105,24 @@ def _standardize(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray
 
 def fit_probe(settings: Settings, policy: Policy) -> ProbeFit:
     """Fit the probe of ``policy`` on the training rows of its features file; save it; its fit record."""
+    import io
+
     import joblib
 
+    model, fit = train_probe(settings, policy)
+    folder = settings.warehouse.probe_dir(policy)
+    folder.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    joblib.dump(model, buffer)
+    write_bytes_atomic(folder / MODEL_FILE, buffer.getvalue())
+    write_bytes_atomic(folder / FIT_FILE, json.dumps(fit, indent=1).encode())
+    return ProbeFit(policy, folder, fit)
+
+
+def train_probe(settings: Settings, policy: Policy) -> tuple[object, dict]:
+    """The probe of ``policy`` fitted on the labelled training rows of its features file (at most
+    ``evaluate.probe_max_train_rows``: a sample seeded by the policy's seed) and its fit record, as ``load_probe``
+    returns them; nothing is written."""
     spec, started = lookup_variant(policy.variant), time.perf_counter()
     if spec.family != "probe":
         raise ValueError(f"{policy.variant} is not a probe")
@@ -171,13 +187,6 @@ def fit_probe(settings: Settings, policy: Policy) -> ProbeFit:
         val_loss = float(
             np.average(-np.log(np.clip(q[np.arange(len(y_val)), y_val], 1e-12, 1)), weights=weights[y_val])
         )
-    folder = settings.warehouse.probe_dir(policy)
-    folder.mkdir(parents=True, exist_ok=True)
-    import io
-
-    buffer = io.BytesIO()
-    joblib.dump(model, buffer)
-    write_bytes_atomic(folder / MODEL_FILE, buffer.getvalue())
     fit = {
         "variant": policy.variant,
         "learner": spec.learner,
@@ -195,8 +204,7 @@ def fit_probe(settings: Settings, policy: Policy) -> ProbeFit:
         "features_sha256": file_sha256(features_path(settings, policy.variant)),  # the training file's
         "fit_seconds": round(time.perf_counter() - started, 2),
     }
-    write_bytes_atomic(folder / FIT_FILE, json.dumps(fit, indent=1).encode())
-    return ProbeFit(policy, folder, fit)
+    return model, fit
 
 
 def _classes3(model, proba: np.ndarray) -> np.ndarray:

@@ -315,7 +315,20 @@ def run_predictions(settings: Settings, policy: Policy) -> tuple[Predictions, Pa
         return _run_baseline_predictions(settings, policy, days, at_report_tau)
     from kinematic_pipeline.training.run import load_classifier  # torch and PEFT: only when predicting
 
-    classifier = load_classifier(settings, policy)
+    result, validation, calibrated, universe = model_predictions(
+        settings, policy, load_classifier(settings, policy), days, at_report_tau
+    )
+    return result, _write(settings, policy, result, validation, calibrated, universe)
+
+
+def model_predictions(
+    settings: Settings, policy: Policy, classifier, days: list[dt.date], at_report_tau: bool
+) -> tuple[Predictions, pl.DataFrame, pl.DataFrame | None, pl.DataFrame | None]:
+    """What ``run_predictions`` writes for a model, nothing written: its calibrated predictions of the test tickers
+    on ``days``, of those tickers on the fold's validation days and (``at_report_tau``) of the universe, and the
+    universe's raw predictions (None, None otherwise)."""
+    fold = fold_of(settings, policy.fold)
+    asset = lookup_variant(policy.variant).token_asset
     result = predict(settings, policy, classifier, days)
     # The same policy on the validation days of the training period (the fine-tuning's own split), for the
     # test tickers: what the calibration is fitted on and the second decision rule's margin is chosen on
@@ -332,15 +345,25 @@ def run_predictions(settings: Settings, policy: Policy) -> tuple[Predictions, Pa
         if others:
             fitting = pl.concat([validation, predict(settings, policy, classifier, fit_days, others).frame])
     result, validation, calibrated = _calibrated(settings, result, validation, universe, fitting)
-    return result, _write(settings, policy, result, validation, calibrated, universe)
+    return result, validation, calibrated, universe
 
 
 def _run_baseline_predictions(settings: Settings, policy: Policy, days: list[dt.date], at_report_tau: bool):
+    result, validation, calibrated, universe = baseline_policy_predictions(settings, policy, days, at_report_tau)
+    return result, _write(settings, policy, result, validation, calibrated, universe)
+
+
+def baseline_policy_predictions(
+    settings: Settings, policy: Policy, days: list[dt.date], at_report_tau: bool, probe: tuple | None = None
+) -> tuple[Predictions, pl.DataFrame, pl.DataFrame | None, pl.DataFrame | None]:
+    """``model_predictions`` of a probe or a rule (from the features files): a probe's fit is ``probe`` (a
+    ``(model, fit)`` pair as ``baselines.load_probe`` returns it) or, when None, the one saved for ``policy``."""
     from kinematic_pipeline.stages.baselines import baseline_predictions, features_path, load_probe
 
     spec, wh = lookup_variant(policy.variant), settings.warehouse
     asset = spec.token_asset
-    probe = load_probe(settings, policy) if spec.family == "probe" else None  # loaded and checked once
+    if probe is None and spec.family == "probe":
+        probe = load_probe(settings, policy)  # loaded and checked once
     tickers = evaluation_tickers(settings, asset, days)
     frame = baseline_predictions(settings, policy, "test", tickers, probe)
     present = set(frame["ticker"].unique().to_list())
@@ -360,4 +383,4 @@ def _run_baseline_predictions(settings: Settings, policy: Policy, days: list[dt.
         if fitting is not None and others:
             fitting = pl.concat([validation, baseline_predictions(settings, policy, "validation", others, probe)])
     result, validation, calibrated = _calibrated(settings, result, validation, universe, fitting)
-    return result, _write(settings, policy, result, validation, calibrated, universe)
+    return result, validation, calibrated, universe

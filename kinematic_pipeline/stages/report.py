@@ -71,10 +71,23 @@ EVIDENCE_TITLES = {
     "models, rules and probes side by side (not in the paper)",
     "data_seen": "Which dates each variant's fit, validation and normalization saw (not in the paper)",
 }
+# written by the scaling_curves asset (stages/scaling.py), not by paper_tables
+SCALING_TITLE = (
+    "Would more data help? Test skill and rank IC against the windows a fine-tuning saw: SplineGPT and RawGPT-FD "
+    "fine-tuned from their foundations on n training windows (one fold and seed, the report's tau), their tokens' "
+    "logistic-regression probe fitted on n rows (lr_matched) and on every row (lr_all); rank IC against r_close and "
+    "log-loss skill on close-to-close labels on the universe's test days, calibrated (not in the paper)"
+)
 # tables only some runs have: the per-fold table (walk-forward runs), the uncalibrated skill (runs whose
-# predictions kept their raw probabilities)
-OPTIONAL_TABLES = ("per_fold", "information_uncalibrated")
-ALL_TITLES = {"verdict": VERDICT_TITLE, **TABLE_TITLES, "per_fold": PER_FOLD_TITLE, **EVIDENCE_TITLES}
+# predictions kept their raw probabilities), the scaling curves (once scaling_curves is materialized)
+OPTIONAL_TABLES = ("per_fold", "information_uncalibrated", "scaling_curves")
+ALL_TITLES = {
+    "verdict": VERDICT_TITLE,
+    **TABLE_TITLES,
+    "per_fold": PER_FOLD_TITLE,
+    **EVIDENCE_TITLES,
+    "scaling_curves": SCALING_TITLE,
+}
 
 
 def load_metrics(settings: Settings) -> pl.DataFrame:

@@ -1,0 +1,334 @@
+"""Would more data help? Test skill and rank IC against the training windows a fine-tuning saw (issue 28, item 5).
+
+On the first walk-forward fold, the first training seed and the report's tau, each of SplineGPT and RawGPT-FD (those
+of ``train.variants``) is fine-tuned from its existing foundation once per size n of ``evaluate.scaling_windows``,
+with a budget of ceil(n / ``train.batch_size``) optimizer steps (so the steps serve n windows; an epoch is still a
+uniform sample of the fold's training windows, a budget past one epoch draws the next), warmup and cosine decay over
+that budget, ~8 validations, no early stop (patience 0: every budgeted window is seen) and the best validation state
+kept, as every fine-tuning does. Each adapter goes to a scratch folder (``<warehouse>/scaling/<variant>/n=<n>/``),
+never over the pipeline's own adapters. Beside each transformer, the logistic-regression probe on its tokens'
+window features (``lr_spline`` / ``lr_fd``) is fitted on a seeded sample of n labelled training rows (matched data)
+and on every labelled training row (the reference line).
+
+Every learner is scored as the report scores the universe: its predictions on the fold's test days over the
+universe tickers (``predict.universe_tickers``), calibrated on the fold's validation days exactly as
+``run_predictions`` does (``predict.model_predictions`` / ``predict.baseline_policy_predictions``); the daily
+cross-sectional rank IC of s = p_buy - p_sell of the de-weighted p against the next day's close-to-close return
+(``r_close`` of the labels shards) with its Newey-West t, and the log-loss skill of p on close-to-close labels
+against the fold's training base rates (``evidence.train_base_rates``, ``policy_frames.skill_frame``) with its
+day-bootstrap interval. Written: ``reports/tables/scaling_curves.parquet`` (and ``.md``) and
+``reports/figures/scaling_curves.png``; the report shows them when they exist. No dagster here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from kinematic_pipeline import exact_paths as exact
+from kinematic_pipeline.config import Settings, TrainConfig
+from kinematic_pipeline.folds import Fold, walk_forward
+from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.variants import variant as lookup_variant
+from kinematic_pipeline.warehouse import LABELS
+
+SCALED_MODELS = ("splinegpt", "rawgpt_fd")  # the tokenizations the curves compare
+TRANSFORMER, LR_MATCHED, LR_ALL = "transformer", "lr_matched", "lr_all"
+LEARNERS = (TRANSFORMER, LR_MATCHED, LR_ALL)
+TABLE_NAME = "scaling_curves"  # reports/tables/<name>.parquet|.md and reports/figures/<name>.png
+SCRATCH = "scaling"  # <warehouse>/scaling/<variant>/n=<n>/: the adapters these curves fine-tune
+VALIDATIONS = 8  # validations per fine-tuning (besides the one at step 0), about
+SCALING_SCHEMA: dict[str, pl.DataType] = {
+    "variant": pl.String,  # the transformer whose tokens the row is about: splinegpt | rawgpt_fd
+    "learner": pl.String,  # transformer | lr_matched (the probe on n rows) | lr_all (the probe on every row)
+    "model": pl.String,  # the variant that learned: the transformer, or its tokens' probe (lr_spline | lr_fd)
+    "n_windows": pl.Int64,  # the training windows asked for (lr_all: every labelled training row)
+    "windows_seen": pl.Int64,  # windows the optimizer steps were served (repeats past an epoch); rows a probe fitted
+    "train_rows": pl.Int64,  # distinct labelled training windows: those the fine-tuning drew from; a probe's rows
+    "steps": pl.Int64,  # optimizer steps run (a probe: L-BFGS iterations)
+    "best_step": pl.Int64,  # the step whose state was kept (null for a probe)
+    "rank_ic": pl.Float64,  # mean daily cross-sectional rank IC of s = p_buy - p_sell against r_close
+    "rank_ic_t_nw": pl.Float64,  # its Newey-West t
+    "logloss_skill": pl.Float64,  # 1 - log loss / log loss of the fold's training base rates, close-to-close labels
+    "logloss_skill_ci_low": pl.Float64,  # 95% day-bootstrap interval
+    "logloss_skill_ci_high": pl.Float64,
+    "test_rows": pl.Int64,  # labelled universe ticker-days scored
+    "seconds": pl.Float64,  # fitting and scoring
+}
+
+
+@dataclass(frozen=True)
+class ScalingSummary:
+    frame: pl.DataFrame  # SCALING_SCHEMA
+    table_path: Path
+    figure_path: Path
+    fold: str
+    seed: int
+    tau: float
+    seconds: float
+
+    def metadata(self) -> dict:
+        """What the scaling_curves asset shows: the table, the figure and where they are."""
+        from kinematic_pipeline.report.markdown import Markdown, embedded_image, markdown_table
+
+        return {
+            "fold": self.fold,
+            "seed": self.seed,
+            "tau": self.tau,
+            "rows": self.frame.height,
+            "table": Markdown(markdown_table(self.frame)),
+            "plot": Markdown(embedded_image(self.figure_path.read_bytes(), "scaling curves")),
+            "table_path": self.table_path,
+            "figure_path": self.figure_path,
+            "wall_seconds": round(self.seconds, 1),
+        }
+
+
+def scaling_variants(settings: Settings) -> tuple[str, ...]:
+    """The transformers the curves are drawn for: SplineGPT and RawGPT-FD, those the run trains."""
+    return tuple(v for v in SCALED_MODELS if v in settings.train.variants)
+
+
+def probe_of(variant: str) -> str:
+    """The logistic-regression probe on the window features of ``variant``'s tokens (lr_spline, lr_fd)."""
+    return f"lr_{lookup_variant(variant).tokenization}"
+
+
+def scaling_fold(settings: Settings) -> Fold:
+    return walk_forward(settings)[0]
+
+
+def scaling_policy(settings: Settings, variant: str) -> Policy:
+    """The policy the curves fine-tune: the first fold, the first training seed, the report's tau."""
+    return Policy(variant, settings.train.seeds[0], settings.evaluate.report_tau, scaling_fold(settings).name)
+
+
+def scratch_dir(settings: Settings, variant: str, n: int) -> Path:
+    return settings.warehouse / SCRATCH / variant / f"n={n}"
+
+
+def scaling_budget(cfg: TrainConfig, n: int) -> TrainConfig:
+    """``cfg`` with a budget of ceil(n / batch_size) steps, validated about ``VALIDATIONS`` times (every k steps, k a
+    divisor of the budget when one is near, so that ``trainer.budget_steps`` does not round the budget up), run to
+    its end (patience 0; the best validation state is still the one kept)."""
+    steps = max(1, math.ceil(n / cfg.batch_size))
+    target = max(1, math.ceil(steps / VALIDATIONS))
+    every = max(d for d in range(1, target + 1) if steps % d == 0)
+    every = every if 2 * every >= target else target  # a budget with no divisor near: rounded up a little
+    return dataclasses.replace(cfg, finetune_steps=steps, eval_every=every, patience=0)
+
+
+def check_foundations(settings: Settings, variants: tuple[str, ...]) -> dict[str, Path]:
+    """{variant: its foundation's model.pt} of the scaling policy; FileNotFoundError naming the asset otherwise."""
+    out = {}
+    for variant in variants:
+        policy = scaling_policy(settings, variant)
+        path = settings.warehouse.foundation_checkpoint(policy)
+        if not path.exists():
+            raise FileNotFoundError(
+                f"{path} is missing: materialize {variant}_foundation partition {policy.seed_key} (the scaling curves "
+                "fine-tune from it)"
+            )
+        out[variant] = path
+    return out
+
+
+# --- scoring ---------------------------------------------------------------------------------------------------
+
+
+def _returns(settings: Settings, days: list) -> pl.DataFrame:
+    """ticker, date, r_close of the labels shards of ``days`` (those that have one)."""
+    wh = settings.warehouse
+    have = [d for d in days if wh.shard(LABELS, d).exists()]
+    if not have:
+        raise FileNotFoundError(f"no labels shard on the scaling fold's test days: materialize {LABELS}")
+    return exact.read_parquet(wh.verified_shards(LABELS, have), columns=["ticker", "date", "r_close"])
+
+
+def score_universe(settings: Settings, universe: pl.DataFrame, rates: dict) -> dict:
+    """The rank IC (and its Newey-West t) of s = p_buy - p_sell of the de-weighted p against r_close, and the
+    log-loss skill (with its day-bootstrap interval) on close-to-close labels against ``rates`` ({tau:
+    FoldRates}: ``train_base_rates(settings)[CLOSE]``), of one policy's calibrated universe predictions."""
+    from kinematic_pipeline.backtest.decisions import unweighted_probabilities
+    from kinematic_pipeline.backtest.policy_frames import skill_frame
+    from kinematic_pipeline.backtest.signal import daily_ic, ic_summary
+    from kinematic_pipeline.backtest.sweep import PROB_COLUMNS
+    from kinematic_pipeline.stages.evidence import CLOSE_LABEL, with_close_labels
+
+    weights, ev = settings.train.class_weights, settings.evaluate
+    returns = _returns(settings, sorted(universe["date"].unique().to_list()))
+    p = unweighted_probabilities(universe.select(PROB_COLUMNS).to_numpy().astype(np.float64), weights)
+    scored = universe.with_columns(pl.Series("score", p[:, 0] - p[:, 1])).join(
+        returns, on=["ticker", "date"], how="left", validate="m:1"
+    )
+    rank = ic_summary(daily_ic(scored, "score", "r_close"), "rank_ic")
+    close = with_close_labels(universe, returns)
+    skill = skill_frame(
+        close,
+        rates,
+        weights,
+        n_boot=ev.skill_bootstrap_resamples,
+        boot_seed=ev.bootstrap_seed,
+        label_column=CLOSE_LABEL,
+    ).row(0, named=True)
+    return {
+        "rank_ic": rank["mean"],
+        "rank_ic_t_nw": rank["t_nw"],
+        "logloss_skill": skill["log_loss_skill"],
+        "logloss_skill_ci_low": skill["log_loss_skill_ci_low"],
+        "logloss_skill_ci_high": skill["log_loss_skill_ci_high"],
+        "test_rows": skill["n_rows"],
+    }
+
+
+# --- the learners ----------------------------------------------------------------------------------------------
+
+
+def transformer_row(
+    settings: Settings, variant: str, n: int, foundation: Path, days: list, rates: dict, progress: bool = False
+) -> dict:
+    """Fine-tune ``variant`` from ``foundation`` on n windows into its scratch folder and score it."""
+    from kinematic_pipeline.models import HEADS
+    from kinematic_pipeline.stages.predict import model_predictions
+    from kinematic_pipeline.training.run import finetune, load_foundation
+
+    started = time.perf_counter()
+    policy = scaling_policy(settings, variant)
+    scaled = dataclasses.replace(settings, train=scaling_budget(settings.train, n))
+    out = scratch_dir(settings, variant, n)
+    result = finetune(scaled, policy, out_dir=out, foundation=foundation, progress=progress)
+    head = HEADS[lookup_variant(variant).head.kind]
+    classifier = head.load(load_foundation(settings, policy, foundation), out).eval()
+    _, _, universe, _ = model_predictions(settings, policy, classifier, days, at_report_tau=True)
+    return {
+        "variant": variant,
+        "learner": TRANSFORMER,
+        "model": variant,
+        "n_windows": n,
+        "windows_seen": result.windows_seen,
+        "train_rows": sum(result.class_counts.values()),
+        "steps": result.steps,
+        "best_step": result.best_step,
+        **score_universe(settings, universe, rates),
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def probe_row(settings: Settings, variant: str, n: int | None, days: list, rates: dict) -> dict:
+    """Fit ``variant``'s tokens' LR probe on a seeded sample of n labelled training rows (None: every row) and
+    score it."""
+    from kinematic_pipeline.stages.baselines import train_probe
+    from kinematic_pipeline.stages.predict import baseline_policy_predictions
+
+    started = time.perf_counter()
+    probe = probe_of(variant)
+    policy = dataclasses.replace(scaling_policy(settings, variant), variant=probe)  # the sample's seed: the model's
+    capped = dataclasses.replace(settings, evaluate=dataclasses.replace(settings.evaluate, probe_max_train_rows=n))
+    model, fit = train_probe(capped, policy)
+    _, _, universe, _ = baseline_policy_predictions(settings, policy, days, True, probe=(model, fit))
+    return {
+        "variant": variant,
+        "learner": LR_ALL if n is None else LR_MATCHED,
+        "model": probe,
+        "n_windows": fit["train_rows"] if n is None else n,
+        "windows_seen": fit["train_rows"],
+        "train_rows": fit["train_rows"],
+        "steps": fit["iterations"],
+        "best_step": None,
+        **score_universe(settings, universe, rates),
+        "seconds": time.perf_counter() - started,
+    }
+
+
+# --- the asset -------------------------------------------------------------------------------------------------
+
+
+def materialize_scaling_curves(settings: Settings, progress: bool = False, log=None) -> ScalingSummary:
+    """Every (variant, learner, n) row (see the module docstring), the table and the figure."""
+    from kinematic_pipeline.report.markdown import markdown_table
+    from kinematic_pipeline.stages.evidence import CLOSE, train_base_rates
+    from kinematic_pipeline.stages.predict import evaluation_days
+
+    started = time.perf_counter()
+    variants = scaling_variants(settings)
+    if not variants:
+        raise ValueError(f"train.variants {settings.train.variants} holds none of {SCALED_MODELS}: no scaling curve")
+    foundations = check_foundations(settings, variants)
+    fold, tau = scaling_fold(settings), settings.evaluate.report_tau
+    rates = train_base_rates(settings)[CLOSE]
+    sizes = sorted({int(n) for n in settings.evaluate.scaling_windows})
+    rows = []
+    for variant in variants:
+        days = evaluation_days(settings, lookup_variant(variant).token_asset, fold)
+        if not days:
+            raise ValueError(f"no {variant} test day in fold {fold.label} ({fold.describe()}): nothing to score")
+        for n in sizes:
+            rows.append(transformer_row(settings, variant, n, foundations[variant], days, rates, progress))
+            _log(log, rows[-1])
+        for n in [*sizes, None]:
+            rows.append(probe_row(settings, variant, n, days, rates))
+            _log(log, rows[-1])
+    frame = pl.DataFrame(rows, schema=SCALING_SCHEMA)
+    wh = settings.warehouse
+    tables, figures = wh.report_tables_dir, wh.figures_dir
+    tables.mkdir(parents=True, exist_ok=True)
+    table_path = tables / f"{TABLE_NAME}.parquet"
+    wh.write(frame, table_path)
+    (tables / f"{TABLE_NAME}.md").write_text(markdown_table(frame) + "\n")
+    seed = settings.train.seeds[0]
+    figure_path = scaling_png(frame, f"fold {fold.label}, seed {seed}, tau = {tau:g}", figures / f"{TABLE_NAME}.png")
+    return ScalingSummary(frame, table_path, figure_path, fold.label, seed, tau, time.perf_counter() - started)
+
+
+def _log(log, row: dict) -> None:
+    if log is not None:
+        log(
+            f"{row['model']} ({row['learner']}) n={row['n_windows']}: rank IC {row['rank_ic']:+.3f} "
+            f"(t {row['rank_ic_t_nw']:+.1f}), skill {row['logloss_skill']:+.3f}, {row['seconds']:.0f} s"
+        )
+
+
+def scaling_png(frame: pl.DataFrame, subtitle: str, path: Path) -> Path:
+    """Two panels against the training windows seen (log x): (A) rank IC, (B) log-loss skill; per tokenization the
+    transformer (solid), its LR probe on as many rows (dashed: the rows it fitted, at most every row) and on every row
+    (dotted, a diamond at the corpus's size). A fine-tuning that kept its initial state (best step 0: the head at the
+    prior, the same p for every window) ranks nothing: its rank IC (NaN in the table) is drawn as 0, hollow."""
+    from matplotlib.figure import Figure
+
+    from kinematic_pipeline.report.figures import _save
+    from kinematic_pipeline.variants import color, display_name
+
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    axes = fig.subplots(1, 2)
+    for ax, (column, label) in zip(axes, (("rank_ic", "(A) rank IC"), ("logloss_skill", "(B) log-loss skill"))):
+        for variant in dict.fromkeys(frame["variant"].to_list()):
+            rows = frame.filter(pl.col("variant") == variant)
+            colour, probe = color(variant), display_name(probe_of(variant))
+            model = rows.filter(pl.col("learner") == TRANSFORMER).sort("windows_seen")
+            prior = (model["best_step"] == 0).to_numpy() & ~np.isfinite(model[column].to_numpy())
+            y = np.where(prior, 0.0, model[column].to_numpy())
+            x = model["windows_seen"].to_numpy()
+            ax.plot(x, y, "o-", color=colour, label=display_name(variant))
+            if prior.any():
+                ax.plot(x[prior], y[prior], "o", color="white", mec=colour, zorder=3)
+            matched = rows.filter(pl.col("learner") == LR_MATCHED).unique("windows_seen").sort("windows_seen")
+            ax.plot(matched["windows_seen"], matched[column], "s--", color=colour, alpha=0.7, label=f"{probe}, same n")
+            for n, value in rows.filter(pl.col("learner") == LR_ALL).select("windows_seen", column).rows():
+                ax.axhline(value, color=colour, ls=":", lw=1.2, label=f"{probe}, every row")
+                ax.plot([n], [value], "D", color=colour, ms=5)
+        ax.axhline(0.0, color="black", lw=0.6)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("training windows seen (fine-tuning) / rows fitted (probe)")
+        ax.set_ylabel("daily rank IC vs r_close" if column == "rank_ic" else "log-loss skill vs base rates (close)")
+        ax.set_title(label, fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"Would more data help? Test-period skill against the data a fit saw ({subtitle})", fontsize=10)
+    _save(fig, path)
+    return path

@@ -1,0 +1,230 @@
+"""The data-scaling curves (issue 28, item 5): one row per (variant, learner, n); the transformers' budgets serve n
+windows; the matched logistic regression at the largest n equals a direct fit of the same seeded sample, scored by
+hand (a slow twin); the asset stays out of the whole-DAG materialize unless told; the report shows the section only
+when the table exists.
+
+The warehouse is built here (six synthetic tickers, 2021-01 .. 2021-07, cut 2021-06-15: tokens, labels, window
+stores, corpus statistics, features and two small foundations), not read from a materialized ci warehouse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+from scipy.stats import spearmanr
+
+from kinematic_pipeline.backtest.calibration import fit_calibration
+from kinematic_pipeline.config import TrainConfig
+from kinematic_pipeline.folds import walk_forward
+from kinematic_pipeline.label_rules import tau_column
+from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.probe_features import feature_columns
+from kinematic_pipeline.stages.features import build_features
+from kinematic_pipeline.stages.predict import validation_days
+from kinematic_pipeline.stages.scaling import (
+    LR_ALL,
+    LR_MATCHED,
+    SCALING_SCHEMA,
+    TRANSFORMER,
+    materialize_scaling_curves,
+    scaling_budget,
+    scaling_policy,
+    scratch_dir,
+)
+from kinematic_pipeline.training.trainer import budget_steps
+from kinematic_pipeline.variants import variant as lookup_variant
+from kinematic_pipeline_tests.conftest import _bars, _run_all, _settings, _training_inputs
+
+VARIANTS = ("splinegpt", "rawgpt_fd")
+SIZES = (64, 192)  # batch 64: budgets of 1 and 3 steps; the fold has ~240 labelled training rows, so 192 is a sample
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A six-ticker warehouse (daily rank ICs need five names a day) with the two foundations, and the curves."""
+    from kinematic_pipeline.training.run import pretrain
+
+    settings = _settings(tmp_path_factory.mktemp("scaling"), "w", _bars(6))
+    settings = dataclasses.replace(
+        settings,
+        train=dataclasses.replace(settings.train, variants=VARIANTS, pretrain_steps=20, eval_every=10),
+        evaluate=dataclasses.replace(settings.evaluate, scaling_windows=SIZES, skill_bootstrap_resamples=50),
+    )
+    _run_all(settings)
+    _training_inputs(settings)
+    for asset in ("spline_tokens", "fd_tokens"):
+        build_features(settings, asset, progress=False)
+    for variant in VARIANTS:
+        pretrain(settings, Policy(variant, settings.train.seeds[0], None, None), progress=False)
+    return settings, materialize_scaling_curves(settings)
+
+
+def test_one_row_per_variant_learner_and_n_and_the_budgets_serve_n_windows(built):
+    settings, summary = built
+    frame = summary.frame
+    assert frame.schema == pl.Schema(SCALING_SCHEMA)
+    every_row = {
+        v: frame.filter((pl.col("variant") == v) & (pl.col("learner") == LR_ALL))["n_windows"] for v in VARIANTS
+    }
+    expected = {(v, learner, n) for v in VARIANTS for learner in (TRANSFORMER, LR_MATCHED) for n in SIZES}
+    expected |= {(v, LR_ALL, int(every_row[v].item())) for v in VARIANTS}
+    keys = list(frame.select("variant", "learner", "n_windows").iter_rows())
+    assert len(keys) == len(set(keys)) and set(keys) == expected
+    assert set(frame.filter(pl.col("learner") != TRANSFORMER)["model"]) == {"lr_spline", "lr_fd"}
+    batch = settings.train.batch_size
+    models = frame.filter(pl.col("learner") == TRANSFORMER)
+    for row in models.iter_rows(named=True):
+        assert row["steps"] == math.ceil(row["n_windows"] / batch)  # the whole budget: no early stop
+        assert row["steps"] * batch >= row["n_windows"] >= row["windows_seen"] > row["n_windows"] - row["steps"] * batch
+        assert 0 <= row["best_step"] <= row["steps"]
+        assert (scratch_dir(settings, row["variant"], row["n_windows"]) / "curves.csv").exists()
+        assert not settings.warehouse.adapter_dir(scaling_policy(settings, row["variant"])).exists()  # never over
+    probes = frame.filter(pl.col("learner") == LR_MATCHED)
+    assert (
+        probes["windows_seen"].to_numpy() == np.minimum(probes["n_windows"].to_numpy(), probes["train_rows"].to_numpy())
+    ).all()
+    assert (frame.filter(pl.col("learner") != TRANSFORMER)["rank_ic"].is_finite()).all()
+    assert (frame["logloss_skill_ci_low"] <= frame["logloss_skill"]).all()
+    assert (frame["logloss_skill"] <= frame["logloss_skill_ci_high"]).all()
+    assert frame["test_rows"].n_unique() == 1 and frame["test_rows"][0] > 100  # every learner on the same rows
+    assert pl.read_parquet(summary.table_path).equals(frame)
+    assert summary.figure_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    meta = summary.metadata()
+    assert meta["rows"] == frame.height and "| variant |" in meta["table"] and "data:image/png" in meta["plot"]
+
+
+def _close_class(r: float | None, tau: float) -> int:
+    if r is None or not math.isfinite(r):
+        return -1
+    return 0 if r > tau else (1 if r < -tau else 2)
+
+
+def test_the_matched_probe_at_the_largest_n_equals_a_direct_fit_of_the_same_rows(built):
+    """The slow twin: the same seeded sample of training rows, a logistic regression fitted here, calibrated on the
+    validation rows, and the rank IC and skill computed day by day from the labels shards."""
+    from sklearn.linear_model import LogisticRegression
+
+    settings, summary = built
+    n, tau, seed = max(SIZES), settings.evaluate.report_tau, settings.train.seeds[0]
+    weights = np.asarray(settings.train.class_weights)
+    fold = walk_forward(settings)[0]
+    wh = settings.warehouse
+    for variant, probe in (("splinegpt", "lr_spline"), ("rawgpt_fd", "lr_fd")):
+        spec = lookup_variant(probe)
+        columns, label = list(feature_columns(spec.features)), tau_column(tau)
+        training = pl.read_parquet(wh.features_file(spec.features, "training")).filter(pl.col("date") <= fold.label_end)
+        validation_set = set(validation_days(settings, spec.token_asset, fold))
+        labelled = training.filter(pl.col(label).is_not_null() & (pl.col(label) >= 0))
+        train = labelled.filter(~pl.col("date").is_in(validation_set))
+        assert train.height > n  # a sample, not every row
+        train = train.sample(n=n, seed=seed).sort("ticker", "date")
+        x = train.select(columns).to_numpy().astype(np.float64)
+        mean, std = np.nanmean(x, axis=0), np.nanstd(x, axis=0)
+        std = np.where(std > 0, std, 1.0)
+
+        def z(frame: pl.DataFrame, columns=columns, mean=mean, std=std) -> np.ndarray:
+            v = (frame.select(columns).to_numpy().astype(np.float64) - mean) / std
+            return np.clip(np.nan_to_num(v, nan=0.0, posinf=10.0, neginf=-10.0), -10.0, 10.0)
+
+        model = LogisticRegression(
+            C=1.0, max_iter=settings.evaluate.probe_lr_max_iter, class_weight=dict(enumerate(weights))
+        ).fit(z(train), train[label].to_numpy())
+        assert list(model.classes_) == [0, 1, 2]
+
+        def q(frame: pl.DataFrame, model=model) -> np.ndarray:  # stored as float32, as the predictions are
+            return model.predict_proba(z(frame)).astype(np.float32).astype(np.float64)
+
+        # the calibration: fitted on every ticker's labelled validation rows (unpurged: the fold's own split)
+        all_rows = pl.read_parquet(wh.features_file(spec.features, "training")).filter(pl.col("date") <= fold.train_end)
+        val = all_rows.filter(pl.col("date").is_in(validation_set)).sort("ticker", "date")
+        val_labels = val[label].fill_null(-1).to_numpy()
+        val_labels = np.where(val["date"].to_numpy() > np.datetime64(fold.label_end), -1, val_labels)
+        calibration = fit_calibration(q(val), val_labels, weights)
+        test = pl.read_parquet(wh.features_file(spec.features, "test")).filter(pl.col("date") >= fold.test_start)
+        test = test.sort("ticker", "date")
+        qc = calibration.apply(q(test)).astype(np.float64)
+        p = (qc / weights) / (qc / weights).sum(axis=1, keepdims=True)
+        labels = pl.concat([pl.read_parquet(wh.shard("labels", d)) for d in wh.shard_days("labels")])
+        r_close = dict(zip(labels.select("ticker", "date").iter_rows(), labels["r_close"].to_list()))
+        r = np.array([r_close.get(key, None) for key in test.select("ticker", "date").iter_rows()], dtype=np.float64)
+        # rank IC, day by day
+        score, days = p[:, 0] - p[:, 1], test["date"].to_numpy()
+        ics = []
+        for day in np.unique(days):
+            on = (days == day) & np.isfinite(r)
+            if on.sum() >= 5 and np.ptp(score[on]) > 0 and np.ptp(r[on]) > 0:
+                ics.append(spearmanr(score[on], r[on]).statistic)
+        # log-loss skill on close-to-close labels against the fold's training base rates of the same labels
+        seen = labels.filter(pl.col("date") <= fold.label_end)["r_close"].to_list()
+        counts = np.bincount([c for c in (_close_class(v, tau) for v in seen) if c >= 0], minlength=3)
+        rates = counts / counts.sum()
+        y = np.array([_close_class(v, tau) for v in r])
+        known = y >= 0
+        loss = -np.log(np.clip(p[known, y[known]], 1e-15, 1)).mean()
+        reference = -np.log(rates[y[known]]).mean()
+
+        row = summary.frame.filter(
+            (pl.col("variant") == variant) & (pl.col("learner") == LR_MATCHED) & (pl.col("n_windows") == n)
+        ).row(0, named=True)
+        assert row["train_rows"] == row["windows_seen"] == n and row["steps"] == int(np.max(model.n_iter_))
+        assert row["test_rows"] == int(known.sum())
+        assert row["rank_ic"] == pytest.approx(np.mean(ics), rel=1e-9, abs=1e-12)
+        assert row["logloss_skill"] == pytest.approx(1 - loss / reference, rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("n, batch", [(256, 64), (1024, 64), (4096, 64), (65536, 128), (17 * 64, 64), (100, 64)])
+def test_a_budget_serves_n_windows_with_about_eight_validations(n, batch):
+    cfg = scaling_budget(TrainConfig(batch_size=batch, eval_every=250, patience=8), n)
+    steps = math.ceil(n / batch)
+    assert cfg.finetune_steps == steps and cfg.patience == 0
+    total = budget_steps(cfg, cfg.finetune_steps)  # what the Trainer runs
+    assert steps <= total < steps + cfg.eval_every and total * batch >= n
+    assert total // cfg.eval_every <= 2 * 8
+
+
+def test_the_whole_dag_leaves_the_scaling_curves_out_unless_told(ci_settings):
+    import dagster as dg
+
+    from kinematic_pipeline.cli import _plan, normalize_selection
+    from kinematic_pipeline.definitions import build_definitions
+    from kinematic_pipeline.orchestration.assets_scaling import off_dag_groups
+
+    def planned(settings, selection=None) -> list[str]:
+        defs = build_definitions(settings)
+        text = normalize_selection(selection) if selection else None
+        return [k.to_user_string() for run in _plan(defs, text, selection, off_dag_groups(settings)) for k in run]
+
+    everything = planned(ci_settings)
+    assert "report" in everything and "scaling_curves" not in everything
+    assert planned(ci_settings, "scaling_curves") == ["scaling_curves"]
+    on = dataclasses.replace(ci_settings, evaluate=dataclasses.replace(ci_settings.evaluate, scaling_in_dag=True))
+    everything = planned(on)
+    assert everything.index("scaling_curves") < everything.index("report")  # the report waits for its section
+    graph = build_definitions(on).resolve_asset_graph()
+    node = graph.get(dg.AssetKey("scaling_curves"))
+    assert node.group_name == "scaling"
+    parents = {k.to_user_string() for k in node.parent_keys}
+    assert {"splinegpt_foundation", "rawgpt_fd_foundation", "spline_features", "fd_features", "labels"} <= parents
+
+
+def test_the_report_shows_the_section_only_when_the_table_exists(tmp_path):
+    from kinematic_pipeline.config import load_settings
+    from kinematic_pipeline.stages.report import ALL_TITLES, CONTEXT_FILE, OPTIONAL_TABLES, materialize_report
+
+    settings = load_settings("ci", warehouse=tmp_path / "wh", env={})
+    tables = settings.warehouse.report_tables_dir
+    tables.mkdir(parents=True)
+    for name in ALL_TITLES:
+        if name not in OPTIONAL_TABLES:
+            pl.DataFrame({"x": [1]}).write_parquet(tables / f"{name}.parquet")
+    (tables / CONTEXT_FILE).write_text(json.dumps({"profile": "ci"}))
+    title = ALL_TITLES["scaling_curves"]
+    assert title.startswith("Would more data help? Test skill and rank IC against the windows a fine-tuning saw")
+    assert title not in materialize_report(settings).read_text()
+    pl.DataFrame(schema=SCALING_SCHEMA).write_parquet(tables / "scaling_curves.parquet")
+    assert title in materialize_report(settings).read_text()
