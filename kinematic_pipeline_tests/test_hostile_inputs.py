@@ -285,3 +285,28 @@ def test_select_takes_what_a_user_types(typed, dagster):
     from kinematic_pipeline.cli import normalize_selection
 
     assert normalize_selection(typed) == dagster
+
+
+def test_a_reader_that_leaves_early_is_not_an_error(tmp_path):
+    """`python -m kinematic_pipeline report | head`: the report is longer than a pipe's buffer, head exits after a
+    few lines, and the writer's broken pipe ends the command quietly with status 0 (it printed "error: [Errno 32]
+    Broken pipe" and exited 1, which failed `set -o pipefail` scripts)."""
+    code = (
+        "import sys\n"
+        "from kinematic_pipeline import cli\n"
+        "def flood(args):\n"
+        "    for _ in range(20000):\n"
+        "        print('a line of the report ' * 4)\n"
+        "    return 0\n"
+        "cli._run = flood\n"
+        "sys.exit(cli.main(['report']))\n"
+    )
+    out = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", f'{sys.executable} -c "$CODE" | head -2 > /dev/null'],
+        env={**os.environ, "CODE": code},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "Broken pipe" not in out.stderr and "Exception ignored" not in out.stderr, out.stderr
