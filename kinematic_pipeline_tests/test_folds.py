@@ -99,7 +99,14 @@ def _warehouse(tmp_path, name: str, bars: pl.DataFrame):
     settings = dataclasses.replace(
         settings,
         evaluate=dataclasses.replace(settings.evaluate, fold_period="half"),
-        train=TrainConfig(epochs=1, batch_size=32, max_windows_per_epoch=128, seeds=(7,), variants=("splinegpt",)),
+        train=TrainConfig(
+            pretrain_steps=4,
+            eval_every=2,
+            batch_size=32,
+            max_windows_per_epoch=128,
+            seeds=(7,),
+            variants=("splinegpt",),
+        ),
     )
     days = trading_days(START, END)
     materialize_raw_ohlcv(settings, days, progress=False)
