@@ -35,6 +35,7 @@ CODE_VERSIONS = {  # each stage's code version: a new one marks its assets (and 
     "window_store": STORE_CODE_VERSION,
     "models": "models-1",
     "features": "features-1",
+    "probes": "probes-2",  # 2: saved as data (coefficients, LightGBM's text model), not a pickle (issue 30)
     "evaluate": "evaluate-1",
     "report": "report-1",
     "scaling": "scaling-1",

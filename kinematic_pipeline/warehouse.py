@@ -393,6 +393,11 @@ class Warehouse:
         """``features/<tokenization>/inputs.parquet``: the store and test shards the features were built from."""
         return self.root / "features" / tokenization / "inputs.parquet"
 
+    def features_cut_file(self, tokenization: str) -> Path:
+        """``features/<tokenization>/cut.json``: the walk-forward folds (training ends, test periods) the features
+        were split for; a reader under other folds refuses them (``stages.features.check_features_cut``)."""
+        return self.root / "features" / tokenization / "cut.json"
+
     def probe_dir(self, policy: Policy) -> Path:
         """``models/<variant>/seed=<seed>/probe/tau=<tau>/``: a fitted probe (model and ``fit.json``)."""
         return self.model_dir(policy) / "probe" / f"tau={policy.tau_key}"

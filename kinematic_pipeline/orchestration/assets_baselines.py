@@ -69,13 +69,14 @@ def probe_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
     @dg.asset(
         name=f"{variant}_probe",
         group_name=BASELINES_GROUP,
-        code_version=CODE_VERSIONS["features"],
+        code_version=CODE_VERSIONS["probes"],
         partitions_def=policy_partitions(settings, variant),
         deps=[dg.AssetDep(baseline_inputs(variant))],
         kinds={"scikitlearn" if spec.learner == "lr" else "lightgbm"},
         description=f"{spec.title}; z-scored with the training rows' statistics, class weights [2, 10, 1], "
-        "LightGBM with early stopping on the validation days. One per tau (seed 0). "
-        "$KP_WAREHOUSE/models/<variant>/seed=0/probe/tau=<tau>/.",
+        "LightGBM with early stopping on the validation days. One per tau (seed 0). Saved as data, never a pickle: "
+        "model.json (classes, coefficients, intercepts) or model.txt (LightGBM's text model), and fit.json with the "
+        "model file's sha256, checked on every read. $KP_WAREHOUSE/models/<variant>/seed=0/probe/tau=<tau>/.",
     )
     def probe(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from kinematic_pipeline.stages.baselines import fit_probe

@@ -6,8 +6,11 @@
   validation loss) on every labelled training ticker-day of the universe at the
   policy's tau, with the features z-scored by the training rows' mean and std (clipped at +-``CLIP``) and
   the models' class weights (``train.class_weights``), so that their softmax is read like the models' (the
-  paper's weighted argmax; the weights undone elsewhere). Saved under ``Warehouse.probe_dir``: the model
-  (``model.joblib``) and ``fit.json`` (scaler, rows, days, iterations, validation loss, seconds).
+  paper's weighted argmax; the weights undone elsewhere). Saved under ``Warehouse.probe_dir`` as data, never
+  as code: a logistic regression's classes, coefficients and intercepts (``model.json``), a LightGBM model's own
+  text format (``model.txt``), and ``fit.json`` (scaler, rows, days, iterations, validation loss, seconds, the
+  model file's sha256). Nothing here unpickles: a probe folder received from someone else can hold wrong numbers
+  (refused by the sha256 check), never a payload that runs (a pickle of an older version is refused unread).
 - rules (fitted on nothing): always Hold; momentum: Buy when the last 1-day (20-day) log return is above
   tau, Sell when below -tau, else Hold. They decide: their "probabilities" are the one-hot action.
 
@@ -18,6 +21,8 @@ No dagster here.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -38,7 +43,92 @@ from kinematic_pipeline.variants import variant as lookup_variant
 
 CLIP = 10.0  # z-scores beyond this are clipped (a winsorization of rare extreme windows)
 MIN_LEAF_ROWS = 2000  # LightGBM's rows a leaf at the universe's scale (fewer on small corpora: 0.5% of rows)
-MODEL_FILE, FIT_FILE = "model.joblib", "fit.json"
+MODEL_FILES = {"lr": "model.json", "lightgbm": "model.txt"}  # learner -> the model's file (data, not code)
+FIT_FILE = "fit.json"
+LEGACY_PICKLE = "model.joblib"  # what versions before issue 30 saved: refused, never loaded
+LINEAR_FORMAT = "kinematic_pipeline linear probe 1"
+
+
+@dataclass(frozen=True)
+class LinearProbeModel:
+    """A fitted logistic regression as numbers: ``predict_proba`` as scikit-learn's (a softmax of x W' + b over
+    the classes seen in training; a logistic for two)."""
+
+    classes_: np.ndarray  # (k,) the training labels among Buy, Sell, Hold
+    coef: np.ndarray  # (k, d), or (1, d) for two classes
+    intercept: np.ndarray  # (k,), or (1,)
+
+    @classmethod
+    def of(cls, model) -> LinearProbeModel:
+        """From a fitted ``sklearn.linear_model.LogisticRegression``."""
+        return cls(np.asarray(model.classes_, np.int64), np.asarray(model.coef_), np.asarray(model.intercept_))
+
+    def predict_proba(self, x: np.ndarray) -> np.ndarray:
+        from scipy.special import expit, softmax
+
+        z = x @ self.coef.T + self.intercept  # (n, k) or (n, 1)
+        if z.shape[1] == 1:
+            p = expit(z[:, 0])
+            return np.column_stack([1.0 - p, p])
+        return softmax(z, axis=1)
+
+    def to_bytes(self) -> bytes:
+        record = {
+            "format": LINEAR_FORMAT,
+            "classes": self.classes_.tolist(),
+            "coef": self.coef.tolist(),
+            "intercept": self.intercept.tolist(),
+        }
+        return json.dumps(record).encode()  # floats as repr: they read back bit for bit
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> LinearProbeModel:
+        record = json.loads(data)
+        if record.get("format") != LINEAR_FORMAT:
+            raise ValueError(f"not a linear probe (format {record.get('format')!r})")
+        coef, intercept = np.asarray(record["coef"], np.float64), np.asarray(record["intercept"], np.float64)
+        classes = np.asarray(record["classes"], np.int64)
+        if coef.ndim != 2 or intercept.shape != (coef.shape[0],) or coef.shape[0] not in (1, classes.size):
+            raise ValueError(
+                f"coefficients {coef.shape} and intercepts {intercept.shape} do not fit {classes.size} classes"
+            )
+        return cls(classes, coef, intercept)
+
+
+@dataclass(frozen=True)
+class TreeProbeModel:
+    """A fitted LightGBM classifier as its text model (the trees up to the best validation iteration)."""
+
+    classes_: np.ndarray
+    text: str
+    threads: int = 1
+
+    @classmethod
+    def of(cls, model, threads: int) -> TreeProbeModel:
+        """From a fitted ``lightgbm.LGBMClassifier`` (its best iteration when it stopped early)."""
+        return cls(np.asarray(model.classes_, np.int64), model.booster_.model_to_string(), threads)
+
+    def predict_proba(self, x: np.ndarray) -> np.ndarray:
+        p = np.asarray(self.booster.predict(x, num_threads=self.threads))
+        return np.column_stack([1.0 - p, p]) if p.ndim == 1 else p
+
+    @functools.cached_property
+    def booster(self):
+        import lightgbm as lgb
+
+        return lgb.Booster(model_str=self.text)
+
+    def to_bytes(self) -> bytes:
+        return self.text.encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, classes: list[int], threads: int = 1) -> TreeProbeModel:
+        model = cls(np.asarray(classes, np.int64), data.decode(), threads)
+        _ = model.booster  # parse now: a damaged file fails here, named by the caller
+        return model
+
+
+ProbeModel = LinearProbeModel | TreeProbeModel
 
 
 @dataclass(frozen=True)
@@ -69,13 +159,14 @@ def read_features(
     columns and ``extra``: ``("test",)`` the test file's rows of the fold's test period; otherwise the training
     file's rows on or before the fold's training end, split by the fold's own dates (``features.fold_split``),
     with every label of a day after the fold's ``label_end`` (the purge) set to null."""
-    from kinematic_pipeline.stages.features import fold_split
+    from kinematic_pipeline.stages.features import check_features_cut, fold_split
 
     part = "test" if splits == ("test",) else "training"
     spec, path = lookup_variant(variant), features_path(settings, variant, part)
     if not path.exists():
         asset = f"{path.parent.name}_features"
         raise FileNotFoundError(f"{path} is missing: materialize {asset} (what {variant} reads)")
+    check_features_cut(settings, path.parent.name)  # split for this run's folds, or refused
     columns = feature_columns(spec.features) if spec.family == "probe" else ("ret1", "ret20")
     scope = fold_of(settings, fold)
     scan = exact.scan_parquet(path)
@@ -104,25 +195,24 @@ def _standardize(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray
 
 
 def fit_probe(settings: Settings, policy: Policy) -> ProbeFit:
-    """Fit the probe of ``policy`` on the training rows of its features file; save it; its fit record."""
-    import io
-
-    import joblib
-
+    """Fit the probe of ``policy`` on the training rows of its features file; save it (data, not a pickle) with
+    its fit record, which holds the model file's sha256; the fit record."""
     model, fit = train_probe(settings, policy)
     folder = settings.warehouse.probe_dir(policy)
     folder.mkdir(parents=True, exist_ok=True)
-    buffer = io.BytesIO()
-    joblib.dump(model, buffer)
-    write_bytes_atomic(folder / MODEL_FILE, buffer.getvalue())
+    data = model.to_bytes()
+    fit = fit | {"model_file": MODEL_FILES[fit["learner"]], "model_sha256": hashlib.sha256(data).hexdigest()}
+    write_bytes_atomic(folder / fit["model_file"], data)
     write_bytes_atomic(folder / FIT_FILE, json.dumps(fit, indent=1).encode())
+    (folder / LEGACY_PICKLE).unlink(missing_ok=True)
     return ProbeFit(policy, folder, fit)
 
 
-def train_probe(settings: Settings, policy: Policy) -> tuple[object, dict]:
+def train_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
     """The probe of ``policy`` fitted on the labelled training rows of its features file (at most
     ``evaluate.probe_max_train_rows``: a sample seeded by the policy's seed) and its fit record, as ``load_probe``
-    returns them; nothing is written."""
+    returns them (the model as the numbers it is saved as, so it predicts alike loaded or not); nothing is
+    written."""
     spec, started = lookup_variant(policy.variant), time.perf_counter()
     if spec.family != "probe":
         raise ValueError(f"{policy.variant} is not a probe")
@@ -151,6 +241,7 @@ def train_probe(settings: Settings, policy: Policy) -> tuple[object, dict]:
         model = LogisticRegression(C=1.0, max_iter=ev.probe_lr_max_iter, class_weight=dict(enumerate(weights)))
         model.fit(x_train, y_train)
         iterations = int(np.max(model.n_iter_))
+        model = LinearProbeModel.of(model)
     else:
         import lightgbm as lgb
 
@@ -181,6 +272,7 @@ def train_probe(settings: Settings, policy: Policy) -> tuple[object, dict]:
             )
         model.fit(x_train, y_train, sample_weight=weights[y_train], **fit_kw)
         iterations = int(model.best_iteration_ or model.n_estimators)
+        model = TreeProbeModel.of(model, ev.probe_threads)
     val_loss = float("nan")
     if val.height:
         q = _classes3(model, model.predict_proba(x_val))
@@ -193,6 +285,7 @@ def train_probe(settings: Settings, policy: Policy) -> tuple[object, dict]:
         "seed": policy.seed,
         "tau": policy.tau,
         "features": list(columns),
+        "classes": model.classes_.tolist(),
         "mean": mean.tolist(),
         "std": std.tolist(),
         "train_rows": int(train.height),
@@ -201,6 +294,8 @@ def train_probe(settings: Settings, policy: Policy) -> tuple[object, dict]:
         "validation_days": f"{val['date'].min()} .. {val['date'].max()}" if val.height else "none",
         "iterations": iterations,
         "validation_weighted_log_loss": round(val_loss, 6),
+        "fold": fold_of(settings, policy.fold).label,
+        "train_end": str(fold_of(settings, policy.fold).train_end),  # the cut it was fitted for: checked on load
         "features_sha256": file_sha256(features_path(settings, policy.variant)),  # the training file's
         "fit_seconds": round(time.perf_counter() - started, 2),
     }
@@ -214,32 +309,70 @@ def _classes3(model, proba: np.ndarray) -> np.ndarray:
     return out
 
 
+def _rematerialize(policy: Policy) -> str:
+    return f"re-materialize {policy.variant}_probe partition {'|'.join(policy.partition.values())}"
+
+
 def probe_files(settings: Settings, policy: Policy) -> list[Path]:
-    """The files of a fitted probe; a clear error naming the asset when it was not fitted."""
+    """The files of a fitted probe (its model, its fit record); a clear error naming the asset when it was not
+    fitted, or was saved by an older version as a pickle (never loaded)."""
     folder = settings.warehouse.probe_dir(policy)
-    files = [folder / MODEL_FILE, folder / FIT_FILE]
-    if not all(f.exists() for f in files):
-        key = "|".join(policy.partition.values())
-        raise FileNotFoundError(f"{folder} holds no fitted probe: materialize {policy.variant}_probe partition {key}")
-    return files
+    models = [folder / name for name in MODEL_FILES.values() if (folder / name).exists()]
+    if not models and (folder / LEGACY_PICKLE).exists():
+        raise ValueError(
+            f"{folder / LEGACY_PICKLE} is a pickle saved by an older version: it is not loaded (a pickle runs code); "
+            f"{_rematerialize(policy)}"
+        )
+    if len(models) != 1 or not (folder / FIT_FILE).exists():
+        raise FileNotFoundError(
+            f"{folder} holds no fitted probe: materialize {policy.variant}_probe partition "
+            f"{'|'.join(policy.partition.values())}"
+        )
+    return [models[0], folder / FIT_FILE]
 
 
-def load_probe(settings: Settings, policy: Policy) -> tuple[object, dict]:
-    """The fitted probe of ``policy`` and its fit record, once its training features file is checked to be the
-    one it was fitted on (a ValueError naming the asset to re-materialize otherwise)."""
-    import joblib
-
+def load_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
+    """The fitted probe of ``policy`` and its fit record, read as data once checked: the model file against the
+    sha256 its fit record holds, the training features file against the one it was fitted on. Each failure is
+    one ValueError naming the file and the asset to re-materialize."""
     model_file, fit_file = probe_files(settings, policy)
-    fit = json.loads(fit_file.read_text())
+    try:
+        fit = json.loads(fit_file.read_text())
+        expected = fit["model_sha256"], fit["model_file"], fit["learner"], fit["classes"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"{fit_file} is not a probe's fit record ({type(exc).__name__}: {exc}): {_rematerialize(policy)}"
+        ) from None
+    data = model_file.read_bytes()
+    if model_file.name != expected[1] or hashlib.sha256(data).hexdigest() != expected[0]:
+        raise ValueError(
+            f"{model_file} is not the file its fit record {fit_file.name} describes (sha256 differs: changed or "
+            f"damaged since it was fitted): {_rematerialize(policy)}"
+        )
+    train_end = str(fold_of(settings, policy.fold).train_end)
+    if fit.get("train_end") != train_end:
+        raise ValueError(
+            f"the probe in {fit_file.parent} was fitted for the cut {fit.get('train_end')} (fold {fit.get('fold')}), "
+            f"this run's is {train_end} (KP_TRAIN_END / KP_FOLDS): {_rematerialize(policy)}"
+        )
     if fit["features_sha256"] != file_sha256(features_path(settings, policy.variant)):
         raise ValueError(
             f"the probe of {policy} was fitted on another features file than "
-            f"{features_path(settings, policy.variant)}: re-materialize {policy.variant}_probe"
+            f"{features_path(settings, policy.variant)}: {_rematerialize(policy)}"
         )
-    return joblib.load(model_file), fit
+    try:
+        if fit["learner"] == "lr":
+            model: ProbeModel = LinearProbeModel.from_bytes(data)
+        else:
+            model = TreeProbeModel.from_bytes(data, fit["classes"], settings.evaluate.probe_threads)
+    except Exception as exc:  # noqa: BLE001 - any parse failure is the same one line naming the file
+        raise ValueError(
+            f"{model_file} cannot be read as a probe ({type(exc).__name__}: {exc}): {_rematerialize(policy)}"
+        ) from None
+    return model, fit
 
 
-def probe_probabilities(probe: tuple[object, dict], frame: pl.DataFrame) -> np.ndarray:
+def probe_probabilities(probe: tuple[ProbeModel, dict], frame: pl.DataFrame) -> np.ndarray:
     """A loaded probe's (``load_probe``) softmax [n, 3] (Buy, Sell, Hold) on the rows of ``frame``."""
     model, fit = probe
     x = _standardize(_matrix(frame, tuple(fit["features"])), np.asarray(fit["mean"]), np.asarray(fit["std"]))

@@ -14,13 +14,16 @@ per window; a probe pins the training file's hash, so new test days never make a
   ``r_close`` and ``r_spline`` (evaluation only: no feature reads them).
 
 Beside them ``features/<tokenization>/inputs.parquet`` lists what it was built from (the store's tokens file and
-every test-period token and raw_ohlcv shard, with hashes): the test shards of every probe's provenance.
+every test-period token and raw_ohlcv shard, with hashes): the test shards of every probe's provenance; and
+``cut.json`` the walk-forward folds the files were split for: a reader under other folds (a new ``KP_TRAIN_END``,
+``KP_FOLDS``) refuses them, naming the asset to re-materialize (``check_features_cut``).
 No dagster here.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +33,7 @@ import polars as pl
 from tqdm import tqdm
 
 from kinematic_pipeline import exact_paths as exact
+from kinematic_pipeline.atomic_files import write_bytes_atomic
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import Fold, walk_forward
 from kinematic_pipeline.label_rules import tau_column
@@ -144,6 +148,45 @@ def _labels(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
     return exact.scan_parquet(wh.verified_shards(LABELS, present)).select(columns).collect()
 
 
+def features_cut(settings: Settings) -> dict:
+    """What the features files are split for: every walk-forward fold's training end, purge and test period."""
+    folds = [
+        {
+            "fold": f.label,
+            "train_end": str(f.train_end),
+            "label_end": str(f.label_end),
+            "test_start": str(f.test_start),
+            "test_end": None if f.test_end is None else str(f.test_end),
+        }
+        for f in walk_forward(settings)
+    ]
+    return {"folds": folds}
+
+
+def _cut_text(cut: dict) -> str:
+    return ", ".join(f"{f['fold']}: train to {f['train_end']}, test {f['test_start']}.." for f in cut["folds"])
+
+
+def check_features_cut(settings: Settings, tokenization: str) -> None:
+    """A ValueError naming the asset to re-materialize unless ``tokenization``'s features were built for the folds
+    ``settings`` give (a probe fitted or scored on another cut's rows would silently test another period)."""
+    path = settings.warehouse.features_cut_file(tokenization)
+    asset = f"{tokenization}_features"
+    if not path.exists():
+        raise ValueError(f"{path} is missing (features built by an older version): re-materialize {asset}")
+    try:
+        recorded = json.loads(path.read_text())
+        recorded_folds = recorded["folds"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path} is not a cut record ({type(exc).__name__}: {exc}): re-materialize {asset}") from None
+    expected = features_cut(settings)
+    if recorded_folds != expected["folds"]:
+        raise ValueError(
+            f"{asset} was built for other folds ({_cut_text(recorded)}) than this run's ({_cut_text(expected)}; "
+            f"KP_TRAIN_END / KP_FOLDS): re-materialize {asset}"
+        )
+
+
 def build_features(settings: Settings, asset: str, progress: bool = True) -> FeaturesSummary:
     """Write the features file of ``asset``'s tokenization and the list of its inputs."""
     from kinematic_pipeline.stages.predict import evaluation_days
@@ -173,5 +216,6 @@ def build_features(settings: Settings, asset: str, progress: bool = True) -> Fea
         for d, h in zip(test_days, wh.content_hashes(a, test_days))
     ]
     wh.write(pl.DataFrame(inputs, schema=INPUTS_SCHEMA), wh.features_inputs_file(tokenization))
+    write_bytes_atomic(wh.features_cut_file(tokenization), json.dumps(features_cut(settings), indent=1).encode())
     rows = {s: int((frame["split"] == s).sum()) for s in SPLITS}
     return FeaturesSummary(tokenization, path, rows, time.perf_counter() - started)
