@@ -54,6 +54,15 @@ def write_parquet_atomic(
     return _write_atomic(path, lambda tmp: frame.write_parquet(tmp, compression=compression, statistics=True), durable)
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+UMASK = _current_umask()  # read once, at import (os.umask can only be read by setting it)
+
+
 def write_bytes_atomic(path: Path, data: bytes, durable: bool = False) -> str:
     """``data`` to ``path`` like ``write_parquet_atomic`` (temporary file, atomic rename, same bytes left alone)."""
     return _write_atomic(path, lambda tmp: Path(tmp).write_bytes(data), durable)
@@ -66,6 +75,7 @@ def _write_atomic(path: Path, write, durable: bool) -> str:
         with contextlib.suppress(FileNotFoundError):
             stale.unlink()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.fchmod(fd, 0o666 & ~UMASK)  # mkstemp's 0600 would become the file's: the user's umask decides, as for open()
     os.close(fd)
     try:
         write(tmp)

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from kinematic_pipeline.config import PROFILES, SOURCES, Settings, load_settings
+from kinematic_pipeline.folds import check_folds_have_test_days
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 # Dagster logs one DEBUG line per event (thousands in a backfill) and a step's failure with its stack
@@ -72,13 +73,19 @@ def partition_range(settings: Settings) -> tuple[str, str] | None:
     return (days[0].isoformat(), days[-1].isoformat()) if days else None
 
 
+FOLD_GROUPS = {"pretrain", "finetune", "evaluate", "baselines", "report", "scaling"}  # assets that test folds
+
 # A bare word that is not an operator and not part of "attr:value" or a quoted string.
-_BARE_NAME = re.compile(r'(?<![\w:"/])([A-Za-z_]\w*)(?![\w:"/])')
+# A name next to ``*`` (Dagster's "every upstream / downstream", ``*x``, ``x*``) is left as typed: ``*key:x`` is
+# not Dagster syntax.
+_BARE_NAME = re.compile(r'(?<![\w:"/*])([A-Za-z_]\w*)(?![\w:"/*])')
+_STARRED_NAME = re.compile(r'(?<![\w:"/])\*([A-Za-z_]\w*)|(?<![\w:"/])([A-Za-z_]\w*)\*')
 
 
 def normalize_selection(text: str) -> str:
     """Dagster's selection syntax from what a user types: ``a,b`` and ``a or b`` with bare asset names
-    (Dagster wants ``key:a or key:b``); ``key:``, ``group:``, ``+a``, ``a+`` and the rest pass through."""
+    (Dagster wants ``key:a or key:b``); ``key:``, ``group:``, ``+a``, ``a+``, ``*a``, ``a*`` and the rest pass
+    through as Dagster reads them."""
     parts = [p.strip() for p in text.split(",") if p.strip()]
     if not parts:
         raise ValueError(f"--select {text!r}: empty selection. Hint: e.g. --select raw_ohlcv,spline_tokens")
@@ -95,7 +102,9 @@ def _plan(defs, selection: str | None, typed: str | None = None, off_dag: tuple[
     graph = defs.resolve_asset_graph()
     known = {k.to_user_string() for k in graph.toposorted_asset_keys}
     # Dagster drops an unknown key inside "a or b" without a word: a typo must not shrink the run.
-    unknown = sorted(set(re.findall(r'key:"?([\w/]+)', selection or "")) - known)
+    named = set(re.findall(r'key:"?([\w/]+)', selection or ""))
+    named |= {a or b for a, b in _STARRED_NAME.findall(selection or "")}
+    unknown = sorted(named - known)
     if unknown:
         raise ValueError(
             f"--select {typed or selection!r}: no asset named {', '.join(unknown)}. "
@@ -156,7 +165,13 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
     print(
         f"profile={settings.profile} source={settings.data.source} warehouse={settings.warehouse} DAGSTER_HOME={home}"
     )
-    for keys in _plan(defs, selection_text, selection, off_dag_groups(settings)):
+    plan = _plan(defs, selection_text, selection, off_dag_groups(settings))
+    if any(graph.get(k).group_name in FOLD_GROUPS for keys in plan for k in keys):
+        last_day = settings.data.end_date
+        if last_day is None and isinstance(bounds, tuple):
+            last_day = dt.date.fromisoformat(bounds[1])
+        check_folds_have_test_days(settings, last_day)  # before any run: a fold with no test day is a setting's error
+    for keys in plan:
         partitions_def = graph.get(keys[0]).partitions_def
         names = ", ".join(k.to_user_string() for k in keys)
         runs: list[dict[str, str]] = [{}]
@@ -193,11 +208,27 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
                 return 1
             print(f"materialized {names} (run {result.run_id})")
             _print_ingest_totals(result, keys)
+            _print_check_warnings(result)
     print_summary(settings)
     if (settings.warehouse / "reports").exists() and (selection is None or "report" in selection):
         print()
         print_report(settings)
     return 0
+
+
+def _print_check_warnings(result) -> None:
+    """One ``warning:`` line per row a failed warning check flagged (a suspected unadjusted split, tickers that
+    differ only by case): what the UI shows, on the CLI too."""
+    import dagster as dg
+
+    for evaluation in result.get_asset_check_evaluations():
+        if evaluation.passed or evaluation.severity != dg.AssetCheckSeverity.WARN:
+            continue
+        meta = evaluation.metadata
+        text = meta["warnings"].value if "warnings" in meta else meta["detail"].value if "detail" in meta else ""
+        where = f"{evaluation.asset_key.to_user_string()}.{evaluation.check_name}"
+        for line in [line for line in str(text).split("\n") if line] or ["failed"]:
+            print(f"warning: {where}: {line}", file=sys.stderr)
 
 
 def _failure_line(result) -> str:
@@ -370,6 +401,33 @@ def _run(args: argparse.Namespace) -> int:
         return lineage(settings, args.model, args.tau, args.ticker, args.cost_bps, args.seed, args.fold)
     if args.command == "report":
         return print_report(settings)
-    print(settings)
+    print(settings_tree(settings))
     print_summary(settings)
     return 0
+
+
+def settings_tree(settings: Settings) -> str:
+    """The resolved settings as an indented tree: one ``name: value`` line per field, a section per group
+    (``data``, ``model``, ``train``, ...), tuples as comma lists (``seeds: 1234, 1235``)."""
+    import dataclasses
+
+    from kinematic_pipeline.warehouse import Warehouse
+
+    def value(v) -> str:
+        if isinstance(v, Warehouse):
+            return str(v.root)
+        if isinstance(v, (tuple, list)):
+            return ", ".join(value(x) for x in v) if v else "(none)"
+        return "(none)" if v is None else str(v)
+
+    def lines(obj, depth: int) -> list[str]:
+        out = []
+        for f in dataclasses.fields(obj):
+            v = getattr(obj, f.name)
+            if dataclasses.is_dataclass(v) and not isinstance(v, (type, Warehouse)):
+                out += ["  " * depth + f"{f.name}:", *lines(v, depth + 1)]
+            else:
+                out.append("  " * depth + f"{f.name}: {value(v)}")
+        return out
+
+    return "\n".join(["settings:", *lines(settings, 1)])

@@ -90,6 +90,21 @@ def walk_forward(settings) -> tuple[Fold, ...]:
     return tuple(folds)
 
 
+def check_folds_have_test_days(settings, last_day: dt.date | None) -> None:
+    """A ValueError naming the settings to change when a fold's test period starts after ``last_day`` (the data's
+    last day: ``KP_END_DATE``, or the source's last bar), before any run starts: such a fold would train, then test
+    nothing."""
+    if last_day is None:
+        return
+    empty = [f for f in walk_forward(settings) if f.test_start > last_day]
+    if empty:
+        names = ", ".join(f"{f.label} (tests from {f.test_start})" for f in empty)
+        raise ValueError(
+            f"the data end on {last_day} (KP_END_DATE or the source's last bar), before the test period of fold "
+            f"{names}: set fewer folds (KP_FOLDS={len(walk_forward(settings)) - len(empty)}) or a later KP_END_DATE"
+        )
+
+
 def fold_of(settings, name: str | None) -> Fold:
     """The fold called ``name`` (a ``Policy.fold``); a ValueError naming the run's folds otherwise."""
     folds = walk_forward(settings)

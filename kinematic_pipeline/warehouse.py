@@ -22,6 +22,7 @@ import polars as pl
 from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.atomic_files import (
     PARQUET_COMPRESSION,
+    UMASK,
     file_sha256,
     same_files,
     swap_in_folder,
@@ -337,7 +338,7 @@ class Warehouse:
             shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(dir=staging, prefix=f"{day}."))
         try:
-            os.chmod(tmp, 0o755)  # mkdtemp's 0700 would become the day's
+            os.chmod(tmp, 0o777 & ~UMASK)  # mkdtemp's 0700 would become the day's: the user's umask decides
             durable = self.durable
             record = {**record, "content_hash": write_staged_file(frame, tmp / members[asset], compression, durable)}
             for member, companion in companions.items():

@@ -18,7 +18,10 @@ Layout, ``$KP_WAREHOUSE/window_store/<token asset>/`` (``Warehouse.window_store_
 Only shards dated on or before the last fold's training end (``folds.store_cut``; a single cut: ``data.train_end``) are ever
 opened, so nothing after the cut can be served; each fold reads the prefix of days up to its own training end.
 ``open_store`` compares the manifest with the settings' cut and the token manifests of today: a store built
-from other shards is an error that names the asset to re-materialize. No dagster and no torch here.
+from other shards is an error that names the asset to re-materialize; and the three files with the sha256 the
+manifest records (``verified.verify_file``: a flipped byte is one line naming the file, never statistics of
+garbage; the build records its streamed hash in a sidecar, so an open re-hashes only a file changed since).
+No dagster and no torch here.
 """
 
 from __future__ import annotations
@@ -37,14 +40,16 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from kinematic_pipeline import exact_paths as exact
-from kinematic_pipeline.atomic_files import PARQUET_COMPRESSION, digest, file_sha256, swap_in_folder
+from kinematic_pipeline.atomic_files import PARQUET_COMPRESSION, UMASK, digest, file_sha256, swap_in_folder
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import store_cut
 from kinematic_pipeline.stages.tokenize import check_token_inputs
+from kinematic_pipeline.verified import record_verified, verify_file
 from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
 
 STORE_CODE_VERSION = "window-store-1"
 TOKENS_FILE, ROWS_FILE, DAYS_FILE, MANIFEST_FILE = "tokens.npy", "rows.parquet", "days.parquet", "manifest.parquet"
+_HASHED = {TOKENS_FILE: "tokens_sha256", ROWS_FILE: "rows_sha256", DAYS_FILE: "days_sha256"}  # file -> manifest
 BUILD_CHUNK_WINDOWS = 65_536  # windows read per Parquet call while building (~150 MB of tokens)
 WINDOW_BYTES = N_TOKENS * N_CHANNELS * 4
 ROWS_SCHEMA: dict[str, pl.DataType] = {"date": pl.Date, "ticker": pl.String, "finite": pl.Boolean}
@@ -141,7 +146,7 @@ def build_window_store(settings: Settings, asset: str, progress: bool = True) ->
         shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(dir=staging_root, prefix=f"{asset}."))
     try:
-        tmp.chmod(0o755)
+        tmp.chmod(0o777 & ~UMASK)  # mkdtemp's 0700 would become the store's: the user's umask decides
         rows = []
         bar = tqdm(total=len(days), desc=f"{asset} window store", unit="day", disable=not progress)
         # plain appends, hashed as they are written (a memory map would count every written page in the RSS)
@@ -192,6 +197,8 @@ def build_window_store(settings: Settings, asset: str, progress: bool = True) ->
             tmp / MANIFEST_FILE, compression=PARQUET_COMPRESSION
         )
         swap_in_folder(tmp, final, wh.durable)
+        for name, column in _HASHED.items():  # hashed as written: later opens need not read 5 GB again
+            record_verified(final / name, manifest[column])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # after the swap: the old store (if there was one)
     return StoreSummary(asset, final, manifest, rebuilt=True, seconds=time.perf_counter() - started)
@@ -356,6 +363,8 @@ def open_store(settings: Settings, asset: str) -> WindowStore:
             f"the window store of {asset} ({folder}) was built from other {asset} shards (digest "
             f"{manifest['shards_digest'][:12]}, the warehouse's is {now[:12]}): {fix}"
         )
+    for name, column in _HASHED.items():  # the bytes the manifest records (a sidecar spares the re-hash)
+        verify_file(folder / name, manifest[column], fix)
     days = exact.read_parquet(folder / DAYS_FILE)
     rows = exact.read_parquet(folder / ROWS_FILE)
     if rows.height != manifest["windows"] or days.height != manifest["days"]:

@@ -98,3 +98,15 @@ def test_an_unparseable_parquet_value_keeps_its_text_and_duplicate_columns_name_
     doubled.write_parquet(folder / "bars.parquet")
     proc = run_cli(tmp_path, "materialize", "--select", "raw_ohlcv", source="parquet", path=folder)
     assert_one_line_error(proc, "bars.parquet", "duplicate column 'close'", "'Close '")
+
+
+def test_the_cli_prints_one_warning_line_per_flagged_row(tmp_path):
+    path = tmp_path / "bars.parquet"
+    _universe().write_parquet(path)
+    proc = run_cli(tmp_path, "materialize", "--select", "raw_ohlcv", source="parquet", path=path)
+    assert proc.returncode == 0, proc.stderr[-2000:]  # warnings never fail the run
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: ")]
+    assert f"warning: raw_ohlcv.no_unadjusted_split: SPLT {SPLIT_DAY} close/previous 0.500" in "\n".join(warnings)
+    assert any(w.startswith("warning: raw_ohlcv.no_unadjusted_split:") and "unadjusted split?" in w for w in warnings)
+    assert "warning: raw_ohlcv.no_ticker_case_variants: tickers ABC, abc differ only by case" in "\n".join(warnings)
+    assert not any("CRSH" in w for w in warnings) and len(warnings) == 2

@@ -249,6 +249,17 @@ def test_an_unknown_asset_in_select_is_one_line(tmp_path):
     assert_one_line_error(proc, "--select 'raw_ohlcv,nope'", "Hint")
 
 
+def test_a_fold_with_no_test_day_is_refused_before_any_run(tmp_path):
+    """The ci profile's folds test 2022H1 and 2022H2; data ending 2021-12-31 leave both without a test day: the whole
+    DAG is refused before its first run, naming the settings; a selection that tests no fold (ingest) runs."""
+    path = _write(tmp_path, "ok.csv", HEADER + GOOD)
+    proc = run_cli(tmp_path, "materialize", source="csv", path=path)
+    assert_one_line_error(proc, "before the test period of fold 2022H1 (tests from 2022-01-03), 2022H2", "KP_END_DATE")
+    assert "KP_FOLDS" in last_line(proc) and "materialize raw_ohlcv" not in proc.stdout
+    assert not (tmp_path / "warehouse" / "raw_ohlcv").exists()
+    assert run_cli(tmp_path, "materialize", "--select", "raw_ohlcv", source="csv", path=path).returncode == 0
+
+
 @pytest.mark.parametrize(
     "command", [["lineage", "--model", "splinegpt", "--tau", "0.01", "--ticker", "NVDA"], ["report"], ["info"]]
 )
@@ -279,6 +290,9 @@ def test_lineage_takes_any_ticker_and_a_catalog_error_is_one_line(tmp_path, tick
         ("group:ingest", "group:ingest"),
         ('key:"raw_ohlcv"', 'key:"raw_ohlcv"'),
         ("raw_ohlcv and not labels", "key:raw_ohlcv and not key:labels"),
+        ("*spline_tokens", "*spline_tokens"),  # Dagster's own syntax, unchanged
+        ("spline_tokens*", "spline_tokens*"),
+        ("+spline_tokens+", "+key:spline_tokens+"),
     ],
 )
 def test_select_takes_what_a_user_types(typed, dagster):
@@ -310,3 +324,28 @@ def test_a_reader_that_leaves_early_is_not_an_error(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert "Broken pipe" not in out.stderr and "Exception ignored" not in out.stderr, out.stderr
+
+
+def test_dagsters_star_syntax_selects_what_dagster_says_and_a_starred_typo_is_named(tmp_path):
+    from kinematic_pipeline.cli import _plan, normalize_selection
+    from kinematic_pipeline.config import load_settings
+    from kinematic_pipeline.definitions import build_definitions
+
+    defs = build_definitions(load_settings("ci", warehouse=tmp_path / "wh", env={}))
+    upstream = {k.to_user_string() for run in _plan(defs, normalize_selection("*spline_tokens")) for k in run}
+    assert {"raw_ohlcv", "spline_tokens"} <= upstream and "splinegpt_foundation" not in upstream
+    downstream = {k.to_user_string() for run in _plan(defs, normalize_selection("spline_tokens*")) for k in run}
+    assert {"spline_tokens", "spline_window_store", "splinegpt_foundation", "report"} <= downstream
+    assert "raw_ohlcv" not in downstream
+    with pytest.raises(ValueError, match="no asset named spline_tokes"):
+        _plan(defs, normalize_selection("*spline_tokes"), "*spline_tokes")
+
+
+def test_info_prints_the_settings_as_a_tree(tmp_path):
+    from kinematic_pipeline.cli import settings_tree
+    from kinematic_pipeline.config import load_settings
+
+    tree = settings_tree(load_settings("ci", warehouse=tmp_path, env={})).splitlines()
+    assert tree[0] == "settings:" and f"  warehouse: {tmp_path}" in tree
+    assert "  train:" in tree and "    seeds: 1234, 1235" in tree and "    taus: 0.0025, 0.005, 0.01, 0.02" in tree
+    assert not any("Settings(" in line or "TrainConfig(" in line for line in tree)

@@ -203,3 +203,14 @@ def test_direction_auc_brute_force():
 
     assert math.isnan(direction_auc(score, np.where(labels == 1, 2, labels)))  # no Sell
     assert math.isnan(direction_auc(np.array([0.1, 0.2, np.nan]), np.array([0, 2, 1])))  # Sell score NaN
+
+
+def test_a_day_whose_rank_ic_is_zero_is_exactly_zero_and_not_counted_positive():
+    """Ranks (1..5) against (4, 1, 3, 5, 2): sum d^2 = 20, Spearman 1 - 6*20/120 = 0 exactly. Polars' parallel sums
+    may leave +-1e-17 in another run; rounded, the day is 0 in every run and never a "day IC > 0"."""
+    frame = pl.DataFrame(
+        {"date": [date(2022, 1, 3)] * 5, "score": [1.0, 2.0, 3.0, 4.0, 5.0], "r_close": [4.0, 1.0, 3.0, 5.0, 2.0]}
+    )
+    out = daily_ic(frame)
+    assert out["rank_ic"][0] == 0.0
+    assert ic_summary(out)["share_positive"] == 0.0

@@ -20,6 +20,7 @@ import pytest
 from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.verified import MODEL_MANIFEST
 from kinematic_pipeline.warehouse import PREDICTIONS
 from kinematic_pipeline_tests.conftest import cli
 
@@ -51,9 +52,13 @@ def test_a_retrained_foundation_under_an_old_adapter_is_refused(settings):
     lineage = [sys.executable, "-m", "kinematic_pipeline", "lineage", "--model", "splinegpt", "--tau", str(TAU)]
     lineage += ["--seed", "1235", "--fold", FOLD, "--ticker", "SYN000"]
     backup = Path(str(foundation) + ".kept")
+    listed, listed_backup = foundation.parent / MODEL_MANIFEST, foundation.parent / (MODEL_MANIFEST + ".kept")
     shutil.copy2(foundation, backup)
+    shutil.copy2(listed, listed_backup)
     try:
-        shutil.copy2(replacement, foundation)  # a valid checkpoint with other weights: the foundation "retrained"
+        # a valid checkpoint with other weights and its own file list: the foundation "retrained"
+        shutil.copy2(replacement, foundation)
+        shutil.copy2(replacement.parent / MODEL_MANIFEST, listed)
         failed = _run(*materialize)
         assert failed.returncode != 0
         output = failed.stdout + failed.stderr
@@ -65,6 +70,7 @@ def test_a_retrained_foundation_under_an_old_adapter_is_refused(settings):
         assert traced.returncode == 1 and "pair               STALE" in traced.stdout
     finally:
         shutil.move(backup, foundation)
+        shutil.move(listed_backup, listed)
     assert _run(*materialize).returncode == 0
     assert file_sha256(predictions) == before
     traced = _run(*lineage)
@@ -146,3 +152,30 @@ def test_predictions_refuse_token_days_whose_raw_days_were_re_ingested(settings,
     assert file_sha256(predictions) == before
     traced = _run(*lineage)
     assert traced.returncode == 0 and "token days match the raw days behind them" in traced.stdout
+
+
+def test_a_report_rebuilt_after_an_adapter_was_replaced_is_refused_and_two_runs_give_the_same_bytes(settings):
+    wh = settings.warehouse
+    tables = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline", "--select", "paper_tables"]
+    assert _run(*tables).returncode == 0
+    first = {p.name: file_sha256(p) for p in sorted(wh.report_tables_dir.iterdir()) if p.is_file()}
+    assert _run(*tables).returncode == 0
+    second = {p.name: file_sha256(p) for p in sorted(wh.report_tables_dir.iterdir()) if p.is_file()}
+    assert first == second  # the same inputs, the same bytes (a day with an IC of exactly 0 flipped "Days IC > 0")
+    policy, other = Policy("splinegpt", 1235, TAU, FOLD), Policy("splinegpt", 1234, TAU, FOLD)
+    ours = next(p for p in wh.adapter_files(policy) if p.suffix == ".safetensors")
+    theirs = next(p for p in wh.adapter_files(other) if p.suffix == ".safetensors")
+    key = "|".join(policy.partition.values())
+    backup = Path(str(ours) + ".kept")
+    shutil.copy2(ours, backup)
+    try:
+        shutil.copy2(theirs, ours)  # the adapter replaced after its predictions and backtests were made
+        failed = _run(*tables)
+        output = failed.stdout + failed.stderr
+        assert failed.returncode != 0 and f"were made by {ours} sha256" in output
+        assert f"re-materialize splinegpt_predictions partition {key}" in output
+        after = {p.name: file_sha256(p) for p in sorted(wh.report_tables_dir.iterdir()) if p.is_file()}
+        assert after == first  # the report on disk is still the current one, not rebuilt from stale rows
+    finally:
+        shutil.move(backup, ours)
+    assert _run(*tables).returncode == 0

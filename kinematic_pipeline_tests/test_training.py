@@ -27,6 +27,7 @@ from kinematic_pipeline.training import data as data_mod
 from kinematic_pipeline.training.data import WindowDataModule, split_days
 from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule, adamw_with_cosine
 from kinematic_pipeline.training.run import build_classifier, finetune, load_classifier, load_foundation, pretrain
+from kinematic_pipeline.verified import MODEL_MANIFEST
 from kinematic_pipeline.window_store import build_window_store
 from kinematic_pipeline_tests.conftest import single_cut
 
@@ -297,6 +298,7 @@ def test_finetune_saves_an_adapter_that_reloads_to_identical_predictions(foundat
     shutil.copytree(tmp_path / "ft", in_place.warehouse.adapter_dir(policy))
     in_place.warehouse.foundation_dir(policy).mkdir(parents=True)
     shutil.copy(foundation, in_place.warehouse.foundation_checkpoint(policy))
+    shutil.copy(foundation.parent / MODEL_MANIFEST, in_place.warehouse.foundation_dir(policy))  # what a load checks
     reloaded = load_classifier(in_place, policy)
     dm = WindowDataModule(tiny, policy)
     dm.setup()

@@ -193,3 +193,15 @@ def test_token_days_of_an_older_warehouse_move_into_day_units(tmp_path, capsys):
     assert wh.query("SELECT sum(x) AS x, count(*) AS n FROM spline_tokens").row(0) == (1, 2)  # views over the units
     assert wh.query("SELECT count(*) FROM spline_tokens_manifest").item() == 2
     assert wh.upgrade_flat_days("spline_tokens") == 0  # done once
+
+
+def test_files_are_written_with_the_users_umask_not_0600(tmp_path):
+    """mkstemp creates 0600 files; the warehouse's files get what open() would give under the process's umask."""
+    import stat
+
+    from kinematic_pipeline.atomic_files import UMASK, write_bytes_atomic
+
+    path = tmp_path / "record.json"
+    write_bytes_atomic(path, b"{}")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~UMASK
+    assert stat.S_IMODE(path.stat().st_mode) & 0o044 or UMASK & 0o044  # readable by the group/others unless masked

@@ -21,6 +21,7 @@ import polars as pl
 import statsmodels.api as sm
 from sklearn.metrics import roc_auc_score
 
+IC_DECIMALS = 12
 _X = "__signal_x"
 _Y = "__signal_y"
 
@@ -53,7 +54,9 @@ def _grouped_corr(frame: pl.DataFrame, score: str, outcome: str, key: str, min_r
         .sort(key)
         .collect()
     )
-    return out
+    # rounded to 12 decimals: polars' parallel sums may end in another last bit from run to run, so a day whose
+    # correlation is exactly 0 came out +-1e-17 and flipped "Days IC > 0" between two runs on the same inputs
+    return out.with_columns(pl.col("ic").round(IC_DECIMALS), pl.col("rank_ic").round(IC_DECIMALS))
 
 
 def daily_ic(

@@ -63,6 +63,7 @@ def build_ingest_checks(settings: Settings) -> list[dg.AssetChecksDefinition]:
         days = run_days(context.run.tags) or settings.warehouse.manifest_days(RAW_OHLCV)
         for name, (passed, text, rows) in data_quality(settings, days).items():
             table = markdown_table(pl.DataFrame(rows[:50])) if rows else "-"
+            lines = [quality_line(name, row) for row in rows[:50]]
             yield dg.AssetCheckResult(
                 asset_key=RAW_OHLCV,
                 check_name=name,
@@ -71,11 +72,24 @@ def build_ingest_checks(settings: Settings) -> list[dg.AssetChecksDefinition]:
                 metadata={
                     "detail": text,
                     "flagged": dg.MetadataValue.md(table),
+                    "warnings": "\n".join(lines),  # one line per flagged row: what the CLI prints
                     "days_checked": len(days),
                 },
             )
 
     return [raw_ohlcv_contract, raw_ohlcv_quality]
+
+
+def quality_line(check: str, row: dict) -> str:
+    """One flagged row of a data-quality check, as the CLI prints it after ``warning: raw_ohlcv.<check>:``."""
+    if check == "no_unadjusted_split":
+        return (
+            f"{row['ticker']} {row['date']} close/previous {row['close_ratio']:.3f} with volume x{row['volume_ratio']} "
+            "its 20-day median: unadjusted split?"
+        )
+    if check == "no_ticker_case_variants":
+        return f"tickers {row['tickers']} differ only by case: one company twice?"
+    return ", ".join(f"{k} {v}" for k, v in row.items())
 
 
 TOKEN_CHECK = "raw_days_unchanged"

@@ -185,6 +185,7 @@ def _context(settings: Settings, metrics: pl.DataFrame) -> dict[str, str]:
 def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame], Path, pl.DataFrame]:
     """Write every table (``tables/<name>.md|.parquet``), their context and ``tables.md``; returns the
     tables, the path of ``tables.md`` and the metrics they were built from."""
+    check_inputs_current(settings)  # no table of backtests whose model was replaced since
     pooled_evaluation(settings)  # the pooled records every table below reads (reports/pooled/)
     metrics = load_metrics(settings)
     built = {"verdict": verdict_or_reason(settings)}
@@ -204,6 +205,20 @@ def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame
     path = settings.warehouse.tables_file
     path.write_text(f"## The paper's tables ({settings.profile} profile)\n\n{lines}\n\n" + "\n".join(sections))
     return built, path, metrics
+
+
+def check_inputs_current(settings: Settings) -> None:
+    """Every evaluated policy's predictions (and so its backtests) were made by the model files on disk now (the
+    check ``lineage`` and the backtests make); a ``StalePairError`` naming the policy's file, both hashes and the
+    partition to re-materialize otherwise: a report rebuilt after a foundation or adapter was replaced must not
+    present the old backtests as current."""
+    from kinematic_pipeline.policy import Policy
+    from kinematic_pipeline.stages.predict import check_predictions_model
+
+    rows = settings.warehouse.query("SELECT DISTINCT variant, tau, seed, fold FROM predictions ORDER BY ALL")
+    for row in rows.iter_rows(named=True):
+        fold = None if row["fold"] in (None, "all") else row["fold"]
+        check_predictions_model(settings, Policy(row["variant"], row["seed"], row["tau"], fold))
 
 
 def verdict_or_reason(settings: Settings) -> pl.DataFrame:

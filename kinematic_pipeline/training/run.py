@@ -35,6 +35,7 @@ from kinematic_pipeline.training.trainer import (
     read_curves,
 )
 from kinematic_pipeline.variants import variant as lookup_variant
+from kinematic_pipeline.verified import verify_model_folder, write_model_manifest
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ def _result(settings, policy, out_dir, files, model, fitted, started, **extra) -
     best = next((r for r in curves if r["best"]), None)
     shards_used = data.shards_used(steps=steps, evaluations=len(curves), parts=ranks(settings.train))
     write_shards_used(settings, out_dir, shards_used)
+    write_model_manifest(out_dir, files)  # what a load verifies first (verified.verify_model_folder)
     files = [*files, out_dir / CURVES_FILE] if curves else files
     return TrainingResult(
         policy=policy,
@@ -146,6 +148,8 @@ def pretrain(
 def load_foundation(settings: Settings, policy: Policy, path: Path | None = None) -> nn.Module:
     """The pretrained backbone of ``policy`` (``model.pt``); its ModelConfig must be the settings' one."""
     path = Path(path or settings.warehouse.foundation_checkpoint(policy))
+    fix = f"re-materialize {policy.variant}_foundation partition {policy.seed_key}"
+    verify_model_folder(path.parent, fix)  # the bytes its files.json records, or one line naming the file
     saved = torch.load(path, map_location="cpu", weights_only=True)
     if saved["variant"] != policy.variant:
         raise ValueError(f"{path} holds a {saved['variant']} backbone, not {policy.variant}")
@@ -199,7 +203,11 @@ def finetune(
 def load_classifier(settings: Settings, policy: Policy) -> nn.Module:
     """The fine-tuned classifier of ``policy`` in eval mode: its foundation's weights + its saved head, once the
     adapter's record of its foundation (``foundation.json``) is checked against the foundation on disk."""
-    settings.warehouse.check_pair(policy)  # the adapter was fine-tuned from this very foundation
     foundation, adapter = settings.warehouse.policy_files(policy)
+    # a damaged foundation is named as such before the pair check would call it retrained
+    verify_model_folder(foundation.parent, f"re-materialize {policy.variant}_foundation partition {policy.seed_key}")
+    settings.warehouse.check_pair(policy)  # the adapter was fine-tuned from this very foundation
+    key = "|".join(policy.partition.values())
+    verify_model_folder(adapter, f"re-materialize {policy.variant}_adapter partition {key}")
     head = HEADS[lookup_variant(policy.variant).head.kind]
     return head.load(load_foundation(settings, policy, foundation), adapter).eval()
