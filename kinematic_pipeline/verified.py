@@ -9,14 +9,13 @@ those it was verified at: the process remembers it, and a sidecar ``<file>.verif
 carries it to the next process; a writer that computed the hash while writing records the sidecar at once
 (``record_verified``), so a 5 GB store costs a stat and a small read per open, not a re-hash. A write through the
 file system changes the mtime, so any later change is hashed again; what keeps both the size and mtime_ns of a
-damaged file (a restore that sets times, bit rot under the file system) needs ``KP_VERIFY=full``, which re-hashes on
-every open.
+damaged file (a restore that sets times, bit rot under the file system) is caught only once its sidecar is removed
+(``rm <file>.verified``: the next open re-hashes).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from kinematic_pipeline.atomic_files import file_sha256, write_bytes_atomic
@@ -31,10 +30,6 @@ class CorruptFileError(ValueError):
 
 def sidecar(path: Path) -> Path:
     return path.with_name(path.name + SIDECAR_SUFFIX)
-
-
-def _full() -> bool:
-    return os.environ.get("KP_VERIFY", "").lower() == "full"
 
 
 def record_verified(path: Path, sha256: str) -> None:
@@ -58,16 +53,15 @@ def verify_file(path: Path, sha256: str, fix: str) -> Path:
     except FileNotFoundError:
         raise CorruptFileError(f"{path} is missing (its manifest records sha256 {sha256[:16]}): {fix}") from None
     key = (str(path), st.st_size, st.st_mtime_ns)
-    if not _full():
-        if _VERIFIED.get(key) == sha256:
-            return path
-        try:
-            seen = json.loads(sidecar(path).read_text())
-        except (OSError, ValueError):
-            seen = None
-        if seen == {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256}:
-            _VERIFIED[key] = sha256
-            return path
+    if _VERIFIED.get(key) == sha256:
+        return path
+    try:
+        seen = json.loads(sidecar(path).read_text())
+    except (OSError, ValueError):
+        seen = None
+    if seen == {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256}:
+        _VERIFIED[key] = sha256
+        return path
     actual = file_sha256(path)
     if actual != sha256:
         raise CorruptFileError(

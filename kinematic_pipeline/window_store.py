@@ -49,6 +49,7 @@ from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
 
 STORE_CODE_VERSION = "window-store-1"
 TOKENS_FILE, ROWS_FILE, DAYS_FILE, MANIFEST_FILE = "tokens.npy", "rows.parquet", "days.parquet", "manifest.parquet"
+STORE_LOCK_TIMEOUT_S = 3600.0  # a second builder waits for the first (a real store takes minutes)
 _HASHED = {TOKENS_FILE: "tokens_sha256", ROWS_FILE: "rows_sha256", DAYS_FILE: "days_sha256"}  # file -> manifest
 BUILD_CHUNK_WINDOWS = 65_536  # windows read per Parquet call while building (~150 MB of tokens)
 WINDOW_BYTES = N_TOKENS * N_CHANNELS * 4
@@ -122,7 +123,34 @@ class StoreSummary:
 
 
 def build_window_store(settings: Settings, asset: str, progress: bool = True) -> StoreSummary:
-    """Build (or keep, when it already holds exactly these shards) the store of ``asset`` for the cut."""
+    """Build (or keep, when it already holds exactly these shards) the store of ``asset`` for the cut: one writer
+    at a time (a lock per store; a second waits, then finds it current), and a full disk named with the store."""
+    import errno
+
+    store = window_store_asset(asset)
+    with settings.warehouse.day_lock(store, "store", timeout_s=STORE_LOCK_TIMEOUT_S):
+        try:
+            return _build_window_store(settings, asset, progress)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            folder = settings.warehouse.window_store_dir(asset)
+            free = shutil.disk_usage(folder.parent if folder.parent.exists() else settings.warehouse.root).free
+            raise OSError(
+                exc.errno,
+                f"no space left on the device building the {store} ({folder}; {free / 1e9:.1f} GB free, about "
+                f"{_store_bytes(settings, asset) / 1e9:.1f} GB needed besides the old store): free space or move "
+                "KP_WAREHOUSE",
+            ) from None
+
+
+def _store_bytes(settings: Settings, asset: str) -> int:
+    """The size of ``asset``'s tokens.npy for the cut (windows x 64 x 9 float32)."""
+    _, metas = training_shard_days(settings, asset)
+    return sum(int(m["windows"]) for m in metas) * N_TOKENS * N_CHANNELS * 4
+
+
+def _build_window_store(settings: Settings, asset: str, progress: bool) -> StoreSummary:
     import time
 
     started = time.perf_counter()

@@ -102,6 +102,34 @@ def test_a_shard_that_does_not_hold_what_its_manifest_says_stops_the_build_namin
     assert not wh.window_store_dir(ASSET).exists() and not list(wh.window_store_dir(ASSET).parent.glob(".staging/*"))
 
 
+def test_a_full_disk_names_the_store_and_a_second_builder_waits_for_the_first(built, tmp_path, monkeypatch):
+    import errno
+    import threading
+
+    from kinematic_pipeline import window_store
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(window_store, "_build_window_store", full)
+    with pytest.raises(OSError, match=r"no space left on the device building the spline_window_store .* GB free"):
+        build_window_store(built, ASSET, progress=False)
+    order = []
+
+    def slow(settings, asset, progress):
+        order.append("start")
+        threading.Event().wait(0.3)
+        order.append("end")
+
+    monkeypatch.setattr(window_store, "_build_window_store", slow)
+    builders = [threading.Thread(target=build_window_store, args=(built, ASSET, False)) for _ in range(2)]
+    for b in builders:
+        b.start()
+    for b in builders:
+        b.join()
+    assert order == ["start", "end", "start", "end"]  # one writer at a time (flock per open file, even in-process)
+
+
 # --- sampling ------------------------------------------------------------------------------------------
 
 
