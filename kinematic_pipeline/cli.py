@@ -289,7 +289,7 @@ def lineage(
 ) -> int:
     import duckdb
 
-    from kinematic_pipeline.lineage import trace
+    from kinematic_pipeline.lineage import LineageReport, pooled_record, trace, trace_pooled
     from kinematic_pipeline.orchestration.partitions import policy_seeds
     from kinematic_pipeline.policy import Policy
     from kinematic_pipeline.stages.evidence import evaluated_variants
@@ -303,12 +303,19 @@ def lineage(
     if fold is not None and fold not in fold_names(settings):
         print(f"unknown fold {fold!r}: expected one of {', '.join(map(str, fold_names(settings)))}", file=sys.stderr)
         return 2
-    # default: the last fold the policy's tau was evaluated on (a single cut: its only fold)
-    fold = evaluated_folds(settings, tau)[-1] if fold is None else fold
-    policy = Policy(model, policy_seeds(settings, model)[0] if seed is None else seed, tau, fold)
+    # Without --fold/--seed: the pooled record the report prints, and every (fold, seed) chain behind it; with
+    # either, the chains of that fold and/or seed only, each on its own.
+    folds = evaluated_folds(settings, tau) if fold is None else (fold,)
+    seeds = policy_seeds(settings, model) if seed is None else (seed,)
+    chains = [Policy(model, s, tau, f) for f in folds for s in seeds]
     # Any ticker ingest accepts (BRK/B, "BRK B", unicode) is fine: the query binds it as a parameter.
     try:
-        report = trace(settings, policy, ticker.strip(), cost_bps)
+        if fold is None and seed is None:
+            report = trace_pooled(settings, pooled_record(settings), model, tau, ticker.strip(), chains, cost_bps)
+        else:
+            reports = [trace(settings, policy, ticker.strip(), cost_bps) for policy in chains]
+            report = LineageReport([line for r in reports for line in r.lines], sum(r.checked for r in reports))
+            report.problems = [p for r in reports for p in r.problems]
     except (LookupError, FileNotFoundError) as exc:
         print(_one_line(exc), file=sys.stderr)
         return 1
@@ -371,8 +378,12 @@ def main(argv: list[str] | None = None) -> int:
     lin.add_argument("--tau", required=True, type=float, help="label threshold of the adapter, e.g. 0.01")
     lin.add_argument("--ticker", required=True, help="test ticker, e.g. NVDA")
     lin.add_argument("--cost-bps", type=float, help="cost of the backtest row (default: the report's)")
-    lin.add_argument("--seed", type=int, help="training seed of the policy (default: the first of train.seeds)")
-    lin.add_argument("--fold", help="walk-forward fold of the policy, e.g. 2019 (default: the last it was tested on)")
+    lin.add_argument(
+        "--seed", type=int, help="trace this seed's chains only (default: the report's pooled record, every seed)"
+    )
+    lin.add_argument(
+        "--fold", help="trace this fold's chains only, e.g. 2019 (default: the report's pooled record, every fold)"
+    )
     sub.add_parser("report", parents=[common], help="print the paper's tables of the last report and where it is")
     args = parser.parse_args(argv)
     try:

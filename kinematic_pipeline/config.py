@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kinematic_pipeline.calendar import trading_days
+from kinematic_pipeline.calendar import CALENDAR_START, calendar_end, trading_days
 from kinematic_pipeline.label_rules import LABEL_SOURCES
 from kinematic_pipeline.variants import BASELINE_NAMES, VARIANT_NAMES
 from kinematic_pipeline.warehouse import Warehouse
@@ -60,6 +60,10 @@ class SyntheticConfig:
     late_listing_fraction: float = 0.25  # share of tickers that list after the first day (IPOs)
     zero_volume_prob: float = 2e-4  # chance a bar reports zero volume (a missing measurement)
     measurement_noise: tuple[float, float] = (0.002, 0.008)  # range of per-ticker noise std of ln(close)
+    # A positive control (KP_PLANTED_IC): None keeps the latent-kinematics universe above; a number in [0, 1)
+    # replaces it by a planted signal whose oracle daily IC is that number (sources/synthetic.py, planted).
+    planted_ic: float | None = None
+    planted_persistence: float = 0.99  # AR(1) coefficient of the planted drift (half-life ~69 sessions)
 
 
 @dataclass(frozen=True)
@@ -209,6 +213,9 @@ class EvalConfig:
     tax_rate: float = 0.32  # short-term capital gains, on net realized gains per tax year
     tax_year_days: int = 252  # trading days per tax year
     rf_annual: float = 0.04  # the paper's risk-free rate for 2023-2025, in Sharpe and Sortino
+    # The paper's tables print a Sharpe and Sortino as N/A below this many days long: in its convention (rf
+    # subtracted, cash earning nothing) a nearly flat record has an unbounded Sharpe (-307 for one day in 1,008)
+    min_days_in_market: int = 20
     report_tau: float = 0.01  # the paper's standard threshold for its main tables and figures
     report_cost_bps: float = 0.0  # the paper's main tables model no costs (its "Limitations")
     focus_ticker: str | None = None  # sweeps, diagnostics, manifold (paper: NVDA); None: first test ticker
@@ -228,6 +235,9 @@ class EvalConfig:
     # same rows for every variant, when the models' forward passes would not fit the budget.
     universe_tickers: int | None = None
     universe_seed: int = 0
+    # A CSV of index members and the day each joined (``sources/membership.py``): each fold's universe keeps the
+    # names added on or before its first test day (KP_MEMBERSHIP_FILE). None: every ticker the source holds.
+    membership_file: str | None = None
     probe_lr_max_iter: int = 300  # lbfgs iterations of the logistic regressions
     probe_trees: int = 300  # LightGBM boosting rounds at most (early stopping on the validation days)
     probe_max_train_rows: int | None = None  # a probe fits on a seeded sample of this many training rows at most
@@ -471,9 +481,15 @@ def check_training_cut(data: DataConfig) -> None:
 
 def _parse_date(text: str, variable: str) -> dt.date:
     try:
-        return dt.date.fromisoformat(text)
+        day = dt.date.fromisoformat(text)
     except ValueError as exc:
         raise ValueError(f"{variable}={text!r} is not an ISO date (YYYY-MM-DD)") from exc
+    if not CALENDAR_START <= day <= calendar_end():
+        raise ValueError(
+            f"{variable}={text} is outside the NYSE calendar this pipeline builds ({CALENDAR_START}..{calendar_end()}); "
+            f"set {variable} inside it"
+        )
+    return day
 
 
 TRAIN_ENV = {  # environment variable -> TrainConfig field (Lightning Trainer arguments)
@@ -538,6 +554,24 @@ def load_settings(
             raise ValueError(f"KP_FOLDS={text!r}: expected a positive integer (1: the single cut KP_TRAIN_END)")
         evaluate = dataclasses.replace(evaluate, folds=int(text))
 
+    synthetic = base.synthetic
+    if env.get("KP_PLANTED_IC"):
+        try:
+            planted = float(env["KP_PLANTED_IC"])
+        except ValueError:
+            planted = -1.0
+        if not 0.0 <= planted < 1.0 or source != "synthetic":
+            raise ValueError(
+                f"KP_PLANTED_IC={env['KP_PLANTED_IC']!r}: expected a daily IC in [0, 1) on the synthetic source"
+            )
+        synthetic = dataclasses.replace(synthetic, planted_ic=planted)
+    if env.get("KP_SYNTHETIC_TICKERS"):
+        if not env["KP_SYNTHETIC_TICKERS"].isdigit() or int(env["KP_SYNTHETIC_TICKERS"]) < 1:
+            raise ValueError(f"KP_SYNTHETIC_TICKERS={env['KP_SYNTHETIC_TICKERS']!r}: expected a positive integer")
+        synthetic = dataclasses.replace(synthetic, n_tickers=int(env["KP_SYNTHETIC_TICKERS"]))
+    if env.get("KP_MEMBERSHIP_FILE"):
+        membership = str(Path(env["KP_MEMBERSHIP_FILE"]).expanduser().resolve())
+        evaluate = dataclasses.replace(evaluate, membership_file=membership)
     wh = Path(warehouse or env.get("KP_WAREHOUSE") or base.warehouse.root).expanduser().resolve()
     # Deployment settings of training (GPUs, precision, DDP), without a code change
     budget = {}
@@ -560,5 +594,12 @@ def load_settings(
     drop = Path(env["KP_DROP_DIR"]).expanduser().resolve() if env.get("KP_DROP_DIR") else None
     durable = env.get("KP_DURABLE_WRITES", "0") == "1"
     return dataclasses.replace(
-        base, warehouse=wh, data=data, train=train, evaluate=evaluate, drop_dir=drop, durable_writes=durable
+        base,
+        warehouse=wh,
+        data=data,
+        synthetic=synthetic,
+        train=train,
+        evaluate=evaluate,
+        drop_dir=drop,
+        durable_writes=durable,
     )

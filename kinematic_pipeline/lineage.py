@@ -244,7 +244,18 @@ def _check(rows: pl.DataFrame, report: LineageReport, root: Path) -> int:
 
 def trace(settings: Settings, policy: Policy, ticker: str, cost_bps: float | None = None) -> LineageReport:
     """The chain behind the backtest of ``policy`` on ``ticker`` (at the report's cost by default), every file
-    re-hashed."""
+    re-hashed, with its verdict line."""
+    return _concluded(_chain(settings, policy, ticker, cost_bps), "files checked")
+
+
+def _concluded(report: LineageReport, what: str) -> LineageReport:
+    verdict = "every link resolves to a file with the recorded hash" if report.ok else "BROKEN LINKS:"
+    report.lines.append(f"{report.checked} {what}: {verdict}")
+    report.lines.extend(f"  {p}" for p in report.problems[:20])
+    return report
+
+
+def _chain(settings: Settings, policy: Policy, ticker: str, cost_bps: float | None) -> LineageReport:
     wh, report = settings.warehouse, LineageReport()
     cost = settings.evaluate.report_cost_bps if cost_bps is None else cost_bps
     variant, tau, seed = policy.variant, policy.tau, policy.seed
@@ -306,7 +317,84 @@ def trace(settings: Settings, policy: Policy, ticker: str, cost_bps: float | Non
         report.lines.append(
             "  code               " + ", ".join(f"{a}={v}" for a, v in code.select("asset", "sha256").iter_rows())
         )
-    verdict = "every link resolves to a file with the recorded hash" if report.ok else "BROKEN LINKS:"
-    report.lines.append(f"{report.checked} files checked: {verdict}")
-    report.lines.extend(f"  {p}" for p in report.problems[:20])
     return report
+
+
+def pooled_record(settings: Settings) -> pl.DataFrame:
+    """The pooled walk-forward backtests the report's tables read (``reports/pooled/backtests.parquet``, written
+    by ``paper_tables``; the ``backtests`` view itself with a single fold), read only: never recomputed here."""
+    from kinematic_pipeline.folds import walk_forward
+
+    wh = settings.warehouse
+    if len(walk_forward(settings)) == 1:
+        return wh.query("SELECT * FROM backtests")
+    path = wh.reports_dir / "pooled" / "backtests.parquet"
+    if not path.exists():
+        raise FileNotFoundError(f"no pooled record at {path}: materialize the report (paper_tables) first")
+    return exact.read_parquet(path)
+
+
+def trace_pooled(
+    settings: Settings,
+    pooled: pl.DataFrame,
+    variant: str,
+    tau: float,
+    ticker: str,
+    chains: list[Policy],
+    cost_bps: float | None = None,
+) -> LineageReport:
+    """The Sharpe the report prints for ``variant`` at ``tau`` on ``ticker`` (the pooled record of every fold's
+    test days, mean over seeds ± std, formatted by the report's own cell), each seed's pooled record checked
+    against its folds' backtests (the same days, end to end), then every (fold, seed) chain behind it
+    (``trace``, every file re-hashed)."""
+    from kinematic_pipeline.report.tables import runs_at, sharpe_cell, with_days_in_market
+
+    report = LineageReport()
+    cost = settings.evaluate.report_cost_bps if cost_bps is None else cost_bps
+    rows = runs_at(pooled.filter(pl.col("variant") == variant), tau, cost, ticker).sort("seed")
+    rows = with_days_in_market(rows, settings.evaluate.min_days_in_market)  # the report's N/A, as it prints
+    if rows.height == 0:
+        raise LookupError(
+            f"the report has no pooled backtest of {variant} at tau={tau:g} on {ticker} at {cost:g} bps; "
+            "materialize the report, or trace one fold with --fold/--seed"
+        )
+    seeds = sorted({p.seed for p in chains})
+    folds = list(dict.fromkeys(p.fold for p in chains))
+    report.lines.append(
+        f"{variant} tau={tau:g} {ticker} at {cost:g} bps, the report's pooled record of {len(folds)} fold(s) x "
+        f"{len(seeds)} seed(s): Sharpe {sharpe_cell(rows)} (as the report prints it)"
+    )
+    per_fold = []
+    for policy in chains:
+        chain = _chain(settings, policy, ticker, cost)
+        per_fold.append((policy, chain))
+        report.checked += chain.checked
+        report.problems += [f"fold {policy.fold} seed {policy.seed}: {p}" for p in chain.problems]
+    for row in rows.iter_rows(named=True):
+        fold_rows = [_fold_row(settings, p, ticker, cost) for p, _ in per_fold if p.seed == row["seed"]]
+        days = sum(r["days"] for r in fold_rows)
+        span = (min(r["first_date"] for r in fold_rows), max(r["last_date"] for r in fold_rows))
+        same = days == row["days"] and span == (row["first_date"], row["last_date"])
+        report.lines.append(
+            f"  seed {row['seed']}: pooled {row['first_date']} .. {row['last_date']} ({row['days']} days): Sharpe "
+            f"{_fmt(row['sharpe'])}, return {row['total_return']:+.1%}; its {len(fold_rows)} folds' backtests "
+            f"cover {span[0]} .. {span[1]} ({days} days): {'ok' if same else 'DIFFER'}"
+        )
+        if not same:
+            report.problems.append(
+                f"the pooled record of seed {row['seed']} is not its folds' days: the report is older than the "
+                "backtests; re-materialize the report (paper_tables)"
+            )
+    for policy, chain in per_fold:
+        report.lines.append(f"  -- fold {policy.fold}, seed {policy.seed} --")
+        report.lines.extend(f"    {line}" for line in chain.lines)
+    return _concluded(report, f"files checked in {len(per_fold)} chains")
+
+
+def _fold_row(settings: Settings, policy: Policy, ticker: str, cost: float) -> dict:
+    fold = fold_of(settings, policy.fold).label
+    return settings.warehouse.query(
+        f"SELECT days, first_date, last_date FROM backtests WHERE variant = ? AND {TAU_SQL} AND ticker = ? "
+        "AND cost_bps = ? AND seed = ? AND fold = ?",
+        [policy.variant, policy.tau, ticker, cost, policy.seed, fold],
+    ).row(0, named=True)

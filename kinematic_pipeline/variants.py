@@ -7,7 +7,9 @@ names and draws it. A variant is of one ``family``:
 
 - ``model``: a transformer pretrained and fine-tuned on one tokenization (the paper's four);
 - ``probe``: a scikit-learn multinomial logistic regression (``lr``) or a LightGBM tree model (``lightgbm``)
-  fitted on every training ticker-day of the universe, on the decision-time features of one feature set
+  fitted on the fold's labelled training ticker-days of the universe (a seeded sample of at most
+  ``evaluate.probe_max_train_rows``; the rows and LightGBM leaf size used are in its ``fit.json``), on the
+  decision-time features of one feature set
   (``probe_features.py``: a tokenization's last five tokens and window std, or the trivial pair);
 - ``rule``: a fixed rule fitted on nothing (always Hold; the sign of the last 1-day or 20-day return).
 
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+from kinematic_pipeline.verified import SIDECAR_SUFFIX
 
 # Buy/Sell/Hold: the class index of the classifier, the label code and the action code of the backtest.
 BUY, SELL, HOLD = 0, 1, 2
@@ -47,9 +51,12 @@ class HeadLayout:
         return (path / self.marker).is_file() if self.is_folder else path.is_file()
 
     def files(self, adapter_dir: Path) -> list[Path]:
-        """The files that define the head, sorted."""
+        """The files that define the head, sorted (not the ``verified`` sidecars: a cache, rewritten when a file's
+        mtime changes, never part of a model's identity)."""
         path = self.path(adapter_dir)
-        return sorted(p for p in path.rglob("*") if p.is_file()) if self.is_folder else [path]
+        if not self.is_folder:
+            return [path]
+        return sorted(p for p in path.rglob("*") if p.is_file() and not p.name.endswith(SIDECAR_SUFFIX))
 
 
 LORA_HEAD = HeadLayout("lora", "adapter", True, "adapter_config.json", "PEFT LoRA on layers 1, 2 and 4")
@@ -175,7 +182,7 @@ def _probe(learner: str, features: str) -> Variant:
         head=None,
         display_name=f"{long} ({feature_name})",
         short_name=f"{short}-{feature_name}",
-        title=f"{long} probe on {what}, fitted on every training ticker-day of the universe",
+        title=f"{long} probe on {what}, fitted on the fold's training ticker-days (at most probe_max_train_rows)",
         color=color,
         line_style="--" if learner == "lr" else ":",
         family="probe",

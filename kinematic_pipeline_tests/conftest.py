@@ -31,6 +31,18 @@ def cli(name: str) -> str:
 SHORT_START, SHORT_END = dt.date(2021, 3, 1), dt.date(2021, 4, 30)
 
 
+def golden_ci_settings():
+    """The ci warehouse ``.ci/run`` materialized whole (``KP_GOLDEN_WAREHOUSE``): skip without it, fail under CI."""
+    import os
+
+    path = os.environ.get("KP_GOLDEN_WAREHOUSE")
+    if not path:
+        if os.environ.get("CI"):
+            pytest.fail("KP_GOLDEN_WAREHOUSE is not set: .ci/run must point it at the ci warehouse it materialized")
+        pytest.skip("set KP_GOLDEN_WAREHOUSE (and DAGSTER_HOME) to a ci-profile warehouse materialized whole")
+    return load_settings("ci", warehouse=Path(path), env={})
+
+
 @pytest.fixture
 def warehouse(tmp_path):
     return tmp_path / "warehouse"
@@ -144,4 +156,12 @@ def record_in_manifest(wh, asset: str, day) -> None:
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
         frame = pl.DataFrame({"partition_date": [day], "content_hash": [sha]})
+    if asset == "labels" and "inputs_digest" not in frame.columns:  # pinned to the inputs on disk now
+        import datetime as dt
+
+        from kinematic_pipeline.calendar import trading_day_on_or_after
+        from kinematic_pipeline.pins import label_inputs_digest
+
+        nxt = trading_day_on_or_after(day + dt.timedelta(days=1))
+        frame = frame.with_columns(next_date=pl.lit(nxt), inputs_digest=pl.lit(label_inputs_digest(wh, day, nxt)))
     frame.write_parquet(path)

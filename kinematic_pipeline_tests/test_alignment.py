@@ -518,8 +518,8 @@ def test_store_labels_joined_one_day_late_fail(ctx, monkeypatch):
     """A data module whose labels come off by one session (the label of t+1 joined to the window of t) is caught."""
     original = data_mod.store_labels
 
-    def shifted_by_ticker(settings, store, tau):
-        labels, hashes = original(settings, store, tau)
+    def shifted_by_ticker(settings, store, tau, until=None):
+        labels, hashes = original(settings, store, tau, until)
         frame = store.rows.select("ticker").with_row_index().with_columns(pl.Series("y", labels))
         moved = frame.with_columns(pl.col("y").shift(-1).over("ticker").fill_null(UNKNOWN)).sort("index")
         return moved["y"].to_numpy().astype(np.int64), hashes

@@ -44,6 +44,9 @@ def test_environment_overrides_profile_and_arguments_override_environment(tmp_pa
         ({"KP_SOURCE": "bloomberg"}, "KP_SOURCE='bloomberg'"),
         ({"KP_SOURCE": "parquet"}, "needs KP_SOURCE_PATH"),
         ({"KP_START_DATE": "03/01/2021"}, "KP_START_DATE"),
+        ({"KP_START_DATE": "1970-01-02"}, "KP_START_DATE=1970-01-02 is outside the NYSE calendar"),
+        ({"KP_END_DATE": "2999-12-31"}, "KP_END_DATE=2999-12-31 is outside the NYSE calendar"),
+        ({"KP_TRAIN_END": "1900-01-02"}, "KP_TRAIN_END=1900-01-02 is outside the NYSE calendar"),
         ({"KP_START_DATE": "2022-01-03", "KP_END_DATE": "2021-01-04"}, "before start date"),
     ],
 )

@@ -247,6 +247,11 @@ def test_the_label_artefact_table_is_the_gap_between_the_two_outcomes():
     table = label_artefact_table(_stats_rows(), "spline")
     row = table.filter(pl.col("Model") == "Logistic regression (Trivial)").row(0, named=True)
     assert row["AUC dir, spline labels"] == "0.550" and row["AUC dir, close-to-close"] == "0.500"
-    assert row["Gap (known at decision time)"] == "+0.050"
+    assert row["AUC on spline - AUC on close labels"] == "+0.050"
+    residual = _stats_rows().filter(pl.col("variant") == "lr_trivial").with_columns(variant=pl.lit("e_t"))
+    first = label_artefact_table(_stats_rows(), "spline", residual).row(0, named=True)
+    assert (
+        first["Model"].startswith("e_t: the causal fit's residual today") and first["AUC dir, spline labels"] == "0.550"
+    )
     close_only = label_artefact_table(_stats_rows().filter(pl.col("outcome").str.starts_with("close")), "close")
     assert "no artefact" in close_only["Model"][0]

@@ -275,9 +275,12 @@ def test_lineage_takes_any_ticker_and_a_catalog_error_is_one_line(tmp_path, tick
 
     (tmp_path / "warehouse").mkdir()
     duckdb.connect(str(tmp_path / "warehouse" / "catalog.duckdb")).close()  # a catalog without the report's views
-    proc = run_cli(tmp_path, "lineage", "--model", "splinegpt", "--tau", "0.01", "--ticker", ticker)
+    command = ["lineage", "--model", "splinegpt", "--tau", "0.01", "--ticker", ticker]
+    proc = run_cli(tmp_path, *command, "--fold", "2022H1", "--seed", "1234")  # one chain: the catalog's views
     assert_one_line_error(proc, "catalog.duckdb", "backtests", "Hint")
     assert "not a ticker" not in proc.stderr
+    pooled = run_cli(tmp_path, *command)  # the report's pooled record first: none yet
+    assert_one_line_error(pooled, "no pooled record at", "materialize the report")
 
 
 @pytest.mark.parametrize(

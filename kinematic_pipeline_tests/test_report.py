@@ -336,3 +336,19 @@ def test_percent_formatting_matches_the_paper():
     from kinematic_pipeline.report.tables import format_percent
 
     assert [format_percent(x) for x in (2.404, -0.347, 0.0, -1e-6)] == ["+240.4%", "-34.7%", "0.0%", "0.0%"]
+
+
+def test_the_papers_sharpe_of_a_nearly_flat_record_reads_na_below_the_minimum_days_in_market():
+    """One day long in 1,008: the paper's convention gives -307 (rf subtracted, cash earning nothing); the table
+    prints N/A with the days in the market beside it, and a record long on enough days keeps its Sharpe."""
+    from kinematic_pipeline.report.tables import with_days_in_market
+
+    rows = [
+        metric_row(ticker="NVDA", days=1008, exposure=1 / 1008, sharpe=-307.0, sortino=-20.0),
+        metric_row(ticker="XOM", days=1008, exposure=0.5, sharpe=0.8, sortino=1.1),
+    ]
+    masked = with_days_in_market(metrics_frame(rows), EvalConfig().min_days_in_market)
+    table = risk_adjusted(masked, 0.01, 0.0)
+    nvda, xom = (table.filter(pl.col("Ticker") == t).row(0, named=True) for t in ("NVDA", "XOM"))
+    assert (nvda["Sharpe: Spline"], nvda["Sortino: Spline"], nvda["Days in market: Spline"]) == ("N/A", "N/A", "1")
+    assert (xom["Sharpe: Spline"], xom["Days in market: Spline"]) == ("0.80", "504")

@@ -18,11 +18,10 @@ from pathlib import Path
 import pytest
 
 from kinematic_pipeline.atomic_files import file_sha256
-from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.verified import MODEL_MANIFEST
 from kinematic_pipeline.warehouse import PREDICTIONS
-from kinematic_pipeline_tests.conftest import cli
+from kinematic_pipeline_tests.conftest import cli, golden_ci_settings
 
 pytestmark = pytest.mark.e2e
 FOLD, TAU = "2022H1", 0.01
@@ -30,10 +29,7 @@ FOLD, TAU = "2022H1", 0.01
 
 @pytest.fixture
 def settings():
-    path = os.environ.get("KP_GOLDEN_WAREHOUSE")
-    if not path:
-        pytest.skip("set KP_GOLDEN_WAREHOUSE (and DAGSTER_HOME) to a ci-profile warehouse materialized whole")
-    return load_settings("ci", warehouse=path)
+    return golden_ci_settings()
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
@@ -152,6 +148,57 @@ def test_predictions_refuse_token_days_whose_raw_days_were_re_ingested(settings,
     assert file_sha256(predictions) == before
     traced = _run(*lineage)
     assert traced.returncode == 0 and "token days match the raw days behind them" in traced.stdout
+
+
+def test_labels_whose_next_day_was_re_ingested_and_re_tokenized_are_refused(settings, tmp_path):
+    """The last session's bar corrected, re-ingested and re-tokenized (the token pins hold again): the labels of
+    the session before (they read that bar as their next day) and of the last session were built from other
+    inputs, so predicting the fold fails naming the labels day, both digests and the fix; with both units put
+    back the same predictions are written again."""
+    import polars as pl
+
+    from kinematic_pipeline.stages.predict import evaluation_days
+    from kinematic_pipeline.stages.tokenize import materialize_tokens
+    from kinematic_pipeline.token_kinds import SPLINE_TOKENS
+    from kinematic_pipeline.warehouse import LABELS, QUARANTINE, RAW_OHLCV
+
+    wh = settings.warehouse
+    policy = Policy("splinegpt", 1235, TAU, "2022H2")
+    predictions = wh.evaluation_file(PREDICTIONS, policy)
+    before = file_sha256(predictions)
+    *_, previous, last = evaluation_days(settings, SPLINE_TOKENS)
+    recorded = wh.manifest_row(LABELS, previous, ["inputs_digest"])["inputs_digest"]
+    units = [wh.unit_dir(RAW_OHLCV, last), wh.unit_dir(SPLINE_TOKENS, last)]
+    for k, unit in enumerate(units):
+        shutil.copytree(unit, tmp_path / f"kept{k}")
+    key = "|".join(policy.partition.values())
+    materialize = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline"]
+    materialize += ["--select", "splinegpt_predictions", "--partition", key]
+    try:
+        manifest = pl.read_parquet(wh.manifest(RAW_OHLCV, last))
+        bars = pl.read_parquet(wh.shard(RAW_OHLCV, last))
+        quarantine = wh.shard(QUARANTINE, last)
+        wh.write_shard(
+            RAW_OHLCV,
+            last,
+            bars.with_columns(close=pl.col("close") * 1.01),
+            manifest.row(0, named=True),
+            dict(manifest.schema),
+            companions={QUARANTINE: pl.read_parquet(quarantine) if quarantine.exists() else None},
+        )
+        materialize_tokens(settings, [last], kinds=(SPLINE_TOKENS,), progress=False)
+        failed = _run(*materialize)
+        output = failed.stdout + failed.stderr
+        assert failed.returncode != 0
+        assert f"labels shard of {previous} (and 1 more day(s) through {last})" in output, output[-3000:]
+        assert f"digest was {recorded[:16]}" in output and "Re-materialize labels for" in output
+        assert file_sha256(predictions) == before  # nothing was written from stale labels
+    finally:
+        for k, unit in enumerate(units):
+            shutil.rmtree(unit)
+            shutil.move(tmp_path / f"kept{k}", unit)
+    assert _run(*materialize).returncode == 0
+    assert file_sha256(predictions) == before
 
 
 def test_a_report_rebuilt_after_an_adapter_was_replaced_is_refused_and_two_runs_give_the_same_bytes(settings):

@@ -377,8 +377,8 @@ def test_on_labels_without_information_the_saved_adapter_scores_no_worse_than_th
     first validation is the base rates' log loss, and the state it keeps is at least as good on validation."""
     real = data_mod.store_labels
 
-    def noise(settings, store, tau):  # the same draws on every call
-        labels, hashes = real(settings, store, tau)
+    def noise(settings, store, tau, until=None):  # the same draws on every call
+        labels, hashes = real(settings, store, tau, until)
         known = labels >= 0
         labels[known] = np.random.default_rng(0).choice(3, size=int(known.sum()), p=[0.25, 0.2, 0.55])
         return labels, hashes

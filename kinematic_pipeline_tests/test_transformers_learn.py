@@ -10,27 +10,19 @@ Newey-West t of at least 2 (before issue 28 they scored -0.11 to +0.01: an untra
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import polars as pl
 import pytest
 
-from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.stages.evidence import outcome_returns, signal_statistics, universe_predictions
 from kinematic_pipeline.variants import variant as lookup_variant
+from kinematic_pipeline_tests.conftest import golden_ci_settings
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
 def settings():
-    path = os.environ.get("KP_GOLDEN_WAREHOUSE")
-    if not path:
-        if os.environ.get("CI"):
-            pytest.fail("KP_GOLDEN_WAREHOUSE is not set: .ci/run must point it at the ci warehouse it materialized")
-        pytest.skip("set KP_GOLDEN_WAREHOUSE to a ci-profile warehouse materialized whole")
-    return load_settings("ci", warehouse=Path(path), env={})
+    return golden_ci_settings()
 
 
 def test_every_transformer_reaches_half_the_probe_ic_on_its_own_tokens(settings):

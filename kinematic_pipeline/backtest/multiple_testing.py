@@ -7,8 +7,11 @@
 - ``spa_pvalues`` (Hansen's SPA), ``stepm_superior`` (Romano and Wolf's StepM) and ``model_confidence_set``
   (Hansen, Lunde and Nason): arch's implementations, on losses = minus daily net returns, with its stationary
   bootstrap (block length ``default_block``), seeded.
-- ``sharpe_difference_interval``: a stationary-bootstrap interval of the difference of two strategies' Sharpe
-  ratios, the two return series resampled together (arch's ``StationaryBootstrap``).
+- ``sharpe_difference_interval`` / ``sharpe_difference_test``: a stationary-bootstrap interval (and p-value) of
+  the difference of two strategies' Sharpe ratios, the two return series resampled together (arch's
+  ``StationaryBootstrap``).
+- ``effective_trials``: how many independent trials k correlated strategies amount to (clusters of their return
+  correlations), for the deflated Sharpe ratio's N.
 
 Pure numpy / scipy / arch; no dagster, no file I/O. ``kinematic_pipeline_tests/test_multiple_testing.py`` checks
 the Sharpe statistics against a hand-computed case and the tests against arch called directly.
@@ -136,6 +139,17 @@ def sharpe_difference_interval(
 ) -> tuple[float, float, float]:
     """(SR_a - SR_b, low, high): the per-period Sharpe difference and its percentile interval from a stationary
     bootstrap that resamples the two series' days together (arch ``StationaryBootstrap``)."""
+    diff, low, high, _, _ = sharpe_difference_test(returns_a, returns_b, reps=reps, block=block, seed=seed, alpha=alpha)
+    return diff, low, high
+
+
+def sharpe_difference_test(
+    returns_a, returns_b, *, reps: int = 1000, block: int | None = None, seed: int = 0, alpha: float = 0.05
+) -> tuple[float, float, float, float, float]:
+    """``sharpe_difference_interval``, its two-sided bootstrap p-value of "no difference" (twice the share of
+    resampled differences on the far side of 0: the percentile interval's duality, p < alpha exactly when the
+    interval excludes 0; at most 1) and the bootstrap standard error. NaN throughout when a Sharpe ratio is
+    undefined (a flat record)."""
     from arch.bootstrap import StationaryBootstrap
 
     a, b = np.asarray(returns_a, dtype=np.float64), np.asarray(returns_b, dtype=np.float64)
@@ -145,8 +159,64 @@ def sharpe_difference_interval(
     def difference(x: np.ndarray, y: np.ndarray) -> float:
         return sharpe_ratio(x) - sharpe_ratio(y)
 
+    point = difference(a, b)
+    if not np.isfinite(point):
+        return (float("nan"),) * 5
     bootstrap = StationaryBootstrap(block or default_block(a.size), a, b, seed=seed)
     draws = np.array([difference(*pos) for pos, _ in bootstrap.bootstrap(reps)])
     draws = draws[np.isfinite(draws)]
-    low, high = np.quantile(draws, [alpha / 2, 1 - alpha / 2]) if draws.size else (float("nan"), float("nan"))
-    return difference(a, b), float(low), float(high)
+    if not draws.size:
+        return point, float("nan"), float("nan"), float("nan"), float("nan")
+    low, high = np.quantile(draws, [alpha / 2, 1 - alpha / 2])
+    p = 1.0 if point == 0 else min(1.0, 2.0 * float(np.mean(draws <= 0) if point > 0 else np.mean(draws >= 0)))
+    return point, float(low), float(high), p, float(draws.std(ddof=1)) if draws.size > 1 else float("nan")
+
+
+def detectable(standard_error: float, level: float, power: float = 0.8) -> float:
+    """The smallest true effect a one-sided z-test at ``level`` detects with probability ``power`` when its
+    estimate has ``standard_error``: (z_{1 - level} + z_{power}) * se (a two-sided test: pass level / 2)."""
+    if not np.isfinite(standard_error):
+        return float("nan")
+    return float((stats.norm.ppf(1 - level) + stats.norm.ppf(power)) * standard_error)
+
+
+def detectable_sharpe(n_periods: int, level: float, power: float = 0.8, hurdle: float = 0.0) -> float:
+    """The smallest per-period Sharpe ratio above ``hurdle`` that a PSR test at ``level`` over ``n_periods``
+    detects with probability ``power``, for normal returns: the Sharpe estimate's standard error is
+    sqrt((1 + SR^2 / 2) / (T - 1)) (Lo 2002), taken at SR = hurdle."""
+    if n_periods < 2:
+        return float("nan")
+    return hurdle + detectable(math.sqrt((1 + hurdle**2 / 2) / (n_periods - 1)), level, power)
+
+
+def effective_trials(returns) -> int:
+    """The number of independent trials behind k correlated return series (T x k): the clusters of their
+    correlation distance sqrt((1 - rho) / 2), cut where the silhouette's mean over its standard deviation is
+    highest (the quality score of Lopez de Prado's ONC, 2019, over average-linkage clusters instead of k-means).
+    k for k <= 2; 1 when every pair is perfectly correlated."""
+    from scipy.cluster.hierarchy import fcluster, linkage
+    from scipy.spatial.distance import squareform
+    from sklearn.metrics import silhouette_samples
+
+    r = np.asarray(returns, dtype=np.float64)
+    k = r.shape[1]
+    if k <= 2:
+        return k
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = np.corrcoef(r, rowvar=False)
+    rho = np.nan_to_num(rho, nan=0.0)  # a constant series is uncorrelated with every other
+    np.fill_diagonal(rho, 1.0)
+    distance = np.sqrt(np.clip((1.0 - rho) / 2.0, 0.0, None))
+    if np.all(distance < 1e-6):
+        return 1
+    tree = linkage(squareform(distance, checks=False), method="average")
+    best, best_quality = k, -np.inf
+    for n in range(2, k):
+        labels = fcluster(tree, n, criterion="maxclust")
+        if len(np.unique(labels)) < 2:
+            continue
+        silhouette = silhouette_samples(distance, labels, metric="precomputed")
+        quality = silhouette.mean() / silhouette.std() if silhouette.std() > 0 else np.inf
+        if quality > best_quality:
+            best, best_quality = len(np.unique(labels)), quality
+    return int(best)

@@ -70,6 +70,42 @@ def daily_ic(
     return _grouped_corr(frame, score, outcome, day, min_names)
 
 
+def partial_rank_ic(
+    frame: pl.DataFrame,
+    controls: tuple[str, ...],
+    score: str = "score",
+    outcome: str = "r_close",
+    day: str = "date",
+    min_names: int = 5,
+) -> pl.DataFrame:
+    """Per day, the partial Spearman correlation of score and outcome given ``controls`` (what the score ranks
+    beyond them): the within-day ranks of the score and of the outcome, each regressed (OLS with an intercept) on
+    the ranks of the controls, and the Pearson correlation of the two residuals. Rows with every column finite
+    count; days with fewer than ``min_names`` such rows, or a residual without spread, are dropped. Columns:
+    ``day``, "n", "rank_ic"."""
+    keep = pl.all_horizontal(pl.col(c).is_finite() for c in (score, outcome, *controls))
+    ranked = (
+        frame.filter(keep)
+        .with_columns(pl.col(c).rank().over(day).alias(c) for c in (score, outcome, *controls))
+        .sort(day)
+        .partition_by(day, maintain_order=True)
+    )
+    rows = []
+    for group in ranked:
+        if group.height < min_names:
+            continue
+        x = np.column_stack([np.ones(group.height), group.select(controls).to_numpy().astype(np.float64)])
+        y = group.select(score, outcome).to_numpy().astype(np.float64)
+        residual = y - x @ np.linalg.lstsq(x, y, rcond=None)[0]
+        spread = residual.std(axis=0)
+        if (spread <= 1e-9 * group.height).any():
+            continue
+        rho = float(np.corrcoef(residual[:, 0], residual[:, 1])[0, 1])
+        rows.append({day: group[day][0], "n": group.height, "rank_ic": rho})
+    schema = {day: frame.schema[day], "n": pl.Int64, "rank_ic": pl.Float64}
+    return pl.DataFrame(rows, schema=schema)
+
+
 def time_series_ic(
     frame: pl.DataFrame, score: str = "score", outcome: str = "r_close", by: str = "ticker", min_days: int = 20
 ) -> pl.DataFrame:

@@ -11,7 +11,7 @@ import polars as pl
 
 from kinematic_pipeline.backtest.oracle import ORACLE, ORACLE_DISPLAY_NAME
 from kinematic_pipeline.label_rules import at_tau
-from kinematic_pipeline.report.tables import UNDEFINED, runs_at
+from kinematic_pipeline.report.tables import UNDEFINED, portfolio_cell, runs_at
 from kinematic_pipeline.variants import ACTION_NAMES, ALL_VARIANT_NAMES, display_name
 from kinematic_pipeline.variants import variant as lookup_variant
 
@@ -92,10 +92,21 @@ def decisions_table(decisions: pl.DataFrame, tau: float) -> pl.DataFrame:
 
 
 def decision_rules_table(
-    metrics: pl.DataFrame, margin: pl.DataFrame, tau: float, cost_bps: float, data_seen: dict[str, str] | None = None
+    metrics: pl.DataFrame,
+    margin: pl.DataFrame,
+    tau: float,
+    cost_bps: float,
+    data_seen: dict[str, str] | None = None,
+    portfolios: dict[str, pl.DataFrame] | None = None,
 ) -> pl.DataFrame:
-    """The paper's argmax next to the margin rule, per variant (models, rules, probes): mean over tickers and
-    seeds; with ``data_seen``, what each variant saw."""
+    """The paper's argmax next to the margin rule, per variant (models, rules, probes): the Sharpe of the
+    equal-weight portfolio of the test tickers (``portfolios``: rule -> ``backtest.portfolio.portfolio_summary``
+    by variant, seeds averaged; cash credited with rf) with its days in the market, and the return and action
+    rate averaged over tickers and seeds; with ``data_seen``, what each variant saw."""
+    ew = {
+        rule: {r["variant"]: r for r in frame.iter_rows(named=True)} if frame.height else {}
+        for rule, frame in (portfolios or {}).items()
+    }
     argmax = runs_at(metrics, tau, cost_bps)
     second = runs_at(margin, tau, cost_bps) if margin.height else margin
     out = []
@@ -106,8 +117,11 @@ def decision_rules_table(
             continue
         row = {"Model": display_name(v)}
         for rule, rows in (("argmax", a), ("margin", m)):
-            sharpe = rows["sharpe"].fill_nan(None).drop_nulls() if rows.height else pl.Series([], dtype=pl.Float64)
-            row[f"Sharpe ({rule})"] = f"{sharpe.mean():.2f}" if sharpe.len() else UNDEFINED
+            summary = ew.get(rule, {}).get(v)
+            row[f"Sharpe ({rule})"] = portfolio_cell(summary) if rows.height else "-"
+            row[f"Days in market ({rule})"] = (
+                f"{summary['days_in_market']}/{summary['days']}" if summary is not None and rows.height else "-"
+            )
             row[f"Return ({rule})"] = f"{100 * rows['total_return'].mean():.1f}%" if rows.height else "-"
             row[f"Action rate ({rule})"] = f"{100 * rows['action_rate'].mean():.1f}%" if rows.height else "-"
         row["m (validation)"] = (
@@ -175,27 +189,35 @@ def time_series_ic_table(ts: pl.DataFrame, tickers: list[str]) -> pl.DataFrame:
     return pl.DataFrame(out, schema={"Model": pl.String, **{t: pl.String for t in tickers}})
 
 
-def label_artefact_table(stats: pl.DataFrame, label_source: str) -> pl.DataFrame:
+def label_artefact_table(stats: pl.DataFrame, label_source: str, residual: pl.DataFrame | None = None) -> pl.DataFrame:
     """How much of the trained-on label is known at decision time: per variant, the direction AUC and the rank
     IC against the trained-on labels' return next to the close-to-close return the backtest trades. With the
     paper's spline labels, r_spline = r_close + e_t - e_(t+1) and e_t (today's residual of the causal fit) is
-    in the window: a gap between the two columns is that term, not tradable skill."""
+    in the window; ``residual`` (``stages.evidence.residual_statistics``) adds a first row scored by e_t itself,
+    the direct measure of that known part. The difference of the two AUCs is computed on different rows (those
+    beyond tau by each label) and holds the one-day reversal too: it is named for what it is."""
     outcomes = stats["outcome"].unique(maintain_order=True).to_list() if stats.height else []
     if len(outcomes) < 2:
         return pl.DataFrame(
             {"Model": [f"the trained-on labels are close-to-close (label_source={label_source}): no artefact"]}
         )
     trained, close = outcomes[0], outcomes[1]
+    named = (
+        [("e_t: the causal fit's residual today (-c3/alpha^2 of token 63)", residual)]
+        if residual is not None and residual.height
+        else []
+    )
+    named += [(display_name(v), rows) for v, rows in _variant_rows(stats)]
     out = []
-    for v, rows in _variant_rows(stats):
+    for name, rows in named:
         a, b = rows.filter(pl.col("outcome") == trained), rows.filter(pl.col("outcome") == close)
         gap = a["auc_direction"].mean() - b["auc_direction"].mean() if a.height and b.height else float("nan")
         out.append(
             {
-                "Model": display_name(v),
+                "Model": name,
                 f"AUC dir, {label_source} labels": _over_seeds_text(a["auc_direction"], ".3f"),
                 "AUC dir, close-to-close": _over_seeds_text(b["auc_direction"], ".3f"),
-                "Gap (known at decision time)": UNDEFINED if not np.isfinite(gap) else f"{gap:+.3f}",
+                f"AUC on {label_source} - AUC on close labels": UNDEFINED if not np.isfinite(gap) else f"{gap:+.3f}",
                 f"Rank IC, r_{label_source}": _over_seeds_text(a["rank_ic"], "+.4f"),
                 "Rank IC, r_close": _over_seeds_text(b["rank_ic"], "+.4f"),
             }

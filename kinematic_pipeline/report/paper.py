@@ -31,7 +31,7 @@ from importlib import resources
 import polars as pl
 
 from kinematic_pipeline import exact_paths as exact
-from kinematic_pipeline.report.tables import _over_seeds, _percent, _ratio, format_percent, runs_at
+from kinematic_pipeline.report.tables import _percent, _ratio, format_percent, over_seeds, runs_at
 from kinematic_pipeline.variants import BENCHMARK, VARIANT_NAMES, display_name
 
 PAPER_RESULTS_FILE = "paper_results.csv"
@@ -121,7 +121,7 @@ def paper_comparison(
             row = {"Model": display_name(model), "Ticker": ticker}
             for label, column, fmt, _ in HEADLINE:
                 spread = _percent if fmt is format_percent else None
-                row[f"{label}: {THIS_RUN}"] = _over_seeds(groups.get((model, ticker)), column, fmt, spread)
+                row[f"{label}: {THIS_RUN}"] = over_seeds(groups.get((model, ticker)), column, fmt, spread)
                 row[f"{label}: {PAPER}"] = published.get((model, ticker, column), "-").replace("$^*$", "")
             rows.append(row)
     missing = [t for t in PAPER_TICKERS if t not in tickers]

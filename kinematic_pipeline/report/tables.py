@@ -69,7 +69,7 @@ def _turnover(value: float) -> str:
     return f"{_one_decimal(value)}x"
 
 
-def _over_seeds(rows: pl.DataFrame | None, column: str, fmt: Callable[[float], str], spread_fmt=None) -> str:
+def over_seeds(rows: pl.DataFrame | None, column: str, fmt: Callable[[float], str], spread_fmt=None) -> str:
     """Mean of ``column`` over the seeds in ``rows`` (NaN ignored), with "± std" when several seeds."""
     if rows is None or rows.is_empty():
         return MISSING
@@ -86,7 +86,12 @@ def _over_seeds(rows: pl.DataFrame | None, column: str, fmt: Callable[[float], s
 
 
 def _cell(column: str, fmt: Callable[[float], str], spread_fmt=None) -> Cell:
-    return lambda rows: _over_seeds(rows, column, fmt, spread_fmt)
+    return lambda rows: over_seeds(rows, column, fmt, spread_fmt)
+
+
+def sharpe_cell(rows: pl.DataFrame | None) -> str:
+    """The Sharpe as the tables print it (``lineage`` of a pooled row prints this very string)."""
+    return over_seeds(rows, "sharpe", _ratio)
 
 
 def _sharpe_ci(rows: pl.DataFrame | None) -> str:
@@ -112,7 +117,7 @@ def _equilibrium_flag(rows: pl.DataFrame | None) -> str:
 
 def _action_rate_with_sole_action(rows: pl.DataFrame | None) -> str:
     """Action rate, plus "(Sell)" etc. when every seed only ever took that one action (the paper's sweep)."""
-    text = _over_seeds(rows, "action_rate", _percent)
+    text = over_seeds(rows, "action_rate", _percent)
     if rows is None or rows.is_empty():
         return text
     totals = {name: rows[f"n_{name.lower()}"].sum() for name in ("Buy", "Sell", "Hold")}
@@ -149,6 +154,20 @@ def _per_ticker(runs: pl.DataFrame, cells: list[tuple[str, Cell]], variants=TABL
     return _table(rows, columns)
 
 
+def with_days_in_market(metrics: pl.DataFrame, min_days: int) -> pl.DataFrame:
+    """The metrics with ``days_in_market`` (closes long: exposure x days) and, in the paper's convention, the
+    Sharpe, its interval and the Sortino set to N/A (NaN) for a record long on fewer than ``min_days`` days
+    (rf subtracted from a cash that earns nothing makes a nearly flat record's Sharpe unbounded)."""
+    if metrics.is_empty() or "exposure" not in metrics.columns:
+        return metrics
+    days = (pl.col("exposure") * pl.col("days")).round(0).cast(pl.Int64)
+    few = days < min_days
+    masked = ("sharpe", "sharpe_ci_low", "sharpe_ci_high", "sortino")
+    return metrics.with_columns(days.alias("days_in_market")).with_columns(
+        pl.when(few).then(float("nan")).otherwise(pl.col(c)).alias(c) for c in masked
+    )
+
+
 def absolute_performance(metrics: pl.DataFrame, tau: float, cost_bps: float) -> pl.DataFrame:
     """Paper table absolute_perf: per ticker, total return and max drawdown of Spline/Patch/FD/Raw/Mkt."""
     cells = [
@@ -161,10 +180,13 @@ def absolute_performance(metrics: pl.DataFrame, tau: float, cost_bps: float) -> 
 def risk_adjusted(metrics: pl.DataFrame, tau: float, cost_bps: float) -> pl.DataFrame:
     """Paper table risk_adjusted: per ticker, Sharpe and Sortino of each, plus the Sharpe's 95% bootstrap CI."""
     cells = [
-        ("Sharpe", _cell("sharpe", _ratio)),
+        ("Sharpe", sharpe_cell),
         ("Sortino", _cell("sortino", _ratio)),
         ("Sharpe 95% CI", _sharpe_ci),
+        ("Days in market", _cell("days_in_market", _count)),
     ]
+    if "days_in_market" not in metrics.columns:  # metrics not read through with_days_in_market: nothing masked
+        metrics = with_days_in_market(metrics, 0)
     return _per_ticker(runs_at(metrics, tau, cost_bps), cells)
 
 
@@ -200,7 +222,7 @@ def tau_sweep(metrics: pl.DataFrame, ticker: str, cost_bps: float) -> pl.DataFra
         for v in VARIANT_NAMES:
             rows_v = groups.get((v, tau))
             row[f"Action Rate: {short_name(v)}"] = _action_rate_with_sole_action(rows_v)
-            row[f"Sharpe: {short_name(v)}"] = _over_seeds(rows_v, "sharpe", _ratio)
+            row[f"Sharpe: {short_name(v)}"] = over_seeds(rows_v, "sharpe", _ratio)
         rows.append(row)
     return _table(rows, columns)
 
@@ -218,9 +240,9 @@ def cost_sensitivity(metrics: pl.DataFrame, variant: str, tau: float) -> pl.Data
     rows = []
     for ticker in _in_order(runs["ticker"]) if not runs.is_empty() else []:
         row = {"Ticker": ticker} | {
-            f"Sharpe ({c:g} bps)": _over_seeds(groups.get((ticker, c)), "sharpe", _ratio) for c in costs
+            f"Sharpe ({c:g} bps)": over_seeds(groups.get((ticker, c)), "sharpe", _ratio) for c in costs
         }
-        row["Ann. Turnover"] = _over_seeds(groups.get((ticker, costs[0])), "turnover_annual", _turnover)
+        row["Ann. Turnover"] = over_seeds(groups.get((ticker, costs[0])), "turnover_annual", _turnover)
         rows.append(row)
     return _table(rows, columns)
 
@@ -246,21 +268,26 @@ def calibration_summary(metrics: pl.DataFrame, tau: float, cost_bps: float) -> p
     return _table(rows, ["Model", "Ticker", *cells])
 
 
-def per_seed(metrics: pl.DataFrame, tau: float, cost_bps: float) -> pl.DataFrame:
-    """One row per (model, seed): the test tickers' mean Sharpe, return and max drawdown, the action rate and
-    how many tickers the policy liquidated (never held), so the spread behind every "± std" is visible."""
+def per_seed(metrics: pl.DataFrame, tau: float, cost_bps: float, portfolio: pl.DataFrame | None = None) -> pl.DataFrame:
+    """One row per (model, seed): the Sharpe of the equal-weight portfolio of the test tickers (``portfolio``:
+    ``backtest.portfolio.portfolio_summary`` by variant and seed; cash credited with rf, so bounded), its days in
+    the market and the tickers never in it, the mean return and max drawdown, the action rate and how many tickers
+    the policy liquidated (never held), so the spread behind every "± std" is visible."""
     runs = runs_at(metrics, tau, cost_bps)
     runs = runs.filter(pl.col("variant") != BENCHMARK) if not runs.is_empty() else runs
-    columns = ["Model", "Seed", "Tickers", "Mean Sharpe", "Mean Return", "Mean MaxDD", "Action Rate", "Liquidated"]
+    columns = ["Model", "Seed", "Tickers", PORTFOLIO_SHARPE, "Days in market", "Mean Return", "Mean MaxDD"]
+    columns += ["Action Rate", "Liquidated"]
+    summary = {} if portfolio is None else {(r["variant"], r["seed"]): r for r in portfolio.iter_rows(named=True)}
     rows = []
     for (variant, seed), group in sorted(_groups(runs, ["variant", "seed"]).items(), key=lambda kv: str(kv[0])):
-        sharpe = group["sharpe"].fill_nan(None).drop_nulls()
+        ew = summary.get((variant, seed))
         rows.append(
             {
                 "Model": display_name(variant),
                 "Seed": str(seed),
                 "Tickers": str(group.height),
-                "Mean Sharpe": _ratio(float(sharpe.mean())) if sharpe.len() else UNDEFINED,
+                PORTFOLIO_SHARPE: portfolio_cell(ew),
+                "Days in market": "-" if ew is None else f"{ew['days_in_market']}/{ew['days']}",
                 "Mean Return": _percent(float(group["total_return"].mean())),
                 "Mean MaxDD": _percent(float(group["max_drawdown"].mean())),
                 "Action Rate": _percent(float(group["action_rate"].mean())),
@@ -268,3 +295,15 @@ def per_seed(metrics: pl.DataFrame, tau: float, cost_bps: float) -> pl.DataFrame
             }
         )
     return _table(rows, columns)
+
+
+PORTFOLIO_SHARPE = "Sharpe (equal-weight portfolio, cash at rf)"
+
+
+def portfolio_cell(row: dict | None) -> str:
+    """An equal-weight portfolio's bounded Sharpe, with the tickers whose own is N/A (never in the market)."""
+    if row is None:
+        return MISSING
+    value = row["sharpe"]
+    text = UNDEFINED if value is None or not np.isfinite(value) else _ratio(value)
+    return text + (f" ({row['tickers_na']}/{row['tickers']} tickers N/A)" if row["tickers_na"] else "")

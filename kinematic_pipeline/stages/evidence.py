@@ -34,12 +34,14 @@ from kinematic_pipeline.backtest.skill import base_rates
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import walk_forward
 from kinematic_pipeline.label_rules import at_tau, labels_from_returns, tau_column
+from kinematic_pipeline.pins import verified_labels
 from kinematic_pipeline.report import evidence_tables as evidence_tables_report
 from kinematic_pipeline.sources import make_source
 from kinematic_pipeline.variants import UNKNOWN_LABEL
 from kinematic_pipeline.variants import variant as lookup_variant
-from kinematic_pipeline.warehouse import LABELS, MARGIN_BACKTESTS, PREDICTIONS, RAW_OHLCV
+from kinematic_pipeline.warehouse import EQUITY_CURVES, LABELS, MARGIN_BACKTESTS, PREDICTIONS, RAW_OHLCV
 
+E_T = "e_t"  # the label-artefact table's reference row: the causal fit's residual today, scored as it is
 TRAINED, CLOSE = "trained", "close"  # the outcomes: the trained-on label columns; labels of r_close
 CLOSE_LABEL = "label_close"  # the column of close-to-close labels joined onto the predictions
 
@@ -78,7 +80,7 @@ def train_base_rates(settings: Settings) -> dict[str, dict[float, FoldRates]]:
         raise FileNotFoundError(f"no labels on or before {last}: materialize labels first")
     taus = settings.tokenize.taus
     columns = ["date", *(tau_column(t) for t in taus), "r_close"]
-    labels = exact.read_parquet(wh.verified_shards(LABELS, days), columns=columns)
+    labels = exact.read_parquet(verified_labels(wh, days), columns=columns)
     per_fold = []
     for fold in folds:
         seen = labels.filter(pl.col("date") <= fold.label_end)
@@ -108,7 +110,7 @@ def with_close_labels(predictions: pl.DataFrame, returns: pl.DataFrame) -> pl.Da
 def prediction_day_returns(settings: Settings, predictions: pl.DataFrame) -> pl.DataFrame:
     """ticker, date, r_close from the labels shards of the prediction days."""
     wh, days = settings.warehouse, sorted(predictions["date"].unique().to_list())
-    return exact.read_parquet(wh.verified_shards(LABELS, days), columns=["ticker", "date", "r_close"])
+    return exact.read_parquet(verified_labels(wh, days), columns=["ticker", "date", "r_close"])
 
 
 def read_view(settings: Settings, view: str) -> pl.DataFrame:
@@ -127,7 +129,7 @@ def oracle_test_predictions(settings: Settings, predictions: pl.DataFrame, tau: 
     wh, days = settings.warehouse, sorted(predictions["date"].unique().to_list())
     tickers = predictions["ticker"].unique().to_list()
     bars = exact.read_parquet(wh.verified_shards(RAW_OHLCV, days), columns=["ticker", "date", "close"])
-    labels = exact.read_parquet(wh.verified_shards(LABELS, days), columns=["ticker", "date", tau_column(tau)])
+    labels = exact.read_parquet(verified_labels(wh, days), columns=["ticker", "date", tau_column(tau)])
     truth = make_source(settings).ground_truth().filter(pl.col("ticker").is_in(tickers))
     # The latent drift that matches the labels: the spline labels follow positions, close labels closes.
     drift = "velocity" if settings.tokenize.label_source == "spline" else "close"
@@ -180,6 +182,16 @@ def pooled_margin_metrics(settings: Settings) -> pl.DataFrame:
     return read_pooled(settings, MARGIN_BACKTESTS)
 
 
+def rule_portfolios(settings: Settings) -> dict[str, pl.DataFrame]:
+    """{rule: the equal-weight portfolio summary per variant} of the pooled argmax and margin-rule records."""
+    from kinematic_pipeline.stages.pooled import MARGIN_EQUITY_CURVES, portfolio_summaries, read_pooled
+
+    return {
+        rule: portfolio_summaries(settings, read_pooled(settings, name), ["variant"])
+        for rule, name in (("argmax", EQUITY_CURVES), ("margin", MARGIN_EQUITY_CURVES))
+    }
+
+
 def evidence_tables(settings: Settings, metrics: pl.DataFrame) -> dict[str, pl.DataFrame]:
     """The evidence tables at the report's tau and cost (see the module docstring)."""
     ev, tau = settings.evaluate, settings.evaluate.report_tau
@@ -201,7 +213,7 @@ def evidence_tables(settings: Settings, metrics: pl.DataFrame) -> dict[str, pl.D
         "time_series_ic": universe["time_series_ic"],
         "decisions": evidence_tables_report.decisions_table(decisions, tau),
         "decision_rules": evidence_tables_report.decision_rules_table(
-            metrics, pooled_margin_metrics(settings), tau, ev.report_cost_bps, seen
+            metrics, pooled_margin_metrics(settings), tau, ev.report_cost_bps, seen, rule_portfolios(settings)
         ),
         "data_seen": universe["data_seen"],
     }
@@ -223,7 +235,7 @@ def universe_predictions(settings: Settings, variants: tuple[str, ...], kind: st
     frame = pl.concat(frames, how="vertical").filter(at_tau(settings.evaluate.report_tau))
     wh, days = settings.warehouse, sorted(frame["date"].unique().to_list())
     returns = exact.read_parquet(
-        wh.verified_shards(LABELS, [d for d in days if wh.shard(LABELS, d).exists()]),
+        verified_labels(wh, [d for d in days if wh.shard(LABELS, d).exists()]),
         columns=["ticker", "date", "r_close", "r_spline"],
     )
     frame = frame.join(returns, on=["ticker", "date"], how="left", validate="m:1")
@@ -304,10 +316,35 @@ def universe_evidence(
             settings.evaluate.report_tau,
             seen,
         ),
-        "label_artefact": evidence_tables_report.label_artefact_table(stats, settings.tokenize.label_source),
+        "label_artefact": evidence_tables_report.label_artefact_table(
+            stats, settings.tokenize.label_source, residual_statistics(settings, universe)
+        ),
         "data_seen": evidence_tables_report.data_seen_table(seen),
         **uncalibrated_information(settings, variants, rates, seen),
     }
+
+
+def residual_statistics(settings: Settings, universe: pl.DataFrame) -> pl.DataFrame:
+    """``signal_statistics`` of e_t, today's residual of the causal fit (ln C_t - x_t(t) = -c3 / alpha^2 of
+    token 63), on the universe's ticker-days: what a spline label knows at decision time, scored directly
+    (r_spline = r_close + e_t - e_(t+1)). Empty without spline labels or the spline features file."""
+    from kinematic_pipeline.folds import fold_names
+    from kinematic_pipeline.stages.alpha import AlphaLookup
+    from kinematic_pipeline.stages.baselines import read_features
+
+    if settings.tokenize.label_source != "spline" or universe.height == 0:
+        return pl.DataFrame()
+    try:
+        folds = [read_features(settings, "lr_spline", ("test",), fold=f) for f in fold_names(settings)]
+    except FileNotFoundError:
+        return pl.DataFrame()
+    c3 = pl.concat(folds).select("ticker", "date", "t63_c3").unique(["ticker", "date"])
+    rows = universe.select("ticker", "date", "r_close", "r_spline", "label").unique(["ticker", "date"])
+    rows = rows.join(c3, on=["ticker", "date"], how="inner").sort("ticker", "date")
+    alpha, _ = AlphaLookup.from_settings(settings).for_tickers(rows["ticker"].to_list())
+    score = -rows["t63_c3"].to_numpy().astype(np.float64) / np.asarray(alpha, dtype=np.float64) ** 2
+    rows = rows.with_columns(pl.Series("score", score), pl.lit(E_T).alias("variant"), pl.lit(0).alias("seed"))
+    return signal_statistics(settings, rows)
 
 
 def uncalibrated_information(settings: Settings, variants: tuple[str, ...], rates: dict, seen) -> dict:

@@ -37,6 +37,7 @@ from kinematic_pipeline.atomic_files import write_bytes_atomic
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import Fold, walk_forward
 from kinematic_pipeline.label_rules import tau_column
+from kinematic_pipeline.pins import verified_labels
 from kinematic_pipeline.probe_features import RAW_EXTRAS, TOKEN_FEATURES, raw_extras, token_features
 from kinematic_pipeline.stages.tokenize import check_token_inputs
 from kinematic_pipeline.token_kinds import token_kind
@@ -145,7 +146,7 @@ def _labels(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
     present = [d for d in days if wh.shard(LABELS, d).exists()]
     if not present:
         return pl.DataFrame(schema={c: (pl.String if c == "ticker" else pl.Date) for c in columns[:2]})
-    return exact.scan_parquet(wh.verified_shards(LABELS, present)).select(columns).collect()
+    return exact.scan_parquet(verified_labels(wh, present)).select(columns).collect()
 
 
 def features_cut(settings: Settings) -> dict:

@@ -16,13 +16,14 @@ from tqdm.auto import tqdm
 
 from kinematic_pipeline import __version__
 from kinematic_pipeline import exact_paths as exact
-from kinematic_pipeline.atomic_files import combined_hash, digest
+from kinematic_pipeline.atomic_files import combined_hash
 from kinematic_pipeline.calendar import trading_day_on_or_after
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import label_returns_close, label_returns_spline, labels_from_returns, tau_column
+from kinematic_pipeline.pins import label_inputs_digest, verified_labels
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS
 from kinematic_pipeline.variants import ACTION_KEYS, UNKNOWN_LABEL
-from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
+from kinematic_pipeline.warehouse import LABELS
 
 
 def labels_schema(taus: tuple[float, ...]) -> dict[str, pl.DataType]:
@@ -86,8 +87,7 @@ def day_labels(settings: Settings, day: dt.date) -> tuple[pl.DataFrame, dt.date,
         "r_close",
         pl.lit(cfg.label_source).alias("label_source"),
     ).with_columns(*[pl.Series(tau_column(t), labels_from_returns(r, t), dtype=pl.Int8) for t in cfg.taus])
-    hashes = [wh.content_hash(a, d, default="") for a in (SPLINE_TOKENS, RAW_OHLCV) for d in (day, nxt)]
-    return out.sort("ticker"), nxt, digest(hashes)
+    return out.sort("ticker"), nxt, label_inputs_digest(wh, day, nxt)
 
 
 def materialize_labels(settings: Settings, days: list[dt.date], progress: bool = True) -> pl.DataFrame:
@@ -111,7 +111,7 @@ def materialize_labels(settings: Settings, days: list[dt.date], progress: bool =
 
 def label_distribution(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
     """Counts of Buy/Sell/Hold/unknown per tau over ``days`` (for metadata)."""
-    frame = exact.read_parquet(settings.warehouse.verified_shards(LABELS, days))
+    frame = exact.read_parquet(verified_labels(settings.warehouse, days))
     rows = []
     for tau in settings.tokenize.taus:
         col = frame[tau_column(tau)]

@@ -19,15 +19,18 @@ import polars as pl
 
 from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.backtest.decisions import threshold_actions, unweighted_probabilities
+from kinematic_pipeline.backtest.portfolio import portfolio_summary, ticker_excess
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import walk_forward
+from kinematic_pipeline.label_rules import at_tau
 from kinematic_pipeline.stages.backtests import sweep_costs
 from kinematic_pipeline.stages.evidence import margin_metrics, read_view
 from kinematic_pipeline.variants import BENCHMARK
 from kinematic_pipeline.warehouse import BACKTESTS, EQUITY_CURVES, MARGIN_BACKTESTS, PREDICTIONS
 
 POLICY_KEYS = ("variant", "tau", "seed")
-POOLED = (BACKTESTS, EQUITY_CURVES, MARGIN_BACKTESTS)
+MARGIN_EQUITY_CURVES = "margin_equity_curves"  # the margin rule's pooled equity: the verdict's second rule
+POOLED = (BACKTESTS, EQUITY_CURVES, MARGIN_BACKTESTS, MARGIN_EQUITY_CURVES)
 
 
 def walk_forward_run(settings: Settings) -> bool:
@@ -71,12 +74,18 @@ def _margin_actions(settings: Settings, predictions: pl.DataFrame, margins: pl.D
 
 
 def pooled_evaluation(settings: Settings) -> dict[str, pl.DataFrame]:
-    """{backtests, equity_curves, margin_backtests}: one pooled record per policy (and Buy & Hold), with the
-    number of folds pooled (``folds``); the views themselves for a single fold. Written under
-    ``reports/pooled/``."""
+    """{backtests, equity_curves, margin_backtests, margin_equity_curves}: one pooled record per policy (and Buy &
+    Hold), with the number of folds pooled (``folds``); for a single fold the views themselves, and the margin
+    rule's equity curves (no view holds them). Written under ``reports/pooled/``."""
+    folder = settings.warehouse.reports_dir / "pooled"
     if not walk_forward_run(settings):
         frames = {BACKTESTS: read_view(settings, BACKTESTS), EQUITY_CURVES: read_view(settings, EQUITY_CURVES)}
-        frames[MARGIN_BACKTESTS] = margin_metrics(settings)
+        frames[MARGIN_BACKTESTS] = margins = margin_metrics(settings)
+        frames[MARGIN_EQUITY_CURVES] = pl.DataFrame()
+        if margins.height:
+            sweeps = _pool(settings, _margin_actions(settings, read_view(settings, PREDICTIONS), margins), False)
+            frames[MARGIN_EQUITY_CURVES] = pl.concat([s.equity for s in sweeps])
+        settings.warehouse.write(frames[MARGIN_EQUITY_CURVES], folder / f"{MARGIN_EQUITY_CURVES}.parquet")
         return frames
     predictions = read_view(settings, PREDICTIONS)
     counts = _fold_counts(predictions)
@@ -101,9 +110,9 @@ def pooled_evaluation(settings: Settings) -> dict[str, pl.DataFrame]:
         )
         pooled = pl.concat([s.metrics for s in margin_sweeps]).join(summary, on=POLICY_KEYS, how="left")
         frames[MARGIN_BACKTESTS] = with_folds(pooled)
+        frames[MARGIN_EQUITY_CURVES] = with_folds(pl.concat([s.equity for s in margin_sweeps]))
     else:
-        frames[MARGIN_BACKTESTS] = margins
-    folder = settings.warehouse.reports_dir / "pooled"
+        frames[MARGIN_BACKTESTS] = frames[MARGIN_EQUITY_CURVES] = margins
     for name, frame in frames.items():
         settings.warehouse.write(frame, folder / f"{name}.parquet")
     return frames
@@ -111,40 +120,62 @@ def pooled_evaluation(settings: Settings) -> dict[str, pl.DataFrame]:
 
 def read_pooled(settings: Settings, name: str) -> pl.DataFrame:
     """A pooled frame ``paper_tables`` wrote (``pooled_evaluation``), or the view itself for a single fold."""
-    if not walk_forward_run(settings):
-        return pooled_evaluation(settings)[name]
+    if not walk_forward_run(settings) and name != MARGIN_EQUITY_CURVES:
+        return margin_metrics(settings) if name == MARGIN_BACKTESTS else read_view(settings, name)
     path = settings.warehouse.reports_dir / "pooled" / f"{name}.parquet"
     if not path.exists():
         return pooled_evaluation(settings)[name]
     return exact.read_parquet(path)
 
 
-def per_fold_table(settings: Settings) -> pl.DataFrame:
-    """Every fold's own backtests at the report's tau and cost: per variant and fold, the Sharpe and total
-    return averaged over tickers and seeds (Buy & Hold beside), with the test days of the fold."""
-    from kinematic_pipeline.label_rules import at_tau
+def portfolio_summaries(settings: Settings, equity: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """``backtest.portfolio.portfolio_summary`` of ``equity`` curves at the report's tau and cost (Buy & Hold
+    rows too): per ``by`` group, the bounded Sharpe of the equal-weight portfolio of its tickers (seeds averaged
+    unless ``by`` holds the seed), its days in the market and the tickers never in it."""
+    ev = settings.evaluate
+    if equity.is_empty():
+        return pl.DataFrame()
+    rows = equity.filter(
+        (pl.col("cost_bps") == ev.report_cost_bps) & (at_tau(ev.report_tau) | (pl.col("variant") == BENCHMARK))
+    )
+    return portfolio_summary(ticker_excess(rows, ev.rf_annual), by)
 
+
+def per_fold_table(settings: Settings) -> pl.DataFrame:
+    """Every fold's own backtests at the report's tau and cost: per variant and fold, the Sharpe of the
+    equal-weight portfolio of the test tickers (cash credited with rf, ``backtest.portfolio``; seeds averaged),
+    its days in the market and the total return averaged over tickers and seeds (Buy & Hold beside), with the
+    test days of the fold."""
     ev = settings.evaluate
     rows = read_view(settings, BACKTESTS).filter(
         (pl.col("cost_bps") == ev.report_cost_bps) & (at_tau(ev.report_tau) | pl.col("tau").is_null())
     )
+    ew = portfolio_summaries(settings, read_view(settings, EQUITY_CURVES), ["variant", "fold"])
     order = [f.label for f in walk_forward(settings)]
     per = (
         rows.group_by("variant", "fold")
         .agg(
-            pl.col("sharpe").filter(pl.col("sharpe").is_not_nan()).mean().round(2).alias("sharpe"),
             (pl.col("total_return").mean() * 100).round(1).alias("return_pct"),
             pl.col("first_date").min().alias("first"),
             pl.col("last_date").max().alias("last"),
         )
-        .with_columns(pl.col("fold").replace_strict(order, list(range(len(order))), default=99).alias("_k"))
+        .join(ew.select("variant", "fold", "sharpe", "days_in_market"), on=["variant", "fold"], how="left")
+        .with_columns(
+            pl.when(pl.col("sharpe").is_nan() | pl.col("sharpe").is_null())
+            .then(pl.lit("N/A"))
+            .otherwise(pl.col("sharpe").map_elements(lambda v: f"{v:.2f}", return_dtype=pl.String))
+            .alias("sharpe"),
+            pl.col("fold").replace_strict(order, list(range(len(order))), default=99).alias("_k"),
+        )
     )
-    wide = per.pivot(on="fold", index="variant", values=["sharpe", "return_pct"], sort_columns=False)
+    values = ["sharpe", "days_in_market", "return_pct"]
+    wide = per.pivot(on="fold", index="variant", values=values, sort_columns=False)
     folds = per.sort("_k").unique("fold", maintain_order=True)
     renamed = {}
     for f in folds.iter_rows(named=True):
         span = f"{f['fold']} ({f['first']}..{f['last']})"
         renamed[f"sharpe_{f['fold']}"] = f"Sharpe {span}"
+        renamed[f"days_in_market_{f['fold']}"] = f"days in market {f['fold']}"
         renamed[f"return_pct_{f['fold']}"] = f"return % {f['fold']}"
-    columns = ["variant"] + [c for f in folds["fold"] for c in (f"sharpe_{f}", f"return_pct_{f}") if c in wide.columns]
+    columns = ["variant"] + [c for f in folds["fold"] for c in (f"{v}_{f}" for v in values) if c in wide.columns]
     return wide.select(columns).rename(renamed).sort("variant")

@@ -25,7 +25,9 @@ from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA, predictions_fr
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import Fold, fold_of, walk_forward
 from kinematic_pipeline.label_rules import same_tau, tau_column
+from kinematic_pipeline.pins import verified_labels
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.sources.membership import members_on
 from kinematic_pipeline.stages.corpus import fold_stats
 from kinematic_pipeline.stages.tokenize import check_token_inputs
 from kinematic_pipeline.variants import variant as lookup_variant
@@ -161,7 +163,7 @@ def _test_windows(wh: Warehouse, asset: str, days: list[dt.date], tickers: list[
         .drop("_file")
     )
     frame = windows.join(closes, on=["ticker", "date"], how="left")
-    label_files = wh.verified_shards(LABELS, [d for d in days if wh.shard(LABELS, d).exists()])
+    label_files = verified_labels(wh, [d for d in days if wh.shard(LABELS, d).exists()])
     if label_files:
         labels = exact.scan_parquet(label_files).filter(wanted).select("ticker", "date", label_col)
         frame = frame.join(labels, on=["ticker", "date"], how="left")
@@ -214,27 +216,33 @@ def _shards_frame(shards: list[dict]) -> pl.DataFrame:
 
 
 def universe_tickers(settings: Settings, asset: str, days: list[dt.date]) -> list[str]:
-    """The tickers of the universe signal: every ticker with a test-period window of ``asset``, or, with
-    ``evaluate.universe_tickers`` = n, a seeded sample of n of them that always holds the backtested tickers
-    (the same names for every variant of a run: the tokenizations admit the same windows)."""
+    """The tickers of the universe signal on a fold's test ``days``: every ticker with a window of ``asset`` on
+    them, or, with ``evaluate.universe_tickers`` = n, those of one seeded sample of n drawn once from the tickers
+    of every fold's test period (the same names in every fold and for every variant), which always holds the
+    backtested tickers. With ``evaluate.membership_file``, only the names that were members on the first of
+    ``days`` (point in time)."""
     if not days:
         return []
-    names = (
-        exact.scan_parquet(settings.warehouse.verified_shards(asset, days))
-        .select("ticker")
-        .unique()
-        .collect()["ticker"]
-        .sort()
-        .to_list()
-    )
-    n = settings.evaluate.universe_tickers
-    if n is None or n >= len(names):
-        return names
-    backtested = [t for t in evaluation_tickers(settings, asset, days) if t in set(names)]
-    rest = [t for t in names if t not in set(backtested)]
-    rng = np.random.default_rng(settings.evaluate.universe_seed)
-    drawn = rng.choice(len(rest), size=max(0, n - len(backtested)), replace=False)
-    return sorted(backtested + [rest[i] for i in drawn])
+    ev = settings.evaluate
+    present = _tickers(settings, asset, days)
+    if ev.universe_tickers is not None:
+        every = _tickers(settings, asset, evaluation_days(settings, asset))
+        if ev.universe_tickers < len(every):
+            backtested = [t for t in evaluation_tickers(settings, asset, days) if t in set(every)]
+            rest = [t for t in every if t not in set(backtested)]
+            rng = np.random.default_rng(ev.universe_seed)
+            drawn = rng.choice(len(rest), size=max(0, ev.universe_tickers - len(backtested)), replace=False)
+            sample = set(backtested) | {rest[i] for i in drawn}
+            present = [t for t in present if t in sample]
+    if ev.membership_file is not None:
+        members = members_on(ev.membership_file, min(days))
+        present = [t for t in present if t in members]
+    return present
+
+
+def _tickers(settings: Settings, asset: str, days: list[dt.date]) -> list[str]:
+    frame = exact.scan_parquet(settings.warehouse.verified_shards(asset, days)).select("ticker").unique().collect()
+    return frame["ticker"].sort().to_list()
 
 
 def _calibrated(

@@ -21,7 +21,13 @@ from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report import document, figures, paper, tables
 from kinematic_pipeline.report.markdown import markdown_table
 from kinematic_pipeline.stages.evidence import evidence_tables, pooled_margin_metrics, read_view
-from kinematic_pipeline.stages.pooled import per_fold_table, pooled_evaluation, read_pooled, walk_forward_run
+from kinematic_pipeline.stages.pooled import (
+    per_fold_table,
+    pooled_evaluation,
+    portfolio_summaries,
+    read_pooled,
+    walk_forward_run,
+)
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS
 from kinematic_pipeline.variants import BENCHMARK, FOCUS_VARIANT
 from kinematic_pipeline.variants import variant as lookup_variant
@@ -43,12 +49,16 @@ TABLE_TITLES = {
     "cost_sensitivity": "Sensitivity to transaction costs, with annualized turnover (paper Table sensitivity)",
     "calibration": "Calibration of every policy: accuracy of its actions; Brier score and ECE of the de-weighted "
     "probabilities p = (q/w)/Σ(q/w), not of the class-weighted softmax q (not in the paper)",
-    "per_seed": "Every seed on its own: what the mean +- std cells summarize (not in the paper)",
+    "per_seed": "Every seed on its own: what the mean +- std cells summarize; its Sharpe is of the equal-weight "
+    "portfolio of the test tickers with cash credited with the risk-free rate (bounded; the paper's tables above "
+    "print N/A below the minimum days in the market) (not in the paper)",
     "paper_comparison": "This run next to the paper's published numbers (paper Tables absolute_perf and risk_adjusted)",
 }
 PER_FOLD_TITLE = (
-    "Every walk-forward fold on its own: Sharpe and total return at the report's tau and cost, mean over tickers "
-    "and seeds (the other tables pool the folds' test days into one record per policy; not in the paper)"
+    "Every walk-forward fold on its own at the report's tau and cost: the Sharpe of the equal-weight portfolio of "
+    "the test tickers (cash credited with the risk-free rate, seeds averaged), its days in the market (mean per "
+    "ticker) and the total return averaged over tickers and seeds (the other tables pool the folds' test days into "
+    "one record per policy; not in the paper)"
 )
 # Tables built from the predictions and the training labels as well (stages/evidence.py), not the metrics alone.
 EVIDENCE_TITLES = {
@@ -68,7 +78,8 @@ EVIDENCE_TITLES = {
     "backtested ticker (not in the paper)",
     "decisions": "Why each policy trades or liquidates under the paper's weighted argmax (not in the paper)",
     "decision_rules": "The paper's argmax next to the margin rule (weights undone, m chosen on validation days), "
-    "models, rules and probes side by side (not in the paper)",
+    "models, rules and probes side by side: the Sharpe of each rule's equal-weight portfolio of the test tickers "
+    "(cash credited with the risk-free rate, seeds averaged) with its days in the market (not in the paper)",
     "data_seen": "Which dates each variant's fit, validation and normalization saw (not in the paper)",
 }
 # written by the scaling_curves asset (stages/scaling.py), not by paper_tables
@@ -92,8 +103,10 @@ ALL_TITLES = {
 
 def load_metrics(settings: Settings) -> pl.DataFrame:
     """Every backtests row (each policy's pooled out-of-sample record over its folds, and the Buy & Hold rows,
-    once per ticker and cost; ``stages.pooled``)."""
-    return read_pooled(settings, BACKTESTS).sort("variant", "tau", "ticker", "cost_bps", nulls_last=True)
+    once per ticker and cost; ``stages.pooled``), with its days in the market, and the Sharpe and Sortino N/A
+    below ``evaluate.min_days_in_market`` (``tables.with_days_in_market``)."""
+    metrics = read_pooled(settings, BACKTESTS).sort("variant", "tau", "ticker", "cost_bps", nulls_last=True)
+    return tables.with_days_in_market(metrics, settings.evaluate.min_days_in_market)
 
 
 def report_conventions(ev: EvalConfig) -> str:
@@ -117,7 +130,11 @@ def focus_ticker(settings: Settings, metrics: pl.DataFrame) -> str:
     return tickers[0]
 
 
-def build_tables(settings: Settings, metrics: pl.DataFrame) -> dict[str, pl.DataFrame]:
+def build_tables(
+    settings: Settings, metrics: pl.DataFrame, per_seed_portfolios: pl.DataFrame | None = None
+) -> dict[str, pl.DataFrame]:
+    """The paper's tables; ``per_seed_portfolios``: each (variant, seed)'s equal-weight portfolio summary (the
+    per-seed table's Sharpe; None: "-")."""
     ev = settings.evaluate
     focus = focus_ticker(settings, metrics)
     return {
@@ -127,7 +144,7 @@ def build_tables(settings: Settings, metrics: pl.DataFrame) -> dict[str, pl.Data
         "tau_sweep": tables.tau_sweep(metrics, focus, ev.report_cost_bps),
         "cost_sensitivity": tables.cost_sensitivity(metrics, FOCUS_VARIANT, ev.report_tau),
         "calibration": tables.calibration_summary(metrics, ev.report_tau, ev.report_cost_bps),
-        "per_seed": tables.per_seed(metrics, ev.report_tau, ev.report_cost_bps),
+        "per_seed": tables.per_seed(metrics, ev.report_tau, ev.report_cost_bps, per_seed_portfolios),
         "paper_comparison": _paper_comparison(metrics)[0],
     }
 
@@ -169,6 +186,7 @@ def _context(settings: Settings, metrics: pl.DataFrame) -> dict[str, str]:
         "test period": f"{metrics['first_date'].min()} .. {metrics['last_date'].max()}",
         "test tickers": ", ".join(sorted(metrics["ticker"].unique().to_list())),
         "focus ticker (single-ticker tables)": focus_ticker(settings, metrics),
+        "universe": _universe_line(settings),
         "main tables": f"tau = {ev.report_tau:g}, costs = {ev.report_cost_bps:g} bps per trade",
         "seeds": f"{len(seeds)} ({', '.join(map(str, seeds))})"
         + (" for the trained models" if models else "")
@@ -182,6 +200,21 @@ def _context(settings: Settings, metrics: pl.DataFrame) -> dict[str, str]:
     }
 
 
+def _universe_line(settings: Settings) -> str:
+    """What the universe is, and what it is not (survivorship, hindsight), in one line of the report's context."""
+    if settings.data.source == "synthetic":
+        return "synthetic tickers (none delisted: no survivorship to correct)"
+    members = (
+        f"each fold keeps the names added on or before its first test day ({settings.evaluate.membership_file})"
+        if settings.evaluate.membership_file
+        else "every ticker of the source, member on the day or not (no KP_MEMBERSHIP_FILE)"
+    )
+    return (
+        "the source's tickers; a list of today's index members holds no name delisted or dropped since "
+        f"(survivorship bias), and the paper chose its six test tickers with hindsight; {members}"
+    )
+
+
 def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame], Path, pl.DataFrame]:
     """Write every table (``tables/<name>.md|.parquet``), their context and ``tables.md``; returns the
     tables, the path of ``tables.md`` and the metrics they were built from."""
@@ -189,7 +222,8 @@ def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame
     pooled_evaluation(settings)  # the pooled records every table below reads (reports/pooled/)
     metrics = load_metrics(settings)
     built = {"verdict": verdict_or_reason(settings)}
-    built |= {**build_tables(settings, metrics), **evidence_tables(settings, metrics)}
+    portfolios = portfolio_summaries(settings, read_pooled(settings, EQUITY_CURVES), ["variant", "seed"])
+    built |= {**build_tables(settings, metrics, portfolios), **evidence_tables(settings, metrics)}
     if walk_forward_run(settings):
         built["per_fold"] = per_fold_table(settings)
     out = settings.warehouse.report_tables_dir

@@ -34,6 +34,7 @@ import polars as pl
 from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.config import Settings, TrainConfig
 from kinematic_pipeline.folds import Fold, walk_forward
+from kinematic_pipeline.pins import verified_labels
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS
@@ -148,7 +149,7 @@ def _returns(settings: Settings, days: list) -> pl.DataFrame:
     have = [d for d in days if wh.shard(LABELS, d).exists()]
     if not have:
         raise FileNotFoundError(f"no labels shard on the scaling fold's test days: materialize {LABELS}")
-    return exact.read_parquet(wh.verified_shards(LABELS, have), columns=["ticker", "date", "r_close"])
+    return exact.read_parquet(verified_labels(wh, have), columns=["ticker", "date", "r_close"])
 
 
 def score_universe(settings: Settings, universe: pl.DataFrame, rates: dict) -> dict:

@@ -1,32 +1,46 @@
-"""The verdict: the report's three questions answered with tests that survive multiple testing.
+"""The verdict: the report's questions, each row answered by exactly the statistic it names.
 
-1. Does any strategy beat Buy & Hold after costs? Each (variant, tau) strategy's daily net return (the
-   paper's rule, at ``evaluate.verdict_cost_bps``; an equal-weight portfolio of the backtested tickers, the
-   seeds averaged) against Buy & Hold's on the same pooled out-of-sample days: Hansen's SPA p-values (lower /
-   consistent / upper) and Romano-Wolf StepM's set at 5%; the best strategy's probabilistic and deflated
-   Sharpe ratio, with the trials counted from what the run evaluated (variants x taus x costs x rules x folds).
-2. Does any model carry directional information beyond the trivial baseline? The daily cross-sectional rank
-   IC on the universe (report's tau, seeds averaged) of each model and probe minus that of the trivial probe
-   (``lr_trivial``), with its Newey-West t and Holm-adjusted one-sided p-values; and the same against 0 (does
-   the score rank tomorrow's returns at all: a trivial probe with a negative IC flatters every other).
-3. Do spline tokens beat finite differences? Stationary-bootstrap 95% intervals of the Sharpe difference of each
-   matched ablation (SplineGPT vs RawGPT-FD and vs RawGPT; each probe on spline vs on fd tokens).
+1. Does any strategy beat Buy & Hold after costs and taxes? Each pooled (variant, tau, rule) strategy's daily net
+   return (both decision rules: the paper's argmax and the margin rule; at ``evaluate.verdict_cost_bps``; an
+   equal-weight portfolio of the backtested tickers, the seeds averaged) against Buy & Hold's on the same
+   out-of-sample days: Hansen's SPA answers whether any does (its consistent p-value); Romano-Wolf StepM's set at
+   5% says which. Strategies pay tax on realised gains, Buy & Hold never realises (the engine's convention). Daily
+   returns are in excess of the risk-free rate with cash credited with it (``backtest.portfolio``: bounded, so
+   a policy almost always in cash is near 0, not -300).
+2. Is the best Sharpe more than the luck of the trials? The best strategy's probabilistic and deflated Sharpe
+   ratios, N = the pooled strategies compared and V = the variance of their Sharpe ratios (one set), and the DSR
+   at the effective N of their return correlations' clusters; the same for the best active return (strategy -
+   Buy & Hold). Sharpe ratios here are of those excess returns, unlike the paper tables' (4% a year subtracted
+   from a cash that earns nothing).
+3. Does any model carry directional information beyond the trivial features? The daily cross-sectional partial
+   rank IC on the universe (report's tau, seeds averaged) of each model and probe given ret1 and vol20 (the
+   trivial probe's features, their ranks regressed out within each day), with its Newey-West t and Holm-adjusted
+   one-sided p-values; and the plain rank IC against 0 (does the score rank tomorrow's returns at all).
+4. Do spline tokens beat finite differences? One family, Holm-adjusted: each matched ablation (SplineGPT vs
+   RawGPT-FD and vs RawGPT; each probe on spline vs on fd tokens) by the stationary-bootstrap Sharpe difference
+   under each rule, and by the paired difference of their daily rank IC on the universe (far more days x tickers
+   than six tickers' Sharpe ratios). An ablation that cannot be computed gets a row saying why; an undefined
+   statistic answers "undefined".
 Beside them the model confidence set across the strategies. Every answer is a template filled with the
 numbers (``multiple_testing``: arch's SPA, StepM, MCS, StationaryBootstrap). No dagster here.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import polars as pl
 from scipy import stats as sps
 
 from kinematic_pipeline.backtest import multiple_testing as mt
-from kinematic_pipeline.backtest.signal import daily_ic, newey_west_t
+from kinematic_pipeline.backtest.portfolio import CONVENTION, ticker_excess
+from kinematic_pipeline.backtest.signal import daily_ic, newey_west_t, partial_rank_ic
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import tau_key
+from kinematic_pipeline.probe_features import TRIVIAL_FEATURES
 from kinematic_pipeline.variants import BENCHMARK, display_name
-from kinematic_pipeline.warehouse import BACKTESTS, EQUITY_CURVES
+from kinematic_pipeline.warehouse import EQUITY_CURVES
 
 LEVEL = 0.05
 ABLATIONS = (
@@ -36,6 +50,8 @@ ABLATIONS = (
     ("lightgbm_spline", "lightgbm_fd"),
 )
 TRIVIAL = "lr_trivial"
+RULES = {"argmax": "", "margin": " [margin]"}  # decision rule -> the suffix of its strategies' names
+SHARPE_CONVENTION = f"daily net excess returns, {CONVENTION}"
 VERDICT_SCHEMA = {
     "Question": pl.String,
     "Test": pl.String,
@@ -43,32 +59,57 @@ VERDICT_SCHEMA = {
     "Interval or p-value": pl.String,
     "Trials": pl.String,
     "Answer": pl.String,
+    "Detectable at 80% power": pl.String,  # the smallest true effect this run's size detects at the row's level
 }
+POWER = 0.8
 
 
-def strategy_returns(settings: Settings, equity: pl.DataFrame) -> tuple[list[str], np.ndarray, np.ndarray, list]:
-    """(names, returns T x k, Buy & Hold's returns T, days): the daily net return of every (variant, tau)
-    tested on every fold, at the verdict's cost: the mean over the backtested tickers and seeds of each day's
-    equity change, on the days every strategy and Buy & Hold share."""
-    rows = equity.filter(pl.col("cost_bps") == settings.evaluate.verdict_cost_bps)
-    if "folds" in rows.columns:
-        rows = rows.filter(pl.col("folds") == pl.col("folds").max())
-    rows = rows.sort("variant", "tau", "seed", "ticker", "date").with_columns(
-        (pl.col("equity") / pl.col("equity").shift(1) - 1).over("variant", "tau", "seed", "ticker").alias("r")
-    )
-    rows = rows.filter(pl.col("r").is_not_null())
-    name = pl.when(pl.col("variant") == BENCHMARK).then(pl.lit(BENCHMARK))
-    name = name.otherwise(pl.col("variant") + pl.lit(" tau=") + pl.col("tau").round(4).cast(pl.String))
-    daily = rows.with_columns(name.alias("strategy")).group_by("strategy", "date").agg(pl.col("r").mean())
-    wide = daily.pivot(on="strategy", index="date", values="r").sort("date").drop_nulls()
+@dataclass(frozen=True)
+class Strategies:
+    """The pooled strategies on their common days: one column per distinct return series."""
+
+    names: list[str]  # a column's name; "(= k identical)" when k others have the very same returns
+    returns: np.ndarray  # T x k daily net returns
+    bench: np.ndarray  # Buy & Hold's, T
+    days: list
+    column: dict[str, int]  # every strategy's name (twins included) -> its column
+
+    def of(self, name: str) -> np.ndarray | None:
+        return self.returns[:, self.column[name]] if name in self.column else None
+
+
+def strategy_name(variant: str, tau: float, rule: str) -> str:
+    return f"{variant} tau={round(tau, 4)}{RULES[rule]}"
+
+
+def strategy_returns(settings: Settings, curves: dict[str, pl.DataFrame]) -> Strategies:
+    """Every pooled (variant, tau) record of each rule (``curves``: rule -> pooled equity curves) tested on every
+    fold, at the verdict's cost: the mean over the backtested tickers and seeds of each day's equity change, on
+    the days every strategy and Buy & Hold share (Buy & Hold from the argmax curves)."""
+    daily = []
+    for rule, equity in curves.items():
+        if equity.height == 0:
+            continue
+        rows = equity.filter(pl.col("cost_bps") == settings.evaluate.verdict_cost_bps)
+        if rule != "argmax":
+            rows = rows.filter(pl.col("variant") != BENCHMARK)
+        if "folds" in rows.columns:
+            rows = rows.filter(pl.col("folds") == pl.col("folds").max())
+        rows = ticker_excess(rows.drop("fold", strict=False), settings.evaluate.rf_annual).rename({"excess": "r"})
+        name = pl.when(pl.col("variant") == BENCHMARK).then(pl.lit(BENCHMARK))
+        name = name.otherwise(
+            pl.col("variant") + pl.lit(" tau=") + pl.col("tau").round(4).cast(pl.String) + pl.lit(RULES[rule])
+        )
+        daily.append(rows.with_columns(name.alias("strategy")).group_by("strategy", "date").agg(pl.col("r").mean()))
+    wide = pl.concat(daily).pivot(on="strategy", index="date", values="r").sort("date").drop_nulls()
     names = sorted(c for c in wide.columns if c not in ("date", BENCHMARK))
     if BENCHMARK not in wide.columns or not names:
         raise ValueError("the verdict needs Buy & Hold and at least one strategy on common days")
-    names, returns = _distinct(names, wide.select(names).to_numpy())
-    return names, returns, wide[BENCHMARK].to_numpy(), wide["date"].to_list()
+    labels, returns, column = _distinct(names, wide.select(names).to_numpy())
+    return Strategies(labels, returns, wide[BENCHMARK].to_numpy(), wide["date"].to_list(), column)
 
 
-def _distinct(names: list[str], returns: np.ndarray) -> tuple[list[str], np.ndarray]:
+def _distinct(names: list[str], returns: np.ndarray) -> tuple[list[str], np.ndarray, dict[str, int]]:
     """One column per distinct return series (a rule that never trades at any tau is one strategy, not four:
     identical columns would make the MCS's loss differences degenerate); the name lists its twins."""
     kept: dict[bytes, int] = {}
@@ -79,15 +120,15 @@ def _distinct(names: list[str], returns: np.ndarray) -> tuple[list[str], np.ndar
         twins.setdefault(first, []).append(name)
     columns = sorted(kept.values())
     label = [names[j] + (f" (= {len(twins[j]) - 1} identical)" if len(twins[j]) > 1 else "") for j in columns]
-    return label, returns[:, columns]
+    column = {name: k for k, j in enumerate(columns) for name in twins[j]}
+    return label, returns[:, columns], column
 
 
-def count_trials(settings: Settings, metrics_view: pl.DataFrame) -> tuple[int, str]:
-    """The configurations this run evaluated: (variant, tau, fold) backtests x costs x decision rules."""
-    policies = metrics_view.filter(pl.col("variant") != BENCHMARK).select("variant", "tau", "fold").unique()
-    costs, rules = len(settings.evaluate.costs_bps), 2
-    n = policies.height * costs * rules
-    return n, f"{n} = {policies.height} (variant, tau, fold) x {costs} costs x {rules} rules"
+def count_trials(strategies: Strategies) -> tuple[int, str]:
+    """N: the pooled strategies the verdict compares (distinct return series, both rules, at its cost)."""
+    n, merged = len(strategies.names), len(strategies.column)
+    twins = f" ({merged} (variant, tau, rule) records, identical ones merged)" if merged > n else ""
+    return n, f"N = {n} pooled strategies{twins}"
 
 
 def _p(value: float) -> str:
@@ -98,50 +139,112 @@ def _annual(daily_sharpe: float) -> float:
     return daily_sharpe * np.sqrt(252)
 
 
-def beat_buy_and_hold(settings: Settings, equity: pl.DataFrame, trials: tuple[int, str]) -> list[dict]:
+def spa_answer(p_consistent: float, superior: list[str]) -> str:
+    """SPA answers whether any strategy beats Buy & Hold; StepM (another procedure) says which."""
+    which = (
+        f"StepM names {', '.join(superior[:4])}{'...' if len(superior) > 4 else ''}"
+        if superior
+        else "StepM names none at 5% (a stepwise procedure: it can reject less than SPA)"
+    )
+    if not np.isfinite(p_consistent):
+        return "undefined (SPA p-value is not finite)"
+    if p_consistent < LEVEL:
+        return f"yes: SPA rejects 'none beats Buy & Hold' (consistent p = {_p(p_consistent)}); {which}"
+    return f"no evidence at the 5% level (SPA consistent p = {_p(p_consistent)}); {which}"
+
+
+def _deflation_row(question: str, what: str, returns: np.ndarray, label: str, n: int, n_eff: int, v: float) -> dict:
+    """PSR(SR > 0) and the DSR at N and at the effective N, of one return series among trials of variance v."""
+    psr = mt.probabilistic_sharpe_ratio(returns)
+    dsr = {m: mt.deflated_sharpe_ratio(returns, m, v) for m in (n, n_eff)}
+    hurdle = {m: _annual(mt.expected_maximum_sharpe(m, v)) for m in (n, n_eff)}
+    survives = [m for m in (n, n_eff) if np.isfinite(dsr[m]) and dsr[m] > 1 - LEVEL]
+    if not all(np.isfinite(d) for d in dsr.values()):
+        answer = "undefined (a Sharpe ratio of a flat record)"
+    elif len(survives) == 2 or (survives and n == n_eff):
+        answer = f"yes: survives deflation at 5% at N = {n} and at the effective N = {n_eff}"
+    elif survives:
+        answer = f"only at the effective N = {n_eff}; not at N = {n}"
+    else:
+        answer = "no evidence at the 5% level once the trials are counted"
+    return {
+        "Question": question,
+        "Test": f"Probabilistic / deflated Sharpe ratio of {what} ({label}); Sharpe of {SHARPE_CONVENTION}",
+        "Statistic": f"Sharpe {_annual(mt.sharpe_ratio(returns)):.2f} annualized; PSR(SR > 0) {psr:.3f}; DSR "
+        f"{dsr[n]:.3f} at N = {n} (luck hurdle {hurdle[n]:.2f}), {dsr[n_eff]:.3f} at effective N = {n_eff} "
+        f"(hurdle {hurdle[n_eff]:.2f})",
+        "Interval or p-value": f"p = {_p(1 - dsr[n])} at N, {_p(1 - dsr[n_eff])} at effective N (1 - DSR)",
+        "Trials": f"N = {n} strategies, V = their Sharpe ratios' variance; effective N = {n_eff} (clusters of "
+        "their return correlations)",
+        "Answer": answer,
+        "Detectable at 80% power": "a Sharpe of "
+        + " / ".join(
+            f"{_annual(mt.detectable_sharpe(returns.size, LEVEL, POWER, mt.expected_maximum_sharpe(m, v))):.2f}"
+            for m in (n, n_eff)
+        )
+        + f" a year at N / effective N ({returns.size} days)",
+    }
+
+
+def beat_buy_and_hold(settings: Settings, strategies: Strategies) -> list[dict]:
     ev = settings.evaluate
-    names, returns, bench, days = strategy_returns(settings, equity)
+    names, returns, bench, days = strategies.names, strategies.returns, strategies.bench, strategies.days
+    trials = count_trials(strategies)
     reps, seed = ev.verdict_bootstrap_resamples, ev.verdict_seed
     spa = mt.spa_pvalues(bench, returns, reps=reps, seed=seed)
     superior = mt.stepm_superior(bench, returns, names, size=LEVEL, reps=reps, seed=seed)
     sharpes = np.array([mt.sharpe_ratio(returns[:, j]) for j in range(len(names))])
-    best = int(np.nanargmax(sharpes))
-    n_trials = max(trials[0], len(names))
-    variance = float(np.nanvar(sharpes, ddof=1)) if len(names) > 1 else 0.0
-    psr = mt.probabilistic_sharpe_ratio(returns[:, best])
-    dsr = mt.deflated_sharpe_ratio(returns[:, best], n_trials, variance)
-    question = f"Does any strategy beat Buy & Hold after costs ({ev.verdict_cost_bps:g} bps a side)?"
-    period = f"{days[0]} .. {days[-1]}, {len(days)} days, {len(names)} strategies"
-    answer = (
-        f"yes: StepM finds {len(superior)} strateg{'y' if len(superior) == 1 else 'ies'} better at 5% "
-        f"({', '.join(superior[:4])}{'...' if len(superior) > 4 else ''})"
-        if superior
-        else f"no evidence at the 5% level (SPA consistent p = {_p(spa['consistent'])}; StepM: none)"
+    active = returns - bench[:, None]
+    active_sharpes = np.array([mt.sharpe_ratio(active[:, j]) for j in range(len(names))])
+    n, n_eff = trials[0], mt.effective_trials(returns)
+    question = (
+        f"Does any strategy beat Buy & Hold after costs ({ev.verdict_cost_bps:g} bps a side) and taxes "
+        "(strategies pay on realised gains; Buy & Hold never realises)?"
     )
-    bench_sharpe = mt.sharpe_ratio(bench)
-    rows = [
-        {
-            "Question": question,
-            "Test": f"Hansen SPA vs Buy & Hold ({period}); losses = -daily net returns",
-            "Statistic": f"best {names[best]}: Sharpe {_annual(sharpes[best]):.2f} vs Buy & Hold "
-            f"{_annual(bench_sharpe):.2f} (annualized)",
-            "Interval or p-value": f"p lower {_p(spa['lower'])}, consistent {_p(spa['consistent'])}, "
-            f"upper {_p(spa['upper'])}",
-            "Trials": trials[1],
-            "Answer": answer,
-        },
-        {
-            "Question": question,
-            "Test": f"Probabilistic / deflated Sharpe ratio of the best strategy ({names[best]})",
-            "Statistic": f"PSR(SR > 0) {psr:.3f}; DSR {dsr:.3f} (expected max Sharpe of {n_trials} unskilled "
-            f"trials {_annual(mt.expected_maximum_sharpe(n_trials, variance)):.2f} annualized)",
-            "Interval or p-value": f"p = {_p(1 - dsr)} (1 - DSR)",
-            "Trials": trials[1],
-            "Answer": "the best Sharpe survives deflation at 5%"
-            if dsr > 1 - LEVEL
-            else "no evidence at the 5% level once the trials are counted",
-        },
-    ]
+    period = f"{days[0]} .. {days[-1]}, {len(days)} days, {len(names)} strategies, both rules"
+    rows = []
+    if np.isfinite(sharpes).any():
+        best = int(np.nanargmax(sharpes))
+        rows.append(
+            {
+                "Question": question,
+                "Test": f"Hansen SPA vs Buy & Hold ({period}); losses = -daily net returns; StepM for which",
+                "Statistic": f"best {names[best]}: Sharpe {_annual(sharpes[best]):.2f} vs Buy & Hold "
+                f"{_annual(mt.sharpe_ratio(bench)):.2f} (annualized, {SHARPE_CONVENTION})",
+                "Interval or p-value": f"p lower {_p(spa['lower'])}, consistent {_p(spa['consistent'])}, "
+                f"upper {_p(spa['upper'])}",
+                "Trials": trials[1],
+                "Answer": spa_answer(spa["consistent"], superior),
+                "Detectable at 80% power": f"an active Sharpe (vs Buy & Hold) of "
+                f"{_annual(mt.detectable_sharpe(len(days), LEVEL / len(names), POWER)):.2f} a year in one strategy "
+                f"(Bonferroni over {len(names)}, {len(days)} days)",
+            }
+        )
+        variance = float(np.nanvar(sharpes, ddof=1)) if len(names) > 1 else 0.0
+        rows.append(
+            _deflation_row(
+                "Is the best strategy's Sharpe more than the luck of the trials (Sharpe > 0 after deflation)?",
+                "the best strategy's daily net returns",
+                returns[:, best],
+                names[best],
+                n,
+                n_eff,
+                variance,
+            )
+        )
+    if np.isfinite(active_sharpes).any():
+        best_active = int(np.nanargmax(active_sharpes))
+        rows.append(
+            _deflation_row(
+                "Does the best strategy's return beyond Buy & Hold's exceed the luck of the trials?",
+                "the best active return (strategy - Buy & Hold, daily)",
+                active[:, best_active],
+                names[best_active],
+                n,
+                n_eff,
+                float(np.nanvar(active_sharpes, ddof=1)) if len(names) > 1 else 0.0,
+            )
+        )
     mcs = mt.model_confidence_set(returns, names, size=LEVEL, reps=reps, seed=seed)
     kept = [n for n, p in mcs.items() if p > LEVEL]
     rows.append(
@@ -154,57 +257,68 @@ def beat_buy_and_hold(settings: Settings, equity: pl.DataFrame, trials: tuple[in
             "Answer": "every strategy is in the set: the data cannot tell them apart"
             if len(kept) == len(names)
             else f"the set keeps {', '.join(kept[:5])}{'...' if len(kept) > 5 else ''}",
+            "Detectable at 80% power": "- (a set, not one effect)",
         }
     )
     return rows
 
 
-def information_beyond_trivial(settings: Settings, universe: pl.DataFrame | None) -> list[dict]:
-    """Two rows: each model's and probe's daily rank IC minus the trivial probe's, and its own IC against 0 (a
-    trivial probe with a negative IC, the one-day reversal, makes every other score look informative beside it)."""
-    if universe is None or universe.height == 0:
-        return []
+def daily_ics(universe: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """{variant: (date, rank_ic)}: each variant's daily cross-sectional rank IC of its score (seeds averaged)
+    against the next day's close-to-close return."""
     scores = universe.group_by("variant", "ticker", "date").agg(pl.col("score").mean(), pl.col("r_close").first())
-    ic = {
+    return {
         v: daily_ic(g, "score", "r_close").select("date", "rank_ic")
         for (v,), g in scores.group_by("variant", maintain_order=True)
     }
+
+
+def information_beyond_trivial(settings: Settings, universe: pl.DataFrame | None) -> list[dict]:
+    """Two rows: each model's and probe's daily partial rank IC given the trivial features (``ret1``, ``vol20``:
+    what it ranks beyond them; the universe needs those columns, ``trivial_features``), and its own IC against
+    0. (An IC minus the trivial probe's would flatter every score beside a trivial probe with a negative IC, the
+    one-day reversal.)"""
+    if universe is None or universe.height == 0:
+        return []
+    ic = daily_ics(universe)
     tested = [v for v in sorted(ic) if v != TRIVIAL and not v.startswith(("always", "momentum"))]
-    reference = ic.get(TRIVIAL)
     rows = []
-    if reference is not None:
+    if all(c in universe.columns for c in TRIVIAL_FEATURES):
+        scores = universe.group_by("variant", "ticker", "date").agg(
+            pl.col("score").mean(), *(pl.col(c).first() for c in ("r_close", *TRIVIAL_FEATURES))
+        )
+        partial = {
+            v: partial_rank_ic(scores.filter(pl.col("variant") == v), TRIVIAL_FEATURES).select("date", "rank_ic")
+            for v in tested
+        }
         rows += _ic_row(
-            "Does any model carry directional information beyond the trivial baseline?",
-            f"daily rank IC on the universe minus {display_name(TRIVIAL)}'s",
-            {v: ic[v] for v in tested},
-            reference,
+            "Does any model carry directional information beyond the trivial features?",
+            f"daily partial rank IC on the universe given {', '.join(TRIVIAL_FEATURES)} (the trivial probe's "
+            "features; ranks regressed out within each day)",
+            partial,
         )
     rows += _ic_row(
         "Does any model's score rank the next day's returns (rank IC > 0)?",
         "daily rank IC on the universe against 0",
         {v: ic[v] for v in tested},
-        None,
     )
     return rows
 
 
-def _ic_row(question: str, test: str, ic: dict[str, pl.DataFrame], reference: pl.DataFrame | None) -> list[dict]:
-    """One verdict row: a one-sided Newey-West t of each variant's daily IC (minus ``reference``'s on the same
-    days), Holm-adjusted over the variants."""
+def _ic_row(question: str, test: str, ic: dict[str, pl.DataFrame]) -> list[dict]:
+    """One verdict row: a one-sided Newey-West t of each variant's daily IC, Holm-adjusted over the variants."""
     from statsmodels.stats.multitest import multipletests
 
-    tests = []
+    tests, errors = [], []
     for v, daily in ic.items():
-        if reference is not None:
-            daily = daily.join(reference, on="date", suffix="_ref").with_columns(
-                (pl.col("rank_ic") - pl.col("rank_ic_ref")).alias("rank_ic")
-            )
         x = daily["rank_ic"].to_numpy()
-        t, _, _ = newey_west_t(x)
+        t, se, _ = newey_west_t(x)
         p = float(sps.norm.sf(t)) if np.isfinite(t) else float("nan")
         tests.append((v, float(np.nanmean(x)) if x.size else float("nan"), t, p, x.size))
+        errors.append(se)
     if not tests:
         return []
+    mde = mt.detectable(float(np.nanmedian(errors)), LEVEL / len(tests), POWER)
     pvals = np.array([p if np.isfinite(p) else 1.0 for *_, p, _ in tests])
     reject, adjusted, _, _ = multipletests(pvals, alpha=LEVEL, method="holm")
     winners = [tests[i][0] for i in range(len(tests)) if reject[i]]
@@ -218,56 +332,158 @@ def _ic_row(question: str, test: str, ic: dict[str, pl.DataFrame], reference: pl
             "Interval or p-value": f"smallest Holm p = {_p(adjusted[best])} ({tests[best][0]})",
             "Trials": f"{len(tests)} (one per model and probe)",
             "Answer": f"yes: {', '.join(winners)} at 5% (Holm)" if winners else "no evidence at the 5% level",
+            "Detectable at 80% power": f"a mean daily rank IC of "
+            f"{mde:.4f} (one score, at 5%/{len(tests)}, the median Newey-West error, {tests[best][4]} days)",
         }
     ]
 
 
-def spline_vs_fd(settings: Settings, equity: pl.DataFrame, trials: tuple[int, str]) -> list[dict]:
+@dataclass(frozen=True)
+class Comparison:
+    """One test of the spline-vs-fd family: an estimate (a minus b) and its two-sided p, or why there is none."""
+
+    test: str
+    statistic: str = "-"
+    interval: str = "-"
+    estimate: float = float("nan")
+    p: float = float("nan")
+    why: str | None = None  # the reason it cannot be computed
+    se: float = float("nan")  # the estimate's standard error (bootstrap or Newey-West)
+    unit: str = ""  # how a detectable effect reads: "sharpe" (annualized) or "ic"
+
+
+def ablation_comparisons(settings: Settings, strategies: Strategies, ics: dict | None) -> list[Comparison]:
+    """Each matched ablation by the Sharpe difference under each rule and by the paired daily IC difference."""
     ev = settings.evaluate
-    names, returns, _, days = strategy_returns(settings, equity)
-    column = {n: returns[:, j] for j, n in enumerate(names)}
-    tau = f" tau={round(ev.report_tau, 4)}"
-    rows = []
+    tau, cost = ev.report_tau, ev.verdict_cost_bps
+    out = []
     for a, b in ABLATIONS:
-        if a + tau not in column or b + tau not in column:
+        pair = f"{display_name(a)} - {display_name(b)}"
+        for rule in RULES:
+            names = strategy_name(a, tau, rule), strategy_name(b, tau, rule)
+            test = (
+                f"{pair}, {rule} rule: stationary-bootstrap Sharpe difference (tau {tau_key(tau)}, {cost:g} bps, "
+                f"{len(strategies.days)} days, {SHARPE_CONVENTION})"
+            )
+            missing = [n for n in names if n not in strategies.column]
+            if missing:
+                why = f"no pooled record of {' and '.join(missing)} tested on every fold at {cost:g} bps"
+                out.append(Comparison(test, why=why))
+                continue
+            if strategies.column[names[0]] == strategies.column[names[1]]:
+                out.append(Comparison(test, why="the two records are identical day by day (e.g. neither trades)"))
+                continue
+            diff, low, high, p, se = mt.sharpe_difference_test(
+                strategies.of(names[0]),
+                strategies.of(names[1]),
+                reps=ev.verdict_bootstrap_resamples,
+                seed=ev.verdict_seed,
+            )
+            interval = f"[{_annual(low):+.2f}, {_annual(high):+.2f}] (95%, unadjusted)"
+            out.append(Comparison(test, f"{_annual(diff):+.2f} (annualized)", interval, diff, p, se=se, unit="sharpe"))
+        test = f"{pair}: paired difference of the daily rank IC on the universe, Newey-West t, two-sided"
+        if not ics or a not in ics or b not in ics:
+            absent = [v for v in (a, b) if not ics or v not in ics]
+            out.append(Comparison(test, why=f"no universe predictions of {' and '.join(absent)}"))
             continue
-        diff, low, high = mt.sharpe_difference_interval(
-            column[a + tau], column[b + tau], reps=ev.verdict_bootstrap_resamples, seed=ev.verdict_seed
-        )
-        covers = low <= 0 <= high
-        rows.append(
-            {
-                "Question": "Do spline tokens beat finite differences?",
-                "Test": f"{display_name(a)} - {display_name(b)}: stationary-bootstrap 95% interval of the Sharpe "
-                f"difference (tau {tau_key(ev.report_tau)}, {ev.verdict_cost_bps:g} bps, {len(days)} days)",
-                "Statistic": f"{_annual(diff):+.2f} (annualized)",
-                "Interval or p-value": f"[{_annual(low):+.2f}, {_annual(high):+.2f}]",
-                "Trials": trials[1],
-                "Answer": "no evidence at the 5% level (the interval holds 0)"
-                if covers
-                else (f"yes: {display_name(a)} is better" if low > 0 else f"no: {display_name(b)} is better"),
-            }
-        )
-    return rows
+        paired = ics[a].join(ics[b], on="date", suffix="_b").drop_nulls()
+        x = (paired["rank_ic"] - paired["rank_ic_b"]).to_numpy()
+        t, se, _ = newey_west_t(x)
+        p = float(2 * sps.norm.sf(abs(t))) if np.isfinite(t) else float("nan")
+        mean = float(np.mean(x)) if x.size else float("nan")
+        out.append(Comparison(test, f"{mean:+.4f} (t {t:.2f}, {x.size} days)", "-", mean, p, se=se, unit="ic"))
+    return out
 
 
-def verdict_table(settings: Settings, equity: pl.DataFrame, metrics_view: pl.DataFrame, universe) -> pl.DataFrame:
-    """The verdict rows (VERDICT_SCHEMA): questions 1-3 and the model confidence set."""
-    trials = count_trials(settings, metrics_view)
-    rows = beat_buy_and_hold(settings, equity, trials)
+def family_answers(comparisons: list[Comparison], a_b: list[tuple[str, str]]) -> list[str]:
+    """Holm over the family's computable tests; each test's answer (``a_b``: its (a, b) display names)."""
+    from statsmodels.stats.multitest import multipletests
+
+    finite = [k for k, c in enumerate(comparisons) if c.why is None and np.isfinite(c.p)]
+    adjusted = dict.fromkeys(range(len(comparisons)), float("nan"))
+    if finite:
+        _, holm, _, _ = multipletests([comparisons[k].p for k in finite], alpha=LEVEL, method="holm")
+        adjusted.update(zip(finite, map(float, holm)))
+    answers = []
+    for k, (c, (a, b)) in enumerate(zip(comparisons, a_b)):
+        if c.why is not None:
+            answers.append(f"cannot be computed: {c.why}")
+        elif not np.isfinite(c.p):
+            answers.append("undefined: the statistic or its interval is not finite (a flat record)")
+        elif adjusted[k] < LEVEL:
+            better = a if c.estimate > 0 else b
+            answers.append(f"{'yes' if c.estimate > 0 else 'no'}: {better} is better at 5% (Holm p {_p(adjusted[k])})")
+        else:
+            answers.append(f"no evidence at the 5% level (Holm p {_p(adjusted[k])})")
+    return answers
+
+
+def spline_vs_fd(settings: Settings, strategies: Strategies, ics: dict | None) -> list[dict]:
+    comparisons = ablation_comparisons(settings, strategies, ics)
+    per_ablation = len(comparisons) // len(ABLATIONS)
+    a_b = [(display_name(a), display_name(b)) for a, b in ABLATIONS for _ in range(per_ablation)]
+    computable = sum(c.why is None and np.isfinite(c.p) for c in comparisons)
+    return [
+        {
+            "Question": "Do spline tokens beat finite differences?",
+            "Test": c.test,
+            "Statistic": c.statistic,
+            "Interval or p-value": f"{c.interval}; p {_p(c.p)}" if c.why is None else "-",
+            "Trials": f"{computable} tests in this family (Holm)",
+            "Answer": answer,
+            "Detectable at 80% power": _detectable_difference(c, max(computable, 1)),
+        }
+        for c, answer in zip(comparisons, family_answers(comparisons, a_b))
+    ]
+
+
+def _detectable_difference(c: Comparison, m: int) -> str:
+    """The smallest difference this comparison detects at 80% power, two-sided at 5%/m (Holm's first step)."""
+    mde = mt.detectable(c.se, LEVEL / (2 * m), POWER)
+    if c.why is not None or not np.isfinite(mde):
+        return "-"
+    if c.unit == "sharpe":
+        return f"a Sharpe difference of {_annual(mde):.2f} a year (two-sided, 5%/{m})"
+    return f"a mean daily rank-IC difference of {mde:.4f} (two-sided, 5%/{m})"
+
+
+def verdict_table(settings: Settings, curves: dict[str, pl.DataFrame], universe: pl.DataFrame | None) -> pl.DataFrame:
+    """The verdict rows (VERDICT_SCHEMA) of the pooled equity curves of each rule (``curves``: rule -> frame) and the
+    universe's predictions (None: none)."""
+    strategies = strategy_returns(settings, curves)
+    rows = beat_buy_and_hold(settings, strategies)
     rows += information_beyond_trivial(settings, universe)
-    rows += spline_vs_fd(settings, equity, trials)
+    ics = daily_ics(universe) if universe is not None and universe.height else None
+    rows += spline_vs_fd(settings, strategies, ics)
     return pl.DataFrame(rows, schema=VERDICT_SCHEMA)
 
 
 def materialize_verdict(settings: Settings) -> pl.DataFrame:
     """The verdict of the run's pooled out-of-sample records (``stages.pooled``), written with the tables."""
-    from kinematic_pipeline.stages.evidence import evaluated_variants, read_view, universe_predictions
-    from kinematic_pipeline.stages.pooled import read_pooled
+    from kinematic_pipeline.stages.evidence import evaluated_variants, universe_predictions
+    from kinematic_pipeline.stages.pooled import MARGIN_EQUITY_CURVES, read_pooled
 
-    equity = read_pooled(settings, EQUITY_CURVES)
+    curves = {"argmax": read_pooled(settings, EQUITY_CURVES), "margin": read_pooled(settings, MARGIN_EQUITY_CURVES)}
     try:
         universe = universe_predictions(settings, evaluated_variants(settings))
     except FileNotFoundError:
         universe = None
-    return verdict_table(settings, equity, read_view(settings, BACKTESTS), universe)
+    features = trivial_features(settings)
+    if universe is not None and features is not None:
+        universe = universe.join(features, on=["ticker", "date"], how="left")
+    return verdict_table(settings, curves, universe)
+
+
+def trivial_features(settings: Settings) -> pl.DataFrame | None:
+    """ret1 and vol20 of every universe ticker-day of every fold's test period (the trivial probe's features
+    file), or None when the run has no such file."""
+    from kinematic_pipeline.folds import fold_names
+    from kinematic_pipeline.stages.baselines import read_features
+
+    if TRIVIAL not in settings.evaluate.baselines:
+        return None
+    try:
+        frames = [read_features(settings, TRIVIAL, ("test",), fold=f) for f in fold_names(settings)]
+    except FileNotFoundError:
+        return None
+    return pl.concat(frames).select("ticker", "date", *TRIVIAL_FEATURES).unique(["ticker", "date"])

@@ -28,6 +28,7 @@ from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import fold_of
 from kinematic_pipeline.label_rules import same_tau, tau_column
+from kinematic_pipeline.pins import verified_labels
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.sampling import epoch_sample, part_of
 from kinematic_pipeline.stages.corpus import fold_stats
@@ -154,17 +155,22 @@ class EpochSeed(L.Callback):
             datamodule.set_epoch(trainer.current_epoch)
 
 
-def store_labels(settings: Settings, store: WindowStore, tau: float) -> tuple[np.ndarray, dict[dt.date, str]]:
+def store_labels(
+    settings: Settings, store: WindowStore, tau: float, until: dt.date | None = None
+) -> tuple[np.ndarray, dict[dt.date, str]]:
     """The label of ``tau`` for every store row (-1 where unknown), from the labels shards of the store's days
-    joined on (date, ticker), and those shards' content hashes. Only days on or before the cut are read (the
-    store holds no other day)."""
+    (on or before ``until``: a fold's ``label_end``, the purge) joined on (date, ticker), and those shards' content
+    hashes. Only days on or before the cut are read (the store holds no other day), and with ``until`` no label
+    whose next session lies after it: its pin check would open that session's manifests."""
     wh, col = settings.warehouse, tau_column(tau)
-    days = [d for d in store.days["date"].to_list() if wh.manifest(LABELS, d).exists()]
+    days = [
+        d for d in store.days["date"].to_list() if (until is None or d <= until) and wh.manifest(LABELS, d).exists()
+    ]
     hashes = dict(zip(days, wh.content_hashes(LABELS, days)))
     keys = store.rows.select("date", "ticker")
     if not days:
         return np.full(keys.height, UNKNOWN_LABEL, dtype=np.int64), hashes
-    labels = exact.scan_parquet(wh.verified_shards(LABELS, days)).select("date", "ticker", col).collect()
+    labels = exact.scan_parquet(verified_labels(wh, days)).select("date", "ticker", col).collect()
     joined = keys.join(labels, on=["date", "ticker"], how="left", maintain_order="left")
     return joined[col].fill_null(UNKNOWN_LABEL).to_numpy().astype(np.int64), hashes
 
@@ -201,9 +207,9 @@ class WindowDataModule(L.LightningDataModule):
         day_of_row = store.day_of_row
         usable = store.rows["finite"].to_numpy() & (day_of_row < len(days))
         if self.tau is not None:
-            self._labels, self._label_hashes = store_labels(self.settings, store, self.tau)
+            self._labels, self._label_hashes = store_labels(self.settings, store, self.tau, until=fold.label_end)
             purged = store.rows["date"].to_numpy() > np.datetime64(fold.label_end, "D")  # label reaches the test
-            self._labels[purged] = UNKNOWN_LABEL
+            self._labels[purged] = UNKNOWN_LABEL  # (not read: unknown already)
             usable = usable & (self._labels >= 0)
         is_val = day_of_row >= len(self.train_days)
         stats = None

@@ -1,0 +1,74 @@
+"""The universe of the signal tables: one seeded draw for every fold, and point in time by a membership file."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from kinematic_pipeline.config import load_settings
+from kinematic_pipeline.sources.membership import members_on
+from kinematic_pipeline.stages import predict
+
+CSV = "Symbol,Security,Date added\nAAA,A Inc,1990-01-02\nBBB,B Inc,2020-06-22\nCCC,C Inc,2019-01-02\n"
+FOLD_2019 = [dt.date(2019, 1, 2), dt.date(2019, 12, 31)]
+FOLD_2021 = [dt.date(2021, 1, 4), dt.date(2021, 12, 31)]
+
+
+def test_members_on_a_day_are_those_added_on_or_before_it(tmp_path):
+    path = tmp_path / "members.csv"
+    path.write_text(CSV)
+    assert members_on(path, dt.date(2019, 1, 1)) == {"AAA"}
+    assert members_on(path, dt.date(2019, 1, 2)) == {"AAA", "CCC"}
+    assert members_on(path, dt.date(2022, 1, 3)) == {"AAA", "BBB", "CCC"}
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("Symbol,Security\nAAA,A\n", "has no column 'Date added'"),
+        ("Symbol,Date added\nAAA,1990-01-02\nBBB,soon\n", "row 3 column 'Date added': 'soon' is not a date"),
+        ("Symbol,Date added\n,1990-01-02\n", "row 2 column 'Symbol' is empty"),
+    ],
+)
+def test_a_bad_membership_file_names_its_row_and_column(tmp_path, text, message):
+    path = tmp_path / f"bad{abs(hash(text))}.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        members_on(path, dt.date(2020, 1, 1))
+
+
+def _universe(monkeypatch, tmp_path, env: dict) -> dict[str, list[str]]:
+    """universe_tickers of two folds over 40 tickers (T00..T39; T39 trades only in 2021), the shards stubbed."""
+    settings = load_settings("ci", warehouse=tmp_path, env=env)
+    every = [f"T{k:02d}" for k in range(40)]
+    monkeypatch.setattr(predict, "_tickers", lambda s, a, days: every if days[0].year != 2019 else every[:-1])
+    monkeypatch.setattr(predict, "evaluation_days", lambda s, a, fold=None: FOLD_2019 + FOLD_2021)
+    monkeypatch.setattr(predict, "evaluation_tickers", lambda s, a, days: ["T00", "T01"])
+    return {
+        str(days[0].year): predict.universe_tickers(settings, "spline_tokens", days) for days in (FOLD_2019, FOLD_2021)
+    }
+
+
+def test_the_universe_sample_is_drawn_once_for_every_fold(monkeypatch, tmp_path):
+    import dataclasses
+
+    original = load_settings
+
+    def with_sample(*args, **kwargs):
+        s = original(*args, **kwargs)
+        return dataclasses.replace(s, evaluate=dataclasses.replace(s.evaluate, universe_tickers=10))
+
+    monkeypatch.setattr(f"{__name__}.load_settings", with_sample)
+    folds = _universe(monkeypatch, tmp_path, {})
+    assert len(folds["2021"]) == 10 and {"T00", "T01"} <= set(folds["2021"])
+    assert set(folds["2019"]) == set(folds["2021"]) - {"T39"}  # the same draw; 2019 lacks what it never traded
+    assert len(set(folds["2019"]) | set(folds["2021"])) == 10  # 10 names seen over the folds, not 10 per fold
+
+
+def test_a_membership_file_keeps_each_folds_members_on_its_first_test_day(monkeypatch, tmp_path):
+    path = tmp_path / "members.csv"
+    path.write_text("Symbol,Date added\n" + "".join(f"T{k:02d},{2020 if k % 2 else 2000}-06-01\n" for k in range(40)))
+    folds = _universe(monkeypatch, tmp_path, {"KP_MEMBERSHIP_FILE": str(path)})
+    assert folds["2019"] == [f"T{k:02d}" for k in range(0, 40, 2)]  # the odd names joined in 2020
+    assert folds["2021"] == [f"T{k:02d}" for k in range(40)]
