@@ -352,3 +352,18 @@ def test_info_prints_the_settings_as_a_tree(tmp_path):
     assert tree[0] == "settings:" and f"  warehouse: {tmp_path}" in tree
     assert "  train:" in tree and "    seeds: 1234, 1235" in tree and "    taus: 0.0025, 0.005, 0.01, 0.02" in tree
     assert not any("Settings(" in line or "TrainConfig(" in line for line in tree)
+
+
+@pytest.mark.parametrize("variable, value", [("KP_START_DATE", "1970-01-02"), ("KP_END_DATE", "2999-12-31")])
+def test_a_date_outside_the_calendar_is_one_line_naming_its_setting(tmp_path, variable, value):
+    env = {**_env(tmp_path, None, None), variable: value}  # over the test's own dates
+    proc = subprocess.run(
+        [sys.executable, "-m", "kinematic_pipeline", "materialize", "--select", "raw_ohlcv"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert_one_line_error(proc, f"{variable}={value} is outside the NYSE calendar", f"set {variable} inside it")
+    assert not (tmp_path / "warehouse").exists()

@@ -183,3 +183,29 @@ def test_a_planted_pickle_a_flipped_byte_or_a_truncated_probe_is_refused_by_the_
         shutil.copytree(backup, folder)
     assert _materialize(variant, policy).returncode == 0
     assert file_sha256(predictions) == before
+
+
+@pytest.mark.e2e
+def test_a_probe_under_a_new_training_cut_refuses_features_split_for_other_folds(tmp_path):
+    """``KP_TRAIN_END`` moved after the features were built (the ci warehouse's two walk-forward folds): fitting
+    the probe through the CLI is refused, naming the features asset to re-materialize, predicting without the
+    probe of this cut names the probe, and nothing is written."""
+    path = os.environ.get("KP_GOLDEN_WAREHOUSE")
+    if not path:
+        pytest.skip("set KP_GOLDEN_WAREHOUSE (and DAGSTER_HOME) to a ci-profile warehouse materialized whole")
+    settings = load_settings("ci", warehouse=path)
+    moved = {**os.environ, "KP_PROFILE": "ci", "KP_TRAIN_END": "2021-09-30"}
+    cut = load_settings("ci", warehouse=path, env=moved)
+    policy = Policy("lr_spline", 0, TAU, None)  # the single cut's one fold
+    before = sorted(p.name for p in settings.warehouse.root.joinpath("predictions").iterdir())
+    key = "|".join(policy.partition.values())
+    expected = {  # the probe reads the features; its predictions need the probe of this cut first
+        "lr_spline_probe": ("spline_features was built for other folds", "re-materialize spline_features"),
+        "lr_spline_predictions": ("holds no fitted probe", f"materialize lr_spline_probe partition {key}"),
+    }
+    for asset, fragments in expected.items():
+        args = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline", "--select", asset]
+        proc = subprocess.run(args + ["--partition", key], capture_output=True, text=True, env=moved, timeout=600)
+        _refused(proc, *fragments)
+        assert not any(cut.warehouse.probe_dir(policy).glob("model.*"))
+    assert sorted(p.name for p in settings.warehouse.root.joinpath("predictions").iterdir()) == before

@@ -126,8 +126,9 @@ def test_tau_sweep_has_one_sorted_row_per_tau_and_names_a_sole_action(metrics):
 
 def test_cost_sensitivity_has_a_sharpe_column_per_cost_and_the_turnover(metrics):
     table = cost_sensitivity(metrics, variant="splinegpt", tau=0.01)
-    assert table.columns == ["Ticker", "Sharpe (0 bps)", "Sharpe (10 bps)", "Ann. Turnover"]
+    assert table.columns == ["Ticker", "Sharpe (0 bps)", "Sharpe (10 bps)", "Days in market", "Ann. Turnover"]
     assert table["Sharpe (10 bps)"][0] == "1.20 ± 0.14"
+    assert table["Days in market"][0] == "30 ± 0.0"  # exposure 0.5 of 60 days, both seeds
     assert table["Ann. Turnover"][0] == "40.0x ± 0.0x"
 
 

@@ -154,3 +154,49 @@ def test_effective_trials_counts_clusters_of_correlated_strategies():
     assert mt.effective_trials(returns) == 3  # 12 strategies, three independent bets
     assert mt.effective_trials(rng.normal(0, 0.01, (400, 2))) == 2
     assert mt.effective_trials(np.column_stack([factors[:, 0]] * 4)) == 1
+
+
+def test_the_paired_log_loss_test_finds_the_better_calibrated_twin(tmp_path):
+    """On the same ticker-days, lr_spline's probabilities put more mass on the close-to-close label than lr_fd's:
+    the paired daily log-loss difference says lr_spline is better; the IC test of the same pair runs beside it."""
+    from kinematic_pipeline.stages.verdict import ablation_comparisons, daily_ics, daily_log_losses
+
+    settings = load_settings("ci", warehouse=tmp_path, env={})
+    rng = np.random.default_rng(6)
+    n_days, n = 120, 30
+    r = rng.normal(0, 0.02, (n_days, n))
+    informed = np.where(
+        r[..., None] > 0.01, [0.7, 0.1, 0.2], np.where(r[..., None] < -0.01, [0.1, 0.7, 0.2], [0.2, 0.2, 0.6])
+    )
+    blurred = 0.5 * informed + 0.5 / 3
+    w = np.asarray(settings.train.class_weights)
+    frames = []
+    for variant, p in (("lr_spline", informed), ("lr_fd", blurred)):
+        q = p * w / (p * w).sum(axis=-1, keepdims=True)  # what a weighted model outputs: de-weighting undoes it
+        frames.append(
+            pl.DataFrame(
+                {
+                    "variant": variant,
+                    "ticker": np.tile([f"T{j}" for j in range(n)], n_days),
+                    "date": pl.Series(
+                        [dt.date(2021, 1, 1) + dt.timedelta(days=d) for d in range(n_days) for _ in range(n)]
+                    ),
+                    "p_buy": q[..., 0].ravel(),
+                    "p_sell": q[..., 1].ravel(),
+                    "p_hold": q[..., 2].ravel(),
+                    "r_close": r.ravel(),
+                    "score": (p[..., 0] - p[..., 1]).ravel(),
+                }
+            )
+        )
+    universe = pl.concat(frames)
+    losses = daily_log_losses(settings, universe)
+    assert losses["lr_spline"]["log_loss"].mean() < losses["lr_fd"]["log_loss"].mean()
+    curves = {
+        "argmax": _curves({"buy_and_hold": rng.normal(0, 0.01, 50), "lr_spline": rng.normal(0, 0.01, 50)}),
+        "margin": pl.DataFrame(),
+    }
+    comparisons = ablation_comparisons(settings, strategy_returns(settings, curves), daily_ics(universe), losses)
+    (loss_test,) = [c for c in comparisons if "log loss" in c.test and c.test.startswith("Logistic")]
+    assert loss_test.estimate > 0 and loss_test.p < 0.001
+    assert len(comparisons) == 16  # 4 ablations x (2 rules + the universe's IC and log loss)

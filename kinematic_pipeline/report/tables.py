@@ -185,14 +185,17 @@ def risk_adjusted(metrics: pl.DataFrame, tau: float, cost_bps: float) -> pl.Data
         ("Sharpe 95% CI", _sharpe_ci),
         ("Days in market", _cell("days_in_market", _count)),
     ]
-    if "days_in_market" not in metrics.columns:  # metrics not read through with_days_in_market: nothing masked
-        metrics = with_days_in_market(metrics, 0)
-    return _per_ticker(runs_at(metrics, tau, cost_bps), cells)
+    return _per_ticker(runs_at(_with_days(metrics), tau, cost_bps), cells)
+
+
+def _with_days(metrics: pl.DataFrame) -> pl.DataFrame:
+    """``days_in_market`` for metrics not read through ``with_days_in_market`` (nothing masked)."""
+    return metrics if "days_in_market" in metrics.columns else with_days_in_market(metrics, 0)
 
 
 def liquidation_equilibrium(metrics: pl.DataFrame, tau: float, cost_bps: float, ticker: str) -> pl.DataFrame:
     """Paper table liquidation_equilibrium: per model, action counts, action rate, return, Sharpe, exposure."""
-    groups = _groups(runs_at(metrics, tau, cost_bps, ticker), ["variant"])
+    groups = _groups(runs_at(_with_days(metrics), tau, cost_bps, ticker), ["variant"])
     cells = {
         "Buy": _cell("n_buy", _count, _one_decimal),
         "Sell": _cell("n_sell", _count, _one_decimal),
@@ -201,6 +204,7 @@ def liquidation_equilibrium(metrics: pl.DataFrame, tau: float, cost_bps: float, 
         "Return": _cell("total_return", *_PERCENT),
         "Sharpe": _cell("sharpe", _ratio),
         "Exposure": _cell("exposure", _percent),
+        "Days in market": _cell("days_in_market", _count, _one_decimal),
         "Liquidation Equilibrium": _equilibrium_flag,
     }
     rows = [
@@ -212,10 +216,11 @@ def liquidation_equilibrium(metrics: pl.DataFrame, tau: float, cost_bps: float, 
 
 def tau_sweep(metrics: pl.DataFrame, ticker: str, cost_bps: float) -> pl.DataFrame:
     """Paper table sensitivity_sweep, with all four models: per tau, action rate and Sharpe of each."""
-    runs = runs_at(metrics, cost_bps=cost_bps, ticker=ticker)
+    runs = runs_at(_with_days(metrics), cost_bps=cost_bps, ticker=ticker)
     runs = runs.filter(pl.col("variant") != BENCHMARK) if not runs.is_empty() else runs
     groups = _groups(runs, ["variant", "tau"])
-    columns = ["tau"] + [f"{label}: {short_name(v)}" for v in VARIANT_NAMES for label in ("Action Rate", "Sharpe")]
+    labels = ("Action Rate", "Sharpe", "Days in market")
+    columns = ["tau"] + [f"{label}: {short_name(v)}" for v in VARIANT_NAMES for label in labels]
     rows = []
     for tau in sorted(_in_order(runs["tau"])) if not runs.is_empty() else []:
         row = {"tau": f"{100 * tau:.2f}%"}
@@ -223,6 +228,7 @@ def tau_sweep(metrics: pl.DataFrame, ticker: str, cost_bps: float) -> pl.DataFra
             rows_v = groups.get((v, tau))
             row[f"Action Rate: {short_name(v)}"] = _action_rate_with_sole_action(rows_v)
             row[f"Sharpe: {short_name(v)}"] = over_seeds(rows_v, "sharpe", _ratio)
+            row[f"Days in market: {short_name(v)}"] = over_seeds(rows_v, "days_in_market", _count, _one_decimal)
         rows.append(row)
     return _table(rows, columns)
 
@@ -232,16 +238,17 @@ def cost_sensitivity(metrics: pl.DataFrame, variant: str, tau: float) -> pl.Data
 
     The turnover is the one at the lowest cost in the frame (costs shrink the traded notional slightly).
     """
-    runs = runs_at(metrics, tau=tau)
+    runs = runs_at(_with_days(metrics), tau=tau)
     runs = runs.filter(pl.col("variant") == variant) if not runs.is_empty() else runs
     costs = sorted(_in_order(runs["cost_bps"])) if not runs.is_empty() else []
     groups = _groups(runs, ["ticker", "cost_bps"])
-    columns = ["Ticker"] + [f"Sharpe ({c:g} bps)" for c in costs] + ["Ann. Turnover"]
+    columns = ["Ticker"] + [f"Sharpe ({c:g} bps)" for c in costs] + ["Days in market", "Ann. Turnover"]
     rows = []
     for ticker in _in_order(runs["ticker"]) if not runs.is_empty() else []:
         row = {"Ticker": ticker} | {
             f"Sharpe ({c:g} bps)": over_seeds(groups.get((ticker, c)), "sharpe", _ratio) for c in costs
         }
+        row["Days in market"] = over_seeds(groups.get((ticker, costs[0])), "days_in_market", _count, _one_decimal)
         row["Ann. Turnover"] = over_seeds(groups.get((ticker, costs[0])), "turnover_annual", _turnover)
         rows.append(row)
     return _table(rows, columns)

@@ -14,6 +14,7 @@ import polars as pl
 
 from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.backtest.metrics import conventions
+from kinematic_pipeline.backtest.portfolio import CONVENTION as PORTFOLIO_CONVENTION
 from kinematic_pipeline.config import EvalConfig, Settings
 from kinematic_pipeline.folds import walk_forward
 from kinematic_pipeline.label_rules import at_tau
@@ -117,6 +118,12 @@ def report_conventions(ev: EvalConfig) -> str:
         tax_year_days=ev.tax_year_days,
         n_boot=ev.bootstrap_resamples,
         block_days=ev.bootstrap_block_days,
+    ) + (
+        f" The paper's tables print a Sharpe, its interval and a Sortino as N/A for a record long on fewer than "
+        f"{ev.min_days_in_market} days (in that convention a nearly flat record's Sharpe is unbounded: one day "
+        "long in 1,008 gives -307), and give the days in the market beside them. The verdict and the tables not "
+        f"in the paper use one bounded convention instead, named in each: {PORTFOLIO_CONVENTION}, the Sharpe of "
+        "the equal-weight portfolio of the backtested tickers."
     )
 
 

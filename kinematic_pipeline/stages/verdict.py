@@ -18,8 +18,8 @@
    one-sided p-values; and the plain rank IC against 0 (does the score rank tomorrow's returns at all).
 4. Do spline tokens beat finite differences? One family, Holm-adjusted: each matched ablation (SplineGPT vs
    RawGPT-FD and vs RawGPT; each probe on spline vs on fd tokens) by the stationary-bootstrap Sharpe difference
-   under each rule, and by the paired difference of their daily rank IC on the universe (far more days x tickers
-   than six tickers' Sharpe ratios). An ablation that cannot be computed gets a row saying why; an undefined
+   under each rule, and on the universe by the paired differences of their daily rank IC and of their daily mean
+   log loss on close-to-close labels (far more days x tickers than six tickers' Sharpe ratios). An ablation that cannot be computed gets a row saying why; an undefined
    statistic answers "undefined".
 Beside them the model confidence set across the strategies. Every answer is a template filled with the
 numbers (``multiple_testing``: arch's SPA, StepM, MCS, StationaryBootstrap). No dagster here.
@@ -34,10 +34,11 @@ import polars as pl
 from scipy import stats as sps
 
 from kinematic_pipeline.backtest import multiple_testing as mt
+from kinematic_pipeline.backtest.decisions import unweighted_probabilities
 from kinematic_pipeline.backtest.portfolio import CONVENTION, ticker_excess
 from kinematic_pipeline.backtest.signal import daily_ic, newey_west_t, partial_rank_ic
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.label_rules import tau_key
+from kinematic_pipeline.label_rules import labels_from_returns, tau_key
 from kinematic_pipeline.probe_features import TRIVIAL_FEATURES
 from kinematic_pipeline.variants import BENCHMARK, display_name
 from kinematic_pipeline.warehouse import EQUITY_CURVES
@@ -208,7 +209,7 @@ def beat_buy_and_hold(settings: Settings, strategies: Strategies) -> list[dict]:
         rows.append(
             {
                 "Question": question,
-                "Test": f"Hansen SPA vs Buy & Hold ({period}); losses = -daily net returns; StepM for which",
+                "Test": f"Hansen SPA vs Buy & Hold ({period}); losses = -daily net excess returns; StepM for which",
                 "Statistic": f"best {names[best]}: Sharpe {_annual(sharpes[best]):.2f} vs Buy & Hold "
                 f"{_annual(mt.sharpe_ratio(bench)):.2f} (annualized, {SHARPE_CONVENTION})",
                 "Interval or p-value": f"p lower {_p(spa['lower'])}, consistent {_p(spa['consistent'])}, "
@@ -223,7 +224,7 @@ def beat_buy_and_hold(settings: Settings, strategies: Strategies) -> list[dict]:
         variance = float(np.nanvar(sharpes, ddof=1)) if len(names) > 1 else 0.0
         rows.append(
             _deflation_row(
-                "Is the best strategy's Sharpe more than the luck of the trials (Sharpe > 0 after deflation)?",
+                "Is the best strategy's Sharpe more than the luck of the trials (above the expected best of N skill-less ones)?",
                 "the best strategy's daily net returns",
                 returns[:, best],
                 names[best],
@@ -349,11 +350,45 @@ class Comparison:
     p: float = float("nan")
     why: str | None = None  # the reason it cannot be computed
     se: float = float("nan")  # the estimate's standard error (bootstrap or Newey-West)
-    unit: str = ""  # how a detectable effect reads: "sharpe" (annualized) or "ic"
+    unit: str = ""  # how a detectable effect reads: "sharpe" (annualized), "rank_ic" or "log_loss"
 
 
-def ablation_comparisons(settings: Settings, strategies: Strategies, ics: dict | None) -> list[Comparison]:
-    """Each matched ablation by the Sharpe difference under each rule and by the paired daily IC difference."""
+def daily_log_losses(settings: Settings, universe: pl.DataFrame | None) -> dict[str, pl.DataFrame]:
+    """{variant: (date, log_loss)}: per day, the mean over the universe's ticker-days (and seeds) of -ln p(label)
+    of the de-weighted calibrated probabilities, on close-to-close labels at the report's tau."""
+    needed = {"variant", "date", "p_buy", "p_sell", "p_hold", "r_close"}
+    if universe is None or universe.height == 0 or not needed <= set(universe.columns):
+        return {}
+    r = universe["r_close"].cast(pl.Float64).fill_null(float("nan")).to_numpy()
+    labels = labels_from_returns(r, settings.evaluate.report_tau)
+    q = universe.select("p_buy", "p_sell", "p_hold").to_numpy().astype(np.float64)
+    p = unweighted_probabilities(q, settings.train.class_weights)
+    known = labels >= 0
+    loss = np.full(universe.height, np.nan)
+    loss[known] = -np.log(np.clip(p[np.flatnonzero(known), labels[known]], 1e-12, 1.0))
+    frame = universe.select("variant", "date").with_columns(pl.Series("log_loss", loss)).drop_nans("log_loss")
+    daily = frame.group_by("variant", "date").agg(pl.col("log_loss").mean()).sort("variant", "date")
+    return {v: g.drop("variant") for (v,), g in daily.group_by("variant", maintain_order=True)}
+
+
+def _paired(test: str, daily: dict[str, pl.DataFrame], a: str, b: str, column: str, sign: float) -> Comparison:
+    """A two-sided Newey-West test of the daily difference sign x (a - b) of ``column`` on the days both have."""
+    absent = [v for v in (a, b) if v not in daily]
+    if absent:
+        return Comparison(test, why=f"no universe predictions of {' and '.join(absent)}")
+    paired = daily[a].join(daily[b], on="date", suffix="_b").drop_nulls()
+    x = sign * (paired[column] - paired[f"{column}_b"]).to_numpy()
+    t, se, _ = newey_west_t(x)
+    p = float(2 * sps.norm.sf(abs(t))) if np.isfinite(t) else float("nan")
+    mean = float(np.mean(x)) if x.size else float("nan")
+    return Comparison(test, f"{mean:+.4f} (t {t:.2f}, {x.size} days)", "-", mean, p, se=se, unit=column)
+
+
+def ablation_comparisons(
+    settings: Settings, strategies: Strategies, ics: dict | None, losses: dict | None = None
+) -> list[Comparison]:
+    """Each matched ablation by the Sharpe difference under each rule, and on the universe by the paired daily
+    differences of the rank IC and of the log loss (b's minus a's: positive when a predicts better)."""
     ev = settings.evaluate
     tau, cost = ev.report_tau, ev.verdict_cost_bps
     out = []
@@ -382,16 +417,12 @@ def ablation_comparisons(settings: Settings, strategies: Strategies, ics: dict |
             interval = f"[{_annual(low):+.2f}, {_annual(high):+.2f}] (95%, unadjusted)"
             out.append(Comparison(test, f"{_annual(diff):+.2f} (annualized)", interval, diff, p, se=se, unit="sharpe"))
         test = f"{pair}: paired difference of the daily rank IC on the universe, Newey-West t, two-sided"
-        if not ics or a not in ics or b not in ics:
-            absent = [v for v in (a, b) if not ics or v not in ics]
-            out.append(Comparison(test, why=f"no universe predictions of {' and '.join(absent)}"))
-            continue
-        paired = ics[a].join(ics[b], on="date", suffix="_b").drop_nulls()
-        x = (paired["rank_ic"] - paired["rank_ic_b"]).to_numpy()
-        t, se, _ = newey_west_t(x)
-        p = float(2 * sps.norm.sf(abs(t))) if np.isfinite(t) else float("nan")
-        mean = float(np.mean(x)) if x.size else float("nan")
-        out.append(Comparison(test, f"{mean:+.4f} (t {t:.2f}, {x.size} days)", "-", mean, p, se=se, unit="ic"))
+        out.append(_paired(test, ics or {}, a, b, "rank_ic", 1.0))
+        test = (
+            f"{pair}: paired difference of the daily mean log loss on the universe (close-to-close labels, "
+            f"{display_name(b)}'s minus {display_name(a)}'s, nats), Newey-West t, two-sided"
+        )
+        out.append(_paired(test, losses or {}, a, b, "log_loss", -1.0))
     return out
 
 
@@ -418,8 +449,10 @@ def family_answers(comparisons: list[Comparison], a_b: list[tuple[str, str]]) ->
     return answers
 
 
-def spline_vs_fd(settings: Settings, strategies: Strategies, ics: dict | None) -> list[dict]:
-    comparisons = ablation_comparisons(settings, strategies, ics)
+def spline_vs_fd(
+    settings: Settings, strategies: Strategies, ics: dict | None, losses: dict | None = None
+) -> list[dict]:
+    comparisons = ablation_comparisons(settings, strategies, ics, losses)
     per_ablation = len(comparisons) // len(ABLATIONS)
     a_b = [(display_name(a), display_name(b)) for a, b in ABLATIONS for _ in range(per_ablation)]
     computable = sum(c.why is None and np.isfinite(c.p) for c in comparisons)
@@ -444,6 +477,8 @@ def _detectable_difference(c: Comparison, m: int) -> str:
         return "-"
     if c.unit == "sharpe":
         return f"a Sharpe difference of {_annual(mde):.2f} a year (two-sided, 5%/{m})"
+    if c.unit == "log_loss":
+        return f"a mean daily log-loss difference of {mde:.4f} nats (two-sided, 5%/{m})"
     return f"a mean daily rank-IC difference of {mde:.4f} (two-sided, 5%/{m})"
 
 
@@ -454,7 +489,7 @@ def verdict_table(settings: Settings, curves: dict[str, pl.DataFrame], universe:
     rows = beat_buy_and_hold(settings, strategies)
     rows += information_beyond_trivial(settings, universe)
     ics = daily_ics(universe) if universe is not None and universe.height else None
-    rows += spline_vs_fd(settings, strategies, ics)
+    rows += spline_vs_fd(settings, strategies, ics, daily_log_losses(settings, universe))
     return pl.DataFrame(rows, schema=VERDICT_SCHEMA)
 
 
