@@ -48,7 +48,7 @@ def main() -> None:
     if not (scratch / "features").exists():
         (scratch / "features").symlink_to(settings.warehouse.root / "features", target_is_directory=True)
     settings = dataclasses.replace(settings, warehouse=scratch)
-    probes = [v for v in settings.evaluate.baselines if lookup_variant(v).family == "probe"]
+    probes = [v for v in settings.evaluate.baselines if lookup_variant(v).fitted]
 
     started = time.perf_counter()
     path = settings.warehouse.features_file("spline", "training")

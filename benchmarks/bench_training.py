@@ -47,10 +47,10 @@ from kinematic_pipeline.calendar import trading_days  # noqa: E402
 from kinematic_pipeline.config import load_settings  # noqa: E402
 from kinematic_pipeline.models import build_model  # noqa: E402
 from kinematic_pipeline.policy import Policy  # noqa: E402
+from kinematic_pipeline.stages.window_store import build_window_store  # noqa: E402
 from kinematic_pipeline.training.data import WindowDataModule  # noqa: E402
 from kinematic_pipeline.training.modules import PretrainModule, adamw_with_cosine  # noqa: E402
 from kinematic_pipeline.training.trainer import configure_threads, quiet_lightning  # noqa: E402
-from kinematic_pipeline.window_store import build_window_store  # noqa: E402
 
 VARIANT = "splinegpt"
 MIN_SPEEDUP = 1.05  # kept only when faster beyond the shared machine's noise

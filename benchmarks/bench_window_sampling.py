@@ -37,11 +37,12 @@ from kinematic_pipeline.config import load_settings  # noqa: E402
 from kinematic_pipeline.models import build_model  # noqa: E402
 from kinematic_pipeline.policy import Policy  # noqa: E402
 from kinematic_pipeline.sampling import expected_distinct_days  # noqa: E402
+from kinematic_pipeline.stages.window_store import build_window_store  # noqa: E402
 from kinematic_pipeline.training.data import WindowDataModule  # noqa: E402
 from kinematic_pipeline.training.modules import adamw_with_cosine  # noqa: E402
 from kinematic_pipeline.training.trainer import configure_threads  # noqa: E402
 from kinematic_pipeline.variants import variant as lookup_variant  # noqa: E402
-from kinematic_pipeline.window_store import StaleStoreError, build_window_store, open_store  # noqa: E402
+from kinematic_pipeline.window_store import StaleStoreError, open_store  # noqa: E402
 
 
 def ensure_store(settings, asset: str) -> None:

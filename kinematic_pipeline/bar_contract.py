@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline.calendar import _sessions
+from kinematic_pipeline.calendar import sessions as calendar_sessions
 from kinematic_pipeline.config import IngestConfig
 from kinematic_pipeline.sources.base import PRICE_COLUMNS, RAW_SCHEMA, VALUE_COLUMNS
 
@@ -62,7 +62,7 @@ class IngestResult:
 
 def assign_partitions(dates: pl.Series) -> pl.Series:
     """The trading-day partition of each date: the first NYSE session on or after it."""
-    sessions = _sessions()
+    sessions = calendar_sessions()
     values = dates.cast(pl.Date).to_numpy().astype("datetime64[D]")
     idx = np.searchsorted(sessions, values)
     if len(idx) and idx.max() >= len(sessions):

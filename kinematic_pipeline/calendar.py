@@ -19,7 +19,7 @@ def calendar_end() -> dt.date:
 
 
 @functools.lru_cache(maxsize=1)
-def _sessions() -> np.ndarray:
+def sessions() -> np.ndarray:
     """All NYSE sessions in [CALENDAR_START, end of next year] as datetime64[D], sorted."""
     import exchange_calendars as xc
 
@@ -36,7 +36,7 @@ def trading_days(start: dt.date, end: dt.date) -> list[dt.date]:
     """NYSE sessions with start <= day <= end."""
     _check_range(start)
     _check_range(end)
-    s = _sessions()
+    s = sessions()
     lo, hi = np.searchsorted(s, np.datetime64(start, "D")), np.searchsorted(s, np.datetime64(end, "D"), "right")
     return [d.item() for d in s[lo:hi]]
 
@@ -50,7 +50,7 @@ def weekday_closures(start: dt.date, end: dt.date) -> list[dt.date]:
 
 
 def is_trading_day(day: dt.date) -> bool:
-    s = _sessions()
+    s = sessions()
     i = np.searchsorted(s, np.datetime64(day, "D"))
     return bool(i < len(s) and s[i] == np.datetime64(day, "D"))
 
@@ -58,15 +58,21 @@ def is_trading_day(day: dt.date) -> bool:
 def trading_day_on_or_after(day: dt.date) -> dt.date:
     """The first session on or after ``day`` (a bar dated on a closed day belongs to the next session)."""
     _check_range(day)
-    s = _sessions()
+    s = sessions()
     i = np.searchsorted(s, np.datetime64(day, "D"))
     return s[i].item()
+
+
+def session_before(day: dt.date, count: int) -> dt.date:
+    """The session ``count`` sessions before ``day`` (day itself if the calendar starts later)."""
+    back = trading_days(day - dt.timedelta(days=2 * count + 30), day)
+    return back[max(0, len(back) - 1 - count)]
 
 
 def previous_trading_day(day: dt.date) -> dt.date:
     """The last session strictly before ``day``."""
     _check_range(day)
-    s = _sessions()
+    s = sessions()
     i = np.searchsorted(s, np.datetime64(day, "D")) - 1
     if i < 0:
         raise ValueError(f"no trading day before {day} in the calendar")

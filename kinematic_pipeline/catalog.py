@@ -2,7 +2,11 @@
 
 Parallel writers never contend for DuckDB's single-writer lock except for the brief view refresh, which is
 serialized by a file lock (``.catalog.lock``). Views hold globs relative to the warehouse and every
-connection sets ``file_search_path`` to it, so a copied or moved warehouse reads its own files. No dagster.
+connection sets ``file_search_path`` to it, so a copied or moved warehouse reads its own files.
+
+What to do when DuckDB cannot read a file is the caller's: the ``Warehouse`` passes ``warehouse_repair.REPAIR``
+(a ``Repair``) to every function here that opens the catalog or creates a view; without one the error is raised.
+No dagster.
 """
 
 from __future__ import annotations
@@ -12,10 +16,24 @@ import fcntl
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import polars as pl
+
+
+@dataclass(frozen=True)
+class Repair:
+    """What the catalog does when DuckDB cannot read a file of the warehouse (``warehouse_repair.REPAIR``).
+
+    ``damaged_file(warehouse, path, why)`` moves an unreadable Parquet file aside (with what belongs to it) and
+    returns the line it printed; ``rebuild_views(warehouse, con)`` re-creates every view in a fresh catalog (it
+    holds only views) and returns their names."""
+
+    damaged_file: Callable[[Path, Path, str], str]
+    rebuild_views: Callable[[Path, Any], list[str]]
 
 
 def sql_str(text: str) -> str:
@@ -24,7 +42,9 @@ def sql_str(text: str) -> str:
 
 
 @contextlib.contextmanager
-def catalog_connection(warehouse: Path, read_only: bool = False, timeout_s: float = 120.0) -> Iterator:
+def catalog_connection(
+    warehouse: Path, read_only: bool = False, timeout_s: float = 120.0, repair: Repair | None = None
+) -> Iterator:
     """A DuckDB connection to the catalog; writers hold an exclusive file lock (one writer at a time)."""
 
     warehouse = Path(warehouse)
@@ -41,7 +61,7 @@ def catalog_connection(warehouse: Path, read_only: bool = False, timeout_s: floa
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"catalog {catalog_file(warehouse)} stayed locked for {timeout_s:.0f}s") from exc
                 time.sleep(0.05)
-        con = _connect(warehouse, read_only)
+        con = _connect(warehouse, read_only, repair)
         try:
             # The views' globs are relative to the warehouse: a copied or moved warehouse reads its own files.
             con.execute(f"SET file_search_path = {sql_str(str(warehouse.resolve()))}")
@@ -72,16 +92,17 @@ def catalog_file(warehouse: Path) -> Path:
     return folder / "catalog.duckdb"
 
 
-def _connect(warehouse: Path, read_only: bool):
-    """A connection to the catalog; a catalog file DuckDB cannot open (a disk that filled while it was written, a
-    stray edit) is moved aside and rebuilt from the shards, since it holds only views (one line says so)."""
+def _connect(warehouse: Path, read_only: bool, repair: Repair | None):
+    """A connection to the catalog; with a ``repair``, a catalog file DuckDB cannot open (a disk that filled while
+    it was written, a stray edit) is moved aside and rebuilt from the shards, since it holds only views (one line
+    says so)."""
     import duckdb
 
     path = catalog_file(warehouse)
     try:
         return duckdb.connect(str(path), read_only=read_only)
     except duckdb.Error as exc:
-        if not path.exists() or "lock" in str(exc).lower():
+        if repair is None or not path.exists() or "lock" in str(exc).lower():
             raise
         stamp = time.strftime("%Y%m%dT%H%M%S")
         kept = path.with_name(f"{path.name}.damaged-{stamp}")
@@ -90,10 +111,8 @@ def _connect(warehouse: Path, read_only: bool):
         if wal.exists():
             wal.rename(kept.with_name(kept.name + ".wal"))
         con = duckdb.connect(str(path))
-        from kinematic_pipeline.warehouse_repair import rebuild_views
-
         con.execute(f"SET file_search_path = {sql_str(str(Path(warehouse).resolve()))}")
-        views = rebuild_views(Path(warehouse), con)
+        views = repair.rebuild_views(Path(warehouse), con)
         print(
             f"catalog {path} could not be opened ({_first_line(exc)}): moved to {kept.name}; rebuilt "
             f"{len(views)} view(s) from the shards ({', '.join(views[:8])}{'...' if len(views) > 8 else ''})",
@@ -109,14 +128,15 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-DAMAGED_DIR = "_damaged"  # where a file DuckDB cannot read is moved (with its day unit or manifest)
 _FILE_IN_ERROR = re.compile(r"""(?:File|file) ['"]([^'"]+\.parquet)['"]""")
 
 
-def create_view(con, warehouse: Path, view: str, body: str, attempts: int = 50) -> list[str]:
-    """``CREATE OR REPLACE VIEW view AS body``; a Parquet file under the warehouse that DuckDB cannot read (zero
-    bytes, truncated) never locks the view: it is moved aside (``warehouse_repair.quarantine_damaged``: its whole day
-    unit, or the shard with its manifest) and the view is created without it. Returns what was moved."""
+def create_view(
+    con, warehouse: Path, view: str, body: str, *, repair: Repair | None = None, attempts: int = 50
+) -> list[str]:
+    """``CREATE OR REPLACE VIEW view AS body``; with a ``repair``, a Parquet file under the warehouse that DuckDB
+    cannot read (zero bytes, truncated) never locks the view: it is moved aside (``Repair.damaged_file``: its whole
+    day unit, or the shard with its manifest) and the view is created without it. Returns what was moved."""
     import duckdb
 
     moved: list[str] = []
@@ -129,11 +149,9 @@ def create_view(con, warehouse: Path, view: str, body: str, attempts: int = 50) 
             path = Path(match.group(1)) if match else None
             if path is not None and not path.is_absolute():
                 path = Path(warehouse).resolve() / path
-            if path is None or not _unreadable(path):
+            if repair is None or path is None or not _unreadable(path):
                 raise
-            from kinematic_pipeline.warehouse_repair import quarantine_damaged
-
-            moved.append(quarantine_damaged(Path(warehouse), path, _first_line(exc)))
+            moved.append(repair.damaged_file(Path(warehouse), path, _first_line(exc)))
     raise RuntimeError(f"view {view}: more than {attempts} damaged files under {warehouse}")
 
 
@@ -162,7 +180,9 @@ def _sql_schema(schema: dict[str, pl.DataType]) -> str:
     return ", ".join(f"CAST(NULL AS {types[t]}) AS {name}" for name, t in schema.items())
 
 
-def refresh_view(warehouse: Path, view: str, directory: Path, schema: dict[str, pl.DataType]) -> None:
+def refresh_view(
+    warehouse: Path, view: str, directory: Path, schema: dict[str, pl.DataType], repair: Repair | None = None
+) -> None:
     """(Re)create ``view`` over every ``*.parquet`` in ``directory``; typed and empty when there are none.
 
     The glob is relative to the warehouse when ``directory`` is inside it (see ``catalog_connection``)."""
@@ -175,11 +195,11 @@ def refresh_view(warehouse: Path, view: str, directory: Path, schema: dict[str, 
         body = f"SELECT * FROM read_parquet({sql_str(str(rel))}, union_by_name = true)"
     else:
         body = f"SELECT {_sql_schema(schema)} WHERE false"
-    with catalog_connection(warehouse) as con:
-        create_view(con, warehouse, view, body)
+    with catalog_connection(warehouse, repair=repair) as con:
+        create_view(con, warehouse, view, body, repair=repair)
 
 
-def query(warehouse: Path, sql: str, params: list | None = None) -> pl.DataFrame:
+def query(warehouse: Path, sql: str, params: list | None = None, repair: Repair | None = None) -> pl.DataFrame:
     """Run a read-only query against the catalog (``?`` placeholders bound to ``params``) as a Polars frame."""
-    with catalog_connection(warehouse, read_only=True) as con:
+    with catalog_connection(warehouse, read_only=True, repair=repair) as con:
         return con.sql(sql, params=params).pl()

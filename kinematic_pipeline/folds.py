@@ -17,6 +17,7 @@ corpus statistics are one row set per fold, and alpha's MLE sees the first fold'
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass
 
 from kinematic_pipeline.calendar import calendar_end, trading_days
@@ -96,18 +97,18 @@ def check_folds_have_test_days(settings, last_day: dt.date | None) -> None:
     nothing."""
     if last_day is None:
         return
-    empty = [f for f in walk_forward(settings) if f.test_start > last_day]
+    empty = [f for f in settings.folds if f.test_start > last_day]
     if empty:
         names = ", ".join(f"{f.label} (tests from {f.test_start})" for f in empty)
         raise ValueError(
             f"the data end on {last_day} (KP_END_DATE or the source's last bar), before the test period of fold "
-            f"{names}: set fewer folds (KP_FOLDS={len(walk_forward(settings)) - len(empty)}) or a later KP_END_DATE"
+            f"{names}: set fewer folds (KP_FOLDS={len(settings.folds) - len(empty)}) or a later KP_END_DATE"
         )
 
 
 def fold_of(settings, name: str | None) -> Fold:
     """The fold called ``name`` (a ``Policy.fold``); a ValueError naming the run's folds otherwise."""
-    folds = walk_forward(settings)
+    folds = settings.folds
     for fold in folds:
         if fold.name == name:
             return fold
@@ -117,16 +118,16 @@ def fold_of(settings, name: str | None) -> Fold:
 
 def store_cut(settings) -> dt.date:
     """The window store's cut: the last fold's training end (every fold's training days are its prefix)."""
-    return walk_forward(settings)[-1].train_end
+    return settings.folds[-1].train_end
 
 
 def first_cut(settings) -> dt.date:
     """The first fold's training end: what nothing shared by every fold (alpha's MLE) may look past."""
-    return walk_forward(settings)[0].train_end
+    return settings.folds[0].train_end
 
 
 def fold_names(settings) -> tuple[str | None, ...]:
-    return tuple(f.name for f in walk_forward(settings))
+    return tuple(f.name for f in settings.folds)
 
 
 def evaluated_folds(settings, tau: float) -> tuple[str | None, ...]:
@@ -138,3 +139,19 @@ def evaluated_folds(settings, tau: float) -> tuple[str | None, ...]:
     if settings.evaluate.tau_sweep_folds == "last" and not same_tau(tau, settings.evaluate.report_tau):
         return names[-1:]
     return names
+
+
+def split_days(days: list[dt.date], val_fraction: float) -> tuple[list[dt.date], list[dt.date]]:
+    """Split sorted training-period days by date: the last ``val_fraction`` of them validate."""
+    days = sorted(days)
+    n_val = math.ceil(len(days) * val_fraction) if val_fraction > 0 else 0
+    n_val = max(0, min(n_val, len(days) - 1))  # at least one training day
+    return days[: len(days) - n_val], days[len(days) - n_val :]
+
+
+def evaluation_days(settings, asset: str, fold: Fold | None = None) -> list[dt.date]:
+    """Dates of ``asset`` shards in ``fold``'s test period (None: every fold's), not after ``data.end_date``."""
+    folds = settings.folds
+    first, last = (folds[0].test_start, None) if fold is None else (fold.test_start, fold.test_end)
+    until = settings.data.end_date if last is None else min(last, settings.data.end_date or last)
+    return settings.warehouse.shard_days(asset, after=first - dt.timedelta(days=1), until=until)

@@ -25,6 +25,7 @@ from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import fold_of
 from kinematic_pipeline.label_rules import TAU_SQL
+from kinematic_pipeline.pins import check_pair, probe_files, stale_token_days
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.window_store import STORE_CODE_VERSION
@@ -127,12 +128,10 @@ def provenance_frame(settings: Settings, policy: Policy, *, outputs: dict[str, P
     for asset, path in files.items():
         add(asset, asset, path)
     spec = lookup_variant(variant)
-    if spec.family == "probe":  # a fitted probe: its model and fit record (the features file is an input)
-        from kinematic_pipeline.stages.baselines import probe_files
-
+    if spec.fitted:  # a fitted probe: its model and fit record (the features file is an input)
         for path in probe_files(settings, policy):
             add("probe", f"{variant}_probe", path)
-    elif spec.family == "model":
+    elif spec.fine_tuned:
         _model_provenance(wh, policy, add)
     for shard in exact.read_parquet(inputs).iter_rows(named=True):
         add(
@@ -187,7 +186,6 @@ def _check_token_pins(settings: Settings, prov: pl.DataFrame, report: LineageRep
     64-session look-back included: each day's recorded raw-input digest equals that of the raw manifests now."""
     import datetime as dt
 
-    from kinematic_pipeline.stages.tokenize import stale_token_days
     from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 
     shards = prov.filter(pl.col("asset").is_in(TOKEN_ASSETS) & pl.col("date").is_not_null())
@@ -304,9 +302,9 @@ def _chain(settings: Settings, policy: Policy, ticker: str, cost_bps: float | No
             span = f"{s['first']} .. {s['last']}" if s["first"] else ""
             split = f" [{s['split']}]" if s["split"] else ""
             report.lines.append(f"      {s['asset']}{split}: {s['n']} {span}")
-    if lookup_variant(variant).family == "model":  # the adapter and the foundation on disk are one pair
+    if lookup_variant(variant).fine_tuned:  # the adapter and the foundation on disk are one pair
         try:
-            pinned = wh.check_pair(policy)
+            pinned = check_pair(wh, policy)
             report.lines.append(f"  pair               adapter fine-tuned from foundation sha256 {pinned[:16]}  ok")
         except (ValueError, FileNotFoundError) as exc:
             report.problems.append(f"pair: {exc}")
@@ -323,12 +321,10 @@ def _chain(settings: Settings, policy: Policy, ticker: str, cost_bps: float | No
 def pooled_record(settings: Settings) -> pl.DataFrame:
     """The pooled walk-forward backtests the report's tables read (``reports/pooled/backtests.parquet``, written
     by ``paper_tables``; the ``backtests`` view itself with a single fold), read only: never recomputed here."""
-    from kinematic_pipeline.folds import walk_forward
-
     wh = settings.warehouse
-    if len(walk_forward(settings)) == 1:
+    if len(settings.folds) == 1:
         return wh.query("SELECT * FROM backtests")
-    path = wh.reports_dir / "pooled" / "backtests.parquet"
+    path = wh.pooled_dir / "backtests.parquet"
     if not path.exists():
         raise FileNotFoundError(f"no pooled record at {path}: materialize the report (paper_tables) first")
     return exact.read_parquet(path)

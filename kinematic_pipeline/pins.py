@@ -15,11 +15,42 @@ Uncached, the check reads 3 x 5,787 manifests on ``real`` in about 3 s; cached, 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 from pathlib import Path
 
-from kinematic_pipeline.atomic_files import digest
-from kinematic_pipeline.token_kinds import SPLINE_TOKENS
-from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV, StalePairError, Warehouse
+import polars as pl
+
+from kinematic_pipeline import exact_paths as exact
+from kinematic_pipeline.atomic_files import digest, file_sha256, write_bytes_atomic
+from kinematic_pipeline.calendar import session_before, trading_days
+from kinematic_pipeline.config import Settings
+from kinematic_pipeline.folds import fold_of
+from kinematic_pipeline.layout import PIN_FILE
+from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.probe_features import features_tokenization
+from kinematic_pipeline.probe_models import (
+    FIT_FILE,
+    LEGACY_PICKLE,
+    MODEL_FILES,
+    LinearProbeModel,
+    ProbeModel,
+    TreeProbeModel,
+)
+from kinematic_pipeline.token_kinds import SPLINE_TOKENS, TOKEN_ASSETS, token_kind
+from kinematic_pipeline.variants import variant as lookup_variant
+from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV, Warehouse
+from kinematic_pipeline.windows import LOOKBACK
+
+
+class StalePairError(ValueError):
+    """A derived artefact was built from another version of its input than the one on disk now."""
+
+
+def rematerialize(asset: str, partition: str | None = None) -> str:
+    """The fix every pin's error ends with: ``re-materialize <asset>[ partition <key>]``."""
+    return f"re-materialize {asset}" + ("" if partition is None else f" partition {partition}")
+
 
 LABEL_INPUTS = (SPLINE_TOKENS, RAW_OHLCV)  # the shards a labels day reads, of the day and of the next session
 _HASHES: dict[str, tuple[tuple[int, int], str]] = {}  # manifest path -> ((size, mtime_ns), content_hash)
@@ -86,3 +117,180 @@ def verified_labels(wh: Warehouse, days: list[dt.date]) -> list[Path]:
             "(python -m kinematic_pipeline materialize --select labels)"
         )
     return wh.verified_shards(LABELS, days)
+
+
+# token shards: tokenized from the raw_ohlcv days behind their windows (look-back included)
+
+
+def current_raw_digests(settings: Settings, days: list[dt.date]) -> dict[dt.date, str]:
+    """The ``raw_inputs_digest`` a token shard of each of ``days`` would record from the raw_ohlcv manifests as
+    they are now (the same sessions as ``day_windows``: ``max(start, day - 64 sessions) .. day``; a missing raw
+    day counts as ""). One read of the manifests of the whole range."""
+    if not days:
+        return {}
+    wh = settings.warehouse
+    days = sorted(days)
+    start = settings.data.start_date
+    sessions = trading_days(max(start, session_before(days[0], LOOKBACK)), days[-1])
+    present = set(wh.manifest_days(RAW_OHLCV))
+    have = [s for s in sessions if s in present]
+    by_day = dict(zip(have, wh.content_hashes(RAW_OHLCV, have)))
+    hashes = [by_day.get(s, "") for s in sessions]
+    index = {s: k for k, s in enumerate(sessions)}
+    out = {}
+    for day in days:
+        first = index.get(max(start, session_before(day, LOOKBACK)), 0)
+        out[day] = digest(hashes[first : index[day] + 1]) if day in index else ""
+    return out
+
+
+def stale_token_days(settings: Settings, kind: str, days: list[dt.date]) -> list[tuple[dt.date, str, str]]:
+    """(day, recorded, current) for each of ``days`` whose ``kind`` shard was tokenized from raw_ohlcv days whose
+    bytes have changed since (re-ingested: a corrected bar, a new file); [] when every pair still holds."""
+    if not days:
+        return []
+    days = sorted(days)
+    recorded = settings.warehouse.manifest_rows(kind, days, ["raw_inputs_digest"])
+    current = current_raw_digests(settings, days)
+    return [
+        (d, r["raw_inputs_digest"], current[d]) for d, r in zip(days, recorded) if r["raw_inputs_digest"] != current[d]
+    ]
+
+
+def check_token_inputs(settings: Settings, kind: str, days: list[dt.date]) -> None:
+    """``StalePairError`` naming both digests, the raw days and the partition to re-materialize when a ``kind``
+    shard of ``days`` no longer matches the raw_ohlcv days behind its windows (look-back included)."""
+    stale = stale_token_days(settings, kind, days)
+    if stale:
+        day, recorded, current = stale[0]
+        first = max(settings.data.start_date, session_before(day, LOOKBACK))
+        more = f" (and {len(stale) - 1} more day(s) through {stale[-1][0]})" if len(stale) > 1 else ""
+        raise StalePairError(
+            f"{kind} shard of {day}{more} was tokenized from raw_ohlcv days {first} .. {day} whose digest was "
+            f"{recorded[:16] or '-'}; those days now digest to {current[:16] or '-'} (re-ingested since). "
+            f"Re-materialize {kind} for {day}{' onwards' if more else ''} "
+            f"(python -m kinematic_pipeline materialize --select {kind})"
+        )
+
+
+# corpus statistics: fitted on the token shards of a fold's training days
+
+
+def fold_stats(settings: Settings, tokenization: str, fold: str | None) -> pl.DataFrame:
+    """The corpus statistics of ``tokenization`` fitted on the training days of ``fold`` (a ``Policy.fold``)."""
+    path = settings.warehouse.corpus_stats_file(tokenization)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: materialize {tokenization}_corpus_stats")
+    scope = fold_of(settings, fold)
+    stats = exact.read_parquet(path)
+    if "fold" not in stats.columns or not (stats["fold"] == scope.label).any():
+        raise ValueError(
+            f"{path} holds no statistics of fold {scope.label}: re-materialize {tokenization}_corpus_stats"
+        )
+    stats = stats.filter(pl.col("fold") == scope.label)
+    # pinned: the statistics were fitted on the token shards the warehouse holds now (their manifests' hashes)
+    asset = next(a for a in TOKEN_ASSETS if token_kind(a).tokenization == tokenization)
+    wh = settings.warehouse
+    now = digest(wh.content_hashes(asset, wh.shard_days(asset, until=scope.train_end)))
+    if stats["shards_digest"][0] != now:
+        raise StalePairError(
+            f"the {tokenization} corpus statistics of fold {scope.label} were fitted on other {asset} shards (digest "
+            f"{stats['shards_digest'][0][:16]}, the warehouse's is {now[:16]}): re-materialize {tokenization}_corpus_stats"
+        )
+    return stats
+
+
+# probes: fitted on a features file, for a fold's cut; their model file is the one the fit record hashes
+
+
+def features_path(settings: Settings, variant: str, part: str = "training") -> Path:
+    """The variant's features file: ``training`` (train and validation rows) or ``test``."""
+    return settings.warehouse.features_file(features_tokenization(lookup_variant(variant).feature_set), part)
+
+
+def probe_files(settings: Settings, policy: Policy) -> list[Path]:
+    """The files of a fitted probe (its model, its fit record); a clear error naming the asset when it was not
+    fitted, or was saved by an older version as a pickle (never loaded)."""
+    folder, fix = settings.warehouse.probe_dir(policy), rematerialize(f"{policy.variant}_probe", policy.key)
+    models = [folder / name for name in MODEL_FILES.values() if (folder / name).exists()]
+    if not models and (folder / LEGACY_PICKLE).exists():
+        raise ValueError(
+            f"{folder / LEGACY_PICKLE} is a pickle saved by an older version: it is not loaded (a pickle runs code); "
+            f"{fix}"
+        )
+    if len(models) != 1 or not (folder / FIT_FILE).exists():
+        raise FileNotFoundError(
+            f"{folder} holds no fitted probe: materialize {policy.variant}_probe partition {policy.key}"
+        )
+    return [models[0], folder / FIT_FILE]
+
+
+def load_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
+    """The fitted probe of ``policy`` and its fit record, read as data once checked: the model file against the
+    sha256 its fit record holds, the training features file against the one it was fitted on. Each failure is
+    one ValueError naming the file and the asset to re-materialize (a ``StalePairError`` when the probe was fitted
+    on other features or another cut)."""
+    model_file, fit_file = probe_files(settings, policy)
+    fix = rematerialize(f"{policy.variant}_probe", policy.key)
+    try:
+        fit = json.loads(fit_file.read_text())
+        expected = fit["model_sha256"], fit["model_file"], fit["learner"], fit["classes"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{fit_file} is not a probe's fit record ({type(exc).__name__}: {exc}): {fix}") from None
+    data = model_file.read_bytes()
+    if model_file.name != expected[1] or hashlib.sha256(data).hexdigest() != expected[0]:
+        raise ValueError(
+            f"{model_file} is not the file its fit record {fit_file.name} describes (sha256 differs: changed or "
+            f"damaged since it was fitted): {fix}"
+        )
+    train_end = str(fold_of(settings, policy.fold).train_end)
+    if fit.get("train_end") != train_end:
+        raise StalePairError(
+            f"the probe in {fit_file.parent} was fitted for the cut {fit.get('train_end')} (fold {fit.get('fold')}), "
+            f"this run's is {train_end} (KP_TRAIN_END / KP_FOLDS): {fix}"
+        )
+    if fit["features_sha256"] != file_sha256(features_path(settings, policy.variant)):
+        raise StalePairError(
+            f"the probe of {policy} was fitted on another features file than "
+            f"{features_path(settings, policy.variant)}: {fix}"
+        )
+    try:
+        if fit["learner"] == "lr":
+            model: ProbeModel = LinearProbeModel.from_bytes(data)
+        else:
+            model = TreeProbeModel.from_bytes(data, fit["classes"], settings.evaluate.probe_threads)
+    except Exception as exc:  # noqa: BLE001 - any parse failure is the same one line naming the file
+        raise ValueError(f"{model_file} cannot be read as a probe ({type(exc).__name__}: {exc}): {fix}") from None
+    return model, fit
+
+
+# fine-tuned policies: an adapter is loaded only beside the foundation it was fine-tuned from
+
+
+def pin_foundation(wh: Warehouse, adapter_dir: Path, foundation: Path, foundation_sha256: str) -> Path:
+    """Record, in an adapter's folder, the foundation (path and sha256) it was fine-tuned from."""
+    path = Path(adapter_dir) / PIN_FILE
+    record = {"foundation": str(foundation), "foundation_sha256": foundation_sha256}
+    write_bytes_atomic(path, json.dumps(record, indent=1).encode(), durable=wh.durable)
+    return path
+
+
+def check_pair(wh: Warehouse, policy: Policy) -> str:
+    """The foundation's sha256 when the adapter of ``policy`` was fine-tuned from the foundation on disk now;
+    ``StalePairError`` naming both hashes and the asset to re-materialize otherwise (a retrained foundation
+    under an old adapter, or an adapter with no record of its foundation)."""
+    foundation, adapter = wh.policy_files(policy)
+    fix = rematerialize(f"{policy.variant}_adapter", policy.key)
+    pin = adapter / PIN_FILE
+    now = file_sha256(foundation)
+    if not pin.exists():
+        raise StalePairError(
+            f"{adapter} records no foundation (no {PIN_FILE}; the foundation now is {now[:16]}): {fix}"
+        )
+    pinned = json.loads(pin.read_text())["foundation_sha256"]
+    if pinned != now:
+        raise StalePairError(
+            f"the adapter of {policy} was fine-tuned from foundation sha256 {pinned[:16]}, but {foundation} is now "
+            f"sha256 {now[:16]} (the foundation was retrained): {fix}"
+        )
+    return now

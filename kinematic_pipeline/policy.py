@@ -11,9 +11,10 @@ No dagster here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from kinematic_pipeline.label_rules import same_tau, tau_key
+from kinematic_pipeline.variants import Variant
 from kinematic_pipeline.variants import variant as lookup_variant
 
 SEED_DIMENSION, TAU_DIMENSION = "seed", "tau"  # the Dagster partition dimensions of a fine-tuned policy
@@ -25,9 +26,10 @@ class Policy:
     seed: int
     tau: float | None = None  # None: the foundation (pretraining has no threshold)
     fold: str | None = None  # None: the settings' training cut
+    spec: Variant = field(init=False, repr=False, compare=False)  # the variant itself, resolved once
 
     def __post_init__(self) -> None:
-        lookup_variant(self.variant)  # a ValueError naming the choices
+        object.__setattr__(self, "spec", lookup_variant(self.variant))  # a ValueError naming the choices
         object.__setattr__(self, "seed", int(self.seed))
         if self.tau is not None:
             object.__setattr__(self, "tau", float(self.tau))
@@ -48,7 +50,7 @@ class Policy:
     @property
     def seed_key(self) -> str:
         """The ``seed`` dimension's key: the seed, prefixed by its walk-forward fold (``2019@1234``)."""
-        return str(self.seed) if self.fold is None else f"{self.fold}@{self.seed}"
+        return fit_key(self.fold, self.seed)
 
     @property
     def tau_key(self) -> str:
@@ -59,10 +61,16 @@ class Policy:
         """The multi-partition key of a fine-tuned policy's assets, by dimension."""
         return {SEED_DIMENSION: self.seed_key, TAU_DIMENSION: self.tau_key}
 
+    @property
+    def key(self) -> str:
+        """The Dagster partition key of a fine-tuned policy's assets as the CLI and the UI spell it
+        (``2019@1234|0.01``: the dimensions in Dagster's order, by name)."""
+        return "|".join(self.partition.values())
+
     @classmethod
     def from_seed_key(cls, variant: str, key: str, tau: float | None = None) -> Policy:
-        fold, _, seed = key.rpartition("@")
-        return cls(variant, int(seed), tau, fold or None)
+        fold, seed = parse_fit_key(key)
+        return cls(variant, seed, tau, fold)
 
     @classmethod
     def from_partition(cls, variant: str, keys_by_dimension: dict[str, str]) -> Policy:
@@ -100,3 +108,15 @@ class Policy:
         if self.tau is None:
             raise ValueError(f"{self} is a foundation: it has no tau")
         return self.tau
+
+
+def fit_key(fold: str | None, seed: int) -> str:
+    """The ``seed`` dimension's key of one fit: the seed, prefixed by its walk-forward fold (``2019@1234``). Dagster
+    allows two partition dimensions, so the fold rides in the seed's; a single cut has no prefix (``1234``)."""
+    return str(int(seed)) if fold is None else f"{fold}@{int(seed)}"
+
+
+def parse_fit_key(key: str) -> tuple[str | None, int]:
+    """(fold, seed) of a ``fit_key``."""
+    fold, _, seed = key.rpartition("@")
+    return fold or None, int(seed)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from kinematic_pipeline.verified import SIDECAR_SUFFIX
 
@@ -65,28 +66,40 @@ PROBE_HEAD = HeadLayout("probe", "head.pt", False, None, "linear probe on the fr
 
 @dataclass(frozen=True)
 class Variant:
+    """What every variant has: the token asset it reads and how the report names and draws it. Its family's
+    behaviour is its class (``ModelVariant``, ``ProbeVariant``, ``RuleVariant``): callers ask a variant what it
+    does (``fine_tuned``, ``fitted``, ``probabilistic``, ``feature_set``, ...), never which family it is."""
+
     name: str
-    token_asset: str  # the token asset it pretrains, fine-tunes and predicts on
-    # Channels of the [64, 9] token window the backbone reads; None: all nine, anchored and z-scored with
-    # the tokenization's corpus statistics. PatchTST reads raw_tokens' ln close and ln volume, unnormalized.
-    channels: tuple[int, ...] | None
-    backbone: str  # "gpt": KinematicGPT; "patchtst": PatchTST (models.build_model); "" for probes and rules
-    head: HeadLayout | None  # None for probes and rules (nothing fine-tuned)
+    token_asset: str  # the token asset it pretrains, fine-tunes and predicts on (baselines: their features')
     display_name: str  # the paper's name (table headers)
     short_name: str  # the paper's column abbreviation
     title: str  # one line for asset descriptions
     color: str  # in every figure (the paper: SplineGPT blue, PatchTST red)
     line_style: str  # thin baseline lines in the equity panel ("-": the focus, drawn thick)
-    family: str = "model"  # model | probe | rule (the module docstring)
-    features: str | None = None  # probes and rules: the feature set (probe_features.FEATURE_SETS)
+    # Channels of the [64, 9] token window the backbone reads; None: all nine, anchored and z-scored with
+    # the tokenization's corpus statistics. PatchTST reads raw_tokens' ln close and ln volume, unnormalized.
+    channels: tuple[int, ...] | None = None
+    backbone: str = ""  # "gpt": KinematicGPT; "patchtst": PatchTST (models.build_model); "" for probes and rules
+    head: HeadLayout | None = None  # None for probes and rules (nothing fine-tuned)
+    features: str | None = None  # probes: the feature set (probe_features.FEATURE_SETS); rules: the return followed
     learner: str | None = None  # probes: "lr" (scikit-learn) or "lightgbm"
+
+    family: ClassVar[str]  # model | probe | rule (the module docstring): a name for tables, never a branch
+    fine_tuned: ClassVar[bool] = False  # a pretrained foundation and a fine-tuned adapter (a pinned pair)
+    fitted: ClassVar[bool] = False  # a probe fitted on the features file (``pins.load_probe``)
+    learns: ClassVar[bool] = True  # fitted on training data at all (a rule is not: it sees nothing but tau)
+    probabilistic: ClassVar[bool] = True  # states probabilities (a rule decides: its "probabilities" are one-hot)
+    every_tau: ClassVar[bool] = True  # a policy per ``tokenize.taus`` (baselines: ``evaluate.baseline_taus``)
+    compute_kind: ClassVar[str] = "python"  # the Dagster kind of its evaluation assets
+    group: ClassVar[str] = "baselines"  # the Dagster group of its evaluation assets
 
     @property
     def seeded(self) -> bool:
         """Whether it is trained once per ``train.seeds`` (the models). Probes and rules are fitted once, under
         seed 0 (``Policy``; LightGBM's row and column sampling is seeded with it), and report no spread over
         seeds."""
-        return self.family == "model"
+        return self.fine_tuned
 
     @property
     def normalized(self) -> bool:
@@ -98,11 +111,83 @@ class Variant:
         """The token asset without its suffix (``spline``, ``fd``, ``raw``): the name of its statistics."""
         return self.token_asset.removesuffix("_tokens")
 
+    @property
+    def feature_set(self) -> str | None:
+        """The features file it reads (``probe_features.FEATURE_SETS``): None for a model (it reads windows)."""
+        return None
+
+    @property
+    def feature_columns(self) -> tuple[str, ...]:
+        """The columns of its features file it decides on."""
+        return ()
+
+    def normalization(self, train_end) -> str:
+        """How its inputs are normalized, for the contamination column (``train_end``: the fold's)."""
+        return "none"
+
+
+@dataclass(frozen=True)
+class ModelVariant(Variant):
+    """A transformer pretrained and fine-tuned on one tokenization (the paper's four)."""
+
+    family: ClassVar[str] = "model"
+    fine_tuned: ClassVar[bool] = True
+    compute_kind: ClassVar[str] = "pytorch"
+    group: ClassVar[str] = "evaluate"
+
+    def normalization(self, train_end) -> str:
+        return f"corpus statistics to {train_end}" if self.normalized else "RevIN (each window itself)"
+
+
+@dataclass(frozen=True)
+class ProbeVariant(Variant):
+    """A logistic regression or LightGBM probe fitted on one feature set's decision-time features."""
+
+    family: ClassVar[str] = "probe"
+    fitted: ClassVar[bool] = True
+    every_tau: ClassVar[bool] = False
+
+    @property
+    def feature_set(self) -> str | None:
+        return self.features
+
+    @property
+    def feature_columns(self) -> tuple[str, ...]:
+        from kinematic_pipeline.probe_features import feature_columns  # probe_features reads windows, which reads us
+
+        return feature_columns(self.features)
+
+    def normalization(self, train_end) -> str:
+        return "z-scores of the fit rows"
+
+
+@dataclass(frozen=True)
+class RuleVariant(Variant):
+    """A fixed rule fitted on nothing: always Hold, or the sign of the last return it ``follows``."""
+
+    family: ClassVar[str] = "rule"
+    learns: ClassVar[bool] = False
+    probabilistic: ClassVar[bool] = False
+    every_tau: ClassVar[bool] = False
+
+    @property
+    def follows(self) -> str | None:
+        """The return column whose sign it follows (None: always Hold)."""
+        return self.features
+
+    @property
+    def feature_set(self) -> str | None:
+        return "raw"
+
+    @property
+    def feature_columns(self) -> tuple[str, ...]:
+        return ("ret1", "ret20")
+
 
 VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in (
-        Variant(
+        ModelVariant(
             name="splinegpt",
             token_asset="spline_tokens",
             channels=None,
@@ -114,7 +199,7 @@ VARIANTS: dict[str, Variant] = {
             color="tab:blue",
             line_style="-",
         ),
-        Variant(
+        ModelVariant(
             name="patchtst",
             token_asset="raw_tokens",
             channels=(0, 4),
@@ -126,7 +211,7 @@ VARIANTS: dict[str, Variant] = {
             color="tab:red",
             line_style="--",
         ),
-        Variant(
+        ModelVariant(
             name="rawgpt_fd",
             token_asset="fd_tokens",
             channels=None,
@@ -138,7 +223,7 @@ VARIANTS: dict[str, Variant] = {
             color="tab:orange",
             line_style=":",
         ),
-        Variant(
+        ModelVariant(
             name="rawgpt",
             token_asset="raw_tokens",
             channels=None,
@@ -164,7 +249,7 @@ _PROBE_STYLE = {
 }
 
 
-def _probe(learner: str, features: str) -> Variant:
+def _probe(learner: str, features: str) -> ProbeVariant:
     what = (
         "yesterday's return and 20-day realized volatility"
         if features == "trivial"
@@ -174,25 +259,30 @@ def _probe(learner: str, features: str) -> Variant:
     short = {"lr": "LR", "lightgbm": "GBM"}[learner]
     color, feature_name = _PROBE_STYLE[features]
     token_asset = "raw_tokens" if features == "trivial" else f"{features}_tokens"
-    return Variant(
+    return ProbeVariant(
         name=f"{learner}_{features}",
         token_asset=token_asset,
-        channels=None,
-        backbone="",
-        head=None,
         display_name=f"{long} ({feature_name})",
         short_name=f"{short}-{feature_name}",
         title=f"{long} probe on {what}, fitted on the fold's training ticker-days (at most probe_max_train_rows)",
         color=color,
         line_style="--" if learner == "lr" else ":",
-        family="probe",
         features=features,
         learner=learner,
     )
 
 
-def _rule(name: str, display: str, short: str, title: str, color: str) -> Variant:
-    return Variant(name, "raw_tokens", None, "", None, display, short, title, color, "-.", "rule", RULES[name])
+def _rule(name: str, display: str, short: str, title: str, color: str) -> RuleVariant:
+    return RuleVariant(
+        name=name,
+        token_asset="raw_tokens",
+        display_name=display,
+        short_name=short,
+        title=title,
+        color=color,
+        line_style="-.",
+        features=RULES[name],
+    )
 
 
 BASELINES: dict[str, Variant] = {

@@ -27,31 +27,25 @@ No dagster and no torch here.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import os
-import shutil
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import polars as pl
-from tqdm.auto import tqdm
 
 from kinematic_pipeline import exact_paths as exact
-from kinematic_pipeline.atomic_files import PARQUET_COMPRESSION, UMASK, digest, file_sha256, swap_in_folder
+from kinematic_pipeline.atomic_files import digest
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.folds import store_cut
-from kinematic_pipeline.stages.tokenize import check_token_inputs
-from kinematic_pipeline.verified import record_verified, verify_file
+from kinematic_pipeline.folds import Fold, split_days, store_cut
+from kinematic_pipeline.pins import StalePairError
+from kinematic_pipeline.verified import verify_file
 from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
 
 STORE_CODE_VERSION = "window-store-1"
 TOKENS_FILE, ROWS_FILE, DAYS_FILE, MANIFEST_FILE = "tokens.npy", "rows.parquet", "days.parquet", "manifest.parquet"
-STORE_LOCK_TIMEOUT_S = 3600.0  # a second builder waits for the first (a real store takes minutes)
 _HASHED = {TOKENS_FILE: "tokens_sha256", ROWS_FILE: "rows_sha256", DAYS_FILE: "days_sha256"}  # file -> manifest
-BUILD_CHUNK_WINDOWS = 65_536  # windows read per Parquet call while building (~150 MB of tokens)
 WINDOW_BYTES = N_TOKENS * N_CHANNELS * 4
 ROWS_SCHEMA: dict[str, pl.DataType] = {"date": pl.Date, "ticker": pl.String, "finite": pl.Boolean}
 DAYS_SCHEMA: dict[str, pl.DataType] = {
@@ -77,7 +71,7 @@ MANIFEST_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-class StaleStoreError(ValueError):
+class StaleStoreError(StalePairError):
     """The store on disk was built for another cut or from other shards than the warehouse holds now."""
 
 
@@ -91,200 +85,22 @@ def training_shard_days(settings: Settings, asset: str) -> tuple[list[dt.date], 
     return [d for d, _ in kept], [m for _, m in kept]
 
 
-@dataclass(frozen=True)
-class StoreSummary:
-    asset: str
-    folder: Path
-    manifest: dict
-    rebuilt: bool  # False: the store on disk already held exactly these shards (nothing was written)
-    seconds: float = 0.0
-
-    def __str__(self) -> str:
-        m = self.manifest
-        state = "built" if self.rebuilt else "unchanged"
-        return f"{m['windows']:,} windows of {m['days']:,} days ({state}, {self.seconds:.0f} s)"
-
-    def metadata(self) -> dict:
-        """What the store's materialization shows (plain values)."""
-        m = self.manifest
-        return {
-            "windows": m["windows"],
-            "days": m["days"],
-            "date_range": f"{m['first_day']} .. {m['last_day']} (train_end {m['train_end']})",
-            "non_finite_windows": m["non_finite_windows"],
-            "tokens_sha256": m["tokens_sha256"],
-            "shards_digest": m["shards_digest"],
-            "rebuilt": self.rebuilt,
-            "gigabytes": round(m["windows"] * WINDOW_BYTES / 1e9, 3),
-            "stage_seconds": round(self.seconds, 1),
-            "path": self.folder,
-            "dagster/row_count": m["windows"],
-        }
+def fold_split(settings: Settings, asset: str, fold: Fold) -> tuple[list[dt.date], list[dt.date]]:
+    """The training and validation days of ``fold``: the days of ``asset``'s window store on or before the
+    fold's training end, split by date as its models' fine-tuning splits them (``training.data``)."""
+    days = [d for d in training_shard_days(settings, asset)[0] if d <= fold.train_end]
+    return split_days(days, settings.train.val_fraction)
 
 
-def build_window_store(settings: Settings, asset: str, progress: bool = True) -> StoreSummary:
-    """Build (or keep, when it already holds exactly these shards) the store of ``asset`` for the cut: one writer
-    at a time (a lock per store; a second waits, then finds it current), and a full disk named with the store."""
-    import errno
-
-    store = window_store_asset(asset)
-    with settings.warehouse.day_lock(store, "store", timeout_s=STORE_LOCK_TIMEOUT_S):
-        try:
-            return _build_window_store(settings, asset, progress)
-        except OSError as exc:
-            if exc.errno != errno.ENOSPC:
-                raise
-            folder = settings.warehouse.window_store_dir(asset)
-            free = shutil.disk_usage(folder.parent if folder.parent.exists() else settings.warehouse.root).free
-            raise OSError(
-                exc.errno,
-                f"no space left on the device building the {store} ({folder}; {free / 1e9:.1f} GB free, about "
-                f"{_store_bytes(settings, asset) / 1e9:.1f} GB needed besides the old store): free space or move "
-                "KP_WAREHOUSE",
-            ) from None
+def validation_days(settings: Settings, asset: str, fold: Fold) -> list[dt.date]:
+    """The validation days of ``fold``'s training: the last ``val_fraction`` of its days that hold windows (the
+    window store's days up to the fold's training end, listed from the manifests)."""
+    return fold_split(settings, asset, fold)[1]
 
 
-def _store_bytes(settings: Settings, asset: str) -> int:
-    """The size of ``asset``'s tokens.npy for the cut (windows x 64 x 9 float32)."""
-    _, metas = training_shard_days(settings, asset)
-    return sum(int(m["windows"]) for m in metas) * N_TOKENS * N_CHANNELS * 4
-
-
-def _build_window_store(settings: Settings, asset: str, progress: bool) -> StoreSummary:
-    import time
-
-    started = time.perf_counter()
-    wh = settings.warehouse
-    days, metas = training_shard_days(settings, asset)
-    if not days:
-        raise ValueError(f"no {asset} windows on or before {store_cut(settings)}: materialize {asset} first")
-    check_token_inputs(settings, asset, days)  # tokenized from the raw days on disk now, look-back included
-    shards_digest = digest([m["content_hash"] for m in metas])
-    final = wh.window_store_dir(asset)
-    current = _read_manifest(final)
-    if current is not None and _holds(final, current, shards_digest, store_cut(settings)):
-        return StoreSummary(asset, final, current, rebuilt=False, seconds=time.perf_counter() - started)
-
-    counts = np.array([m["windows"] for m in metas], dtype=np.int64)
-    first_rows = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    total = int(counts.sum())
-    staging_root = final.parent / ".staging"
-    staging_root.mkdir(parents=True, exist_ok=True)
-    for stale in staging_root.glob(f"{asset}.*"):  # left by a build that was killed: repair
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(dir=staging_root, prefix=f"{asset}."))
-    try:
-        tmp.chmod(0o777 & ~UMASK)  # mkdtemp's 0700 would become the store's: the user's umask decides
-        rows = []
-        bar = tqdm(total=len(days), desc=f"{asset} window store", unit="day", disable=not progress)
-        # plain appends, hashed as they are written (a memory map would count every written page in the RSS)
-        with open(tmp / TOKENS_FILE, "wb") as out:
-            tokens_hash = _HashingWriter(out)
-            header = {"descr": "<f4", "fortran_order": False, "shape": (total, N_TOKENS, N_CHANNELS)}
-            np.lib.format.write_array_header_1_0(tokens_hash, header)
-            for lo, hi in _chunks(counts, BUILD_CHUNK_WINDOWS):
-                paths = wh.verified_shards(asset, days[lo:hi])  # the bytes its manifests record, or nothing
-                frame = exact.read_parquet(paths, columns=["ticker", "date", "tokens"])
-                _check_rows(frame, asset, days[lo:hi], counts[lo:hi])
-                block = frame["tokens"].to_numpy().reshape(-1, N_TOKENS, N_CHANNELS).astype("<f4", copy=False)
-                tokens_hash.write(np.ascontiguousarray(block).tobytes())
-                rows.append(frame.select("date", "ticker", pl.Series("finite", np.isfinite(block).all(axis=(1, 2)))))
-                bar.update(hi - lo)
-            if wh.durable:
-                out.flush()
-                os.fsync(out.fileno())
-        bar.close()
-        row_frame = pl.concat(rows).cast(ROWS_SCHEMA)
-        day_frame = pl.DataFrame(
-            {
-                "date": days,
-                "first_row": first_rows,
-                "windows": counts,
-                "path": [wh.shard(asset, d).relative_to(wh.root).as_posix() for d in days],
-                "content_hash": [m["content_hash"] for m in metas],
-            },
-            schema=DAYS_SCHEMA,
-        )
-        row_frame.write_parquet(tmp / ROWS_FILE, compression=PARQUET_COMPRESSION, statistics=True)
-        day_frame.write_parquet(tmp / DAYS_FILE, compression=PARQUET_COMPRESSION, statistics=True)
-        manifest = {
-            "asset": asset,
-            "train_end": store_cut(settings),
-            "first_day": days[0],
-            "last_day": days[-1],
-            "days": len(days),
-            "windows": total,
-            "non_finite_windows": int((~row_frame["finite"]).sum()),
-            "tokens_sha256": tokens_hash.hexdigest(),
-            "rows_sha256": file_sha256(tmp / ROWS_FILE),
-            "days_sha256": file_sha256(tmp / DAYS_FILE),
-            "shards_digest": shards_digest,
-            "code_version": STORE_CODE_VERSION,
-        }
-        pl.DataFrame([manifest], schema=MANIFEST_SCHEMA).write_parquet(
-            tmp / MANIFEST_FILE, compression=PARQUET_COMPRESSION
-        )
-        swap_in_folder(tmp, final, wh.durable)
-        for name, column in _HASHED.items():  # hashed as written: later opens need not read 5 GB again
-            record_verified(final / name, manifest[column])
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # after the swap: the old store (if there was one)
-    return StoreSummary(asset, final, manifest, rebuilt=True, seconds=time.perf_counter() - started)
-
-
-class _HashingWriter:
-    """A binary file that hashes what is written to it (sha256), for numpy's header writer and the blocks."""
-
-    def __init__(self, out) -> None:
-        self.out, self.sha = out, hashlib.sha256()
-
-    def write(self, data: bytes) -> int:
-        self.sha.update(data)
-        return self.out.write(data)
-
-    def hexdigest(self) -> str:
-        return self.sha.hexdigest()
-
-
-def _chunks(counts: np.ndarray, max_windows: int):
-    """(lo, hi) day ranges of about ``max_windows`` windows each (at least one day)."""
-    lo, acc = 0, 0
-    for k, n in enumerate(counts):
-        acc += int(n)
-        if acc >= max_windows:
-            yield lo, k + 1
-            lo, acc = k + 1, 0
-    if lo < len(counts):
-        yield lo, len(counts)
-
-
-def _check_rows(frame: pl.DataFrame, asset: str, days: list[dt.date], counts: np.ndarray) -> None:
-    """The shards hold what their manifests say: per day, the recorded number of windows, dated that day."""
-    got = frame.group_by("date").len()
-    have = dict(zip(got["date"].to_list(), got["len"].to_list()))
-    for day, n in zip(days, counts):
-        if have.get(day, 0) != n:
-            raise ValueError(
-                f"{asset} shard {day} holds {have.get(day, 0)} windows dated {day}, its manifest says {n}: "
-                f"re-materialize {asset} for {day}"
-            )
-
-
-def _read_manifest(folder: Path) -> dict | None:
+def read_manifest(folder: Path) -> dict | None:
     path = folder / MANIFEST_FILE
     return exact.read_parquet(path).row(0, named=True) if path.exists() else None
-
-
-def _holds(folder: Path, manifest: dict, shards_digest: str, train_end: dt.date) -> bool:
-    """Whether the store in ``folder`` was built by this code for this cut from these shards, byte-intact."""
-    if (manifest["shards_digest"], manifest["train_end"], manifest["code_version"]) != (
-        shards_digest,
-        train_end,
-        STORE_CODE_VERSION,
-    ):
-        return False
-    files = {TOKENS_FILE: "tokens_sha256", ROWS_FILE: "rows_sha256", DAYS_FILE: "days_sha256"}
-    return all((folder / f).exists() and file_sha256(folder / f) == manifest[k] for f, k in files.items())
 
 
 READ_THREADS = 8  # positional reads in flight while serving a batch (a cold disk serves them in parallel)
@@ -376,7 +192,7 @@ def open_store(settings: Settings, asset: str) -> WindowStore:
     wh = settings.warehouse
     folder = wh.window_store_dir(asset)
     fix = f"materialize {window_store_asset(asset)}"
-    manifest = _read_manifest(folder)
+    manifest = read_manifest(folder)
     if manifest is None:
         raise StaleStoreError(f"no window store of {asset} under {folder}: {fix}")
     if manifest["train_end"] != store_cut(settings):
@@ -407,9 +223,7 @@ def window_store_asset(asset: str) -> str:
 
 __all__ = [
     "StaleStoreError",
-    "StoreSummary",
     "WindowStore",
-    "build_window_store",
     "open_store",
     "training_shard_days",
     "window_store_asset",

@@ -6,16 +6,31 @@ other's internals for it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline.variants import Variant
+if TYPE_CHECKING:  # the registry's variants read the features, which read the window geometry here
+    from kinematic_pipeline.variants import Variant
 
 # The window geometry, its one home: 65 price knots t_0..t_64, 64 intervals (one token each), 9 channels
 N_TOKENS, N_CHANNELS = 64, 9  # tokens per window; 4 price + 5 volume coefficients per token
 N_KNOTS = N_TOKENS + 1  # price samples per window (volume: one measurement per interval, N_TOKENS)
+LOOKBACK = N_KNOTS - 1  # sessions before a window's last day
 N_PRICE_COEFFS, N_VOLUME_COEFFS = 4, 5  # c0..c3 of the cubic, c~0..c~4 of the quartic
 CHANNEL_NAMES = ("c0", "c1", "c2", "c3", "v0", "v1", "v2", "v3", "v4")
+CHANNEL_TITLES = (  # what each channel is: price spline c0..c3, quartic log-volume profile v0..v4
+    "position (log price)",
+    "velocity",
+    "acceleration",
+    "jerk",
+    "log-volume level",
+    "volume velocity",
+    "volume acceleration",
+    "volume jerk",
+    "volume snap",
+)
 ANCHORED_CHANNELS = (0, 4)  # c0 and c~0: anchored to the window's first token, not z-scored
 ZSCORED_CHANNELS = (1, 2, 3, 5, 6, 7, 8)
 

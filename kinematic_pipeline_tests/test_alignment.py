@@ -29,14 +29,14 @@ import polars as pl
 import pytest
 import torch
 
-from kinematic_pipeline.folds import fold_of
+from kinematic_pipeline.folds import evaluation_days, fold_of
 from kinematic_pipeline.label_rules import tau_column
+from kinematic_pipeline.pins import fold_stats
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.stages import predict as predict_mod
-from kinematic_pipeline.stages.baselines import baseline_predictions, read_features
-from kinematic_pipeline.stages.corpus import fold_stats
-from kinematic_pipeline.stages.features import build_features
-from kinematic_pipeline.stages.predict import evaluation_days, predict
+from kinematic_pipeline.stages.baselines import baseline_predictions
+from kinematic_pipeline.stages.features import build_features, read_features
+from kinematic_pipeline.stages.predict import predict
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.training import data as data_mod
 from kinematic_pipeline.training.data import WindowDataModule

@@ -27,9 +27,9 @@ from kinematic_pipeline.stages.features import build_features
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
+from kinematic_pipeline.stages.window_store import build_window_store
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.variants import BUY, HOLD, SELL
-from kinematic_pipeline.window_store import build_window_store
 
 # --- the features, against loops -------------------------------------------------------------------------
 

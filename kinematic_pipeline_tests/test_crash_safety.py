@@ -23,13 +23,15 @@ from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.catalog import query
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.definitions import build_definitions
+from kinematic_pipeline.layout import STAGING_DIR
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
+from kinematic_pipeline.stages.window_store import build_window_store
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.training.data import store_labels
-from kinematic_pipeline.warehouse import STAGING_DIR, Warehouse
-from kinematic_pipeline.window_store import build_window_store, open_store, training_shard_days
+from kinematic_pipeline.warehouse import Warehouse
+from kinematic_pipeline.window_store import open_store, training_shard_days
 from kinematic_pipeline_tests.conftest import execute_run_requests
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -170,10 +170,10 @@ def test_each_baselines_results_have_its_features_and_probe_upstream_and_no_mode
 
 
 def test_a_selection_below_one_adapter_materializes_no_other_variants_assets(ci_settings):
-    from kinematic_pipeline.cli import _plan
+    from kinematic_pipeline.orchestration.plan import plan_runs
 
     defs = build_definitions(ci_settings)
-    chosen = {k.to_user_string() for run in _plan(defs, "key:splinegpt_adapter+") for k in run}
+    chosen = {k.to_user_string() for run in plan_runs(defs, "key:splinegpt_adapter+") for k in run}
     assert chosen == {
         "splinegpt_adapter",
         "splinegpt_predictions",

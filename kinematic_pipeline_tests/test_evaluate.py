@@ -10,9 +10,10 @@ import polars as pl
 import pytest
 import torch
 
+from kinematic_pipeline.folds import evaluation_days
 from kinematic_pipeline.models import PatchTSTClassifier, SequenceClassifier, build_model
 from kinematic_pipeline.policy import Policy
-from kinematic_pipeline.stages.predict import evaluation_days, evaluation_tickers, predict
+from kinematic_pipeline.stages.predict import evaluation_tickers, predict
 from kinematic_pipeline.windows import window_end_kinematics
 from kinematic_pipeline_tests.conftest import CUT, _bars, _perturb_after, _run_all, _settings, _training_inputs
 

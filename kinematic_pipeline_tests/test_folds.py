@@ -14,19 +14,19 @@ import torch
 from kinematic_pipeline.backtest.decisions import choose_margin, unweighted_probabilities
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import SyntheticConfig, TrainConfig, load_settings
-from kinematic_pipeline.folds import fold_of, store_cut, walk_forward
+from kinematic_pipeline.folds import evaluation_days, fold_of, store_cut, walk_forward
 from kinematic_pipeline.label_rules import tau_column
+from kinematic_pipeline.pins import fold_stats
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.sources.synthetic import SyntheticSource
-from kinematic_pipeline.stages.baselines import baseline_predictions, fit_probe, read_features
-from kinematic_pipeline.stages.corpus import fold_stats, materialize_corpus_stats
-from kinematic_pipeline.stages.features import build_features
+from kinematic_pipeline.stages.baselines import baseline_predictions, fit_probe
+from kinematic_pipeline.stages.corpus import materialize_corpus_stats
+from kinematic_pipeline.stages.features import build_features, read_features
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
-from kinematic_pipeline.stages.predict import evaluation_days
 from kinematic_pipeline.stages.tokenize import materialize_tokens
+from kinematic_pipeline.stages.window_store import build_window_store
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
-from kinematic_pipeline.window_store import build_window_store
 
 START, END = dt.date(2020, 6, 1), dt.date(2021, 12, 31)
 CUT = dt.date(2021, 6, 30)  # folds: 2021H2 (train <= 2021-03-31) and 2022H1 (train <= 2021-09-30)

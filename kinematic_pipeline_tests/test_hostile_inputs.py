@@ -299,7 +299,7 @@ def test_lineage_takes_any_ticker_and_a_catalog_error_is_one_line(tmp_path, tick
     ],
 )
 def test_select_takes_what_a_user_types(typed, dagster):
-    from kinematic_pipeline.cli import normalize_selection
+    from kinematic_pipeline.orchestration.plan import normalize_selection
 
     assert normalize_selection(typed) == dagster
 
@@ -330,18 +330,18 @@ def test_a_reader_that_leaves_early_is_not_an_error(tmp_path):
 
 
 def test_dagsters_star_syntax_selects_what_dagster_says_and_a_starred_typo_is_named(tmp_path):
-    from kinematic_pipeline.cli import _plan, normalize_selection
     from kinematic_pipeline.config import load_settings
     from kinematic_pipeline.definitions import build_definitions
+    from kinematic_pipeline.orchestration.plan import normalize_selection, plan_runs
 
     defs = build_definitions(load_settings("ci", warehouse=tmp_path / "wh", env={}))
-    upstream = {k.to_user_string() for run in _plan(defs, normalize_selection("*spline_tokens")) for k in run}
+    upstream = {k.to_user_string() for run in plan_runs(defs, normalize_selection("*spline_tokens")) for k in run}
     assert {"raw_ohlcv", "spline_tokens"} <= upstream and "splinegpt_foundation" not in upstream
-    downstream = {k.to_user_string() for run in _plan(defs, normalize_selection("spline_tokens*")) for k in run}
+    downstream = {k.to_user_string() for run in plan_runs(defs, normalize_selection("spline_tokens*")) for k in run}
     assert {"spline_tokens", "spline_window_store", "splinegpt_foundation", "report"} <= downstream
     assert "raw_ohlcv" not in downstream
     with pytest.raises(ValueError, match="no asset named spline_tokes"):
-        _plan(defs, normalize_selection("*spline_tokes"), "*spline_tokes")
+        plan_runs(defs, normalize_selection("*spline_tokes"), "*spline_tokes")
 
 
 def test_info_prints_the_settings_as_a_tree(tmp_path):

@@ -28,6 +28,7 @@ from kinematic_pipeline.orchestration.schedules import (
     nightly_evaluate_schedule,
 )
 from kinematic_pipeline.orchestration.sensors import drop_directory_sensor
+from kinematic_pipeline.pins import pin_foundation
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.warehouse import Warehouse
@@ -169,7 +170,7 @@ def test_the_evaluation_schedule_asks_for_each_fine_tuned_model_only(nightly_set
         wh.foundation_checkpoint(policy).parent.mkdir(parents=True, exist_ok=True)
         wh.foundation_checkpoint(policy).write_bytes(b"weights")
         checkpoint = wh.foundation_checkpoint(policy)
-        wh.pin_foundation(wh.adapter_dir(policy), checkpoint, file_sha256(checkpoint))
+        pin_foundation(wh, wh.adapter_dir(policy), checkpoint, file_sha256(checkpoint))
     wh.foundation_checkpoint(retrained).write_bytes(b"retrained weights")
     tick = _tick(defs, schedule, TICKS[0])
     assert sorted(r.partition_key for r in tick.run_requests) == [f"{fold}@{first}|0.02", f"{fold}@{second}|0.01"]

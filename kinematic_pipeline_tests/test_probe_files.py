@@ -25,7 +25,7 @@ import kinematic_pipeline
 from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.policy import Policy
-from kinematic_pipeline.stages.baselines import FIT_FILE, LEGACY_PICKLE, LinearProbeModel, TreeProbeModel
+from kinematic_pipeline.probe_models import FIT_FILE, LEGACY_PICKLE, LinearProbeModel, TreeProbeModel
 from kinematic_pipeline.stages.features import check_features_cut, features_cut
 from kinematic_pipeline.warehouse import PREDICTIONS
 from kinematic_pipeline_tests.conftest import cli

@@ -25,7 +25,6 @@ from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.probe_features import feature_columns
 from kinematic_pipeline.stages.features import build_features
-from kinematic_pipeline.stages.predict import validation_days
 from kinematic_pipeline.stages.scaling import (
     LR_ALL,
     LR_MATCHED,
@@ -38,6 +37,7 @@ from kinematic_pipeline.stages.scaling import (
 )
 from kinematic_pipeline.training.trainer import budget_steps
 from kinematic_pipeline.variants import variant as lookup_variant
+from kinematic_pipeline.window_store import validation_days
 from kinematic_pipeline_tests.conftest import _bars, _run_all, _settings, _training_inputs
 
 VARIANTS = ("splinegpt", "rawgpt_fd")
@@ -190,14 +190,14 @@ def test_a_budget_serves_n_windows_with_about_eight_validations(n, batch):
 def test_the_whole_dag_leaves_the_scaling_curves_out_unless_told(ci_settings):
     import dagster as dg
 
-    from kinematic_pipeline.cli import _plan, normalize_selection
     from kinematic_pipeline.definitions import build_definitions
     from kinematic_pipeline.orchestration.assets_scaling import off_dag_groups
+    from kinematic_pipeline.orchestration.plan import normalize_selection, plan_runs
 
     def planned(settings, selection=None) -> list[str]:
         defs = build_definitions(settings)
         text = normalize_selection(selection) if selection else None
-        return [k.to_user_string() for run in _plan(defs, text, selection, off_dag_groups(settings)) for k in run]
+        return [k.to_user_string() for run in plan_runs(defs, text, selection, off_dag_groups(settings)) for k in run]
 
     everything = planned(ci_settings)
     assert "report" in everything and "scaling_curves" not in everything

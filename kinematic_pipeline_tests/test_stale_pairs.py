@@ -100,8 +100,7 @@ def test_predictions_refuse_token_days_whose_raw_days_were_re_ingested(settings,
     with the raw day put back the same predictions are written again."""
     import polars as pl
 
-    from kinematic_pipeline.folds import fold_of
-    from kinematic_pipeline.stages.predict import evaluation_days
+    from kinematic_pipeline.folds import evaluation_days, fold_of
     from kinematic_pipeline.warehouse import QUARANTINE, RAW_OHLCV
 
     wh = settings.warehouse
@@ -157,7 +156,7 @@ def test_labels_whose_next_day_was_re_ingested_and_re_tokenized_are_refused(sett
     back the same predictions are written again."""
     import polars as pl
 
-    from kinematic_pipeline.stages.predict import evaluation_days
+    from kinematic_pipeline.folds import evaluation_days
     from kinematic_pipeline.stages.tokenize import materialize_tokens
     from kinematic_pipeline.token_kinds import SPLINE_TOKENS
     from kinematic_pipeline.warehouse import LABELS, QUARANTINE, RAW_OHLCV

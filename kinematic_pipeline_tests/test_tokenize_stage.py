@@ -18,9 +18,9 @@ from kinematic_pipeline.stages.corpus import fit_corpus_stats
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
+from kinematic_pipeline.stages.window_store import build_window_store
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.tokenize import tokenize_price_windows, tokenize_volume_windows
-from kinematic_pipeline.window_store import build_window_store
 from kinematic_pipeline.windows import normalize_windows
 from kinematic_pipeline_tests.conftest import CUT, END, START, _bars, _perturb_after, _run_all, _settings
 
@@ -167,8 +167,7 @@ def test_token_days_are_pinned_to_the_raw_days_behind_their_windows(tmp_path):
     """A bar corrected and re-ingested on day d makes exactly the token days whose windows read d (d and the 64
     sessions after it) stale; every reader refuses them naming both digests; re-tokenizing them restores the pin."""
     from kinematic_pipeline.orchestration.checks import build_token_checks
-    from kinematic_pipeline.stages.tokenize import check_token_inputs, stale_token_days
-    from kinematic_pipeline.warehouse import StalePairError
+    from kinematic_pipeline.pins import StalePairError, check_token_inputs, stale_token_days
 
     bars = _bars()
     settings = _settings(tmp_path, "wh", bars)

@@ -9,9 +9,10 @@ import pytest
 
 from kinematic_pipeline.calendar import trading_day_on_or_after
 from kinematic_pipeline.config import load_settings
+from kinematic_pipeline.folds import evaluation_days
 from kinematic_pipeline.stages.corpus import fit_corpus_stats
-from kinematic_pipeline.stages.predict import evaluation_days
-from kinematic_pipeline.window_store import build_window_store, open_store
+from kinematic_pipeline.stages.window_store import build_window_store
+from kinematic_pipeline.window_store import open_store
 from kinematic_pipeline_tests.conftest import END, START, _bars, _run_all
 
 

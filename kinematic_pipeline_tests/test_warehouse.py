@@ -169,10 +169,11 @@ def test_two_processes_writing_the_same_day_never_break_each_others_unit(tmp_pat
 
 def test_token_days_of_an_older_warehouse_move_into_day_units(tmp_path, capsys):
     """A warehouse written before the token assets became day units (``<asset>/<day>.parquet`` beside
-    ``manifests/<asset>/<day>.parquet``) is read as units after one move; a shard without a manifest stays out."""
+    ``manifests/<asset>/<day>.parquet``) is read as units after one move, made when a ``Warehouse`` of it is built
+    (path getters never move files); a shard without a manifest stays out."""
     from kinematic_pipeline.warehouse import Warehouse
+    from kinematic_pipeline.warehouse_repair import upgrade_flat_days
 
-    wh = Warehouse(tmp_path)
     days = [dt.date(2021, 3, 1), dt.date(2021, 3, 2)]
     for k, day in enumerate(days):
         shard = tmp_path / "spline_tokens" / f"{day}.parquet"
@@ -184,6 +185,7 @@ def test_token_days_of_an_older_warehouse_move_into_day_units(tmp_path, capsys):
     orphan = tmp_path / "spline_tokens" / "2021-03-03.parquet"
     pl.DataFrame({"x": [9]}).write_parquet(orphan)  # its manifest was never written (a crash of the old layout)
 
+    wh = Warehouse(tmp_path)
     assert wh.shard_days("spline_tokens") == days
     assert "moved 2 spline_tokens day(s) into day units" in capsys.readouterr().err
     for day in days:
@@ -192,7 +194,7 @@ def test_token_days_of_an_older_warehouse_move_into_day_units(tmp_path, capsys):
     assert not (tmp_path / "manifests" / "spline_tokens").exists() and orphan.exists()
     assert wh.query("SELECT sum(x) AS x, count(*) AS n FROM spline_tokens").row(0) == (1, 2)  # views over the units
     assert wh.query("SELECT count(*) FROM spline_tokens_manifest").item() == 2
-    assert wh.upgrade_flat_days("spline_tokens") == 0  # done once
+    assert upgrade_flat_days(wh, "spline_tokens") == 0  # done once
 
 
 def test_files_are_written_with_the_users_umask_not_0600(tmp_path):

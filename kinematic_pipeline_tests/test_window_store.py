@@ -14,8 +14,9 @@ import pytest
 
 from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.sampling import epoch_sample, expected_distinct_days, part_of
+from kinematic_pipeline.stages.window_store import build_window_store
 from kinematic_pipeline.verified import SIDECAR_SUFFIX
-from kinematic_pipeline.window_store import StaleStoreError, build_window_store, open_store
+from kinematic_pipeline.window_store import StaleStoreError, open_store
 from kinematic_pipeline_tests.conftest import CUT, _bars, _perturb_after, _run_all, _settings
 
 ASSET = "spline_tokens"
@@ -106,7 +107,7 @@ def test_a_full_disk_names_the_store_and_a_second_builder_waits_for_the_first(bu
     import errno
     import threading
 
-    from kinematic_pipeline import window_store
+    from kinematic_pipeline.stages import window_store
 
     def full(*args):
         raise OSError(errno.ENOSPC, "No space left on device")

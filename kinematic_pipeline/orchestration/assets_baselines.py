@@ -29,7 +29,7 @@ def features_asset_name(tokenization: str) -> str:
 def baseline_inputs(variant: str) -> str:
     """The features asset a probe or rule reads."""
     spec = lookup_variant(variant)
-    return features_asset_name(features_tokenization(spec.features if spec.family == "probe" else "raw"))
+    return features_asset_name(features_tokenization(spec.feature_set))
 
 
 def features_asset(settings: Settings, token_asset: str) -> dg.AssetsDefinition:
@@ -96,7 +96,7 @@ def baseline_features_assets(settings: Settings) -> list[dg.AssetsDefinition]:
 
 
 def build_baseline_assets(settings: Settings) -> list[dg.AssetsDefinition]:
-    probes = [probe_asset(settings, v) for v in settings.evaluate.baselines if lookup_variant(v).family == "probe"]
+    probes = [probe_asset(settings, v) for v in settings.evaluate.baselines if lookup_variant(v).fitted]
     return [*baseline_features_assets(settings), *probes]
 
 

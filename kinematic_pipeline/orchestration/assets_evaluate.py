@@ -12,7 +12,7 @@ import dagster as dg
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.lineage import CODE_VERSIONS
-from kinematic_pipeline.orchestration.assets_baselines import BASELINES_GROUP, baseline_inputs
+from kinematic_pipeline.orchestration.assets_baselines import baseline_inputs
 from kinematic_pipeline.orchestration.metadata import dagster_metadata
 from kinematic_pipeline.orchestration.partitions import context_policy, policy_partitions
 from kinematic_pipeline.token_kinds import token_kind
@@ -29,15 +29,15 @@ def evaluation_asset(variant: str, asset: str) -> str:
 
 def evaluation_group(variant: str) -> str:
     """The models' evaluation assets are group ``evaluate``; the probes' and rules' group ``baselines``."""
-    return "evaluate" if lookup_variant(variant).family == "model" else BASELINES_GROUP
+    return lookup_variant(variant).group
 
 
 def _prediction_inputs(variant: str) -> tuple[list[dg.AssetDep], str]:
     """What a variant's predictions read, and what does the predicting (for the description)."""
     spec, every_day = lookup_variant(variant), dg.AllPartitionMapping()
-    if spec.family == "probe":
+    if spec.fitted:
         return [dg.AssetDep(f"{variant}_probe"), dg.AssetDep(baseline_inputs(variant))], "fitted probe"
-    if spec.family == "rule":
+    if not spec.fine_tuned:
         return [dg.AssetDep(baseline_inputs(variant))], "rule"
     stats = [dg.AssetDep(token_kind(spec.token_asset).corpus_stats_asset)] if spec.normalized else []
     return [
@@ -59,7 +59,7 @@ def predictions_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
         code_version=CODE_VERSIONS["evaluate"],
         partitions_def=policy_partitions(settings, variant),
         deps=deps,
-        kinds={"pytorch" if spec.family == "model" else "python", "parquet"},
+        kinds={spec.compute_kind, "parquet"},
         description=f"{spec.display_name}: Buy/Sell/Hold probabilities and the argmax action of one {what} "
         "(seed, tau) for every test ticker and test day (after data.train_end), each from the causal window "
         "ending that day (rolling protocol: no later bar enters); on the validation days, where the margin "
@@ -129,10 +129,5 @@ def backtests_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
     return backtesting
 
 
-def evaluated_variants(settings: Settings) -> tuple[str, ...]:
-    """The models, then the baselines: every variant with evaluation assets."""
-    return (*settings.train.variants, *settings.evaluate.baselines)
-
-
 def build_evaluate_assets(settings: Settings) -> list[dg.AssetsDefinition]:
-    return [f(settings, v) for v in evaluated_variants(settings) for f in (predictions_asset, backtests_asset)]
+    return [f(settings, v) for v in settings.evaluated_variants for f in (predictions_asset, backtests_asset)]

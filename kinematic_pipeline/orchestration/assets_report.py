@@ -7,8 +7,9 @@ import dagster as dg
 
 from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.config import Settings
+from kinematic_pipeline.layout import VERDICT_FILE
 from kinematic_pipeline.lineage import CODE_VERSIONS
-from kinematic_pipeline.orchestration.assets_evaluate import evaluated_variants, evaluation_asset
+from kinematic_pipeline.orchestration.assets_evaluate import evaluation_asset
 from kinematic_pipeline.orchestration.assets_scaling import report_waits_for_scaling
 from kinematic_pipeline.orchestration.metadata import embedded_image, markdown_table
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS
@@ -22,7 +23,7 @@ def across_variants(settings: Settings, *assets: str) -> list[dg.AssetDep]:
     every = dg.AllPartitionMapping()
     return [
         dg.AssetDep(evaluation_asset(v, a), partition_mapping=every)
-        for v in evaluated_variants(settings)
+        for v in settings.evaluated_variants
         for a in assets
     ]
 
@@ -109,7 +110,7 @@ def report_asset(settings: Settings) -> dg.AssetsDefinition:
         from kinematic_pipeline.stages.report import materialize_report
 
         path = materialize_report(settings, {"dagster run": context.run_id})
-        verdict = settings.warehouse.report_tables_dir / "verdict.parquet"
+        verdict = settings.warehouse.report_tables_dir / VERDICT_FILE
         return dg.MaterializeResult(
             metadata={
                 "verdict": dg.MetadataValue.md(

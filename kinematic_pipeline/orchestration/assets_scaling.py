@@ -10,7 +10,6 @@ raw bars. Training, scikit-learn and matplotlib are imported inside the body.
 import dagster as dg
 
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.folds import walk_forward
 from kinematic_pipeline.lineage import CODE_VERSIONS
 from kinematic_pipeline.orchestration.assets_baselines import baseline_inputs
 from kinematic_pipeline.orchestration.assets_models import training_inputs
@@ -27,7 +26,7 @@ def scaling_deps(settings: Settings) -> list[dg.AssetDep]:
     """The first fold's first-seed foundation partition of each scaled model, its training inputs, its token shards
     (the test days it predicts), the features of its tokens (when the definitions have that asset), the labels and
     the raw bars of every day (the predictions read their closes)."""
-    fold, seed = walk_forward(settings)[0].name, settings.train.seeds[0]
+    fold, seed = settings.folds[0].name, settings.train.seeds[0]
     features = {baseline_inputs(v) for v in settings.evaluate.baselines}  # the features assets the run defines
     every = dg.AllPartitionMapping()
     deps = []

@@ -15,10 +15,12 @@ from kinematic_pipeline.orchestration.partitions import partition_days, trading_
 from kinematic_pipeline.stages.alpha import alpha_metadata, materialize_alpha_estimates
 from kinematic_pipeline.stages.corpus import corpus_stats_metadata, materialize_corpus_stats
 from kinematic_pipeline.stages.labels import labels_metadata, materialize_labels
-from kinematic_pipeline.stages.tokenize import LOOKBACK, materialize_tokens, token_metadata
+from kinematic_pipeline.stages.tokenize import materialize_tokens, token_metadata
+from kinematic_pipeline.stages.window_store import build_window_store
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS, TOKEN_ASSETS, token_kind
 from kinematic_pipeline.warehouse import ALPHA_ESTIMATES, LABELS, RAW_OHLCV
-from kinematic_pipeline.window_store import build_window_store, window_store_asset
+from kinematic_pipeline.window_store import window_store_asset
+from kinematic_pipeline.windows import LOOKBACK
 
 TOKENIZE_CODE_VERSION = CODE_VERSIONS["tokenize"]
 

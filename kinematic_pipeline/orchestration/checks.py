@@ -10,8 +10,8 @@ import polars as pl
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.orchestration.partitions import run_days
+from kinematic_pipeline.pins import stale_token_days
 from kinematic_pipeline.stages.ingest import data_quality, verify_raw_ohlcv
-from kinematic_pipeline.stages.tokenize import stale_token_days
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.warehouse import RAW_OHLCV
 

@@ -9,10 +9,10 @@ import dagster as dg
 import polars as pl
 
 from kinematic_pipeline.atomic_files import digest
+from kinematic_pipeline.layout import LOSS_PLOT_FILE, MODEL_FILE, SHARDS_USED_SCHEMA
 from kinematic_pipeline.report.markdown import Markdown
 from kinematic_pipeline.report.markdown import embedded_image as embedded_image
 from kinematic_pipeline.report.markdown import markdown_table as markdown_table
-from kinematic_pipeline.variants import variant as lookup_variant
 
 
 def dagster_metadata(values: dict) -> dict:
@@ -67,7 +67,6 @@ def curve_table(curves: dict[str, list[tuple[float, float]]], max_rows: int = 12
 def training_metadata(result, settings) -> dict:
     """A foundation's or adapter's metadata (``training.run.TrainingResult``): its identity, parameters, the
     files it saved with their hashes, what it was served (per split and asset), its loss curves."""
-    from kinematic_pipeline.warehouse import SHARDS_USED_SCHEMA
 
     policy = result.policy
     used = pl.DataFrame(result.shards_used, schema=SHARDS_USED_SCHEMA)
@@ -92,7 +91,7 @@ def training_metadata(result, settings) -> dict:
     }
     if policy.tau is not None:
         curves["validation (weighted CE)"] = [(r["step"], r["val_weighted_loss"]) for r in rows]
-    png = loss_curve_png(curves, f"{policy.variant} {kind}", result.out_dir / "loss.png")
+    png = loss_curve_png(curves, f"{policy.variant} {kind}", result.out_dir / LOSS_PLOT_FILE)
     values = {
         "seed": policy.seed,
         **({} if policy.tau is None else {"tau": policy.tau}),
@@ -101,12 +100,12 @@ def training_metadata(result, settings) -> dict:
         "checkpoint_path": result.checkpoint_path,
         "windows_seen": result.windows_seen,
         "wall_seconds": round(result.seconds, 1),
-        "token_asset": lookup_variant(policy.variant).token_asset,
+        "token_asset": policy.spec.token_asset,
         "training_shards": Markdown(markdown_table(per_split)),
         "windows_served": int(used.filter(pl.col("split") == "store")["served"].sum()),
         "training_shards_digest": digest(used["content_hash"].fill_null("").to_list()),
         "loss_curves": Markdown(embedded_image(png, kind) + "\n\n" + markdown_table(curve_table(curves))),
-        "loss_plot_path": result.out_dir / "loss.png",
+        "loss_plot_path": result.out_dir / LOSS_PLOT_FILE,
         "budget_steps": result.budget_steps,
         "steps": result.steps,
         "best_step": result.best_step,
@@ -117,7 +116,7 @@ def training_metadata(result, settings) -> dict:
         "final_val_loss": float(curves["validation"][-1][1]) if curves["validation"] else float("nan"),
     }
     if policy.tau is None:
-        values["checkpoint_sha256"] = result.files_sha256["model.pt"]
+        values["checkpoint_sha256"] = result.files_sha256[MODEL_FILE]
         values["model_config"] = json.loads(json.dumps(settings.model.__dict__))
     else:
         values["adapter_files_sha256"] = dict(result.files_sha256)

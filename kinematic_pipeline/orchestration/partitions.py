@@ -19,7 +19,7 @@ from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import evaluated_folds, fold_names
 from kinematic_pipeline.label_rules import tau_key
 from kinematic_pipeline.nightly import EXCHANGE_TIMEZONE
-from kinematic_pipeline.policy import SEED_DIMENSION, TAU_DIMENSION, Policy
+from kinematic_pipeline.policy import SEED_DIMENSION, TAU_DIMENSION, Policy, fit_key, parse_fit_key
 from kinematic_pipeline.variants import variant as lookup_variant
 
 PARTITION_FORMAT = "%Y-%m-%d"
@@ -74,11 +74,7 @@ def seed_partitions(settings: Settings, variant: str | None = None) -> dg.Static
     single cut) or ``2019@1234`` (walk-forward folds, ``folds.py``). A variant whose result depends on no seed
     (a rule, a logistic regression) has the one seed ``0``: keys ``0``, ``2019@0``."""
     return dg.StaticPartitionsDefinition(
-        [
-            Policy("splinegpt", s, None, f).seed_key
-            for f in fold_names(settings)
-            for s in policy_seeds(settings, variant)
-        ]
+        [fit_key(f, s) for f in fold_names(settings) for s in policy_seeds(settings, variant)]
     )
 
 
@@ -105,7 +101,7 @@ def policy_seeds(settings: Settings, variant: str | None = None) -> tuple[int, .
 
 def policy_taus(settings: Settings, variant: str | None = None) -> tuple[float, ...]:
     """The taus of ``variant``'s policies: every tokenize.taus, or a baseline's ``evaluate.baseline_taus``."""
-    if variant is None or lookup_variant(variant).family == "model" or settings.evaluate.baseline_taus is None:
+    if variant is None or lookup_variant(variant).every_tau or settings.evaluate.baseline_taus is None:
         return settings.tokenize.taus
     return settings.evaluate.baseline_taus
 
@@ -118,8 +114,7 @@ def grid_keys(settings: Settings, keys: list[str]) -> list[str]:
         if "|" not in key:
             return True
         seed_key, tau = key.split("|")  # Dagster orders the dimensions by name: seed|tau
-        fold = Policy.from_seed_key("splinegpt", seed_key).fold
-        return fold in evaluated_folds(settings, float(tau))
+        return parse_fit_key(seed_key)[0] in evaluated_folds(settings, float(tau))
 
     return [k for k in keys if wanted(k)]
 

@@ -20,6 +20,7 @@ from kinematic_pipeline.folds import fold_names
 from kinematic_pipeline.nightly import EXCHANGE_TIMEZONE, NIGHTLY_CRON, SessionPlan, exchange_date, tick_plan
 from kinematic_pipeline.orchestration.assets_evaluate import EVALUATION_ASSETS, evaluation_asset
 from kinematic_pipeline.orchestration.partitions import policy_key, range_tags
+from kinematic_pipeline.pins import check_pair
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
@@ -90,7 +91,7 @@ def ready_policies(settings: Settings) -> list[Policy]:
 def _pair_holds(settings: Settings, policy: Policy) -> bool:
     """Whether the adapter was fine-tuned from the foundation on disk (a stale pair is never evaluated)."""
     try:
-        settings.warehouse.check_pair(policy)
+        check_pair(settings.warehouse, policy)
     except (ValueError, FileNotFoundError):
         return False
     return True

@@ -2,13 +2,8 @@
 kinematics frames. Pure: polars, numpy and matplotlib (Agg, no pyplot); never dagster."""
 
 from kinematic_pipeline.report.document import render_report
-from kinematic_pipeline.report.figures import (
-    diagnostics_png,
-    equity_curves_png,
-    kinematic_manifold_png,
-    responsiveness_png,
-    sweeps_png,
-)
+from kinematic_pipeline.report.figures import diagnostics_png, equity_curves_png, sweeps_png
+from kinematic_pipeline.report.kinematic_figures import kinematic_manifold_png, responsiveness_png
 from kinematic_pipeline.report.markdown import embedded_image, markdown_table
 from kinematic_pipeline.report.tables import (
     absolute_performance,

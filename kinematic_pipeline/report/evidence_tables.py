@@ -41,7 +41,7 @@ def _variant_cell(rows: pl.DataFrame, variant: str, metric: str) -> str:
     r = rows.filter(pl.col("variant") == variant) if rows.height else rows
     if r.height == 0:
         return ORACLE_ELSEWHERE if variant == ORACLE else "-"
-    if metric in PROBABILISTIC and (variant == ORACLE or lookup_variant(variant).family == "rule"):
+    if metric in PROBABILISTIC and (variant == ORACLE or not lookup_variant(variant).probabilistic):
         return "N/A (one-hot)"  # the informed policy and the rules decide; they state no probabilities
     return _cell(r.row(0, named=True), metric)
 

@@ -14,7 +14,6 @@ import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from kinematic_pipeline.backtest.decisions import unweighted_probabilities
 from kinematic_pipeline.backtest.metrics import confusion_matrix, reliability_curve
@@ -33,39 +32,28 @@ from kinematic_pipeline.variants import (
 from kinematic_pipeline.variants import variant as lookup_variant
 
 DPI = 110  # fixed, so PNG bytes do not depend on matplotlib's rc defaults
-KINEMATIC_CHANNELS = (  # (column, panel title): price spline c0..c3, quartic log-volume profile v0..v4
-    ("c0", "c0 position (log price)"),
-    ("c1", "c1 velocity"),
-    ("c2", "c2 acceleration"),
-    ("c3", "c3 jerk"),
-    ("v0", "v0 log-volume level"),
-    ("v1", "v1 volume velocity"),
-    ("v2", "v2 volume acceleration"),
-    ("v3", "v3 volume jerk"),
-    ("v4", "v4 volume snap"),
-)
 
 
-def _save(fig: Figure, path: Path) -> bytes:
+def save_figure(fig: Figure, path: Path) -> bytes:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png", dpi=DPI, metadata={"Software": None})
     return path.read_bytes()
 
 
-def _no_data(title: str, path: Path) -> bytes:
+def no_data_figure(title: str, path: Path) -> bytes:
     fig = Figure(figsize=(6, 2.5))
     fig.text(0.5, 0.5, f"{title}\n\nno data", ha="center", va="center", fontsize=11)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
-def _date_axis(ax) -> None:
+def date_axis(ax) -> None:
     locator = mdates.AutoDateLocator()
     ax.xaxis.set_major_locator(locator)
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
 
 
-def _window(frame: pl.DataFrame, ticker: str, start: dt.date | None, end: dt.date | None) -> pl.DataFrame:
+def ticker_window(frame: pl.DataFrame, ticker: str, start: dt.date | None, end: dt.date | None) -> pl.DataFrame:
     """One ticker's rows between start and end (inclusive; None: open), sorted by date."""
     if frame.is_empty():
         return frame
@@ -91,7 +79,7 @@ def equity_curves_png(equity: pl.DataFrame, tau: float, cost_bps: float, path: P
     right Buy & Hold per ticker. Several seeds: every seed's curve (faint) and their mean per day."""
     runs = runs_at(equity, tau, cost_bps)
     if runs.is_empty():
-        return _no_data("Equity curves", path)
+        return no_data_figure("Equity curves", path)
     curves = runs.group_by("variant", "ticker", "date").agg(_nan_mean("equity")).sort("variant", "ticker", "date")
     by_run = curves.partition_by(["variant", "ticker"], as_dict=True)
     policies = runs.filter(pl.col("variant") != BENCHMARK)
@@ -137,9 +125,9 @@ def equity_curves_png(equity: pl.DataFrame, tau: float, cost_bps: float, path: P
     right.set_title("Buy & Hold", fontsize=10)
     left.set_ylabel("equity")
     for ax in (left, right):
-        _date_axis(ax)
+        date_axis(ax)
         ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _reliability_panel(ax, by_variant: dict, variants: list[str], class_weights) -> None:
@@ -174,7 +162,7 @@ def diagnostics_png(predictions: pl.DataFrame, ticker: str, tau: float, path: Pa
     [Buy, Sell, Hold] weights) are given, of the stored ones otherwise. Several seeds are pooled."""
     runs = runs_at(predictions, tau=tau, ticker=ticker)
     if runs.is_empty():
-        return _no_data(f"Diagnostics ({ticker})", path)
+        return no_data_figure(f"Diagnostics ({ticker})", path)
     by_variant = runs.partition_by("variant", as_dict=True)
     variants = _variants_present(runs)
     fig = Figure(figsize=(14, 4.2), layout="constrained")
@@ -207,7 +195,7 @@ def diagnostics_png(predictions: pl.DataFrame, ticker: str, tau: float, path: Pa
 
     _reliability_panel(ax_c, by_variant, variants, class_weights)
     fig.suptitle(f"Behavioral diagnostics ({ticker}, tau = {100 * tau:.2f}%)", fontsize=11)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _line_style(name: str) -> str:
@@ -230,7 +218,7 @@ def sweeps_png(metrics: pl.DataFrame, ticker: str, path: Path) -> bytes:
     (B) Sharpe vs cost per variant at tau = 1% (else the middle tau present), Buy & Hold dashed."""
     runs = runs_at(metrics, ticker=ticker)
     if runs.is_empty():
-        return _no_data(f"Parameter sweeps ({ticker})", path)
+        return no_data_figure(f"Parameter sweeps ({ticker})", path)
     costs = sorted(set(runs["cost_bps"].to_list()))
     taus = sorted(set(runs["tau"].drop_nulls().to_list()))
     cost_a = _pick(costs, 0.0, costs[0])
@@ -263,121 +251,7 @@ def sweeps_png(metrics: pl.DataFrame, ticker: str, path: Path) -> bytes:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     fig.suptitle(f"Parameter sensitivity ({ticker})", fontsize=11)
-    return _save(fig, path)
-
-
-def _on_dates(dates: pl.DataFrame, frame: pl.DataFrame, columns: list[str]) -> pl.DataFrame:
-    """``columns`` of ``frame`` aligned to ``dates`` (null where frame has no row or no such column)."""
-    present = [c for c in columns if c in frame.columns]
-    if frame.is_empty() or not present:
-        return dates.with_columns(pl.lit(None, pl.Float64).alias(c) for c in columns)
-    aligned = dates.join(frame.select("date", *present), on="date", how="left")
-    return aligned.with_columns(pl.lit(None, pl.Float64).alias(c) for c in columns if c not in present)
-
-
-def _values(frame: pl.DataFrame, column: str) -> np.ndarray:
-    return frame[column].cast(pl.Float64).fill_null(float("nan")).to_numpy()
-
-
-def _candles(ax_price, ax_volume, x: np.ndarray, bars: pl.DataFrame) -> None:
-    o, h, low, c, vol = (_values(bars, k) for k in ("open", "high", "low", "close", "volume"))
-    colors = np.where(c >= o, "tab:green", "tab:red")
-    ax_price.vlines(x, low, h, colors=colors, lw=0.8)
-    ax_price.bar(x, np.abs(c - o), 0.6, bottom=np.minimum(o, c), color=colors)
-    ax_volume.bar(x, vol, 0.6, color=colors, alpha=0.7)
-
-
-def kinematic_manifold_png(
-    bars: pl.DataFrame,
-    kinematics: pl.DataFrame,
-    ticker: str,
-    start: dt.date | None,
-    end: dt.date | None,
-    path: Path,
-) -> bytes:
-    """Paper fig full_state: OHLC candles and volume on top, then the nine channels c0..c3, v0..v4 as a
-    3x3 grid over the same sessions (x = session index, so weekends leave no gaps)."""
-    bars_w, kin_w = _window(bars, ticker, start, end), _window(kinematics, ticker, start, end)
-    if bars_w.is_empty() and kin_w.is_empty():
-        return _no_data(f"Kinematic manifold ({ticker})", path)
-    dates = pl.concat([f.select(pl.col("date").cast(pl.Date)) for f in (bars_w, kin_w) if not f.is_empty()])
-    dates = dates.unique().sort("date")
-    aligned_bars = _on_dates(dates, bars_w, ["open", "high", "low", "close", "volume"])
-    aligned_kin = _on_dates(dates, kin_w, [c for c, _ in KINEMATIC_CHANNELS])
-    x = np.arange(dates.height)
-    labels = [d.isoformat() for d in dates["date"].to_list()]
-
-    fig = Figure(figsize=(12, 11), layout="constrained")
-    grid = fig.add_gridspec(5, 3, height_ratios=[2.4, 0.9, 1, 1, 1])
-    ax_price = fig.add_subplot(grid[0, :])
-    ax_volume = fig.add_subplot(grid[1, :], sharex=ax_price)
-    _candles(ax_price, ax_volume, x, aligned_bars)
-    ax_price.set_title(f"{ticker}: daily OHLC and volume", fontsize=10)
-    ax_price.set_ylabel("price")
-    ax_price.tick_params(labelbottom=False)  # the volume panel below carries the dates
-    ax_volume.set_ylabel("volume")
-    axes = [ax_price, ax_volume]
-    for i, (column, title) in enumerate(KINEMATIC_CHANNELS):
-        ax = fig.add_subplot(grid[2 + i // 3, i % 3], sharex=ax_price)
-        ax.plot(x, _values(aligned_kin, column), lw=0.9, color="tab:blue" if column[0] == "c" else "tab:orange")
-        if column not in ("c0", "v0"):
-            ax.axhline(0, color="gray", lw=0.5)
-        ax.set_title(title, fontsize=8)
-        ax.tick_params(labelsize=7)
-        axes.append(ax)
-    for ax in axes:
-        ax.xaxis.set_major_locator(MaxNLocator(5, integer=True))
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: labels[int(v)] if 0 <= v < len(labels) else ""))
-        ax.grid(alpha=0.3)
-    fig.suptitle("The 9-dimensional kinematic manifold vs. ground truth", fontsize=11)
-    return _save(fig, path)
-
-
-def responsiveness_png(
-    bars: pl.DataFrame,
-    kinematics: pl.DataFrame,
-    predictions: pl.DataFrame,
-    ticker: str,
-    variant: str,
-    tau: float,
-    start: dt.date | None,
-    end: dt.date | None,
-    path: Path,
-) -> bytes:
-    """Paper fig responsiveness: (A) close with Buy (green up) and Sell (red down) actions of ``variant``
-    at ``tau`` (its lowest seed), (B) velocity c1, (C) acceleration c2, sharing the date axis."""
-    bars_w, kin_w = _window(bars, ticker, start, end), _window(kinematics, ticker, start, end)
-    preds = runs_at(predictions, tau=tau)
-    preds = _window(preds.filter(pl.col("variant") == variant) if not preds.is_empty() else preds, ticker, start, end)
-    if bars_w.is_empty() and kin_w.is_empty() and preds.is_empty():
-        return _no_data(f"Kinematic responsiveness ({ticker})", path)
-    if not preds.is_empty() and preds["seed"].drop_nulls().len() > 0:
-        preds = preds.filter(pl.col("seed") == preds["seed"].min())
-
-    fig = Figure(figsize=(10, 8), layout="constrained")
-    ax_a, ax_b, ax_c = fig.subplots(3, 1, sharex=True, height_ratios=[2, 1, 1])
-    prices = bars_w if not bars_w.is_empty() else preds
-    if not prices.is_empty():
-        ax_a.plot(prices["date"].to_numpy(), _values(prices, "close"), color="black", lw=1.0, label="close")
-    for action, marker, shade, name in ((0, "^", "tab:green", "Buy"), (1, "v", "tab:red", "Sell")):
-        days = preds.filter(pl.col("action") == action) if not preds.is_empty() else preds
-        if not days.is_empty():
-            ax_a.scatter(
-                days["date"].to_numpy(), _values(days, "close"), marker=marker, color=shade, s=40, label=name, zorder=3
-            )
-    ax_a.set_ylabel("close")
-    ax_a.set_title(f"(A) {ticker} close and {display_name(variant)} actions (tau = {100 * tau:.2f}%)", fontsize=10)
-    for ax, column, title in ((ax_b, "c1", "(B) velocity c1"), (ax_c, "c2", "(C) acceleration c2")):
-        if not kin_w.is_empty() and column in kin_w.columns:
-            ax.plot(kin_w["date"].to_numpy(), _values(kin_w, column), color="tab:blue", lw=1.0)
-        ax.axhline(0, color="gray", lw=0.6)
-        ax.set_title(title, fontsize=10)
-    for ax in (ax_a, ax_b, ax_c):
-        ax.grid(alpha=0.3)
-    if ax_a.get_legend_handles_labels()[0]:
-        ax_a.legend(fontsize=8)
-    _date_axis(ax_c)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def decision_rules_png(metrics: pl.DataFrame, margin: pl.DataFrame, tau: float, cost_bps: float, path: Path) -> bytes:
@@ -387,7 +261,7 @@ def decision_rules_png(metrics: pl.DataFrame, margin: pl.DataFrame, tau: float, 
     second = runs_at(margin, tau, cost_bps) if margin.height else margin
     variants = [v for v in ALL_VARIANT_NAMES if argmax.height and v in set(argmax["variant"].to_list())]
     if not variants:
-        return _no_data("Decision rules", path)
+        return no_data_figure("Decision rules", path)
     fig = Figure(figsize=(max(10, 0.9 * len(variants)), 4.2), layout="constrained")
     ax_a, ax_b = fig.subplots(1, 2)
     x, width = np.arange(len(variants)), 0.38
@@ -406,7 +280,7 @@ def decision_rules_png(metrics: pl.DataFrame, margin: pl.DataFrame, tau: float, 
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=8)
     fig.suptitle(f"Decision rules at tau = {100 * tau:.2f}%, cost {cost_bps:g} bps", fontsize=10)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def training_curves_png(curves: dict[tuple[str, str], list[list[dict]]], path: Path) -> bytes:
@@ -415,7 +289,7 @@ def training_curves_png(curves: dict[tuple[str, str], list[list[dict]]], path: P
     fold and seed, coloured by variant; a dot marks the step whose state was saved. ``curves`` maps
     (variant, "pretraining" | "fine-tuning") to the runs' rows (``training.trainer.CURVE_COLUMNS``)."""
     if not any(runs for runs in curves.values()):
-        return _no_data("Training curves", path)
+        return no_data_figure("Training curves", path)
     fig = Figure(figsize=(11, 4), layout="constrained")
     axes = fig.subplots(1, 2)
     variants = sorted({v for v, _ in curves})
@@ -439,4 +313,4 @@ def training_curves_png(curves: dict[tuple[str, str], list[list[dict]]], path: P
         ax.set_ylabel("validation loss" if stage == "pretraining" else "validation log loss (de-weighted p)")
         ax.set_title(f"({'A' if stage == 'pretraining' else 'B'}) {stage}", fontsize=10)
         ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)

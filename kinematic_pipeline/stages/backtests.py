@@ -136,7 +136,7 @@ def run_backtests(settings: Settings, policy: Policy, code_versions: dict[str, s
     ev, wh = settings.evaluate, settings.warehouse
     predictions_file = wh.evaluation_file(PREDICTIONS, policy)
     if not predictions_file.exists():
-        key = "|".join(policy.partition.values())
+        key = policy.key
         raise FileNotFoundError(
             f"{predictions_file} is missing: materialize {policy.variant}_predictions partition {key}"
         )

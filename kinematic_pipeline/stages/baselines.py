@@ -21,7 +21,6 @@ No dagster here.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import time
@@ -31,104 +30,26 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.atomic_files import file_sha256, write_bytes_atomic
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import fold_of
 from kinematic_pipeline.label_rules import tau_column
+from kinematic_pipeline.pins import features_path, load_probe
 from kinematic_pipeline.policy import Policy
-from kinematic_pipeline.probe_features import feature_columns, features_tokenization
+from kinematic_pipeline.probe_models import (
+    FIT_FILE,
+    LEGACY_PICKLE,
+    MODEL_FILES,
+    LinearProbeModel,
+    ProbeModel,
+    TreeProbeModel,
+)
+from kinematic_pipeline.stages.features import read_features
 from kinematic_pipeline.variants import BUY, HOLD, SELL
 from kinematic_pipeline.variants import variant as lookup_variant
 
 CLIP = 10.0  # z-scores beyond this are clipped (a winsorization of rare extreme windows)
 MIN_LEAF_ROWS = 2000  # LightGBM's rows a leaf at the universe's scale (fewer on small corpora: 0.5% of rows)
-MODEL_FILES = {"lr": "model.json", "lightgbm": "model.txt"}  # learner -> the model's file (data, not code)
-FIT_FILE = "fit.json"
-LEGACY_PICKLE = "model.joblib"  # what versions before issue 30 saved: refused, never loaded
-LINEAR_FORMAT = "kinematic_pipeline linear probe 1"
-
-
-@dataclass(frozen=True)
-class LinearProbeModel:
-    """A fitted logistic regression as numbers: ``predict_proba`` as scikit-learn's (a softmax of x W' + b over
-    the classes seen in training; a logistic for two)."""
-
-    classes_: np.ndarray  # (k,) the training labels among Buy, Sell, Hold
-    coef: np.ndarray  # (k, d), or (1, d) for two classes
-    intercept: np.ndarray  # (k,), or (1,)
-
-    @classmethod
-    def of(cls, model) -> LinearProbeModel:
-        """From a fitted ``sklearn.linear_model.LogisticRegression``."""
-        return cls(np.asarray(model.classes_, np.int64), np.asarray(model.coef_), np.asarray(model.intercept_))
-
-    def predict_proba(self, x: np.ndarray) -> np.ndarray:
-        from scipy.special import expit, softmax
-
-        z = x @ self.coef.T + self.intercept  # (n, k) or (n, 1)
-        if z.shape[1] == 1:
-            p = expit(z[:, 0])
-            return np.column_stack([1.0 - p, p])
-        return softmax(z, axis=1)
-
-    def to_bytes(self) -> bytes:
-        record = {
-            "format": LINEAR_FORMAT,
-            "classes": self.classes_.tolist(),
-            "coef": self.coef.tolist(),
-            "intercept": self.intercept.tolist(),
-        }
-        return json.dumps(record).encode()  # floats as repr: they read back bit for bit
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> LinearProbeModel:
-        record = json.loads(data)
-        if record.get("format") != LINEAR_FORMAT:
-            raise ValueError(f"not a linear probe (format {record.get('format')!r})")
-        coef, intercept = np.asarray(record["coef"], np.float64), np.asarray(record["intercept"], np.float64)
-        classes = np.asarray(record["classes"], np.int64)
-        if coef.ndim != 2 or intercept.shape != (coef.shape[0],) or coef.shape[0] not in (1, classes.size):
-            raise ValueError(
-                f"coefficients {coef.shape} and intercepts {intercept.shape} do not fit {classes.size} classes"
-            )
-        return cls(classes, coef, intercept)
-
-
-@dataclass(frozen=True)
-class TreeProbeModel:
-    """A fitted LightGBM classifier as its text model (the trees up to the best validation iteration)."""
-
-    classes_: np.ndarray
-    text: str
-    threads: int = 1
-
-    @classmethod
-    def of(cls, model, threads: int) -> TreeProbeModel:
-        """From a fitted ``lightgbm.LGBMClassifier`` (its best iteration when it stopped early)."""
-        return cls(np.asarray(model.classes_, np.int64), model.booster_.model_to_string(), threads)
-
-    def predict_proba(self, x: np.ndarray) -> np.ndarray:
-        p = np.asarray(self.booster.predict(x, num_threads=self.threads))
-        return np.column_stack([1.0 - p, p]) if p.ndim == 1 else p
-
-    @functools.cached_property
-    def booster(self):
-        import lightgbm as lgb
-
-        return lgb.Booster(model_str=self.text)
-
-    def to_bytes(self) -> bytes:
-        return self.text.encode()
-
-    @classmethod
-    def from_bytes(cls, data: bytes, classes: list[int], threads: int = 1) -> TreeProbeModel:
-        model = cls(np.asarray(classes, np.int64), data.decode(), threads)
-        _ = model.booster  # parse now: a damaged file fails here, named by the caller
-        return model
-
-
-ProbeModel = LinearProbeModel | TreeProbeModel
 
 
 @dataclass(frozen=True)
@@ -139,50 +60,6 @@ class ProbeFit:
 
     def metadata(self) -> dict:
         return {k: v for k, v in self.fit.items() if not isinstance(v, list)} | {"path": self.folder}
-
-
-def features_path(settings: Settings, variant: str, part: str = "training") -> Path:
-    """The variant's features file: ``training`` (train and validation rows) or ``test``."""
-    spec = lookup_variant(variant)
-    feature_set = spec.features if spec.family == "probe" else "raw"
-    return settings.warehouse.features_file(features_tokenization(feature_set), part)
-
-
-def read_features(
-    settings: Settings,
-    variant: str,
-    splits: tuple[str, ...],
-    extra: tuple[str, ...] = (),
-    fold: str | None = None,
-) -> pl.DataFrame:
-    """The rows of ``splits`` of the variant's features for ``fold`` (a ``Policy.fold``), with its feature
-    columns and ``extra``: ``("test",)`` the test file's rows of the fold's test period; otherwise the training
-    file's rows on or before the fold's training end, split by the fold's own dates (``features.fold_split``),
-    with every label of a day after the fold's ``label_end`` (the purge) set to null."""
-    from kinematic_pipeline.stages.features import check_features_cut, fold_split
-
-    part = "test" if splits == ("test",) else "training"
-    spec, path = lookup_variant(variant), features_path(settings, variant, part)
-    if not path.exists():
-        asset = f"{path.parent.name}_features"
-        raise FileNotFoundError(f"{path} is missing: materialize {asset} (what {variant} reads)")
-    check_features_cut(settings, path.parent.name)  # split for this run's folds, or refused
-    columns = feature_columns(spec.features) if spec.family == "probe" else ("ret1", "ret20")
-    scope = fold_of(settings, fold)
-    scan = exact.scan_parquet(path)
-    date = pl.col("date")
-    if part == "test":
-        in_fold = (
-            date >= scope.test_start if scope.test_end is None else date.is_between(scope.test_start, scope.test_end)
-        )
-        scan = scan.filter(in_fold)
-    else:
-        _, validation = fold_split(settings, spec.token_asset, scope)
-        split = pl.when(date.is_in(validation)).then(pl.lit("validation")).otherwise(pl.lit("train"))
-        labels = [c for c in extra if c in {tau_column(t) for t in settings.tokenize.taus}]
-        purged = [pl.when(date > scope.label_end).then(None).otherwise(pl.col(c)).alias(c) for c in labels]
-        scan = scan.filter(date <= scope.train_end).with_columns(split.alias("split"), *purged)
-    return scan.filter(pl.col("split").is_in(splits)).select("ticker", "date", "split", *columns, *extra).collect()
 
 
 def _matrix(frame: pl.DataFrame, columns: tuple[str, ...]) -> np.ndarray:
@@ -213,11 +90,11 @@ def train_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
     ``evaluate.probe_max_train_rows``: a sample seeded by the policy's seed) and its fit record, as ``load_probe``
     returns them (the model as the numbers it is saved as, so it predicts alike loaded or not); nothing is
     written."""
-    spec, started = lookup_variant(policy.variant), time.perf_counter()
-    if spec.family != "probe":
+    spec, started = policy.spec, time.perf_counter()
+    if not spec.fitted:
         raise ValueError(f"{policy.variant} is not a probe")
     label = tau_column(policy.tau)
-    columns = feature_columns(spec.features)
+    columns = spec.feature_columns
     frame = read_features(settings, policy.variant, ("train", "validation"), (label,), policy.fold)
     frame = frame.filter(pl.col(label).is_not_null() & (pl.col(label) >= 0))
     train, val = frame.filter(pl.col("split") == "train"), frame.filter(pl.col("split") == "validation")
@@ -309,69 +186,6 @@ def _classes3(model, proba: np.ndarray) -> np.ndarray:
     return out
 
 
-def _rematerialize(policy: Policy) -> str:
-    return f"re-materialize {policy.variant}_probe partition {'|'.join(policy.partition.values())}"
-
-
-def probe_files(settings: Settings, policy: Policy) -> list[Path]:
-    """The files of a fitted probe (its model, its fit record); a clear error naming the asset when it was not
-    fitted, or was saved by an older version as a pickle (never loaded)."""
-    folder = settings.warehouse.probe_dir(policy)
-    models = [folder / name for name in MODEL_FILES.values() if (folder / name).exists()]
-    if not models and (folder / LEGACY_PICKLE).exists():
-        raise ValueError(
-            f"{folder / LEGACY_PICKLE} is a pickle saved by an older version: it is not loaded (a pickle runs code); "
-            f"{_rematerialize(policy)}"
-        )
-    if len(models) != 1 or not (folder / FIT_FILE).exists():
-        raise FileNotFoundError(
-            f"{folder} holds no fitted probe: materialize {policy.variant}_probe partition "
-            f"{'|'.join(policy.partition.values())}"
-        )
-    return [models[0], folder / FIT_FILE]
-
-
-def load_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
-    """The fitted probe of ``policy`` and its fit record, read as data once checked: the model file against the
-    sha256 its fit record holds, the training features file against the one it was fitted on. Each failure is
-    one ValueError naming the file and the asset to re-materialize."""
-    model_file, fit_file = probe_files(settings, policy)
-    try:
-        fit = json.loads(fit_file.read_text())
-        expected = fit["model_sha256"], fit["model_file"], fit["learner"], fit["classes"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(
-            f"{fit_file} is not a probe's fit record ({type(exc).__name__}: {exc}): {_rematerialize(policy)}"
-        ) from None
-    data = model_file.read_bytes()
-    if model_file.name != expected[1] or hashlib.sha256(data).hexdigest() != expected[0]:
-        raise ValueError(
-            f"{model_file} is not the file its fit record {fit_file.name} describes (sha256 differs: changed or "
-            f"damaged since it was fitted): {_rematerialize(policy)}"
-        )
-    train_end = str(fold_of(settings, policy.fold).train_end)
-    if fit.get("train_end") != train_end:
-        raise ValueError(
-            f"the probe in {fit_file.parent} was fitted for the cut {fit.get('train_end')} (fold {fit.get('fold')}), "
-            f"this run's is {train_end} (KP_TRAIN_END / KP_FOLDS): {_rematerialize(policy)}"
-        )
-    if fit["features_sha256"] != file_sha256(features_path(settings, policy.variant)):
-        raise ValueError(
-            f"the probe of {policy} was fitted on another features file than "
-            f"{features_path(settings, policy.variant)}: {_rematerialize(policy)}"
-        )
-    try:
-        if fit["learner"] == "lr":
-            model: ProbeModel = LinearProbeModel.from_bytes(data)
-        else:
-            model = TreeProbeModel.from_bytes(data, fit["classes"], settings.evaluate.probe_threads)
-    except Exception as exc:  # noqa: BLE001 - any parse failure is the same one line naming the file
-        raise ValueError(
-            f"{model_file} cannot be read as a probe ({type(exc).__name__}: {exc}): {_rematerialize(policy)}"
-        ) from None
-    return model, fit
-
-
 def probe_probabilities(probe: tuple[ProbeModel, dict], frame: pl.DataFrame) -> np.ndarray:
     """A loaded probe's (``load_probe``) softmax [n, 3] (Buy, Sell, Hold) on the rows of ``frame``."""
     model, fit = probe
@@ -384,17 +198,17 @@ def probe_probabilities(probe: tuple[ProbeModel, dict], frame: pl.DataFrame) -> 
 def rule_actions(variant: str, frame: pl.DataFrame, tau: float) -> np.ndarray:
     """The actions of a rule on the rows of ``frame`` (ret1, ret20)."""
     spec = lookup_variant(variant)
-    if spec.family != "rule":
+    if spec.probabilistic:
         raise ValueError(f"{variant} is not a rule")
-    if spec.features is None:  # always Hold
+    if spec.follows is None:  # always Hold
         return np.full(frame.height, HOLD, dtype=np.int8)
-    r = frame[spec.features].fill_null(float("nan")).to_numpy().astype(np.float64)
+    r = frame[spec.follows].fill_null(float("nan")).to_numpy().astype(np.float64)
     return np.where(r > tau, BUY, np.where(r < -tau, SELL, HOLD)).astype(np.int8)
 
 
 def baseline_probabilities(policy: Policy, frame: pl.DataFrame, probe: tuple[object, dict] | None) -> np.ndarray:
     """[n, 3] probabilities of a probe (loaded: ``load_probe``), or the one-hot action of a rule (no probe)."""
-    if lookup_variant(policy.variant).family == "probe":
+    if policy.spec.fitted:
         return probe_probabilities(probe, frame)
     return np.eye(3)[rule_actions(policy.variant, frame, policy.tau)]
 
@@ -412,7 +226,7 @@ def baseline_predictions(
     if tickers is not None:
         frame = frame.filter(pl.col("ticker").is_in(tickers))
     frame = frame.sort("ticker", "date")
-    if probe is None and lookup_variant(policy.variant).family == "probe":
+    if probe is None and policy.spec.fitted:
         probe = load_probe(settings, policy)
     probs = baseline_probabilities(policy, frame, probe)
     return predictions_frame(frame, (policy.variant, policy.tau, policy.seed), probs, label)

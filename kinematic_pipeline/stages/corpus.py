@@ -14,12 +14,11 @@ import datetime as dt
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.atomic_files import digest, remove_if_exists
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.folds import fold_of, store_cut, walk_forward
+from kinematic_pipeline.folds import store_cut
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS, token_kind
-from kinematic_pipeline.warehouse import CORPUS_STATS, StalePairError
+from kinematic_pipeline.warehouse import CORPUS_STATS
 from kinematic_pipeline.window_store import open_store
 from kinematic_pipeline.windows import CHANNEL_NAMES, N_CHANNELS, ZSCORED_CHANNELS
 
@@ -81,7 +80,7 @@ def channel_moments(
 
 def fit_corpus_stats(settings: Settings, asset: str) -> pl.DataFrame:
     """STATS_SCHEMA rows of one token asset: its 7 z-scored channels over each fold's training days."""
-    wh, folds = settings.warehouse, walk_forward(settings)
+    wh, folds = settings.warehouse, settings.folds
     days = wh.shard_days(asset, until=store_cut(settings))  # file names only: nothing later is opened
     moments = channel_moments(settings, asset, days, [f.train_end for f in folds])
     rows = []
@@ -107,30 +106,6 @@ def fit_corpus_stats(settings: Settings, asset: str) -> pl.DataFrame:
             for ch in ZSCORED_CHANNELS
         ]
     return pl.DataFrame(rows, schema=STATS_SCHEMA)
-
-
-def fold_stats(settings: Settings, tokenization: str, fold: str | None) -> pl.DataFrame:
-    """The corpus statistics of ``tokenization`` fitted on the training days of ``fold`` (a ``Policy.fold``)."""
-    path = settings.warehouse.corpus_stats_file(tokenization)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: materialize {tokenization}_corpus_stats")
-    scope = fold_of(settings, fold)
-    stats = exact.read_parquet(path)
-    if "fold" not in stats.columns or not (stats["fold"] == scope.label).any():
-        raise ValueError(
-            f"{path} holds no statistics of fold {scope.label}: re-materialize {tokenization}_corpus_stats"
-        )
-    stats = stats.filter(pl.col("fold") == scope.label)
-    # pinned: the statistics were fitted on the token shards the warehouse holds now (their manifests' hashes)
-    asset = next(a for a in TOKEN_ASSETS if token_kind(a).tokenization == tokenization)
-    wh = settings.warehouse
-    now = digest(wh.content_hashes(asset, wh.shard_days(asset, until=scope.train_end)))
-    if stats["shards_digest"][0] != now:
-        raise StalePairError(
-            f"the {tokenization} corpus statistics of fold {scope.label} were fitted on other {asset} shards (digest "
-            f"{stats['shards_digest'][0][:16]}, the warehouse's is {now[:16]}): re-materialize {tokenization}_corpus_stats"
-        )
-    return stats
 
 
 def materialize_corpus_stats(settings: Settings, assets: tuple[str, ...] = TOKEN_ASSETS) -> pl.DataFrame:

@@ -37,6 +37,7 @@ from kinematic_pipeline.label_rules import at_tau, labels_from_returns, tau_colu
 from kinematic_pipeline.pins import verified_labels
 from kinematic_pipeline.report import evidence_tables as evidence_tables_report
 from kinematic_pipeline.sources import make_source
+from kinematic_pipeline.stages.pooled import MARGIN_EQUITY_CURVES, portfolio_summaries, read_pooled, read_view
 from kinematic_pipeline.variants import UNKNOWN_LABEL
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import EQUITY_CURVES, LABELS, MARGIN_BACKTESTS, PREDICTIONS, RAW_OHLCV
@@ -113,14 +114,6 @@ def prediction_day_returns(settings: Settings, predictions: pl.DataFrame) -> pl.
     return exact.read_parquet(verified_labels(wh, days), columns=["ticker", "date", "r_close"])
 
 
-def read_view(settings: Settings, view: str) -> pl.DataFrame:
-    """Every row of an asset's catalog view; FileNotFoundError naming the asset when it has none yet."""
-    frame = settings.warehouse.read_view(view) if settings.warehouse.catalog_path.exists() else pl.DataFrame()
-    if frame.height == 0:
-        raise FileNotFoundError(f"no {view} rows in {settings.warehouse.catalog_path}: materialize {view} first")
-    return frame
-
-
 def oracle_test_predictions(settings: Settings, predictions: pl.DataFrame, tau: float) -> pl.DataFrame | None:
     """The informed policy on the test tickers and days, for the synthetic source (None for real data):
     it knows the latent state the synthetic bars were drawn from, which no tokenization of the bars can."""
@@ -143,14 +136,6 @@ def oracle_test_predictions(settings: Settings, predictions: pl.DataFrame, tau: 
     )
 
 
-def margin_metrics(settings: Settings) -> pl.DataFrame:
-    """The margin rule's backtests (view ``margin_backtests``); an empty frame before any exists."""
-    try:
-        return read_view(settings, MARGIN_BACKTESTS)
-    except FileNotFoundError:
-        return pl.DataFrame()
-
-
 def information_skill(
     settings: Settings, report_rows: pl.DataFrame, rates: dict, tau: float
 ) -> dict[str, pl.DataFrame]:
@@ -170,22 +155,13 @@ def information_skill(
     return out
 
 
-def evaluated_variants(settings: Settings) -> tuple[str, ...]:
-    """The models, then the baselines (``evaluate.baselines``): every variant the report shows."""
-    return (*settings.train.variants, *settings.evaluate.baselines)
-
-
 def pooled_margin_metrics(settings: Settings) -> pl.DataFrame:
     """The margin rule's pooled record per policy (``stages.pooled``; the view itself for a single fold)."""
-    from kinematic_pipeline.stages.pooled import read_pooled
-
     return read_pooled(settings, MARGIN_BACKTESTS)
 
 
 def rule_portfolios(settings: Settings) -> dict[str, pl.DataFrame]:
     """{rule: the equal-weight portfolio summary per variant} of the pooled argmax and margin-rule records."""
-    from kinematic_pipeline.stages.pooled import MARGIN_EQUITY_CURVES, portfolio_summaries, read_pooled
-
     return {
         rule: portfolio_summaries(settings, read_pooled(settings, name), ["variant"])
         for rule, name in (("argmax", EQUITY_CURVES), ("margin", MARGIN_EQUITY_CURVES))
@@ -199,7 +175,7 @@ def evidence_tables(settings: Settings, metrics: pl.DataFrame) -> dict[str, pl.D
     rates = train_base_rates(settings)
     decisions = decision_frame(predictions, rates[TRAINED], settings.train.class_weights)
     present = set(predictions["variant"].unique().to_list())
-    seen = data_seen(settings, tuple(v for v in evaluated_variants(settings) if v in present))
+    seen = data_seen(settings, tuple(v for v in settings.evaluated_variants if v in present))
     universe = universe_evidence(settings, metrics, rates, seen)
     return {
         "signal": universe["signal"],
@@ -299,7 +275,7 @@ def universe_evidence(
 ) -> dict[str, pl.DataFrame]:
     """The universe tables: the signal (IC), the time-series IC of the backtested tickers, the skill on the
     universe (the information table), the label artefact and the data each variant saw."""
-    variants = evaluated_variants(settings)
+    variants = settings.evaluated_variants
     universe = universe_predictions(settings, variants)
     stats = signal_statistics(settings, universe)
     tickers = sorted(metrics["ticker"].unique().to_list())
@@ -330,7 +306,7 @@ def residual_statistics(settings: Settings, universe: pl.DataFrame) -> pl.DataFr
     (r_spline = r_close + e_t - e_(t+1)). Empty without spline labels or the spline features file."""
     from kinematic_pipeline.folds import fold_names
     from kinematic_pipeline.stages.alpha import AlphaLookup
-    from kinematic_pipeline.stages.baselines import read_features
+    from kinematic_pipeline.stages.features import read_features
 
     if settings.tokenize.label_source != "spline" or universe.height == 0:
         return pl.DataFrame()
@@ -373,12 +349,12 @@ def universe_note(settings: Settings, universe: pl.DataFrame) -> str:
 
 def data_seen(settings: Settings, variants: tuple[str, ...]) -> dict[str, str]:
     """{variant: the dates its fit, validation and normalization saw, per fold} (the contamination column)."""
-    from kinematic_pipeline.stages.features import fold_split
+    from kinematic_pipeline.window_store import fold_split
 
-    out, folds = {}, walk_forward(settings)
+    out, folds = {}, settings.folds
     for v in variants:
         spec = lookup_variant(v)
-        if spec.family == "rule":
+        if not spec.learns:
             out[v] = "nothing: a fixed rule (tau only)"
             continue
         parts = []
@@ -387,11 +363,7 @@ def data_seen(settings: Settings, variants: tuple[str, ...]) -> dict[str, str]:
             span = f"fit {fit_days[0]} .. {fit_days[-1]}" if fit_days else "fit: none"
             val_text = f"validation {val[0]} .. {val[-1]}" if val else "no validation"
             label = f"labels <= {fold.label_end}"
-            norm = (
-                "z-scores of the fit rows"
-                if spec.family == "probe"
-                else (f"corpus statistics to {fold.train_end}" if spec.normalized else "RevIN (each window itself)")
-            )
+            norm = spec.normalization(fold.train_end)
             name = "" if fold.name is None else f"fold {fold.name}: "
             parts.append(f"{name}{span}; {val_text}; {label}; normalization: {norm}")
         out[v] = " / ".join(parts)

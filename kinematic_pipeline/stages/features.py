@@ -6,8 +6,8 @@ per window; a probe pins the training file's hash, so new test days never make a
 - ``split``: ``train`` and ``validation`` rows are the window store's (days on or before the last fold's
   training end; the last ``train.val_fraction`` of its days validate, the fine-tuning's split), ``test`` rows
   every ticker of every token shard of every fold's test period (the whole universe, not only the backtested
-  names). A fold reads its own rows (``stages.baselines.read_features``): the training rows up to its training
-  end, split again by its own dates (``fold_split``), the test rows of its test period;
+  names). A fold reads its own rows (``read_features``): the training rows up to its training
+  end, split again by its own dates (``window_store.fold_split``), the test rows of its test period;
 - the features (``probe_features``: the last five tokens and window std; the raw tokens' file also ret1,
   vol20 and ret20);
 - the close of the day (every fold's validation rows and the test rows: what a backtest trades) and the labels of every tau with
@@ -35,15 +35,14 @@ from tqdm import tqdm
 from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.atomic_files import write_bytes_atomic
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.folds import Fold, walk_forward
+from kinematic_pipeline.folds import evaluation_days, fold_of, split_days
 from kinematic_pipeline.label_rules import tau_column
-from kinematic_pipeline.pins import verified_labels
+from kinematic_pipeline.pins import check_token_inputs, features_path, verified_labels
 from kinematic_pipeline.probe_features import RAW_EXTRAS, TOKEN_FEATURES, raw_extras, token_features
-from kinematic_pipeline.stages.tokenize import check_token_inputs
 from kinematic_pipeline.token_kinds import token_kind
-from kinematic_pipeline.training.data import split_days
+from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
-from kinematic_pipeline.window_store import open_store, training_shard_days
+from kinematic_pipeline.window_store import fold_split, open_store
 from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
 
 CHUNK_WINDOWS = 131_072  # store rows turned into features at a time (~300 MB of tokens)
@@ -117,11 +116,39 @@ def _test_rows(settings: Settings, asset: str, days: list[dt.date], progress: bo
     return pl.concat(parts).with_columns(pl.lit("test").alias("split"))
 
 
-def fold_split(settings: Settings, asset: str, fold: Fold) -> tuple[list[dt.date], list[dt.date]]:
-    """The training and validation days of ``fold``: the days of ``asset``'s window store on or before the
-    fold's training end, split by date as its models' fine-tuning splits them (``training.data``)."""
-    days = [d for d in training_shard_days(settings, asset)[0] if d <= fold.train_end]
-    return split_days(days, settings.train.val_fraction)
+def read_features(
+    settings: Settings,
+    variant: str,
+    splits: tuple[str, ...],
+    extra: tuple[str, ...] = (),
+    fold: str | None = None,
+) -> pl.DataFrame:
+    """The rows of ``splits`` of the variant's features for ``fold`` (a ``Policy.fold``), with its feature
+    columns and ``extra``: ``("test",)`` the test file's rows of the fold's test period; otherwise the training
+    file's rows on or before the fold's training end, split by the fold's own dates (``window_store.fold_split``),
+    with every label of a day after the fold's ``label_end`` (the purge) set to null."""
+    part = "test" if splits == ("test",) else "training"
+    spec, path = lookup_variant(variant), features_path(settings, variant, part)
+    if not path.exists():
+        asset = f"{path.parent.name}_features"
+        raise FileNotFoundError(f"{path} is missing: materialize {asset} (what {variant} reads)")
+    check_features_cut(settings, path.parent.name)  # split for this run's folds, or refused
+    columns = spec.feature_columns
+    scope = fold_of(settings, fold)
+    scan = exact.scan_parquet(path)
+    date = pl.col("date")
+    if part == "test":
+        in_fold = (
+            date >= scope.test_start if scope.test_end is None else date.is_between(scope.test_start, scope.test_end)
+        )
+        scan = scan.filter(in_fold)
+    else:
+        _, validation = fold_split(settings, spec.token_asset, scope)
+        split = pl.when(date.is_in(validation)).then(pl.lit("validation")).otherwise(pl.lit("train"))
+        labels = [c for c in extra if c in {tau_column(t) for t in settings.tokenize.taus}]
+        purged = [pl.when(date > scope.label_end).then(None).otherwise(pl.col(c)).alias(c) for c in labels]
+        scan = scan.filter(date <= scope.train_end).with_columns(split.alias("split"), *purged)
+    return scan.filter(pl.col("split").is_in(splits)).select("ticker", "date", "split", *columns, *extra).collect()
 
 
 def _closes(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
@@ -159,7 +186,7 @@ def features_cut(settings: Settings) -> dict:
             "test_start": str(f.test_start),
             "test_end": None if f.test_end is None else str(f.test_end),
         }
-        for f in walk_forward(settings)
+        for f in settings.folds
     ]
     return {"folds": folds}
 
@@ -190,7 +217,6 @@ def check_features_cut(settings: Settings, tokenization: str) -> None:
 
 def build_features(settings: Settings, asset: str, progress: bool = True) -> FeaturesSummary:
     """Write the features file of ``asset``'s tokenization and the list of its inputs."""
-    from kinematic_pipeline.stages.predict import evaluation_days
 
     started, wh = time.perf_counter(), settings.warehouse
     tokenization = token_kind(asset).tokenization
@@ -198,7 +224,7 @@ def build_features(settings: Settings, asset: str, progress: bool = True) -> Fea
     test_days = evaluation_days(settings, asset)  # every fold's test period
     test = _test_rows(settings, asset, test_days, progress)
     frame = pl.concat([train, test], how="diagonal_relaxed") if test.height else train
-    validation_days = {d for fold in walk_forward(settings) for d in fold_split(settings, asset, fold)[1]}
+    validation_days = {d for fold in settings.folds for d in fold_split(settings, asset, fold)[1]}
     closes = _closes(settings, sorted(validation_days | set(test_days)))
     frame = frame.join(closes, on=["ticker", "date"], how="left", maintain_order="left")
     frame = frame.join(

@@ -21,10 +21,8 @@ from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.backtest.decisions import threshold_actions, unweighted_probabilities
 from kinematic_pipeline.backtest.portfolio import portfolio_summary, ticker_excess
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.folds import walk_forward
 from kinematic_pipeline.label_rules import at_tau
 from kinematic_pipeline.stages.backtests import sweep_costs
-from kinematic_pipeline.stages.evidence import margin_metrics, read_view
 from kinematic_pipeline.variants import BENCHMARK
 from kinematic_pipeline.warehouse import BACKTESTS, EQUITY_CURVES, MARGIN_BACKTESTS, PREDICTIONS
 
@@ -33,8 +31,24 @@ MARGIN_EQUITY_CURVES = "margin_equity_curves"  # the margin rule's pooled equity
 POOLED = (BACKTESTS, EQUITY_CURVES, MARGIN_BACKTESTS, MARGIN_EQUITY_CURVES)
 
 
+def read_view(settings: Settings, view: str) -> pl.DataFrame:
+    """Every row of an asset's catalog view; FileNotFoundError naming the asset when it has none yet."""
+    frame = settings.warehouse.read_view(view) if settings.warehouse.catalog_path.exists() else pl.DataFrame()
+    if frame.height == 0:
+        raise FileNotFoundError(f"no {view} rows in {settings.warehouse.catalog_path}: materialize {view} first")
+    return frame
+
+
+def margin_metrics(settings: Settings) -> pl.DataFrame:
+    """The margin rule's backtests (view ``margin_backtests``); an empty frame before any exists."""
+    try:
+        return read_view(settings, MARGIN_BACKTESTS)
+    except FileNotFoundError:
+        return pl.DataFrame()
+
+
 def walk_forward_run(settings: Settings) -> bool:
-    return len(walk_forward(settings)) > 1
+    return len(settings.folds) > 1
 
 
 def _fold_counts(predictions: pl.DataFrame) -> pl.DataFrame:
@@ -77,7 +91,7 @@ def pooled_evaluation(settings: Settings) -> dict[str, pl.DataFrame]:
     """{backtests, equity_curves, margin_backtests, margin_equity_curves}: one pooled record per policy (and Buy &
     Hold), with the number of folds pooled (``folds``); for a single fold the views themselves, and the margin
     rule's equity curves (no view holds them). Written under ``reports/pooled/``."""
-    folder = settings.warehouse.reports_dir / "pooled"
+    folder = settings.warehouse.pooled_dir
     if not walk_forward_run(settings):
         frames = {BACKTESTS: read_view(settings, BACKTESTS), EQUITY_CURVES: read_view(settings, EQUITY_CURVES)}
         frames[MARGIN_BACKTESTS] = margins = margin_metrics(settings)
@@ -90,7 +104,7 @@ def pooled_evaluation(settings: Settings) -> dict[str, pl.DataFrame]:
     predictions = read_view(settings, PREDICTIONS)
     counts = _fold_counts(predictions)
     sweeps = _pool(settings, predictions, benchmark=True)
-    n_folds = len(walk_forward(settings))
+    n_folds = len(settings.folds)
 
     def with_folds(frame: pl.DataFrame) -> pl.DataFrame:
         joined = frame.join(counts, on=POLICY_KEYS, how="left", nulls_equal=True)
@@ -122,7 +136,7 @@ def read_pooled(settings: Settings, name: str) -> pl.DataFrame:
     """A pooled frame ``paper_tables`` wrote (``pooled_evaluation``), or the view itself for a single fold."""
     if not walk_forward_run(settings) and name != MARGIN_EQUITY_CURVES:
         return margin_metrics(settings) if name == MARGIN_BACKTESTS else read_view(settings, name)
-    path = settings.warehouse.reports_dir / "pooled" / f"{name}.parquet"
+    path = settings.warehouse.pooled_dir / f"{name}.parquet"
     if not path.exists():
         return pooled_evaluation(settings)[name]
     return exact.read_parquet(path)
@@ -151,7 +165,7 @@ def per_fold_table(settings: Settings) -> pl.DataFrame:
         (pl.col("cost_bps") == ev.report_cost_bps) & (at_tau(ev.report_tau) | pl.col("tau").is_null())
     )
     ew = portfolio_summaries(settings, read_view(settings, EQUITY_CURVES), ["variant", "fold"])
-    order = [f.label for f in walk_forward(settings)]
+    order = [f.label for f in settings.folds]
     per = (
         rows.group_by("variant", "fold")
         .agg(

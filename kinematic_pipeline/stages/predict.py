@@ -23,28 +23,18 @@ from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.backtest.calibration import Calibration, calibrate_frames
 from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA, predictions_frame
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.folds import Fold, fold_of, walk_forward
+from kinematic_pipeline.folds import Fold, evaluation_days, fold_of
 from kinematic_pipeline.label_rules import same_tau, tau_column
-from kinematic_pipeline.pins import verified_labels
+from kinematic_pipeline.pins import StalePairError, check_token_inputs, fold_stats, probe_files, verified_labels
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.sources.membership import members_on
-from kinematic_pipeline.stages.corpus import fold_stats
-from kinematic_pipeline.stages.tokenize import check_token_inputs
-from kinematic_pipeline.variants import variant as lookup_variant
-from kinematic_pipeline.warehouse import LABELS, PREDICTIONS, RAW_OHLCV, StalePairError, Warehouse
+from kinematic_pipeline.warehouse import LABELS, PREDICTIONS, RAW_OHLCV, Warehouse
+from kinematic_pipeline.window_store import validation_days
 from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS, WindowNormalizer
 
 N_DEFAULT_TEST_TICKERS = 6  # the paper backtests six names
 FOLD_PREDICTIONS_SCHEMA = {**PREDICTIONS_SCHEMA, "fold": pl.String}  # the view: every fold's rows, named
 INPUTS_SCHEMA = {"asset": pl.String, "date": pl.String, "path": pl.String, "content_hash": pl.String}
-
-
-def evaluation_days(settings: Settings, asset: str, fold: Fold | None = None) -> list[dt.date]:
-    """Dates of ``asset`` shards in ``fold``'s test period (None: every fold's), not after ``data.end_date``."""
-    folds = walk_forward(settings)
-    first, last = (folds[0].test_start, None) if fold is None else (fold.test_start, fold.test_end)
-    until = settings.data.end_date if last is None else min(last, settings.data.end_date or last)
-    return settings.warehouse.shard_days(asset, after=first - dt.timedelta(days=1), until=until)
 
 
 def evaluation_tickers(settings: Settings, asset: str, days: list[dt.date]) -> list[str]:
@@ -56,14 +46,6 @@ def evaluation_tickers(settings: Settings, asset: str, days: list[dt.date]) -> l
     paths = [settings.warehouse.shard(asset, d) for d in days]
     names = exact.read_parquet(paths, columns=["ticker"])["ticker"].unique().sort()
     return names.head(N_DEFAULT_TEST_TICKERS).to_list()
-
-
-def validation_days(settings: Settings, asset: str, fold: Fold) -> list[dt.date]:
-    """The validation days of ``fold``'s training: the last ``val_fraction`` of its days that hold windows (the
-    window store's days up to the fold's training end, listed from the manifests)."""
-    from kinematic_pipeline.stages.features import fold_split
-
-    return fold_split(settings, asset, fold)[1]
 
 
 def predict_probabilities(classifier, x: np.ndarray, batch_size: int) -> np.ndarray:
@@ -120,7 +102,7 @@ def predict(
     tickers: list[str] | None = None,
 ) -> Predictions:
     """Actions and probabilities of one fine-tuned classifier on every test day (or ``days``) and ticker."""
-    wh, spec = settings.warehouse, lookup_variant(policy.variant)
+    wh, spec = settings.warehouse, policy.spec
     asset = spec.token_asset
     days = evaluation_days(settings, asset, fold_of(settings, policy.fold)) if days is None else days
     tickers = evaluation_tickers(settings, asset, days) if tickers is None else tickers
@@ -179,12 +161,10 @@ MODEL_FILES_SCHEMA = {"path": pl.String, "sha256": pl.String}
 
 def model_files(settings: Settings, policy: Policy) -> list[Path]:
     """The files that decide a policy's predictions: a model's foundation and adapter, a probe's fit (a rule: none)."""
-    spec, wh = lookup_variant(policy.variant), settings.warehouse
-    if spec.family == "model":
+    spec, wh = policy.spec, settings.warehouse
+    if spec.fine_tuned:
         return [wh.foundation_checkpoint(policy), *wh.adapter_files(policy)]
-    if spec.family == "probe":
-        from kinematic_pipeline.stages.baselines import probe_files
-
+    if spec.fitted:
         return probe_files(settings, policy)
     return []
 
@@ -198,7 +178,7 @@ def check_predictions_model(settings: Settings, policy: Policy) -> None:
     """The predictions of ``policy`` were made by the model files on disk now; ``StalePairError`` naming the file,
     both hashes and the partition to re-materialize otherwise (a re-fine-tuned adapter under old predictions)."""
     path = settings.warehouse.predictions_extra("model", policy)
-    key = "|".join(policy.partition.values())
+    key = policy.key
     fix = f"re-materialize {policy.variant}_predictions partition {key}"
     if not path.exists():
         raise StalePairError(f"the predictions of {policy} record no model files ({path} is missing): {fix}")
@@ -274,7 +254,7 @@ def _write(
     """The predictions shard, the validation-day predictions, the shards read, the model files, the calibration
     (``predictions/calibration/``, one row) and at the report's tau the universe predictions, calibrated
     (``predictions/universe/``) and not (``predictions/universe_raw/``); refresh the ``predictions`` view."""
-    wh, asset = settings.warehouse, lookup_variant(policy.variant).token_asset
+    wh, asset = settings.warehouse, policy.spec.token_asset
     if result.frame.height == 0:
         raise ValueError(
             f"none of the test tickers {result.missing_tickers} has a {asset} window in the test period of "
@@ -314,12 +294,12 @@ def run_predictions(settings: Settings, policy: Policy) -> tuple[Predictions, Pa
     ticker-day of the test period, or the seeded sample of ``universe_tickers``), calibrated and raw; refresh the
     ``predictions`` view. Models load their adapter; probes and rules read the features file
     (``stages.baselines``)."""
-    spec = lookup_variant(policy.variant)
+    spec = policy.spec
     fold = fold_of(settings, policy.fold)
     asset = spec.token_asset
     days = _check_test_period(settings, asset, fold)
     at_report_tau = same_tau(policy.tau, settings.evaluate.report_tau)
-    if spec.family != "model":
+    if not spec.fine_tuned:
         return _run_baseline_predictions(settings, policy, days, at_report_tau)
     from kinematic_pipeline.training.run import load_classifier  # torch and PEFT: only when predicting
 
@@ -336,7 +316,7 @@ def model_predictions(
     on ``days``, of those tickers on the fold's validation days and (``at_report_tau``) of the universe, and the
     universe's raw predictions (None, None otherwise)."""
     fold = fold_of(settings, policy.fold)
-    asset = lookup_variant(policy.variant).token_asset
+    asset = policy.spec.token_asset
     result = predict(settings, policy, classifier, days)
     # The same policy on the validation days of the training period (the fine-tuning's own split), for the
     # test tickers: what the calibration is fitted on and the second decision rule's margin is chosen on
@@ -365,12 +345,13 @@ def baseline_policy_predictions(
     settings: Settings, policy: Policy, days: list[dt.date], at_report_tau: bool, probe: tuple | None = None
 ) -> tuple[Predictions, pl.DataFrame, pl.DataFrame | None, pl.DataFrame | None]:
     """``model_predictions`` of a probe or a rule (from the features files): a probe's fit is ``probe`` (a
-    ``(model, fit)`` pair as ``baselines.load_probe`` returns it) or, when None, the one saved for ``policy``."""
-    from kinematic_pipeline.stages.baselines import baseline_predictions, features_path, load_probe
+    ``(model, fit)`` pair as ``pins.load_probe`` returns it) or, when None, the one saved for ``policy``."""
+    from kinematic_pipeline.pins import features_path, load_probe
+    from kinematic_pipeline.stages.baselines import baseline_predictions
 
-    spec, wh = lookup_variant(policy.variant), settings.warehouse
+    spec, wh = policy.spec, settings.warehouse
     asset = spec.token_asset
-    if probe is None and spec.family == "probe":
+    if probe is None and spec.fitted:
         probe = load_probe(settings, policy)  # loaded and checked once
     tickers = evaluation_tickers(settings, asset, days)
     frame = baseline_predictions(settings, policy, "test", tickers, probe)
@@ -383,7 +364,7 @@ def baseline_policy_predictions(
     shards += [{**row, "path": Path(row["path"])} for row in inputs.iter_rows(named=True)]
     result = Predictions(frame, shards, [t for t in tickers if t not in present])
     # a probe is calibrated on its validation days as a model is; a rule's one-hot action is not
-    fitting, universe = (validation if spec.family == "probe" else None), None
+    fitting, universe = (validation if spec.fitted else None), None
     if at_report_tau:
         names = universe_tickers(settings, asset, days)
         universe = baseline_predictions(settings, policy, "test", names, probe)

@@ -16,17 +16,17 @@ from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.backtest.metrics import conventions
 from kinematic_pipeline.backtest.portfolio import CONVENTION as PORTFOLIO_CONVENTION
 from kinematic_pipeline.config import EvalConfig, Settings
-from kinematic_pipeline.folds import walk_forward
 from kinematic_pipeline.label_rules import at_tau
 from kinematic_pipeline.policy import Policy
-from kinematic_pipeline.report import document, figures, paper, tables
+from kinematic_pipeline.report import document, figures, kinematic_figures, paper, tables
 from kinematic_pipeline.report.markdown import markdown_table
-from kinematic_pipeline.stages.evidence import evidence_tables, pooled_margin_metrics, read_view
+from kinematic_pipeline.stages.evidence import evidence_tables, pooled_margin_metrics
 from kinematic_pipeline.stages.pooled import (
     per_fold_table,
     pooled_evaluation,
     portfolio_summaries,
     read_pooled,
+    read_view,
     walk_forward_run,
 )
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS
@@ -168,7 +168,7 @@ def _paper_comparison(metrics: pl.DataFrame) -> tuple[pl.DataFrame, str]:
 
 
 def _training_period(settings: Settings) -> str:
-    folds = walk_forward(settings)
+    folds = settings.folds
     if len(folds) == 1:
         return f"{settings.data.start_date} .. {folds[0].train_end} (labels <= {folds[0].label_end})"
     return (
@@ -182,7 +182,7 @@ def _training_period(settings: Settings) -> str:
 
 def _context(settings: Settings, metrics: pl.DataFrame) -> dict[str, str]:
     ev, policies = settings.evaluate, metrics.filter(pl.col("variant") != BENCHMARK)
-    models = [v for v in policies["variant"].unique().to_list() if lookup_variant(v).family == "model"]
+    models = [v for v in policies["variant"].unique().to_list() if lookup_variant(v).fine_tuned]
     trained = policies.filter(pl.col("variant").is_in(models)) if models else policies
     seeds = sorted(trained["seed"].drop_nulls().unique().to_list())
     others = sorted(set(policies["seed"].drop_nulls().unique().to_list()) - set(seeds))
@@ -310,7 +310,7 @@ def training_curves(settings: Settings) -> dict[tuple[str, str], list[list[dict]
 
     wh, out = settings.warehouse, {}
     for variant in settings.train.variants:
-        for fold in walk_forward(settings):
+        for fold in settings.folds:
             for seed in settings.train.seeds:
                 policy = Policy(variant, seed, settings.evaluate.report_tau, fold.name)
                 for stage, folder in (
@@ -354,15 +354,15 @@ def materialize_figures(settings: Settings) -> dict[str, Path]:
     )
     days = _window_days(settings, predictions, focus)
     bars, kin = load_bars_and_kinematics(settings, focus, days)
-    cut = walk_forward(settings)[-1].train_end
+    cut = settings.folds[-1].train_end
     start, end = (days[0], days[-1]) if days else (cut, cut)
-    figures.kinematic_manifold_png(bars, kin, focus, start, end, paths["kinematic_manifold"])
+    kinematic_figures.kinematic_manifold_png(bars, kin, focus, start, end, paths["kinematic_manifold"])
     resp = ev.responsiveness_ticker if ev.responsiveness_ticker in set(metrics["ticker"].to_list()) else focus
     if resp != focus:
         days = _window_days(settings, predictions, resp)
         bars, kin = load_bars_and_kinematics(settings, resp, days)
         start, end = (days[0], days[-1]) if days else (start, end)
-    figures.responsiveness_png(
+    kinematic_figures.responsiveness_png(
         bars, kin, predictions, resp, FOCUS_VARIANT, ev.report_tau, start, end, paths["responsiveness"]
     )
     return paths

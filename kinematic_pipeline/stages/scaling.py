@@ -33,7 +33,7 @@ import polars as pl
 
 from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.config import Settings, TrainConfig
-from kinematic_pipeline.folds import Fold, walk_forward
+from kinematic_pipeline.folds import Fold
 from kinematic_pipeline.pins import verified_labels
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.variants import variant as lookup_variant
@@ -102,7 +102,7 @@ def probe_of(variant: str) -> str:
 
 
 def scaling_fold(settings: Settings) -> Fold:
-    return walk_forward(settings)[0]
+    return settings.folds[0]
 
 
 def scaling_policy(settings: Settings, variant: str) -> Policy:
@@ -252,9 +252,9 @@ def probe_row(settings: Settings, variant: str, n: int | None, days: list, rates
 
 def materialize_scaling_curves(settings: Settings, progress: bool = False, log=None) -> ScalingSummary:
     """Every (variant, learner, n) row (see the module docstring), the table and the figure."""
+    from kinematic_pipeline.folds import evaluation_days
     from kinematic_pipeline.report.markdown import markdown_table
     from kinematic_pipeline.stages.evidence import CLOSE, train_base_rates
-    from kinematic_pipeline.stages.predict import evaluation_days
 
     started = time.perf_counter()
     variants = scaling_variants(settings)
@@ -302,7 +302,7 @@ def scaling_png(frame: pl.DataFrame, subtitle: str, path: Path) -> Path:
     prior, the same p for every window) ranks nothing: its rank IC (NaN in the table) is drawn as 0, hollow."""
     from matplotlib.figure import Figure
 
-    from kinematic_pipeline.report.figures import _save
+    from kinematic_pipeline.report.figures import save_figure
     from kinematic_pipeline.variants import color, display_name
 
     fig = Figure(figsize=(11, 4.2), layout="constrained")
@@ -331,5 +331,5 @@ def scaling_png(frame: pl.DataFrame, subtitle: str, path: Path) -> Path:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.suptitle(f"Would more data help? Test-period skill against the data a fit saw ({subtitle})", fontsize=10)
-    _save(fig, path)
+    save_figure(fig, path)
     return path

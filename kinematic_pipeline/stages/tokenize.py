@@ -27,16 +27,15 @@ from tqdm.auto import tqdm
 from kinematic_pipeline import __version__
 from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.atomic_files import combined_hash, digest
-from kinematic_pipeline.calendar import trading_days
+from kinematic_pipeline.calendar import session_before, trading_days
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import spline_end_position
 from kinematic_pipeline.stages.alpha import AlphaLookup
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS, token_kind
 from kinematic_pipeline.tokenize import fd_tokens, raw_tokens, tokenize_price_windows, tokenize_volume_windows
-from kinematic_pipeline.warehouse import RAW_OHLCV, StalePairError
-from kinematic_pipeline.windows import N_CHANNELS, N_KNOTS, N_PRICE_COEFFS, N_TOKENS, N_VOLUME_COEFFS
+from kinematic_pipeline.warehouse import RAW_OHLCV
+from kinematic_pipeline.windows import LOOKBACK, N_CHANNELS, N_KNOTS, N_PRICE_COEFFS, N_TOKENS, N_VOLUME_COEFFS
 
-LOOKBACK = N_KNOTS - 1  # sessions before the window's last day
 CALENDAR_DAYS_PER_SESSION = 365.25 / 252
 TOKEN_COMPRESSION = "lz4"  # float32 tokens barely compress (zstd saves ~4%); lz4 writes twice as fast
 SHARD_SCHEMA: dict[str, pl.DataType] = {
@@ -74,7 +73,7 @@ def load_panel(settings: Settings, first_day: dt.date, last_day: dt.date) -> Pan
     """Bars of the sessions ``first_day - 64 sessions .. last_day`` from the raw_ohlcv shards."""
     wh = settings.warehouse
     history_start = settings.data.start_date
-    sessions = trading_days(max(history_start, _sessions_before(first_day, LOOKBACK)), last_day)
+    sessions = trading_days(max(history_start, session_before(first_day, LOOKBACK)), last_day)
     paths = [wh.shard(RAW_OHLCV, day) for day in sessions]
     manifests = [wh.manifest(RAW_OHLCV, day) for day in sessions]
     for day, path, manifest in zip(sessions, paths, manifests):
@@ -110,63 +109,6 @@ def _raise_on_non_finite(bars: pl.DataFrame, wh) -> None:
             f"raw_ohlcv {wh.shard(RAW_OHLCV, row['date'])}: ticker {row['ticker']} on {row['date']}: "
             f"close={row['close']}, volume={row['volume']} is not finite ({bad.height} such bar(s)); "
             "re-materialize raw_ohlcv for that day (ingest quarantines non-finite values)"
-        )
-
-
-def _sessions_before(day: dt.date, count: int) -> dt.date:
-    """The session ``count`` sessions before ``day`` (day itself if the calendar starts later)."""
-    back = trading_days(day - dt.timedelta(days=2 * count + 30), day)
-    return back[max(0, len(back) - 1 - count)]
-
-
-def current_raw_digests(settings: Settings, days: list[dt.date]) -> dict[dt.date, str]:
-    """The ``raw_inputs_digest`` a token shard of each of ``days`` would record from the raw_ohlcv manifests as
-    they are now (the same sessions as ``day_windows``: ``max(start, day - 64 sessions) .. day``; a missing raw
-    day counts as ""). One read of the manifests of the whole range."""
-    if not days:
-        return {}
-    wh = settings.warehouse
-    days = sorted(days)
-    start = settings.data.start_date
-    sessions = trading_days(max(start, _sessions_before(days[0], LOOKBACK)), days[-1])
-    present = set(wh.manifest_days(RAW_OHLCV))
-    have = [s for s in sessions if s in present]
-    by_day = dict(zip(have, wh.content_hashes(RAW_OHLCV, have)))
-    hashes = [by_day.get(s, "") for s in sessions]
-    index = {s: k for k, s in enumerate(sessions)}
-    out = {}
-    for day in days:
-        first = index.get(max(start, _sessions_before(day, LOOKBACK)), 0)
-        out[day] = digest(hashes[first : index[day] + 1]) if day in index else ""
-    return out
-
-
-def stale_token_days(settings: Settings, kind: str, days: list[dt.date]) -> list[tuple[dt.date, str, str]]:
-    """(day, recorded, current) for each of ``days`` whose ``kind`` shard was tokenized from raw_ohlcv days whose
-    bytes have changed since (re-ingested: a corrected bar, a new file); [] when every pair still holds."""
-    if not days:
-        return []
-    days = sorted(days)
-    recorded = settings.warehouse.manifest_rows(kind, days, ["raw_inputs_digest"])
-    current = current_raw_digests(settings, days)
-    return [
-        (d, r["raw_inputs_digest"], current[d]) for d, r in zip(days, recorded) if r["raw_inputs_digest"] != current[d]
-    ]
-
-
-def check_token_inputs(settings: Settings, kind: str, days: list[dt.date]) -> None:
-    """``StalePairError`` naming both digests, the raw days and the partition to re-materialize when a ``kind``
-    shard of ``days`` no longer matches the raw_ohlcv days behind its windows (look-back included)."""
-    stale = stale_token_days(settings, kind, days)
-    if stale:
-        day, recorded, current = stale[0]
-        first = max(settings.data.start_date, _sessions_before(day, LOOKBACK))
-        more = f" (and {len(stale) - 1} more day(s) through {stale[-1][0]})" if len(stale) > 1 else ""
-        raise StalePairError(
-            f"{kind} shard of {day}{more} was tokenized from raw_ohlcv days {first} .. {day} whose digest was "
-            f"{recorded[:16] or '-'}; those days now digest to {current[:16] or '-'} (re-ingested since). "
-            f"Re-materialize {kind} for {day}{' onwards' if more else ''} "
-            f"(python -m kinematic_pipeline materialize --select {kind})"
         )
 
 

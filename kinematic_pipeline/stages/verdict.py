@@ -31,26 +31,32 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
-from scipy import stats as sps
 
 from kinematic_pipeline.backtest import multiple_testing as mt
-from kinematic_pipeline.backtest.decisions import unweighted_probabilities
 from kinematic_pipeline.backtest.portfolio import CONVENTION, ticker_excess
-from kinematic_pipeline.backtest.signal import daily_ic, newey_west_t, partial_rank_ic
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.label_rules import labels_from_returns, tau_key
-from kinematic_pipeline.probe_features import TRIVIAL_FEATURES
+from kinematic_pipeline.label_rules import tau_key
+from kinematic_pipeline.stages.verdict_signal import (
+    LEVEL,
+    POWER,
+    Comparison,
+    annual,
+    daily_ics,
+    daily_log_losses,
+    information_beyond_trivial,
+    p_text,
+    paired,
+    trivial_features,
+)
 from kinematic_pipeline.variants import BENCHMARK, display_name
 from kinematic_pipeline.warehouse import EQUITY_CURVES
 
-LEVEL = 0.05
 ABLATIONS = (
     ("splinegpt", "rawgpt_fd"),
     ("splinegpt", "rawgpt"),
     ("lr_spline", "lr_fd"),
     ("lightgbm_spline", "lightgbm_fd"),
 )
-TRIVIAL = "lr_trivial"
 RULES = {"argmax": "", "margin": " [margin]"}  # decision rule -> the suffix of its strategies' names
 SHARPE_CONVENTION = f"daily net excess returns, {CONVENTION}"
 VERDICT_SCHEMA = {
@@ -62,7 +68,6 @@ VERDICT_SCHEMA = {
     "Answer": pl.String,
     "Detectable at 80% power": pl.String,  # the smallest true effect this run's size detects at the row's level
 }
-POWER = 0.8
 
 
 @dataclass(frozen=True)
@@ -132,14 +137,6 @@ def count_trials(strategies: Strategies) -> tuple[int, str]:
     return n, f"N = {n} pooled strategies{twins}"
 
 
-def _p(value: float) -> str:
-    return "nan" if not np.isfinite(value) else (f"{value:.3f}" if value >= 0.001 else "<0.001")
-
-
-def _annual(daily_sharpe: float) -> float:
-    return daily_sharpe * np.sqrt(252)
-
-
 def spa_answer(p_consistent: float, superior: list[str]) -> str:
     """SPA answers whether any strategy beats Buy & Hold; StepM (another procedure) says which."""
     which = (
@@ -150,15 +147,15 @@ def spa_answer(p_consistent: float, superior: list[str]) -> str:
     if not np.isfinite(p_consistent):
         return "undefined (SPA p-value is not finite)"
     if p_consistent < LEVEL:
-        return f"yes: SPA rejects 'none beats Buy & Hold' (consistent p = {_p(p_consistent)}); {which}"
-    return f"no evidence at the 5% level (SPA consistent p = {_p(p_consistent)}); {which}"
+        return f"yes: SPA rejects 'none beats Buy & Hold' (consistent p = {p_text(p_consistent)}); {which}"
+    return f"no evidence at the 5% level (SPA consistent p = {p_text(p_consistent)}); {which}"
 
 
 def _deflation_row(question: str, what: str, returns: np.ndarray, label: str, n: int, n_eff: int, v: float) -> dict:
     """PSR(SR > 0) and the DSR at N and at the effective N, of one return series among trials of variance v."""
     psr = mt.probabilistic_sharpe_ratio(returns)
     dsr = {m: mt.deflated_sharpe_ratio(returns, m, v) for m in (n, n_eff)}
-    hurdle = {m: _annual(mt.expected_maximum_sharpe(m, v)) for m in (n, n_eff)}
+    hurdle = {m: annual(mt.expected_maximum_sharpe(m, v)) for m in (n, n_eff)}
     survives = [m for m in (n, n_eff) if np.isfinite(dsr[m]) and dsr[m] > 1 - LEVEL]
     if not all(np.isfinite(d) for d in dsr.values()):
         answer = "undefined (a Sharpe ratio of a flat record)"
@@ -171,16 +168,16 @@ def _deflation_row(question: str, what: str, returns: np.ndarray, label: str, n:
     return {
         "Question": question,
         "Test": f"Probabilistic / deflated Sharpe ratio of {what} ({label}); Sharpe of {SHARPE_CONVENTION}",
-        "Statistic": f"Sharpe {_annual(mt.sharpe_ratio(returns)):.2f} annualized; PSR(SR > 0) {psr:.3f}; DSR "
+        "Statistic": f"Sharpe {annual(mt.sharpe_ratio(returns)):.2f} annualized; PSR(SR > 0) {psr:.3f}; DSR "
         f"{dsr[n]:.3f} at N = {n} (luck hurdle {hurdle[n]:.2f}), {dsr[n_eff]:.3f} at effective N = {n_eff} "
         f"(hurdle {hurdle[n_eff]:.2f})",
-        "Interval or p-value": f"p = {_p(1 - dsr[n])} at N, {_p(1 - dsr[n_eff])} at effective N (1 - DSR)",
+        "Interval or p-value": f"p = {p_text(1 - dsr[n])} at N, {p_text(1 - dsr[n_eff])} at effective N (1 - DSR)",
         "Trials": f"N = {n} strategies, V = their Sharpe ratios' variance; effective N = {n_eff} (clusters of "
         "their return correlations)",
         "Answer": answer,
         "Detectable at 80% power": "a Sharpe of "
         + " / ".join(
-            f"{_annual(mt.detectable_sharpe(returns.size, LEVEL, POWER, mt.expected_maximum_sharpe(m, v))):.2f}"
+            f"{annual(mt.detectable_sharpe(returns.size, LEVEL, POWER, mt.expected_maximum_sharpe(m, v))):.2f}"
             for m in (n, n_eff)
         )
         + f" a year at N / effective N ({returns.size} days)",
@@ -210,14 +207,14 @@ def beat_buy_and_hold(settings: Settings, strategies: Strategies) -> list[dict]:
             {
                 "Question": question,
                 "Test": f"Hansen SPA vs Buy & Hold ({period}); losses = -daily net excess returns; StepM for which",
-                "Statistic": f"best {names[best]}: Sharpe {_annual(sharpes[best]):.2f} vs Buy & Hold "
-                f"{_annual(mt.sharpe_ratio(bench)):.2f} (annualized, {SHARPE_CONVENTION})",
-                "Interval or p-value": f"p lower {_p(spa['lower'])}, consistent {_p(spa['consistent'])}, "
-                f"upper {_p(spa['upper'])}",
+                "Statistic": f"best {names[best]}: Sharpe {annual(sharpes[best]):.2f} vs Buy & Hold "
+                f"{annual(mt.sharpe_ratio(bench)):.2f} (annualized, {SHARPE_CONVENTION})",
+                "Interval or p-value": f"p lower {p_text(spa['lower'])}, consistent {p_text(spa['consistent'])}, "
+                f"upper {p_text(spa['upper'])}",
                 "Trials": trials[1],
                 "Answer": spa_answer(spa["consistent"], superior),
                 "Detectable at 80% power": f"an active Sharpe (vs Buy & Hold) of "
-                f"{_annual(mt.detectable_sharpe(len(days), LEVEL / len(names), POWER)):.2f} a year in one strategy "
+                f"{annual(mt.detectable_sharpe(len(days), LEVEL / len(names), POWER)):.2f} a year in one strategy "
                 f"(Bonferroni over {len(names)}, {len(days)} days)",
             }
         )
@@ -253,7 +250,9 @@ def beat_buy_and_hold(settings: Settings, strategies: Strategies) -> list[dict]:
             "Question": "Which strategies are the best (model confidence set)?",
             "Test": f"Hansen-Lunde-Nason model confidence set at 5% (method R) over {len(names)} strategies",
             "Statistic": f"{len(kept)} of {len(names)} in the set",
-            "Interval or p-value": ", ".join(f"{n} {_p(p)}" for n, p in sorted(mcs.items(), key=lambda x: -x[1])[:5]),
+            "Interval or p-value": ", ".join(
+                f"{n} {p_text(p)}" for n, p in sorted(mcs.items(), key=lambda x: -x[1])[:5]
+            ),
             "Trials": trials[1],
             "Answer": "every strategy is in the set: the data cannot tell them apart"
             if len(kept) == len(names)
@@ -262,126 +261,6 @@ def beat_buy_and_hold(settings: Settings, strategies: Strategies) -> list[dict]:
         }
     )
     return rows
-
-
-def daily_ics(universe: pl.DataFrame) -> dict[str, pl.DataFrame]:
-    """{variant: (date, rank_ic)}: each variant's daily cross-sectional rank IC of its score (seeds averaged)
-    against the next day's close-to-close return."""
-    scores = universe.group_by("variant", "ticker", "date").agg(pl.col("score").mean(), pl.col("r_close").first())
-    return {
-        v: daily_ic(g, "score", "r_close").select("date", "rank_ic")
-        for (v,), g in scores.group_by("variant", maintain_order=True)
-    }
-
-
-def information_beyond_trivial(settings: Settings, universe: pl.DataFrame | None) -> list[dict]:
-    """Two rows: each model's and probe's daily partial rank IC given the trivial features (``ret1``, ``vol20``:
-    what it ranks beyond them; the universe needs those columns, ``trivial_features``), and its own IC against
-    0. (An IC minus the trivial probe's would flatter every score beside a trivial probe with a negative IC, the
-    one-day reversal.)"""
-    if universe is None or universe.height == 0:
-        return []
-    ic = daily_ics(universe)
-    tested = [v for v in sorted(ic) if v != TRIVIAL and not v.startswith(("always", "momentum"))]
-    rows = []
-    if all(c in universe.columns for c in TRIVIAL_FEATURES):
-        scores = universe.group_by("variant", "ticker", "date").agg(
-            pl.col("score").mean(), *(pl.col(c).first() for c in ("r_close", *TRIVIAL_FEATURES))
-        )
-        partial = {
-            v: partial_rank_ic(scores.filter(pl.col("variant") == v), TRIVIAL_FEATURES).select("date", "rank_ic")
-            for v in tested
-        }
-        rows += _ic_row(
-            "Does any model carry directional information beyond the trivial features?",
-            f"daily partial rank IC on the universe given {', '.join(TRIVIAL_FEATURES)} (the trivial probe's "
-            "features; ranks regressed out within each day)",
-            partial,
-        )
-    rows += _ic_row(
-        "Does any model's score rank the next day's returns (rank IC > 0)?",
-        "daily rank IC on the universe against 0",
-        {v: ic[v] for v in tested},
-    )
-    return rows
-
-
-def _ic_row(question: str, test: str, ic: dict[str, pl.DataFrame]) -> list[dict]:
-    """One verdict row: a one-sided Newey-West t of each variant's daily IC, Holm-adjusted over the variants."""
-    from statsmodels.stats.multitest import multipletests
-
-    tests, errors = [], []
-    for v, daily in ic.items():
-        x = daily["rank_ic"].to_numpy()
-        t, se, _ = newey_west_t(x)
-        p = float(sps.norm.sf(t)) if np.isfinite(t) else float("nan")
-        tests.append((v, float(np.nanmean(x)) if x.size else float("nan"), t, p, x.size))
-        errors.append(se)
-    if not tests:
-        return []
-    mde = mt.detectable(float(np.nanmedian(errors)), LEVEL / len(tests), POWER)
-    pvals = np.array([p if np.isfinite(p) else 1.0 for *_, p, _ in tests])
-    reject, adjusted, _, _ = multipletests(pvals, alpha=LEVEL, method="holm")
-    winners = [tests[i][0] for i in range(len(tests)) if reject[i]]
-    best = int(np.argmin(adjusted))
-    return [
-        {
-            "Question": question,
-            "Test": f"{test}, Newey-West t, one-sided, Holm over {len(tests)} models and probes "
-            f"({tests[best][4]} days)",
-            "Statistic": "; ".join(f"{v} {m:+.4f} (t {t:.2f})" for v, m, t, _, _ in tests),
-            "Interval or p-value": f"smallest Holm p = {_p(adjusted[best])} ({tests[best][0]})",
-            "Trials": f"{len(tests)} (one per model and probe)",
-            "Answer": f"yes: {', '.join(winners)} at 5% (Holm)" if winners else "no evidence at the 5% level",
-            "Detectable at 80% power": f"a mean daily rank IC of "
-            f"{mde:.4f} (one score, at 5%/{len(tests)}, the median Newey-West error, {tests[best][4]} days)",
-        }
-    ]
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """One test of the spline-vs-fd family: an estimate (a minus b) and its two-sided p, or why there is none."""
-
-    test: str
-    statistic: str = "-"
-    interval: str = "-"
-    estimate: float = float("nan")
-    p: float = float("nan")
-    why: str | None = None  # the reason it cannot be computed
-    se: float = float("nan")  # the estimate's standard error (bootstrap or Newey-West)
-    unit: str = ""  # how a detectable effect reads: "sharpe" (annualized), "rank_ic" or "log_loss"
-
-
-def daily_log_losses(settings: Settings, universe: pl.DataFrame | None) -> dict[str, pl.DataFrame]:
-    """{variant: (date, log_loss)}: per day, the mean over the universe's ticker-days (and seeds) of -ln p(label)
-    of the de-weighted calibrated probabilities, on close-to-close labels at the report's tau."""
-    needed = {"variant", "date", "p_buy", "p_sell", "p_hold", "r_close"}
-    if universe is None or universe.height == 0 or not needed <= set(universe.columns):
-        return {}
-    r = universe["r_close"].cast(pl.Float64).fill_null(float("nan")).to_numpy()
-    labels = labels_from_returns(r, settings.evaluate.report_tau)
-    q = universe.select("p_buy", "p_sell", "p_hold").to_numpy().astype(np.float64)
-    p = unweighted_probabilities(q, settings.train.class_weights)
-    known = labels >= 0
-    loss = np.full(universe.height, np.nan)
-    loss[known] = -np.log(np.clip(p[np.flatnonzero(known), labels[known]], 1e-12, 1.0))
-    frame = universe.select("variant", "date").with_columns(pl.Series("log_loss", loss)).drop_nans("log_loss")
-    daily = frame.group_by("variant", "date").agg(pl.col("log_loss").mean()).sort("variant", "date")
-    return {v: g.drop("variant") for (v,), g in daily.group_by("variant", maintain_order=True)}
-
-
-def _paired(test: str, daily: dict[str, pl.DataFrame], a: str, b: str, column: str, sign: float) -> Comparison:
-    """A two-sided Newey-West test of the daily difference sign x (a - b) of ``column`` on the days both have."""
-    absent = [v for v in (a, b) if v not in daily]
-    if absent:
-        return Comparison(test, why=f"no universe predictions of {' and '.join(absent)}")
-    paired = daily[a].join(daily[b], on="date", suffix="_b").drop_nulls()
-    x = sign * (paired[column] - paired[f"{column}_b"]).to_numpy()
-    t, se, _ = newey_west_t(x)
-    p = float(2 * sps.norm.sf(abs(t))) if np.isfinite(t) else float("nan")
-    mean = float(np.mean(x)) if x.size else float("nan")
-    return Comparison(test, f"{mean:+.4f} (t {t:.2f}, {x.size} days)", "-", mean, p, se=se, unit=column)
 
 
 def ablation_comparisons(
@@ -414,15 +293,15 @@ def ablation_comparisons(
                 reps=ev.verdict_bootstrap_resamples,
                 seed=ev.verdict_seed,
             )
-            interval = f"[{_annual(low):+.2f}, {_annual(high):+.2f}] (95%, unadjusted)"
-            out.append(Comparison(test, f"{_annual(diff):+.2f} (annualized)", interval, diff, p, se=se, unit="sharpe"))
+            interval = f"[{annual(low):+.2f}, {annual(high):+.2f}] (95%, unadjusted)"
+            out.append(Comparison(test, f"{annual(diff):+.2f} (annualized)", interval, diff, p, se=se, unit="sharpe"))
         test = f"{pair}: paired difference of the daily rank IC on the universe, Newey-West t, two-sided"
-        out.append(_paired(test, ics or {}, a, b, "rank_ic", 1.0))
+        out.append(paired(test, ics or {}, a, b, "rank_ic", 1.0))
         test = (
             f"{pair}: paired difference of the daily mean log loss on the universe (close-to-close labels, "
             f"{display_name(b)}'s minus {display_name(a)}'s, nats), Newey-West t, two-sided"
         )
-        out.append(_paired(test, losses or {}, a, b, "log_loss", -1.0))
+        out.append(paired(test, losses or {}, a, b, "log_loss", -1.0))
     return out
 
 
@@ -443,9 +322,11 @@ def family_answers(comparisons: list[Comparison], a_b: list[tuple[str, str]]) ->
             answers.append("undefined: the statistic or its interval is not finite (a flat record)")
         elif adjusted[k] < LEVEL:
             better = a if c.estimate > 0 else b
-            answers.append(f"{'yes' if c.estimate > 0 else 'no'}: {better} is better at 5% (Holm p {_p(adjusted[k])})")
+            answers.append(
+                f"{'yes' if c.estimate > 0 else 'no'}: {better} is better at 5% (Holm p {p_text(adjusted[k])})"
+            )
         else:
-            answers.append(f"no evidence at the 5% level (Holm p {_p(adjusted[k])})")
+            answers.append(f"no evidence at the 5% level (Holm p {p_text(adjusted[k])})")
     return answers
 
 
@@ -461,7 +342,7 @@ def spline_vs_fd(
             "Question": "Do spline tokens beat finite differences?",
             "Test": c.test,
             "Statistic": c.statistic,
-            "Interval or p-value": f"{c.interval}; p {_p(c.p)}" if c.why is None else "-",
+            "Interval or p-value": f"{c.interval}; p {p_text(c.p)}" if c.why is None else "-",
             "Trials": f"{computable} tests in this family (Holm)",
             "Answer": answer,
             "Detectable at 80% power": _detectable_difference(c, max(computable, 1)),
@@ -476,7 +357,7 @@ def _detectable_difference(c: Comparison, m: int) -> str:
     if c.why is not None or not np.isfinite(mde):
         return "-"
     if c.unit == "sharpe":
-        return f"a Sharpe difference of {_annual(mde):.2f} a year (two-sided, 5%/{m})"
+        return f"a Sharpe difference of {annual(mde):.2f} a year (two-sided, 5%/{m})"
     if c.unit == "log_loss":
         return f"a mean daily log-loss difference of {mde:.4f} nats (two-sided, 5%/{m})"
     return f"a mean daily rank-IC difference of {mde:.4f} (two-sided, 5%/{m})"
@@ -495,30 +376,15 @@ def verdict_table(settings: Settings, curves: dict[str, pl.DataFrame], universe:
 
 def materialize_verdict(settings: Settings) -> pl.DataFrame:
     """The verdict of the run's pooled out-of-sample records (``stages.pooled``), written with the tables."""
-    from kinematic_pipeline.stages.evidence import evaluated_variants, universe_predictions
+    from kinematic_pipeline.stages.evidence import universe_predictions
     from kinematic_pipeline.stages.pooled import MARGIN_EQUITY_CURVES, read_pooled
 
     curves = {"argmax": read_pooled(settings, EQUITY_CURVES), "margin": read_pooled(settings, MARGIN_EQUITY_CURVES)}
     try:
-        universe = universe_predictions(settings, evaluated_variants(settings))
+        universe = universe_predictions(settings, settings.evaluated_variants)
     except FileNotFoundError:
         universe = None
     features = trivial_features(settings)
     if universe is not None and features is not None:
         universe = universe.join(features, on=["ticker", "date"], how="left")
     return verdict_table(settings, curves, universe)
-
-
-def trivial_features(settings: Settings) -> pl.DataFrame | None:
-    """ret1 and vol20 of every universe ticker-day of every fold's test period (the trivial probe's features
-    file), or None when the run has no such file."""
-    from kinematic_pipeline.folds import fold_names
-    from kinematic_pipeline.stages.baselines import read_features
-
-    if TRIVIAL not in settings.evaluate.baselines:
-        return None
-    try:
-        frames = [read_features(settings, TRIVIAL, ("test",), fold=f) for f in fold_names(settings)]
-    except FileNotFoundError:
-        return None
-    return pl.concat(frames).select("ticker", "date", *TRIVIAL_FEATURES).unique(["ticker", "date"])

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from kinematic_pipeline.training.data import SampledWindows, WindowDataModule, split_days
+from kinematic_pipeline.folds import split_days
+from kinematic_pipeline.training.data import SampledWindows, WindowDataModule
 from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule
 from kinematic_pipeline.training.run import TrainingResult, finetune, load_classifier, pretrain
 

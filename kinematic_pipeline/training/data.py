@@ -26,25 +26,15 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.folds import fold_of
+from kinematic_pipeline.folds import fold_of, split_days
 from kinematic_pipeline.label_rules import same_tau, tau_column
-from kinematic_pipeline.pins import verified_labels
+from kinematic_pipeline.layout import LABELS, SHARDS_USED_SCHEMA
+from kinematic_pipeline.pins import fold_stats, verified_labels
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.sampling import epoch_sample, part_of
-from kinematic_pipeline.stages.corpus import fold_stats
 from kinematic_pipeline.variants import ACTION_KEYS, UNKNOWN_LABEL
-from kinematic_pipeline.variants import variant as lookup_variant
-from kinematic_pipeline.warehouse import LABELS, SHARDS_USED_SCHEMA
 from kinematic_pipeline.window_store import WindowStore, open_store, window_store_asset
 from kinematic_pipeline.windows import WindowNormalizer
-
-
-def split_days(days: list[dt.date], val_fraction: float) -> tuple[list[dt.date], list[dt.date]]:
-    """Split sorted training-period days by date: the last ``val_fraction`` of them validate."""
-    days = sorted(days)
-    n_val = math.ceil(len(days) * val_fraction) if val_fraction > 0 else 0
-    n_val = max(0, min(n_val, len(days) - 1))  # at least one training day
-    return days[: len(days) - n_val], days[len(days) - n_val :]
 
 
 def _part() -> tuple[int, int, int]:
@@ -184,7 +174,7 @@ class WindowDataModule(L.LightningDataModule):
         super().__init__()
         if policy.tau is not None and not any(same_tau(policy.tau, t) for t in settings.tokenize.taus):
             raise ValueError(f"tau={policy.tau} is not one of tokenize.taus {settings.tokenize.taus}")
-        self.settings, self.policy, self.variant = settings, policy, lookup_variant(policy.variant)
+        self.settings, self.policy, self.variant = settings, policy, policy.spec
         self.token_asset = self.variant.token_asset
         self.tau = policy.tau
         self.num_workers = num_workers

@@ -20,7 +20,9 @@ from torch import nn
 
 from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.config import ModelConfig, Settings
+from kinematic_pipeline.layout import MODEL_FILE
 from kinematic_pipeline.models import HEADS, build_model, count_parameters, prior_logits
+from kinematic_pipeline.pins import check_pair, pin_foundation
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.training.data import WindowDataModule, write_shards_used
 from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule
@@ -65,7 +67,7 @@ class TrainingResult:
     def checkpoint_path(self) -> Path:
         """The foundation's ``model.pt`` or the adapter's head (file or folder)."""
         head = lookup_variant(self.policy.variant).head
-        return self.out_dir / "model.pt" if self.policy.tau is None else head.path(self.out_dir)
+        return self.out_dir / MODEL_FILE if self.policy.tau is None else head.path(self.out_dir)
 
 
 def _fit(settings: Settings, module_for, out_dir: Path, data: WindowDataModule, budget: int, progress: bool):
@@ -138,7 +140,7 @@ def pretrain(
 
         data = _data(settings, policy, num_workers)
         fitted = _fit(settings, module_for, out_dir, data, settings.train.pretrain_steps, progress)
-    path = out_dir / "model.pt"
+    path = out_dir / MODEL_FILE
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     config = dataclasses.asdict(settings.model)
     torch.save({"variant": policy.variant, "model_config": config, "state_dict": state}, path)
@@ -166,7 +168,7 @@ def build_classifier(
     """The variant's head kind on ``backbone``: LoRA + a classification head, or PatchTST's linear probe; with
     ``class_counts`` (the training split's Buy/Sell/Hold) the head starts at the weighted prior (``prior_logits``)."""
     prior = None if class_counts is None else prior_logits(class_counts, settings.train.class_weights)
-    return HEADS[lookup_variant(policy.variant).head.kind].build(backbone, settings.train, prior)
+    return HEADS[policy.spec.head.kind].build(backbone, settings.train, prior)
 
 
 def finetune(
@@ -180,7 +182,7 @@ def finetune(
     """Buy/Sell/Hold fine-tuning of ``policy`` (its tau) from its foundation, into its adapter folder."""
     out_dir = Path(out_dir or settings.warehouse.adapter_dir(policy))
     foundation = Path(foundation or settings.warehouse.foundation_checkpoint(policy))
-    head = HEADS[lookup_variant(policy.variant).head.kind]
+    head = HEADS[policy.spec.head.kind]
     started = time.perf_counter()
     configure_threads()
     with quiet_lightning(progress):
@@ -196,7 +198,7 @@ def finetune(
         classifier.eval()
         files = head.save(classifier, out_dir, policy.variant, policy.tau)
     extra = {"foundation_sha256": file_sha256(foundation), "class_counts": counts}
-    settings.warehouse.pin_foundation(out_dir, foundation, extra["foundation_sha256"])  # loads check the pair
+    pin_foundation(settings.warehouse, out_dir, foundation, extra["foundation_sha256"])  # loads check the pair
     return _result(settings, policy, out_dir, files, classifier, fitted, started, **extra)
 
 
@@ -206,8 +208,8 @@ def load_classifier(settings: Settings, policy: Policy) -> nn.Module:
     foundation, adapter = settings.warehouse.policy_files(policy)
     # a damaged foundation is named as such before the pair check would call it retrained
     verify_model_folder(foundation.parent, f"re-materialize {policy.variant}_foundation partition {policy.seed_key}")
-    settings.warehouse.check_pair(policy)  # the adapter was fine-tuned from this very foundation
-    key = "|".join(policy.partition.values())
+    check_pair(settings.warehouse, policy)  # the adapter was fine-tuned from this very foundation
+    key = policy.key
     verify_model_folder(adapter, f"re-materialize {policy.variant}_adapter partition {key}")
-    head = HEADS[lookup_variant(policy.variant).head.kind]
+    head = HEADS[policy.spec.head.kind]
     return head.load(load_foundation(settings, policy, foundation), adapter).eval()

@@ -1,30 +1,26 @@
-"""Configuration: frozen dataclasses, four named profiles and the operator's environment variables.
+"""The configuration's frozen dataclasses: ``Settings`` and one section per concern of the pipeline.
 
-A profile (``ci``, ``demo``, ``real``, ``paper``) is a named set of values, selected by ``KP_PROFILE``. The
-operator interface of DESIGN.md overrides fields from the environment: ``KP_SOURCE``, ``KP_SOURCE_PATH``,
-``KP_WAREHOUSE``, ``KP_START_DATE`` / ``KP_END_DATE`` (narrow the history), ``KP_TRAIN_END`` (the training
-cut: one fold unless ``KP_FOLDS`` says otherwise), ``KP_FOLDS`` (walk-forward folds after the cut), ``KP_TRAIN_ACCELERATOR`` / ``_DEVICES`` / ``_PRECISION`` / ``_STRATEGY`` (the Lightning Trainer),
-``KP_TRAIN_SHARD_TRACE``, ``KP_DROP_DIR`` and ``KP_DURABLE_WRITES``. ``load_settings`` is the only reader of the
-environment: it resolves them once, when the definitions load, and partitions, schedules, sensors and every
-asset body are built from that one ``Settings``. Enum-like fields are checked when a config is built: a typo
-is a ValueError naming the field and its choices. Nothing here imports dagster.
+Every default carries a comment; the named profiles (``profiles.py``) and the environment (``environment.py``)
+only replace values. Enum-like fields are checked when a config is built: a typo is a ValueError naming the
+field and its choices. Nothing here imports dagster.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
-import os
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from kinematic_pipeline.calendar import CALENDAR_START, calendar_end, trading_days
 from kinematic_pipeline.label_rules import LABEL_SOURCES
 from kinematic_pipeline.variants import BASELINE_NAMES, VARIANT_NAMES
 from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
 
-PROFILES = ("ci", "demo", "real", "paper")
+if TYPE_CHECKING:
+    from kinematic_pipeline.folds import Fold
+
 SOURCES = ("synthetic", "parquet", "csv", "yfinance")
 HL_POLICIES = ("quarantine", "flag")
 ALPHA_MLE_SCOPES = ("corpus", "ticker")
@@ -181,6 +177,8 @@ class TrainConfig:
     lora_dropout: float = 0.05
     lora_layers: tuple[int, ...] = (0, 1, 3)  # the paper's layers 1, 2 and 4 (0-based)
     class_weights: tuple[float, float, float] = (2.0, 10.0, 1.0)  # weighted CE for [Buy, Sell, Hold]
+    # the models trained and evaluated, in this order (variants.VARIANT_NAMES holds the same four in the registry's
+    # order, splinegpt, patchtst, rawgpt_fd, rawgpt; this order is Settings.evaluated_variants')
     variants: tuple[str, ...] = ("splinegpt", "rawgpt_fd", "rawgpt", "patchtst")
     shard_trace: str | None = None  # KP_TRAIN_SHARD_TRACE: a folder where each rank records what it served
 
@@ -197,9 +195,6 @@ class TrainConfig:
                 f"train.patience={self.patience}, train.warmup_fraction={self.warmup_fraction}: "
                 "expected patience >= 0 and a warmup fraction in [0, 1)"
             )
-
-
-PAPER_TEST_TICKERS = ("INTC", "NVDA", "JPM", "XOM", "PFE", "TSLA")  # the paper's backtest universe
 
 
 @dataclass(frozen=True)
@@ -305,301 +300,16 @@ class Settings:
         """What the drop_directory sensor watches: KP_DROP_DIR, else ``$KP_WAREHOUSE/drop``."""
         return self.drop_dir if self.drop_dir is not None else self.warehouse.root / "drop"
 
+    @functools.cached_property
+    def folds(self) -> tuple[Fold, ...]:
+        """The run's walk-forward folds (``folds.walk_forward``), in time order: built on first use, then kept
+        (the settings are frozen, so they cannot change)."""
+        from kinematic_pipeline.folds import walk_forward  # folds.py is the home of the rule; imported lazily
 
-# The backbones of the CPU profiles (demo, real): d_model 64 / d_ff 256 (paper: 512 / 2048), PatchTST alike.
-# No dropout (paper: 0.1; LoRA's 0.05 likewise, CPU_LORA_DROPOUT): a CPU budget of a few hundred steps draws fresh
-# windows for nearly every step (an epoch is a new sample of a corpus of 10^5-10^6 windows), so there is nothing
-# to memorise that dropout would guard, and early stopping on validation days keeps the best state. Its masks cost
-# a third of a step on 2 cores (bench_training.py: 175 -> 113 ms a pretraining step, 244 -> 148 ms fine-tuning).
-CPU_LORA_DROPOUT = 0.0
-SMALL_CPU_MODEL = ModelConfig(
-    d_model=64,
-    n_layers=4,
-    n_heads=4,
-    d_ff=256,
-    dropout=0.0,
-    patchtst_d_model=64,
-    patchtst_heads=4,
-    patchtst_layers=2,
-    patchtst_d_ff=256,
-)
+        return walk_forward(self)
 
-
-def _profile_ci() -> Settings:
-    return Settings(
-        profile="ci",
-        model=ModelConfig(
-            d_model=32,
-            n_layers=4,
-            n_heads=4,
-            d_ff=64,
-            dropout=0.0,
-            patchtst_d_model=32,
-            patchtst_heads=4,
-            patchtst_layers=2,
-            patchtst_d_ff=64,
-        ),
-        train=TrainConfig(
-            pretrain_steps=300,
-            finetune_steps=200,
-            eval_every=20,
-            patience=4,
-            batch_size=64,
-            max_windows_per_epoch=2048,
-            val_fraction=0.2,  # ~190 validation windows a fold (10%: 91, 7 Sell): too few to stop on
-            lora_rank=4,
-            lora_alpha=8,
-            seeds=(1234, 1235),  # two seeds: the report's mean +- std and per-seed tables are exercised in CI
-        ),
-        # two walk-forward folds: the half-years 2022H1 and 2022H2 (folds.py), pooled in the report
-        # the tau sweep on the last fold only (the report's tau on both): 40 adapters trained to their best
-        # validation step instead of 64
-        evaluate=EvalConfig(
-            skill_bootstrap_resamples=200,
-            folds=2,
-            fold_period="half",
-            verdict_bootstrap_resamples=300,
-            tau_sweep_folds="last",
-            scaling_windows=(256, 1024, 4096),  # a fold holds ~700 labelled training windows: 0.4 to 6 epochs
-        ),
-    )
-
-
-def _profile_demo() -> Settings:
-    return Settings(
-        profile="demo",
-        data=DataConfig(start_date=dt.date(2017, 1, 3), end_date=dt.date(2022, 12, 30)),
-        synthetic=SyntheticConfig(n_tickers=40),
-        model=SMALL_CPU_MODEL,
-        # about 15 minutes for the whole demo DAG on 2 CPU cores: 4 foundations and 16 adapters
-        train=TrainConfig(
-            pretrain_steps=400,
-            finetune_steps=300,
-            eval_every=25,
-            patience=5,
-            batch_size=128,
-            max_windows_per_epoch=12000,
-            finetune_max_windows_per_epoch=5000,
-            max_val_windows=4096,
-            lora_dropout=CPU_LORA_DROPOUT,
-        ),
-    )
-
-
-def _profile_paper() -> Settings:
-    # The paper's corpus: real bars from 2000, training through 2022-12-31.
-    return Settings(
-        profile="paper",
-        data=DataConfig(
-            source="parquet",
-            start_date=dt.date(2000, 1, 3),
-            end_date=None,
-            train_end=dt.date(2022, 12, 31),
-        ),
-        synthetic=SyntheticConfig(n_tickers=100),
-        evaluate=EvalConfig(test_tickers=PAPER_TEST_TICKERS, focus_ticker="NVDA", responsiveness_ticker="XOM"),
-    )
-
-
-def _profile_real() -> Settings:
-    """The paper's protocol on the real S&P 500 file, sized for one 2-core, 24 GB workstation.
-
-    The development split uses only our data (2000-2022): four walk-forward folds testing 2019, 2020, 2021 and
-    2022 on the paper's six tickers, each trained on everything before its year less a 65-session embargo (the
-    last 10% of its training days validate); the report pools them into one 2019-2022 record per policy. Scaled down from the paper: the
-    backbones (d_model 64 instead of 512, d_ff 256 instead of 2048; PatchTST likewise), the training
-    windows (a capped sample per epoch instead of every window) and the epochs (see README)."""
-    return Settings(
-        profile="real",
-        data=DataConfig(
-            source="parquet",
-            start_date=dt.date(2000, 1, 3),
-            end_date=None,
-            train_end=dt.date(2018, 12, 31),
-        ),
-        model=SMALL_CPU_MODEL,
-        # four walk-forward folds x 1 seed x 4 models: 16 foundations and 28 adapters (the tau sweep on the last
-        # fold) trained to their best validation step within the hour on 2 cores (README: the measured run); a
-        # second seed doubles the training (KP_SEEDS=1234,1235: about 35 min more)
-        train=TrainConfig(
-            pretrain_steps=200,
-            finetune_steps=150,
-            eval_every=25,
-            patience=3,
-            batch_size=128,
-            max_windows_per_epoch=4096,
-            finetune_max_windows_per_epoch=2048,
-            max_val_windows=2048,
-            lora_dropout=CPU_LORA_DROPOUT,
-            seeds=(1234,),
-        ),
-        # Within one hour on 2 cores: the probes at the report's tau only, and the universe tables on a fixed
-        # sample of 50 tickers (every variant on the same ticker-days; the models' forward passes set the cost).
-        evaluate=EvalConfig(
-            test_tickers=PAPER_TEST_TICKERS,
-            focus_ticker="NVDA",
-            responsiveness_ticker="XOM",
-            baseline_taus=(0.01,),
-            universe_tickers=50,
-            skill_bootstrap_resamples=250,  # day resamples of the universe skill intervals (100k rows a policy)
-            # walk-forward: the test years 2019, 2020, 2021, 2022, each trained on everything before it less a
-            # 65-session embargo; the tau sweep on the last fold only (the report's tau on every fold)
-            folds=4,
-            fold_period="year",
-            probe_max_train_rows=150_000,  # of ~1.3-2 M labelled training ticker-days: 4 folds x 8 probes fit the hour
-            tau_sweep_folds="last",
-            # the data-scaling curves in the report (issue 28): 4k to 64k windows (32 to 512 fine-tuning steps)
-            scaling_windows=(4096, 16384, 65536),
-            scaling_in_dag=True,
-        ),
-    )
-
-
-_PROFILE_FACTORIES = {"ci": _profile_ci, "demo": _profile_demo, "real": _profile_real, "paper": _profile_paper}
-
-
-def profile_settings(name: str) -> Settings:
-    """The named profile's settings, before any environment override."""
-    if name not in _PROFILE_FACTORIES:
-        raise ValueError(f"unknown profile {name!r}: expected one of {', '.join(PROFILES)}")
-    return _PROFILE_FACTORIES[name]()
-
-
-def check_training_cut(data: DataConfig) -> None:
-    """The cut must leave at least one training day and, when the history's end is known, one test day."""
-    if not trading_days(data.start_date, data.train_end):
-        raise ValueError(
-            f"training cut {data.train_end} (KP_TRAIN_END) leaves no training day: the history starts "
-            f"{data.start_date} (KP_START_DATE); the cut must be on or after the first session"
-        )
-    if data.end_date is not None and not trading_days(data.train_end + dt.timedelta(days=1), data.end_date):
-        raise ValueError(
-            f"training cut {data.train_end} (KP_TRAIN_END) leaves no test day: the history ends {data.end_date} "
-            "(KP_END_DATE); the test period is every session after the cut"
-        )
-
-
-def _parse_date(text: str, variable: str) -> dt.date:
-    try:
-        day = dt.date.fromisoformat(text)
-    except ValueError as exc:
-        raise ValueError(f"{variable}={text!r} is not an ISO date (YYYY-MM-DD)") from exc
-    if not CALENDAR_START <= day <= calendar_end():
-        raise ValueError(
-            f"{variable}={text} is outside the NYSE calendar this pipeline builds ({CALENDAR_START}..{calendar_end()}); "
-            f"set {variable} inside it"
-        )
-    return day
-
-
-TRAIN_ENV = {  # environment variable -> TrainConfig field (Lightning Trainer arguments)
-    "KP_TRAIN_ACCELERATOR": "accelerator",
-    "KP_TRAIN_DEVICES": "devices",
-    "KP_TRAIN_PRECISION": "precision",
-    "KP_TRAIN_STRATEGY": "strategy",
-}
-TRAIN_BUDGET_ENV = {  # environment variable -> TrainConfig field (a longer budget overnight, a shorter one in a test)
-    "KP_PRETRAIN_STEPS": "pretrain_steps",
-    "KP_FINETUNE_STEPS": "finetune_steps",
-    "KP_EVAL_EVERY": "eval_every",
-}
-
-
-def load_settings(
-    profile: str | None = None,
-    *,
-    source: str | None = None,
-    source_path: str | None = None,
-    warehouse: str | os.PathLike | None = None,
-    start_date: dt.date | None = None,
-    end_date: dt.date | None = None,
-    env: dict[str, str] | None = None,
-) -> Settings:
-    """Resolve settings: profile defaults < environment (KP_*) < explicit arguments."""
-    env = dict(os.environ if env is None else env)
-    base = profile_settings(profile or env.get("KP_PROFILE") or "ci")
-
-    source = source or env.get("KP_SOURCE") or base.data.source
-    if source not in SOURCES:
-        raise ValueError(f"KP_SOURCE={source!r}: expected one of {', '.join(SOURCES)}")
-    source_path = source_path or env.get("KP_SOURCE_PATH") or base.data.source_path
-    if source in ("parquet", "csv") and not source_path:
-        raise ValueError(f"KP_SOURCE={source} needs KP_SOURCE_PATH (a file or a directory of {source} files)")
-    if start_date is None and env.get("KP_START_DATE"):
-        start_date = _parse_date(env["KP_START_DATE"], "KP_START_DATE")
-    if end_date is None and env.get("KP_END_DATE"):
-        end_date = _parse_date(env["KP_END_DATE"], "KP_END_DATE")
-    data = dataclasses.replace(
-        base.data,
-        source=source,
-        source_path=source_path,
-        start_date=start_date or base.data.start_date,
-        end_date=end_date if end_date is not None else base.data.end_date,
-    )
-    # A real source has no fixed last day: load what it holds unless told otherwise.
-    if source != "synthetic" and end_date is None and not env.get("KP_END_DATE"):
-        data = dataclasses.replace(data, end_date=None)
-    if data.end_date is not None and data.end_date < data.start_date:
-        raise ValueError(f"end date {data.end_date} is before start date {data.start_date}")
-    if env.get("KP_TRAIN_END"):
-        # An explicit cut must split the history. (A profile's default cut may lie beyond a history narrowed
-        # for ingest only; the stages that need a training or a test day say so when they run.)
-        data = dataclasses.replace(data, train_end=_parse_date(env["KP_TRAIN_END"], "KP_TRAIN_END"))
-        check_training_cut(data)
-    evaluate = base.evaluate
-    if env.get("KP_FOLDS") or env.get("KP_TRAIN_END"):
-        # An explicit cut is one fold (the split it names) unless KP_FOLDS asks for walk-forward folds after it.
-        text = env.get("KP_FOLDS") or "1"
-        if not text.isdigit() or int(text) < 1:
-            raise ValueError(f"KP_FOLDS={text!r}: expected a positive integer (1: the single cut KP_TRAIN_END)")
-        evaluate = dataclasses.replace(evaluate, folds=int(text))
-
-    synthetic = base.synthetic
-    if env.get("KP_PLANTED_IC"):
-        try:
-            planted = float(env["KP_PLANTED_IC"])
-        except ValueError:
-            planted = -1.0
-        if not 0.0 <= planted < 1.0 or source != "synthetic":
-            raise ValueError(
-                f"KP_PLANTED_IC={env['KP_PLANTED_IC']!r}: expected a daily IC in [0, 1) on the synthetic source"
-            )
-        synthetic = dataclasses.replace(synthetic, planted_ic=planted)
-    if env.get("KP_SYNTHETIC_TICKERS"):
-        if not env["KP_SYNTHETIC_TICKERS"].isdigit() or int(env["KP_SYNTHETIC_TICKERS"]) < 1:
-            raise ValueError(f"KP_SYNTHETIC_TICKERS={env['KP_SYNTHETIC_TICKERS']!r}: expected a positive integer")
-        synthetic = dataclasses.replace(synthetic, n_tickers=int(env["KP_SYNTHETIC_TICKERS"]))
-    if env.get("KP_MEMBERSHIP_FILE"):
-        membership = str(Path(env["KP_MEMBERSHIP_FILE"]).expanduser().resolve())
-        evaluate = dataclasses.replace(evaluate, membership_file=membership)
-    wh = Path(warehouse or env.get("KP_WAREHOUSE") or base.warehouse.root).expanduser().resolve()
-    # Deployment settings of training (GPUs, precision, DDP), without a code change
-    budget = {}
-    for var, name in TRAIN_BUDGET_ENV.items():
-        if env.get(var):
-            if not env[var].isdigit() or int(env[var]) < 1:
-                raise ValueError(f"{var}={env[var]!r}: expected a positive number of optimizer steps")
-            budget[name] = int(env[var])
-    if env.get("KP_SEEDS"):  # e.g. "1234,1235": one foundation, adapters and backtests per seed
-        parts = [p.strip() for p in env["KP_SEEDS"].split(",")]
-        if not all(p.lstrip("-").isdigit() for p in parts) or len(set(parts)) != len(parts):
-            raise ValueError(f"KP_SEEDS={env['KP_SEEDS']!r}: expected distinct integers separated by commas")
-        budget["seeds"] = tuple(int(p) for p in parts)
-    train = dataclasses.replace(
-        base.train,
-        **{field: env[var] for var, field in TRAIN_ENV.items() if env.get(var)},
-        **budget,
-        shard_trace=env.get("KP_TRAIN_SHARD_TRACE") or None,
-    )
-    drop = Path(env["KP_DROP_DIR"]).expanduser().resolve() if env.get("KP_DROP_DIR") else None
-    durable = env.get("KP_DURABLE_WRITES", "0") == "1"
-    return dataclasses.replace(
-        base,
-        warehouse=wh,
-        data=data,
-        synthetic=synthetic,
-        train=train,
-        evaluate=evaluate,
-        drop_dir=drop,
-        durable_writes=durable,
-    )
+    @property
+    def evaluated_variants(self) -> tuple[str, ...]:
+        """The models, then the baselines (``evaluate.baselines``): every variant with evaluation assets, the
+        variants the report shows."""
+        return (*self.train.variants, *self.evaluate.baselines)

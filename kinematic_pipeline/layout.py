@@ -1,0 +1,87 @@
+"""The warehouse's layout by name: asset names, folder and file names, the day units. Names only: nothing here
+builds a path or touches the disk (``warehouse.py`` builds the paths, ``day_units.py`` writes the days).
+
+``$KP_WAREHOUSE`` holds:
+
+- ``<asset>/<YYYY-MM-DD>.parquet``: one shard per trading-day partition, with ``manifests/<asset>/<day>.parquet``
+  beside it (its content hash and counts);
+- ``raw_ohlcv/<YYYY-MM-DD>/`` (``DAY_UNITS``): a day as one unit, ``bars.parquet`` (the kept bars),
+  ``quarantine.parquet`` (only when rows were quarantined) and ``manifest.parquet``, replaced together by one
+  atomic rename (``day_units.write_shard`` with ``companions``); ``raw_ohlcv/_schema/`` holds typed zero-row twins
+  so that the catalog's globs always match; the token assets and the labels likewise
+  (``<token asset>/<YYYY-MM-DD>/tokens.parquet``, ``labels/<YYYY-MM-DD>/labels.parquet``, each with its
+  ``manifest.parquet``);
+- ``alpha_estimates/estimates.parquet``, ``corpus_stats/<tokenization>.parquet``, ``window_store/<token asset>/``
+  (``window_store.py``);
+- ``models/<variant>/seed=<seed>/foundation/model.pt`` and ``.../seed=<seed>/adapters/tau=<tau>/``, each with the
+  ``shards_used.parquet`` it trained on and a ``loss.png``; a probe's ``models/<probe>/seed=0/probe/tau=<tau>/``;
+- ``features/<tokenization>/``: the probes' and rules' decision-time features, ``training.parquet`` (the training
+  period's rows: what a probe is fitted on) and ``test.parquet``, and ``inputs.parquet`` (what they were built from);
+- ``<evaluation asset>/<policy stem>.parquet`` (``Policy.stem``), ``predictions/validation/``,
+  ``predictions/inputs/`` and ``predictions/universe/`` beside the predictions, ``<asset>/buy_and_hold.parquet``;
+- ``reports/``: ``tables/`` (with ``verdict.parquet``), ``tables.md``, ``figures/``, ``report.md``, ``pooled/``;
+- ``drop/`` (files dropped for ingest), ``_damaged/`` (what the self-repair moved aside), ``.locks/``;
+- ``catalog.duckdb``: views over the shards, with globs relative to the warehouse.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from kinematic_pipeline.token_kinds import TOKEN_ASSETS
+
+# Asset names: each is the folder of its shards under the warehouse and the name of its catalog view.
+RAW_OHLCV, QUARANTINE = "raw_ohlcv", "quarantine"
+ALPHA_ESTIMATES, LABELS, CORPUS_STATS = "alpha_estimates", "labels", "corpus_stats"
+PREDICTIONS, BACKTESTS, EQUITY_CURVES, TRADES, PROVENANCE = (
+    "predictions",
+    "backtests",
+    "equity_curves",
+    "trades",
+    "provenance",
+)
+MARGIN_BACKTESTS = "margin_backtests"  # the second decision rule's backtests (beside the paper's argmax)
+
+# Assets whose trading day is one unit: a folder ``<asset>/<day>/`` holding the shard (``bars.parquet``,
+# ``tokens.parquet``), its companions (the quarantine) and its manifest, swapped in whole by one atomic rename:
+# a crash never leaves a shard beside another shard's manifest. Each member has a catalog view over
+# ``<asset>/*/<file>``, which always matches the typed zero-row files of ``<asset>/_schema/``.
+DAY_UNITS: dict[str, dict[str, str]] = {
+    RAW_OHLCV: {RAW_OHLCV: "bars.parquet", QUARANTINE: "quarantine.parquet", "manifest": "manifest.parquet"},
+    **{kind: {kind: "tokens.parquet", "manifest": "manifest.parquet"} for kind in TOKEN_ASSETS},
+    LABELS: {LABELS: "labels.parquet", "manifest": "manifest.parquet"},
+}
+UNIT_OF = {member: asset for asset, members in DAY_UNITS.items() for member in members if member != "manifest"}
+SCHEMA_DIR, STAGING_DIR = "_schema", ".staging"  # in a day-unit asset's folder: typed twins, writes in progress
+
+# Top-level folders that are not an asset's shards.
+MANIFESTS_DIR = "manifests"  # manifests/<asset>/<day>.parquet of the assets that are not day units
+MODELS_DIR, WINDOW_STORE_DIR, FEATURES_DIR = "models", "window_store", "features"
+DROP_DIR = "drop"  # the default ingest drop folder (``Settings.drop_dir``)
+DAMAGED_DIR = "_damaged"  # where a file DuckDB cannot read is moved (with its day unit or manifest)
+LOCKS_DIR = ".locks"  # .locks/<asset>/<day>.lock: one writer of a day at a time (``day_units.day_lock``)
+REPORTS_DIR = "reports"
+FLAT_SKIP = {REPORTS_DIR, MODELS_DIR, WINDOW_STORE_DIR, FEATURES_DIR, MANIFESTS_DIR, DROP_DIR, DAMAGED_DIR}
+
+# Files of the report: reports/tables.md, reports/report.md, reports/tables/verdict.parquet, reports/pooled/.
+TABLES_FILE, REPORT_FILE, VERDICT_FILE, POOLED_DIR = "tables.md", "report.md", "verdict.parquet", "pooled"
+
+# Files of a model folder.
+MODEL_FILE = "model.pt"  # a foundation's weights: {"variant", "model_config", "state_dict"}
+LOSS_PLOT_FILE = "loss.png"  # a foundation's or adapter's loss curves
+PIN_FILE = "foundation.json"  # beside each adapter: the sha256 of the foundation it was fine-tuned from
+SHARDS_USED_FILE = "shards_used.parquet"  # beside each checkpoint/adapter: the store and shards it trained on
+SHARDS_USED_SCHEMA: dict[str, pl.DataType] = {
+    "asset": pl.String,  # the token asset, labels, or the window store (split "store")
+    "split": pl.String,  # train | val | store
+    "date": pl.String,
+    "path": pl.String,
+    "content_hash": pl.String,
+    "windows": pl.Int64,  # windows of the day (of the whole store for the store's row)
+    "served": pl.Int64,  # windows of it served over every epoch (0: never drawn)
+}
+
+
+def is_day_name(stem: str) -> bool:
+    """Whether a file or folder name is a trading day (``YYYY-MM-DD``)."""
+    return len(stem) == 10 and stem[4] == "-" and stem[7] == "-" and stem.replace("-", "").isdigit()

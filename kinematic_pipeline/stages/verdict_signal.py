@@ -1,0 +1,166 @@
+"""The verdict's rows on the universe's daily signal (questions 3 and 4 of ``stages.verdict``): each model's and
+probe's daily rank IC and partial rank IC beyond the trivial features, Holm-adjusted one-sided Newey-West tests;
+and the paired daily differences (rank IC, log loss) a spline-vs-fd comparison tests. The verdict's level, power
+and number formats live here too: every row of the verdict reads them. No dagster here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+from scipy import stats as sps
+
+from kinematic_pipeline.backtest import multiple_testing as mt
+from kinematic_pipeline.backtest.decisions import unweighted_probabilities
+from kinematic_pipeline.backtest.signal import daily_ic, newey_west_t, partial_rank_ic
+from kinematic_pipeline.config import Settings
+from kinematic_pipeline.folds import fold_names
+from kinematic_pipeline.label_rules import labels_from_returns
+from kinematic_pipeline.probe_features import TRIVIAL_FEATURES
+from kinematic_pipeline.stages.features import read_features
+
+LEVEL = 0.05  # every verdict row's level
+POWER = 0.8  # the power of its "detectable" column
+TRIVIAL = "lr_trivial"  # the probe whose features the partial IC regresses out
+
+
+def p_text(value: float) -> str:
+    return "nan" if not np.isfinite(value) else (f"{value:.3f}" if value >= 0.001 else "<0.001")
+
+
+def annual(daily_sharpe: float) -> float:
+    return daily_sharpe * np.sqrt(252)
+
+
+def daily_ics(universe: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """{variant: (date, rank_ic)}: each variant's daily cross-sectional rank IC of its score (seeds averaged)
+    against the next day's close-to-close return."""
+    scores = universe.group_by("variant", "ticker", "date").agg(pl.col("score").mean(), pl.col("r_close").first())
+    return {
+        v: daily_ic(g, "score", "r_close").select("date", "rank_ic")
+        for (v,), g in scores.group_by("variant", maintain_order=True)
+    }
+
+
+def information_beyond_trivial(settings: Settings, universe: pl.DataFrame | None) -> list[dict]:
+    """Two rows: each model's and probe's daily partial rank IC given the trivial features (``ret1``, ``vol20``:
+    what it ranks beyond them; the universe needs those columns, ``trivial_features``), and its own IC against
+    0. (An IC minus the trivial probe's would flatter every score beside a trivial probe with a negative IC, the
+    one-day reversal.)"""
+    if universe is None or universe.height == 0:
+        return []
+    ic = daily_ics(universe)
+    tested = [v for v in sorted(ic) if v != TRIVIAL and not v.startswith(("always", "momentum"))]
+    rows = []
+    if all(c in universe.columns for c in TRIVIAL_FEATURES):
+        scores = universe.group_by("variant", "ticker", "date").agg(
+            pl.col("score").mean(), *(pl.col(c).first() for c in ("r_close", *TRIVIAL_FEATURES))
+        )
+        partial = {
+            v: partial_rank_ic(scores.filter(pl.col("variant") == v), TRIVIAL_FEATURES).select("date", "rank_ic")
+            for v in tested
+        }
+        rows += ic_row(
+            "Does any model carry directional information beyond the trivial features?",
+            f"daily partial rank IC on the universe given {', '.join(TRIVIAL_FEATURES)} (the trivial probe's "
+            "features; ranks regressed out within each day)",
+            partial,
+        )
+    rows += ic_row(
+        "Does any model's score rank the next day's returns (rank IC > 0)?",
+        "daily rank IC on the universe against 0",
+        {v: ic[v] for v in tested},
+    )
+    return rows
+
+
+def ic_row(question: str, test: str, ic: dict[str, pl.DataFrame]) -> list[dict]:
+    """One verdict row: a one-sided Newey-West t of each variant's daily IC, Holm-adjusted over the variants."""
+    from statsmodels.stats.multitest import multipletests
+
+    tests, errors = [], []
+    for v, daily in ic.items():
+        x = daily["rank_ic"].to_numpy()
+        t, se, _ = newey_west_t(x)
+        p = float(sps.norm.sf(t)) if np.isfinite(t) else float("nan")
+        tests.append((v, float(np.nanmean(x)) if x.size else float("nan"), t, p, x.size))
+        errors.append(se)
+    if not tests:
+        return []
+    mde = mt.detectable(float(np.nanmedian(errors)), LEVEL / len(tests), POWER)
+    pvals = np.array([p if np.isfinite(p) else 1.0 for *_, p, _ in tests])
+    reject, adjusted, _, _ = multipletests(pvals, alpha=LEVEL, method="holm")
+    winners = [tests[i][0] for i in range(len(tests)) if reject[i]]
+    best = int(np.argmin(adjusted))
+    return [
+        {
+            "Question": question,
+            "Test": f"{test}, Newey-West t, one-sided, Holm over {len(tests)} models and probes "
+            f"({tests[best][4]} days)",
+            "Statistic": "; ".join(f"{v} {m:+.4f} (t {t:.2f})" for v, m, t, _, _ in tests),
+            "Interval or p-value": f"smallest Holm p = {p_text(adjusted[best])} ({tests[best][0]})",
+            "Trials": f"{len(tests)} (one per model and probe)",
+            "Answer": f"yes: {', '.join(winners)} at 5% (Holm)" if winners else "no evidence at the 5% level",
+            "Detectable at 80% power": f"a mean daily rank IC of "
+            f"{mde:.4f} (one score, at 5%/{len(tests)}, the median Newey-West error, {tests[best][4]} days)",
+        }
+    ]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One test of the spline-vs-fd family: an estimate (a minus b) and its two-sided p, or why there is none."""
+
+    test: str
+    statistic: str = "-"
+    interval: str = "-"
+    estimate: float = float("nan")
+    p: float = float("nan")
+    why: str | None = None  # the reason it cannot be computed
+    se: float = float("nan")  # the estimate's standard error (bootstrap or Newey-West)
+    unit: str = ""  # how a detectable effect reads: "sharpe" (annualized), "rank_ic" or "log_loss"
+
+
+def daily_log_losses(settings: Settings, universe: pl.DataFrame | None) -> dict[str, pl.DataFrame]:
+    """{variant: (date, log_loss)}: per day, the mean over the universe's ticker-days (and seeds) of -ln p(label)
+    of the de-weighted calibrated probabilities, on close-to-close labels at the report's tau."""
+    needed = {"variant", "date", "p_buy", "p_sell", "p_hold", "r_close"}
+    if universe is None or universe.height == 0 or not needed <= set(universe.columns):
+        return {}
+    r = universe["r_close"].cast(pl.Float64).fill_null(float("nan")).to_numpy()
+    labels = labels_from_returns(r, settings.evaluate.report_tau)
+    q = universe.select("p_buy", "p_sell", "p_hold").to_numpy().astype(np.float64)
+    p = unweighted_probabilities(q, settings.train.class_weights)
+    known = labels >= 0
+    loss = np.full(universe.height, np.nan)
+    loss[known] = -np.log(np.clip(p[np.flatnonzero(known), labels[known]], 1e-12, 1.0))
+    frame = universe.select("variant", "date").with_columns(pl.Series("log_loss", loss)).drop_nans("log_loss")
+    daily = frame.group_by("variant", "date").agg(pl.col("log_loss").mean()).sort("variant", "date")
+    return {v: g.drop("variant") for (v,), g in daily.group_by("variant", maintain_order=True)}
+
+
+def paired(test: str, daily: dict[str, pl.DataFrame], a: str, b: str, column: str, sign: float) -> Comparison:
+    """A two-sided Newey-West test of the daily difference sign x (a - b) of ``column`` on the days both have."""
+    absent = [v for v in (a, b) if v not in daily]
+    if absent:
+        return Comparison(test, why=f"no universe predictions of {' and '.join(absent)}")
+    paired = daily[a].join(daily[b], on="date", suffix="_b").drop_nulls()
+    x = sign * (paired[column] - paired[f"{column}_b"]).to_numpy()
+    t, se, _ = newey_west_t(x)
+    p = float(2 * sps.norm.sf(abs(t))) if np.isfinite(t) else float("nan")
+    mean = float(np.mean(x)) if x.size else float("nan")
+    return Comparison(test, f"{mean:+.4f} (t {t:.2f}, {x.size} days)", "-", mean, p, se=se, unit=column)
+
+
+def trivial_features(settings: Settings) -> pl.DataFrame | None:
+    """ret1 and vol20 of every universe ticker-day of every fold's test period (the trivial probe's features
+    file), or None when the run has no such file."""
+    if TRIVIAL not in settings.evaluate.baselines:
+        return None
+    try:
+        frames = [read_features(settings, TRIVIAL, ("test",), fold=f) for f in fold_names(settings)]
+    except FileNotFoundError:
+        return None
+    return pl.concat(frames).select("ticker", "date", *TRIVIAL_FEATURES).unique(["ticker", "date"])
