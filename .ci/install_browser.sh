@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Headless Chromium and its WebDriver for the UI test (kinematic_pipeline_tests/test_ui.py, pytest -m e2e).
+# Headless Chromium and its WebDriver for the UI test (kinematic_pipeline_tests/e2e/test_ui.py, pytest -m e2e).
 # Idempotent: does nothing (0.1 s) when both binaries are already installed. Debian packages only, no
 # Chrome-for-Testing download: on a fresh Debian 12 machine, 26 packages, ~130 MB fetched, 440 MB on
 # disk, 15 s with apt-get update included (measured: Chromium 156.0.8078.79, 2 cores, Debian mirror).

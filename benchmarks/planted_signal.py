@@ -25,7 +25,7 @@ from pathlib import Path
 import polars as pl
 
 ROOT = Path(__file__).resolve().parents[1]
-BASELINES_ONLY = "9+group:baselines or key:paper_tables"  # the probes' and rules' protocol, and the verdict
+BASELINES_ONLY = "9+group:baselines or key:pooled_backtests or key:verdict or key:paper_tables"  # the probes' and rules' protocol, and the verdict
 
 
 def run(strength: float, out: Path, tickers: int, models: bool, fresh: bool) -> tuple[pl.DataFrame, float]:

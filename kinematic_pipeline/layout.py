@@ -19,7 +19,9 @@ builds a path or touches the disk (``warehouse.py`` builds the paths, ``day_unit
   period's rows: what a probe is fitted on) and ``test.parquet``, and ``inputs.parquet`` (what they were built from);
 - ``<evaluation asset>/<policy stem>.parquet`` (``Policy.stem``), ``predictions/validation/``,
   ``predictions/inputs/`` and ``predictions/universe/`` beside the predictions, ``<asset>/buy_and_hold.parquet``;
-- ``reports/``: ``tables/`` (with ``verdict.parquet``), ``tables.md``, ``figures/``, ``report.md``, ``pooled/``;
+- ``reports/``: ``pooled/`` (the ``pooled_backtests`` asset), ``tables/`` (with the ``verdict`` asset's
+  ``verdict.parquet``), ``tables.md``, ``figures/``, ``report.md``; each of the first two with the digest of the
+  evaluation files it was computed from;
 - ``drop/`` (files dropped for ingest), ``_damaged/`` (what the self-repair moved aside), ``.locks/``;
 - ``catalog.duckdb``: views over the shards, with globs relative to the warehouse.
 """
@@ -65,6 +67,9 @@ FLAT_SKIP = {REPORTS_DIR, MODELS_DIR, WINDOW_STORE_DIR, FEATURES_DIR, MANIFESTS_
 
 # Files of the report: reports/tables.md, reports/report.md, reports/tables/verdict.parquet, reports/pooled/.
 TABLES_FILE, REPORT_FILE, VERDICT_FILE, POOLED_DIR = "tables.md", "report.md", "verdict.parquet", "pooled"
+POOLED_ASSET, VERDICT_ASSET = "pooled_backtests", "verdict"  # the report group's products before the tables
+# the pins of the report group's products: the digest of the evaluation files each was computed from
+POOLED_PIN_FILE, VERDICT_PIN_FILE = "inputs.json", "verdict_inputs.json"
 
 # Files of a model folder.
 MODEL_FILE = "model.pt"  # a foundation's weights: {"variant", "model_config", "state_dict"}

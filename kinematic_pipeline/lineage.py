@@ -25,8 +25,10 @@ from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import fold_of
 from kinematic_pipeline.label_rules import TAU_SQL
-from kinematic_pipeline.pins import check_pair, probe_files, stale_token_days
+from kinematic_pipeline.layout import POOLED_ASSET, POOLED_PIN_FILE
+from kinematic_pipeline.pins import check_evaluation, check_pair, probe_files, stale_token_days
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.report.tables import runs_at, sharpe_cell, with_days_in_market
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.window_store import STORE_CODE_VERSION
 
@@ -319,15 +321,14 @@ def _chain(settings: Settings, policy: Policy, ticker: str, cost_bps: float | No
 
 
 def pooled_record(settings: Settings) -> pl.DataFrame:
-    """The pooled walk-forward backtests the report's tables read (``reports/pooled/backtests.parquet``, written
-    by ``paper_tables``; the ``backtests`` view itself with a single fold), read only: never recomputed here."""
+    """The pooled walk-forward backtests the report's tables read (``reports/pooled/backtests.parquet``, the
+    ``pooled_backtests`` asset, once checked against the evaluation files it was pooled from; the ``backtests``
+    view itself with a single fold), read only: never recomputed here."""
     wh = settings.warehouse
     if len(settings.folds) == 1:
         return wh.query("SELECT * FROM backtests")
-    path = wh.pooled_dir / "backtests.parquet"
-    if not path.exists():
-        raise FileNotFoundError(f"no pooled record at {path}: materialize the report (paper_tables) first")
-    return exact.read_parquet(path)
+    check_evaluation(wh, wh.pooled_dir / POOLED_PIN_FILE, POOLED_ASSET)
+    return exact.read_parquet(wh.pooled_dir / "backtests.parquet")
 
 
 def trace_pooled(
@@ -343,8 +344,6 @@ def trace_pooled(
     test days, mean over seeds ± std, formatted by the report's own cell), each seed's pooled record checked
     against its folds' backtests (the same days, end to end), then every (fold, seed) chain behind it
     (``trace``, every file re-hashed)."""
-    from kinematic_pipeline.report.tables import runs_at, sharpe_cell, with_days_in_market
-
     report = LineageReport()
     cost = settings.evaluate.report_cost_bps if cost_bps is None else cost_bps
     rows = runs_at(pooled.filter(pl.col("variant") == variant), tau, cost, ticker).sort("seed")
@@ -378,8 +377,8 @@ def trace_pooled(
         )
         if not same:
             report.problems.append(
-                f"the pooled record of seed {row['seed']} is not its folds' days: the report is older than the "
-                "backtests; re-materialize the report (paper_tables)"
+                f"the pooled record of seed {row['seed']} is not its folds' days: it is older than the backtests; "
+                "re-materialize pooled_backtests and the report"
             )
     for policy, chain in per_fold:
         report.lines.append(f"  -- fold {policy.fold}, seed {policy.seed} --")

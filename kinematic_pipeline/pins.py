@@ -39,7 +39,7 @@ from kinematic_pipeline.probe_models import (
 )
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS, TOKEN_ASSETS, token_kind
 from kinematic_pipeline.variants import variant as lookup_variant
-from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV, Warehouse
+from kinematic_pipeline.warehouse import LABELS, MARGIN_BACKTESTS, PREDICTIONS, RAW_OHLCV, Warehouse
 from kinematic_pipeline.windows import LOOKBACK
 
 
@@ -294,3 +294,36 @@ def check_pair(wh: Warehouse, policy: Policy) -> str:
             f"sha256 {now[:16]} (the foundation was retrained): {fix}"
         )
     return now
+
+
+# the report group's products: pooled records and the verdict, computed from every policy's evaluation files
+
+EVALUATION_INPUTS = (PREDICTIONS, MARGIN_BACKTESTS)  # what pooling and the verdict read (the universe files too)
+
+
+def evaluation_digest(wh: Warehouse) -> str:
+    """sha256 over the paths and bytes of every evaluation file pooling and the verdict read (each policy's
+    predictions with its validation and universe files, and its margin backtests), in path order."""
+    files = sorted(f for asset in EVALUATION_INPUTS for f in (wh.root / asset).rglob("*.parquet") if f.is_file())
+    return digest([f"{f.relative_to(wh.root)}:{file_sha256(f)}" for f in files])
+
+
+def pin_evaluation(wh: Warehouse, record: Path, inputs_digest: str) -> None:
+    """Record, beside a report-group product (``record``: its JSON), the evaluation files' digest it was computed
+    from; written last, after the product's files."""
+    write_bytes_atomic(record, json.dumps({"inputs_digest": inputs_digest}).encode(), durable=wh.durable)
+
+
+def check_evaluation(wh: Warehouse, record: Path, asset: str) -> None:
+    """``asset`` (whose pin is ``record``) was computed from the evaluation files on disk now; FileNotFoundError
+    naming ``asset`` when it was never materialized, ``StalePairError`` when a policy's predictions or margin
+    backtests were re-materialized since."""
+    folder = record.parent
+    if not record.exists():
+        raise FileNotFoundError(f"{folder} holds no {asset}: materialize {asset}")
+    recorded, now = json.loads(record.read_text())["inputs_digest"], evaluation_digest(wh)
+    if recorded != now:
+        raise StalePairError(
+            f"{asset} in {folder} was computed from other predictions or margin backtests (digest {recorded[:16]}, "
+            f"the warehouse's are {now[:16]}): {rematerialize(asset)}"
+        )

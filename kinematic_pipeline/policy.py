@@ -3,7 +3,7 @@
 A ``Policy`` is a model variant trained with one seed (its foundation), fine-tuned at one tau (its adapter,
 predictions and backtests), on one training cut (``fold``: room for walk-forward folds; None is the
 settings' single cut). It formats and parses every spelling of that identity: the Dagster partition keys
-(dimensions ``seed`` and ``tau``; Dagster orders the dimensions by name, so a key reads ``1234|0.01``), the
+(dimensions ``fit`` and ``tau``; Dagster orders the dimensions by name, so a key reads ``2019@1234|0.01``), the
 file stems of the evaluation shards, the model folders (``Warehouse.model_dir``) and the ``lineage``
 arguments. Stages take a ``Policy`` instead of a seed hidden in the settings beside a variant and a tau.
 No dagster here.
@@ -17,7 +17,7 @@ from kinematic_pipeline.label_rules import same_tau, tau_key
 from kinematic_pipeline.variants import Variant
 from kinematic_pipeline.variants import variant as lookup_variant
 
-SEED_DIMENSION, TAU_DIMENSION = "seed", "tau"  # the Dagster partition dimensions of a fine-tuned policy
+FIT_DIMENSION, TAU_DIMENSION = "fit", "tau"  # the Dagster partition dimensions of a fine-tuned policy
 
 
 @dataclass(frozen=True)
@@ -48,9 +48,9 @@ class Policy:
     # --- Dagster partition keys -------------------------------------------------------------------------
 
     @property
-    def seed_key(self) -> str:
-        """The ``seed`` dimension's key: the seed, prefixed by its walk-forward fold (``2019@1234``)."""
-        return fit_key(self.fold, self.seed)
+    def fit_key(self) -> str:
+        """The ``fit`` dimension's key: the seed, prefixed by its walk-forward fold (``2019@1234``)."""
+        return format_fit_key(self.fold, self.seed)
 
     @property
     def tau_key(self) -> str:
@@ -59,7 +59,7 @@ class Policy:
     @property
     def partition(self) -> dict[str, str]:
         """The multi-partition key of a fine-tuned policy's assets, by dimension."""
-        return {SEED_DIMENSION: self.seed_key, TAU_DIMENSION: self.tau_key}
+        return {FIT_DIMENSION: self.fit_key, TAU_DIMENSION: self.tau_key}
 
     @property
     def key(self) -> str:
@@ -68,14 +68,14 @@ class Policy:
         return "|".join(self.partition.values())
 
     @classmethod
-    def from_seed_key(cls, variant: str, key: str, tau: float | None = None) -> Policy:
+    def from_fit_key(cls, variant: str, key: str, tau: float | None = None) -> Policy:
         fold, seed = parse_fit_key(key)
         return cls(variant, seed, tau, fold)
 
     @classmethod
     def from_partition(cls, variant: str, keys_by_dimension: dict[str, str]) -> Policy:
         """The policy of a multi-partition key (``context.partition_key.keys_by_dimension``)."""
-        return cls.from_seed_key(variant, keys_by_dimension[SEED_DIMENSION], float(keys_by_dimension[TAU_DIMENSION]))
+        return cls.from_fit_key(variant, keys_by_dimension[FIT_DIMENSION], float(keys_by_dimension[TAU_DIMENSION]))
 
     # --- files and commands -------------------------------------------------------------------------------
 
@@ -110,9 +110,10 @@ class Policy:
         return self.tau
 
 
-def fit_key(fold: str | None, seed: int) -> str:
-    """The ``seed`` dimension's key of one fit: the seed, prefixed by its walk-forward fold (``2019@1234``). Dagster
-    allows two partition dimensions, so the fold rides in the seed's; a single cut has no prefix (``1234``)."""
+def format_fit_key(fold: str | None, seed: int) -> str:
+    """The ``fit`` dimension's key: the seed, prefixed by its walk-forward fold (``2019@1234``). A fit is one
+    (fold, seed): Dagster's multi-partitions take at most two dimensions and tau is the other, so the fold rides in
+    this one; a single cut has no prefix (``1234``)."""
     return str(int(seed)) if fold is None else f"{fold}@{int(seed)}"
 
 

@@ -13,9 +13,9 @@ names and draws it. A variant is of one ``family``:
   (``probe_features.py``: a tokenization's last five tokens and window std, or the trivial pair);
 - ``rule``: a fixed rule fitted on nothing (always Hold; the sign of the last 1-day or 20-day return).
 
-Probes and rules go through the same predictions, backtests and tables as the models. Everything else (training, evaluation, assets, report) looks a variant up here; the
-torch behaviour of a backbone or head kind lives in ``models`` (``build_model``, ``models.heads.HEADS``),
-keyed by the names here. No dagster and no torch here.
+Probes and rules go through the same predictions, backtests and tables as the models. Everything else (training,
+evaluation, assets, report) looks a variant up here; the torch behaviour of a backbone or head kind lives in ``models``
+(``build_model``, ``models.heads.HEADS``), keyed by the names here. No dagster and no torch here.
 """
 
 from __future__ import annotations
@@ -309,6 +309,7 @@ BASELINES: dict[str, Variant] = {
 BASELINE_NAMES = tuple(BASELINES)
 ALL_VARIANTS: dict[str, Variant] = {**VARIANTS, **BASELINES}
 ALL_VARIANT_NAMES = tuple(ALL_VARIANTS)  # models, then rules, then probes: the rows of the evidence tables
+TRIVIAL_PROBE = "lr_trivial"  # the probe on ret1 and vol20: the verdict regresses its features out (partial IC)
 FOCUS_VARIANT = "splinegpt"  # the paper's model: drawn thick, the responsiveness figure, the confusion matrix
 BENCHMARK = "buy_and_hold"  # the Buy & Hold rows of the backtests (no tau, seed or model)
 BENCHMARK_DISPLAY_NAME, BENCHMARK_SHORT_NAME, BENCHMARK_COLOR = "Buy & Hold", "Mkt", "black"

@@ -228,7 +228,7 @@ class Warehouse:
         foundation, adapter = self.foundation_checkpoint(policy), self.adapter_dir(policy)
         if not foundation.exists():
             raise FileNotFoundError(
-                f"{foundation} is missing: materialize {policy.variant}_foundation partition {policy.seed_key}"
+                f"{foundation} is missing: materialize {policy.variant}_foundation partition {policy.fit_key}"
             )
         if not self.has_adapter(policy):
             raise FileNotFoundError(

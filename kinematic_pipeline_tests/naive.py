@@ -110,3 +110,16 @@ def dense_spline_tokens(t, alpha, degree, point_values=None, interval_values=Non
 
 def _knots(t) -> np.ndarray:
     return np.arange(65.0) if t is None else np.asarray(t, dtype=float)
+
+
+def assert_close(got, ref, rtol=1e-9):
+    """``got`` equals the reference ``ref`` to ``rtol`` of its largest magnitude (at least 1), NaN where it is NaN."""
+    assert got.shape == ref.shape
+    scale = max(1.0, float(np.nanmax(np.abs(ref))))
+    assert np.array_equal(np.isnan(got), np.isnan(ref))
+    assert float(np.nanmax(np.abs(got - ref), initial=0.0)) <= rtol * scale
+
+
+def irregular_knots(rng):
+    """65 knot times in calendar days, gaps of 0.2 to 3 days (weekends, holidays)."""
+    return 100.0 + np.cumsum(rng.uniform(0.2, 3.0, 65))

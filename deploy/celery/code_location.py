@@ -1,6 +1,6 @@
 """The code location for Celery: the package's definitions, each step a Celery task on a worker.
 
-Ran here (README "Running on more than one process", kinematic_pipeline_tests/test_cluster.py): Redis as
+Ran here (docs/deploy.md, kinematic_pipeline_tests/e2e/test_cluster.py): Redis as
 broker and result backend and the Postgres instance of deploy/postgres/dagster.yaml, both from
 `scripts/servers.sh start`, two workers on one host:
 

@@ -109,8 +109,8 @@ def fit_calibration(q, labels, class_weights, ridge: float = RIDGE, min_rows: in
     """Fit (T, b) on the rows of ``q`` (n, 3, weighted softmax) whose label (n,) is known (0/1/2; -1 ignored).
 
     Minimises the unweighted mean NLL of p' = softmax(ln q / T + b - ln w) plus ``ridge`` / n * |(ln T, b_buy,
-    b_sell)|^2 (n labelled rows) with L-BFGS-B and the analytic gradient, from the identity. The identity is kept (``fitted``
-    False) with fewer than ``min_rows`` labelled rows, with a single class among them, or when the fit would
+    b_sell)|^2 (n labelled rows) with L-BFGS-B and the analytic gradient, from the identity. The identity is kept
+    (``fitted`` False) with fewer than ``min_rows`` labelled rows, with a single class among them, or when the fit would
     not lower the NLL (it cannot, up to the optimiser: the penalised objective starts at the identity's NLL).
     """
     from scipy.optimize import minimize

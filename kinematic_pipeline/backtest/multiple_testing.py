@@ -13,7 +13,7 @@
 - ``effective_trials``: how many independent trials k correlated strategies amount to (clusters of their return
   correlations), for the deflated Sharpe ratio's N.
 
-Pure numpy / scipy / arch; no dagster, no file I/O. ``kinematic_pipeline_tests/test_multiple_testing.py`` checks
+Pure numpy / scipy / arch; no dagster, no file I/O. ``kinematic_pipeline_tests/unit/test_multiple_testing.py`` checks
 the Sharpe statistics against a hand-computed case and the tests against arch called directly.
 """
 

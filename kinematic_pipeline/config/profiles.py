@@ -119,9 +119,9 @@ def _profile_real() -> Settings:
 
     The development split uses only our data (2000-2022): four walk-forward folds testing 2019, 2020, 2021 and
     2022 on the paper's six tickers, each trained on everything before its year less a 65-session embargo (the
-    last 10% of its training days validate); the report pools them into one 2019-2022 record per policy. Scaled down from the paper: the
-    backbones (d_model 64 instead of 512, d_ff 256 instead of 2048; PatchTST likewise), the training
-    windows (a capped sample per epoch instead of every window) and the epochs (see README)."""
+    last 10% of its training days validate); the report pools them into one 2019-2022 record per policy. Scaled down
+    from the paper: the backbones (d_model 64 instead of 512, d_ff 256 instead of 2048; PatchTST likewise), the training
+    windows (a capped sample per epoch instead of every window) and the epochs (docs/profiles.md)."""
     return Settings(
         profile="real",
         data=DataConfig(
@@ -132,7 +132,7 @@ def _profile_real() -> Settings:
         ),
         model=SMALL_CPU_MODEL,
         # four walk-forward folds x 1 seed x 4 models: 16 foundations and 28 adapters (the tau sweep on the last
-        # fold) trained to their best validation step within the hour on 2 cores (README: the measured run); a
+        # fold) trained to their best validation step within the hour on 2 cores (docs/results: the measured run); a
         # second seed doubles the training (KP_SEEDS=1234,1235: about 35 min more)
         train=TrainConfig(
             pretrain_steps=200,

@@ -12,9 +12,9 @@ from kinematic_pipeline.lineage import CODE_VERSIONS
 from kinematic_pipeline.orchestration.metadata import training_metadata
 from kinematic_pipeline.orchestration.partitions import (
     context_policy,
+    fit_partitions,
     foundation_of_policy,
     policy_partitions,
-    seed_partitions,
 )
 from kinematic_pipeline.token_kinds import token_kind
 from kinematic_pipeline.variants import variant as lookup_variant
@@ -51,7 +51,7 @@ def foundation_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
         group_name="pretrain",
         code_version=CODE_VERSIONS["models"],
         deps=training_inputs(variant),
-        partitions_def=seed_partitions(settings),
+        partitions_def=fit_partitions(settings),
         kinds={"pytorch"},
         pool=TRAINING_POOL,
         description=f"{spec.title}: pretrained on uniform samples of the training windows of {spec.token_asset} "

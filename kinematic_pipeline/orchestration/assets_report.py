@@ -1,4 +1,5 @@
-"""Report stage: the paper's tables, its figures, and one Markdown report, as files and as asset metadata.
+"""Report stage: the pooled records, the verdict, the paper's tables, its figures, and one Markdown report, as files
+and as asset metadata.
 
 The stage module is imported inside the bodies: loading the definitions stays light (no matplotlib).
 """
@@ -7,12 +8,14 @@ import dagster as dg
 
 from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.layout import VERDICT_FILE
+from kinematic_pipeline.layout import POOLED_ASSET, VERDICT_ASSET, VERDICT_FILE
 from kinematic_pipeline.lineage import CODE_VERSIONS
+from kinematic_pipeline.orchestration.assets_baselines import baseline_inputs
 from kinematic_pipeline.orchestration.assets_evaluate import evaluation_asset
 from kinematic_pipeline.orchestration.assets_scaling import report_waits_for_scaling
 from kinematic_pipeline.orchestration.metadata import embedded_image, markdown_table
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS
+from kinematic_pipeline.variants import TRIVIAL_PROBE
 from kinematic_pipeline.warehouse import BACKTESTS, LABELS, MARGIN_BACKTESTS, PREDICTIONS, RAW_OHLCV
 
 REPORT_CODE_VERSION = CODE_VERSIONS["report"]
@@ -28,6 +31,59 @@ def across_variants(settings: Settings, *assets: str) -> list[dg.AssetDep]:
     ]
 
 
+def pooled_backtests_asset(settings: Settings) -> dg.AssetsDefinition:
+    @dg.asset(
+        name=POOLED_ASSET,
+        group_name="report",
+        code_version=REPORT_CODE_VERSION,
+        deps=across_variants(settings, BACKTESTS, MARGIN_BACKTESTS, PREDICTIONS),
+        kinds={"parquet"},
+        description="One pooled out-of-sample record per policy and decision rule: every walk-forward fold's test "
+        "days of a policy backtested as one record (one equity curve, one tax ledger, one bootstrap), each fold's "
+        "margin-rule actions at the m chosen on its own validation days. $KP_WAREHOUSE/reports/pooled/, pinned to "
+        "the predictions and margin backtests it was pooled from (read back only while they are unchanged).",
+    )
+    def pooled_backtests() -> dg.MaterializeResult:
+        from kinematic_pipeline.stages.pooled import materialize_pooled_backtests
+
+        frames = materialize_pooled_backtests(settings)
+        rows = {f"{name} rows": frame.height for name, frame in frames.items()}
+        return dg.MaterializeResult(
+            metadata={**rows, "folder": dg.MetadataValue.path(str(settings.warehouse.pooled_dir))}
+        )
+
+    return pooled_backtests
+
+
+def verdict_asset(settings: Settings) -> dg.AssetsDefinition:
+    trivial = [dg.AssetDep(baseline_inputs(TRIVIAL_PROBE))] if TRIVIAL_PROBE in settings.evaluate.baselines else []
+
+    @dg.asset(
+        name=VERDICT_ASSET,
+        group_name="report",
+        code_version=REPORT_CODE_VERSION,
+        # the pooled records of both rules, the universe's predictions and the trivial features (the partial IC)
+        deps=[dg.AssetDep(POOLED_ASSET), *across_variants(settings, PREDICTIONS), *trivial],
+        kinds={"parquet"},
+        description="The report's questions, each answered by exactly the statistic it names, with what the run "
+        "could have detected: SPA and StepM against Buy & Hold, the deflated Sharpe at N and at the effective N, "
+        "the (partial) rank IC on the universe, spline vs finite differences as one Holm family. "
+        "$KP_WAREHOUSE/reports/tables/verdict.parquet.",
+    )
+    def verdict() -> dg.MaterializeResult:
+        from kinematic_pipeline.stages.verdict import materialize_verdict
+
+        table = materialize_verdict(settings)
+        return dg.MaterializeResult(
+            metadata={
+                "verdict": dg.MetadataValue.md(markdown_table(table)),
+                "path": dg.MetadataValue.path(str(settings.warehouse.report_tables_dir / VERDICT_FILE)),
+            }
+        )
+
+    return verdict
+
+
 def paper_tables_asset(settings: Settings) -> dg.AssetsDefinition:
     @dg.asset(
         name="paper_tables",
@@ -36,6 +92,8 @@ def paper_tables_asset(settings: Settings) -> dg.AssetsDefinition:
         # the metrics, the margin rule's, the predictions (skill, decisions), the labels (base rates, close-to-close
         # outcomes) and, on synthetic data, the bars the informed ceiling acts on
         deps=[
+            dg.AssetDep(POOLED_ASSET),
+            dg.AssetDep(VERDICT_ASSET),
             *across_variants(settings, BACKTESTS, MARGIN_BACKTESTS, PREDICTIONS),
             dg.AssetDep(LABELS, partition_mapping=dg.AllPartitionMapping()),
             dg.AssetDep(RAW_OHLCV, partition_mapping=dg.AllPartitionMapping()),
@@ -73,6 +131,7 @@ def figures_asset(settings: Settings) -> dg.AssetsDefinition:
         group_name="report",
         code_version=REPORT_CODE_VERSION,
         deps=[
+            dg.AssetDep(POOLED_ASSET),
             *across_variants(settings, BACKTESTS, MARGIN_BACKTESTS, PREDICTIONS),
             dg.AssetDep(SPLINE_TOKENS, partition_mapping=every),  # the kinematic manifold, responsiveness
             dg.AssetDep(RAW_OHLCV, partition_mapping=every),
@@ -126,4 +185,10 @@ def report_asset(settings: Settings) -> dg.AssetsDefinition:
 
 
 def build_report_assets(settings: Settings) -> list[dg.AssetsDefinition]:
-    return [paper_tables_asset(settings), figures_asset(settings), report_asset(settings)]
+    return [
+        pooled_backtests_asset(settings),
+        verdict_asset(settings),
+        paper_tables_asset(settings),
+        figures_asset(settings),
+        report_asset(settings),
+    ]

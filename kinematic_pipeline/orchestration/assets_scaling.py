@@ -31,7 +31,7 @@ def scaling_deps(settings: Settings) -> list[dg.AssetDep]:
     every = dg.AllPartitionMapping()
     deps = []
     for variant in scaling_variants(settings):
-        key = Policy(variant, seed, None, fold).seed_key
+        key = Policy(variant, seed, None, fold).fit_key
         deps.append(
             dg.AssetDep(f"{variant}_foundation", partition_mapping=dg.SpecificPartitionsPartitionMapping([key]))
         )

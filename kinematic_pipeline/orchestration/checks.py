@@ -11,6 +11,7 @@ import polars as pl
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.orchestration.partitions import run_days
 from kinematic_pipeline.pins import stale_token_days
+from kinematic_pipeline.report.markdown import markdown_table
 from kinematic_pipeline.stages.ingest import data_quality, verify_raw_ohlcv
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.warehouse import RAW_OHLCV
@@ -58,8 +59,6 @@ def build_ingest_checks(settings: Settings) -> list[dg.AssetChecksDefinition]:
         "tickers that differ only by case. On the run's trading days (all days when run alone).",
     )
     def raw_ohlcv_quality(context: dg.AssetCheckExecutionContext):
-        from kinematic_pipeline.report.markdown import markdown_table
-
         days = run_days(context.run.tags) or settings.warehouse.manifest_days(RAW_OHLCV)
         for name, (passed, text, rows) in data_quality(settings, days).items():
             table = markdown_table(pl.DataFrame(rows[:50])) if rows else "-"

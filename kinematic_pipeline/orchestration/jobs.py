@@ -5,7 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.orchestration.partitions import policy_partitions, seed_partitions, trading_day_partitions
+from kinematic_pipeline.orchestration.partitions import fit_partitions, policy_partitions, trading_day_partitions
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.warehouse import ALPHA_ESTIMATES, LABELS
 
@@ -28,7 +28,7 @@ def build_jobs(settings: Settings) -> list[dg.UnresolvedAssetJobDefinition]:
         dg.define_asset_job(
             "pretrain_job",
             selection=dg.AssetSelection.groups("pretrain"),
-            partitions_def=seed_partitions(settings),
+            partitions_def=fit_partitions(settings),
             description="Pretrain the four foundation models (SplineGPT, RawGPT-FD, RawGPT, PatchTST), one per seed.",
         ),
         dg.define_asset_job(

@@ -19,7 +19,7 @@ from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import evaluated_folds, fold_names
 from kinematic_pipeline.label_rules import tau_key
 from kinematic_pipeline.nightly import EXCHANGE_TIMEZONE
-from kinematic_pipeline.policy import SEED_DIMENSION, TAU_DIMENSION, Policy, fit_key, parse_fit_key
+from kinematic_pipeline.policy import FIT_DIMENSION, TAU_DIMENSION, Policy, format_fit_key, parse_fit_key
 from kinematic_pipeline.variants import variant as lookup_variant
 
 PARTITION_FORMAT = "%Y-%m-%d"
@@ -69,12 +69,12 @@ def range_tags(first: dt.date | str, last: dt.date | str) -> dict[str, str]:
 # --- trained policies --------------------------------------------------------------------------------------
 
 
-def seed_partitions(settings: Settings, variant: str | None = None) -> dg.StaticPartitionsDefinition:
+def fit_partitions(settings: Settings, variant: str | None = None) -> dg.StaticPartitionsDefinition:
     """One foundation per training seed (``train.seeds``) and fold, materialized on its own: keys ``1234`` (a
     single cut) or ``2019@1234`` (walk-forward folds, ``folds.py``). A variant whose result depends on no seed
     (a rule, a logistic regression) has the one seed ``0``: keys ``0``, ``2019@0``."""
     return dg.StaticPartitionsDefinition(
-        [fit_key(f, s) for f in fold_names(settings) for s in policy_seeds(settings, variant)]
+        [format_fit_key(f, s) for f in fold_names(settings) for s in policy_seeds(settings, variant)]
     )
 
 
@@ -88,7 +88,7 @@ def policy_partitions(settings: Settings, variant: str | None = None) -> dg.Mult
     """One fine-tuned policy per (seed, tau): an adapter and its evaluation assets; keys ``1234|0.01``
     (``variant``: a baseline's seeds and taus, ``policy_seeds`` and ``policy_taus``)."""
     return dg.MultiPartitionsDefinition(
-        {SEED_DIMENSION: seed_partitions(settings, variant), TAU_DIMENSION: tau_partitions(settings, variant)}
+        {FIT_DIMENSION: fit_partitions(settings, variant), TAU_DIMENSION: tau_partitions(settings, variant)}
     )
 
 
@@ -113,15 +113,15 @@ def grid_keys(settings: Settings, keys: list[str]) -> list[str]:
     def wanted(key: str) -> bool:
         if "|" not in key:
             return True
-        seed_key, tau = key.split("|")  # Dagster orders the dimensions by name: seed|tau
-        return parse_fit_key(seed_key)[0] in evaluated_folds(settings, float(tau))
+        fit_key, tau = key.split("|")  # Dagster orders the dimensions by name: fit|tau
+        return parse_fit_key(fit_key)[0] in evaluated_folds(settings, float(tau))
 
     return [k for k in keys if wanted(k)]
 
 
 def foundation_of_policy() -> dg.MultiToSingleDimensionPartitionMapping:
     """A policy partition (seed, tau) reads the foundation partition of its seed."""
-    return dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name=SEED_DIMENSION)
+    return dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name=FIT_DIMENSION)
 
 
 def policy_key(policy: Policy) -> dg.MultiPartitionKey:
@@ -133,4 +133,4 @@ def context_policy(context: dg.AssetExecutionContext, variant: str) -> Policy:
     key = context.partition_key
     if isinstance(key, dg.MultiPartitionKey):
         return Policy.from_partition(variant, key.keys_by_dimension)
-    return Policy.from_seed_key(variant, key)
+    return Policy.from_fit_key(variant, key)

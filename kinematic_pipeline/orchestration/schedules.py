@@ -105,7 +105,7 @@ def evaluate_run_requests(settings: Settings, origin: str, session: str) -> list
     """One run per (seed, tau) partition: the evaluation assets of every variant fine-tuned there."""
     by_partition: dict[tuple[str, str], list[Policy]] = {}
     for policy in ready_policies(settings):
-        by_partition.setdefault((policy.seed_key, policy.tau_key), []).append(policy)
+        by_partition.setdefault((policy.fit_key, policy.tau_key), []).append(policy)
     return [
         dg.RunRequest(
             run_key=f"{origin}:evaluate:{seed}|{tau}:{','.join(p.variant for p in policies)}",

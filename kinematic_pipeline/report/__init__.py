@@ -1,32 +1,33 @@
 """The paper's tables, figures and one Markdown report, from the metrics, equity, predictions, bars and
-kinematics frames. Pure: polars, numpy and matplotlib (Agg, no pyplot); never dagster."""
+kinematics frames. Pure: polars, numpy and matplotlib (Agg, no pyplot); never dagster.
 
-from kinematic_pipeline.report.document import render_report
-from kinematic_pipeline.report.figures import diagnostics_png, equity_curves_png, sweeps_png
-from kinematic_pipeline.report.kinematic_figures import kinematic_manifold_png, responsiveness_png
-from kinematic_pipeline.report.markdown import embedded_image, markdown_table
-from kinematic_pipeline.report.tables import (
-    absolute_performance,
-    calibration_summary,
-    cost_sensitivity,
-    liquidation_equilibrium,
-    risk_adjusted,
-    tau_sweep,
-)
+A face without eager imports: ``from kinematic_pipeline.report.markdown import markdown_table`` (or the tables)
+never loads matplotlib; the names below load their module on first use."""
 
-__all__ = [
-    "absolute_performance",
-    "calibration_summary",
-    "cost_sensitivity",
-    "diagnostics_png",
-    "embedded_image",
-    "equity_curves_png",
-    "kinematic_manifold_png",
-    "liquidation_equilibrium",
-    "markdown_table",
-    "render_report",
-    "responsiveness_png",
-    "risk_adjusted",
-    "sweeps_png",
-    "tau_sweep",
-]
+from __future__ import annotations
+
+import importlib
+
+_HOMES = {
+    "render_report": "document",
+    "diagnostics_png": "figures",
+    "equity_curves_png": "figures",
+    "sweeps_png": "figures",
+    "kinematic_manifold_png": "kinematic_figures",
+    "responsiveness_png": "kinematic_figures",
+    "embedded_image": "markdown",
+    "markdown_table": "markdown",
+    "absolute_performance": "tables",
+    "calibration_summary": "tables",
+    "cost_sensitivity": "tables",
+    "liquidation_equilibrium": "tables",
+    "risk_adjusted": "tables",
+    "tau_sweep": "tables",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """alpha by maximum marginal likelihood over the training period, and the lookup the tokenizer uses.
 
-``estimate_alphas`` reads raw_ohlcv shards dated on or before the first fold's training end only (``folds.first_cut``: the
-tokens every fold shares may depend on nothing a fold tests; a single cut: ``data.train_end``), builds one
+``estimate_alphas`` reads raw_ohlcv shards dated on or before the first fold's training end only (``folds.first_cut``:
+the tokens every fold shares may depend on nothing a fold tests; a single cut: ``data.train_end``), builds one
 session-indexed series per ticker (missing sessions and zero volumes are NaN) and maximizes the
 exact profile likelihood (``kinematic_pipeline.tokenize.alpha_mle``): pooled over the corpus, and per
 ticker when ``tokenize.alpha_mle_scope = "ticker"``.
@@ -17,6 +17,7 @@ import polars as pl
 from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import first_cut
+from kinematic_pipeline.report.markdown import Markdown, markdown_table
 from kinematic_pipeline.tokenize import (
     estimate_alpha_price,
     estimate_alpha_price_pooled,
@@ -154,8 +155,6 @@ class AlphaLookup:
 
 def alpha_metadata(settings: Settings, estimates: pl.DataFrame) -> dict:
     """What the alpha_estimates materialization shows (plain values)."""
-    from kinematic_pipeline.report.markdown import Markdown, markdown_table
-
     corpus = estimates.filter(pl.col("scope") == CORPUS)
     alpha = dict(zip(corpus["kind"].to_list(), corpus["alpha"].to_list()))
     return {

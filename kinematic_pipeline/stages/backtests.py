@@ -28,6 +28,7 @@ from kinematic_pipeline.config import EvalConfig, Settings
 from kinematic_pipeline.folds import fold_of
 from kinematic_pipeline.lineage import PROVENANCE_SCHEMA, provenance_frame
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.report.markdown import Markdown, markdown_table
 from kinematic_pipeline.stages.predict import check_predictions_model
 from kinematic_pipeline.variants import BENCHMARK
 from kinematic_pipeline.warehouse import (
@@ -110,8 +111,6 @@ class Backtests:
     paths: dict[str, Path]  # asset -> the file written
 
     def metadata(self, ev: EvalConfig) -> dict:
-        from kinematic_pipeline.report.markdown import Markdown, markdown_table
-
         main = self.sweep.metrics.filter(pl.col("cost_bps") == ev.report_cost_bps).select(MAIN_METRICS)
         own = self.sweep.metrics.filter(pl.col("variant") == self.policy.variant)
         return {

@@ -4,7 +4,8 @@ Channels 0 (c0) and 4 (c~0) are anchored per window (dual window anchoring) and 
 other seven (c1, c2, c3, c~1..c~4, or their fd/raw counterparts) are standardized with these
 statistics. They are read from the token asset's window store, which holds the shards dated on or before
 the last fold's training end and nothing later; each fold's rows (column ``fold``) sum only its own training
-days, so no statistic a policy normalizes with sees its test period. Each row records its fit window and a digest of the shards it was fitted on.
+days, so no statistic a policy normalizes with sees its test period. Each row records its fit window and a digest of the
+shards it was fitted on.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import polars as pl
 from kinematic_pipeline.atomic_files import digest, remove_if_exists
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import store_cut
+from kinematic_pipeline.report.markdown import Markdown, markdown_table
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS, token_kind
 from kinematic_pipeline.warehouse import CORPUS_STATS
 from kinematic_pipeline.window_store import open_store
@@ -122,8 +124,6 @@ def materialize_corpus_stats(settings: Settings, assets: tuple[str, ...] = TOKEN
 
 def corpus_stats_metadata(settings: Settings, stats: pl.DataFrame) -> dict:
     """What a tokenization's corpus_stats materialization shows (plain values)."""
-    from kinematic_pipeline.report.markdown import Markdown, markdown_table
-
     return {
         "fit_window": "; ".join(  # one row set per fold, each fitted on its own training days
             f"fold {f}: {a} .. {b}"

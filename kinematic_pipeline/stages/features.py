@@ -10,8 +10,8 @@ per window; a probe pins the training file's hash, so new test days never make a
   end, split again by its own dates (``window_store.fold_split``), the test rows of its test period;
 - the features (``probe_features``: the last five tokens and window std; the raw tokens' file also ret1,
   vol20 and ret20);
-- the close of the day (every fold's validation rows and the test rows: what a backtest trades) and the labels of every tau with
-  ``r_close`` and ``r_spline`` (evaluation only: no feature reads them).
+- the close of the day (every fold's validation rows and the test rows: what a backtest trades) and the labels of every
+  tau with ``r_close`` and ``r_spline`` (evaluation only: no feature reads them).
 
 Beside them ``features/<tokenization>/inputs.parquet`` lists what it was built from (the store's tokens file and
 every test-period token and raw_ohlcv shard, with hashes): the test shards of every probe's provenance; and

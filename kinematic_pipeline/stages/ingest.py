@@ -19,6 +19,7 @@ from kinematic_pipeline.atomic_files import combined_hash
 from kinematic_pipeline.bar_contract import KEPT_SCHEMA, QUARANTINE_SCHEMA, split_by_partition, validate_bars
 from kinematic_pipeline.calendar import previous_trading_day, trading_day_on_or_after
 from kinematic_pipeline.config import Settings
+from kinematic_pipeline.report.markdown import Markdown, markdown_table
 from kinematic_pipeline.sources import BarSource, make_source
 from kinematic_pipeline.warehouse import QUARANTINE, RAW_OHLCV
 
@@ -99,8 +100,6 @@ class IngestSummary:
 
     def metadata(self, settings: Settings, days: list[dt.date]) -> dict:
         """What a raw_ohlcv materialization shows (plain values; the asset turns them into Dagster's)."""
-        from kinematic_pipeline.report.markdown import Markdown, markdown_table
-
         manifest, totals = self.manifest, self.totals
         preview = manifest.select(
             "partition_date",

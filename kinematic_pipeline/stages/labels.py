@@ -21,6 +21,7 @@ from kinematic_pipeline.calendar import trading_day_on_or_after
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import label_returns_close, label_returns_spline, labels_from_returns, tau_column
 from kinematic_pipeline.pins import label_inputs_digest, verified_labels
+from kinematic_pipeline.report.markdown import Markdown, markdown_table
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS
 from kinematic_pipeline.variants import ACTION_KEYS, UNKNOWN_LABEL
 from kinematic_pipeline.warehouse import LABELS
@@ -127,8 +128,6 @@ def label_distribution(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
 
 def labels_metadata(settings: Settings, manifest: pl.DataFrame, days: list[dt.date]) -> dict:
     """What the labels asset's materialization shows (plain values)."""
-    from kinematic_pipeline.report.markdown import Markdown, markdown_table
-
     return {
         "windows": int(manifest["windows"].sum()),
         "known_next_day": int(manifest["known"].sum()),

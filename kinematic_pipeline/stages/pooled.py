@@ -8,8 +8,9 @@ reads one record per policy, 2019-2022 on ``real``; the per-fold backtests stay 
 chosen on that fold's validation days. A policy evaluated on fewer folds (the tau sweep on the last fold
 only) is pooled over the folds it has; ``folds`` says how many. With a single fold the views are the record.
 
-The pooled frames are written under ``reports/pooled/`` by ``paper_tables`` and read back by ``figures``.
-No dagster here.
+The pooled frames are the ``pooled_backtests`` asset (``reports/pooled/``), pinned to the evaluation files they were
+pooled from (``pins.check_evaluation``): the verdict, the tables and the figures read them back only while those
+files are unchanged. No dagster here.
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ from kinematic_pipeline.backtest.decisions import threshold_actions, unweighted_
 from kinematic_pipeline.backtest.portfolio import portfolio_summary, ticker_excess
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import at_tau
+from kinematic_pipeline.layout import POOLED_ASSET, POOLED_PIN_FILE
+from kinematic_pipeline.pins import check_evaluation, evaluation_digest, pin_evaluation
+from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.stages.backtests import sweep_costs
+from kinematic_pipeline.stages.predict import check_predictions_model
 from kinematic_pipeline.variants import BENCHMARK
 from kinematic_pipeline.warehouse import BACKTESTS, EQUITY_CURVES, MARGIN_BACKTESTS, PREDICTIONS
 
@@ -87,11 +92,30 @@ def _margin_actions(settings: Settings, predictions: pl.DataFrame, margins: pl.D
     return frame.with_columns(pl.Series("action", actions, dtype=pl.Int8)).drop("margin")
 
 
+def check_inputs_current(settings: Settings) -> None:
+    """Every evaluated policy's predictions (and so its backtests) were made by the model files on disk now (the
+    check ``lineage`` and the backtests make); a ``StalePairError`` naming the policy's file, both hashes and the
+    partition to re-materialize otherwise: a report rebuilt after a foundation or adapter was replaced must not
+    present the old backtests as current."""
+    rows = settings.warehouse.query("SELECT DISTINCT variant, tau, seed, fold FROM predictions ORDER BY ALL")
+    for row in rows.iter_rows(named=True):
+        fold = None if row["fold"] in (None, "all") else row["fold"]
+        check_predictions_model(settings, Policy(row["variant"], row["seed"], row["tau"], fold))
+
+
+def materialize_pooled_backtests(settings: Settings) -> dict[str, pl.DataFrame]:
+    """The ``pooled_backtests`` asset: once every policy's predictions are checked against the model files on disk
+    now, ``pooled_evaluation``."""
+    check_inputs_current(settings)
+    return pooled_evaluation(settings)
+
+
 def pooled_evaluation(settings: Settings) -> dict[str, pl.DataFrame]:
     """{backtests, equity_curves, margin_backtests, margin_equity_curves}: one pooled record per policy (and Buy &
     Hold), with the number of folds pooled (``folds``); for a single fold the views themselves, and the margin
-    rule's equity curves (no view holds them). Written under ``reports/pooled/``."""
-    folder = settings.warehouse.pooled_dir
+    rule's equity curves (no view holds them). Written under ``reports/pooled/``, with the digest of the evaluation
+    files they were pooled from (taken before they are read)."""
+    folder, inputs = settings.warehouse.pooled_dir, evaluation_digest(settings.warehouse)
     if not walk_forward_run(settings):
         frames = {BACKTESTS: read_view(settings, BACKTESTS), EQUITY_CURVES: read_view(settings, EQUITY_CURVES)}
         frames[MARGIN_BACKTESTS] = margins = margin_metrics(settings)
@@ -100,6 +124,7 @@ def pooled_evaluation(settings: Settings) -> dict[str, pl.DataFrame]:
             sweeps = _pool(settings, _margin_actions(settings, read_view(settings, PREDICTIONS), margins), False)
             frames[MARGIN_EQUITY_CURVES] = pl.concat([s.equity for s in sweeps])
         settings.warehouse.write(frames[MARGIN_EQUITY_CURVES], folder / f"{MARGIN_EQUITY_CURVES}.parquet")
+        pin_evaluation(settings.warehouse, folder / POOLED_PIN_FILE, inputs)
         return frames
     predictions = read_view(settings, PREDICTIONS)
     counts = _fold_counts(predictions)
@@ -129,17 +154,18 @@ def pooled_evaluation(settings: Settings) -> dict[str, pl.DataFrame]:
         frames[MARGIN_BACKTESTS] = frames[MARGIN_EQUITY_CURVES] = margins
     for name, frame in frames.items():
         settings.warehouse.write(frame, folder / f"{name}.parquet")
+    pin_evaluation(settings.warehouse, folder / POOLED_PIN_FILE, inputs)
     return frames
 
 
 def read_pooled(settings: Settings, name: str) -> pl.DataFrame:
-    """A pooled frame ``paper_tables`` wrote (``pooled_evaluation``), or the view itself for a single fold."""
+    """A pooled frame of the ``pooled_backtests`` asset, once checked against the evaluation files it was pooled
+    from (``pins.check_evaluation``); the view itself for a single fold."""
     if not walk_forward_run(settings) and name != MARGIN_EQUITY_CURVES:
         return margin_metrics(settings) if name == MARGIN_BACKTESTS else read_view(settings, name)
-    path = settings.warehouse.pooled_dir / f"{name}.parquet"
-    if not path.exists():
-        return pooled_evaluation(settings)[name]
-    return exact.read_parquet(path)
+    folder = settings.warehouse.pooled_dir
+    check_evaluation(settings.warehouse, folder / POOLED_PIN_FILE, POOLED_ASSET)
+    return exact.read_parquet(folder / f"{name}.parquet")
 
 
 def portfolio_summaries(settings: Settings, equity: pl.DataFrame, by: list[str]) -> pl.DataFrame:

@@ -27,6 +27,7 @@ from kinematic_pipeline.folds import Fold, evaluation_days, fold_of
 from kinematic_pipeline.label_rules import same_tau, tau_column
 from kinematic_pipeline.pins import StalePairError, check_token_inputs, fold_stats, probe_files, verified_labels
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.report.markdown import Markdown, markdown_table
 from kinematic_pipeline.sources.membership import members_on
 from kinematic_pipeline.warehouse import LABELS, PREDICTIONS, RAW_OHLCV, Warehouse
 from kinematic_pipeline.window_store import validation_days
@@ -70,7 +71,6 @@ class Predictions:
 
     def metadata(self) -> dict:
         """What the predictions asset shows: rows, days, per-ticker action counts and the calibration."""
-        from kinematic_pipeline.report.markdown import Markdown, markdown_table
         from kinematic_pipeline.variants import ACTION_KEYS
 
         frame = self.frame

@@ -22,13 +22,14 @@ from kinematic_pipeline.report import document, figures, kinematic_figures, pape
 from kinematic_pipeline.report.markdown import markdown_table
 from kinematic_pipeline.stages.evidence import evidence_tables, pooled_margin_metrics
 from kinematic_pipeline.stages.pooled import (
+    check_inputs_current,
     per_fold_table,
-    pooled_evaluation,
     portfolio_summaries,
     read_pooled,
     read_view,
     walk_forward_run,
 )
+from kinematic_pipeline.stages.verdict import read_verdict
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS
 from kinematic_pipeline.variants import BENCHMARK, FOCUS_VARIANT
 from kinematic_pipeline.variants import variant as lookup_variant
@@ -226,9 +227,8 @@ def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame
     """Write every table (``tables/<name>.md|.parquet``), their context and ``tables.md``; returns the
     tables, the path of ``tables.md`` and the metrics they were built from."""
     check_inputs_current(settings)  # no table of backtests whose model was replaced since
-    pooled_evaluation(settings)  # the pooled records every table below reads (reports/pooled/)
-    metrics = load_metrics(settings)
-    built = {"verdict": verdict_or_reason(settings)}
+    metrics = load_metrics(settings)  # the pooled records (pooled_backtests), checked against their inputs
+    built = {"verdict": read_verdict(settings)}
     portfolios = portfolio_summaries(settings, read_pooled(settings, EQUITY_CURVES), ["variant", "seed"])
     built |= {**build_tables(settings, metrics, portfolios), **evidence_tables(settings, metrics)}
     if walk_forward_run(settings):
@@ -237,8 +237,9 @@ def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame
     out.mkdir(parents=True, exist_ok=True)
     sections = []
     for name, frame in built.items():
-        (out / f"{name}.md").write_text(markdown_table(frame) + "\n")
-        frame.write_parquet(out / f"{name}.parquet")
+        if name != "verdict":  # the verdict asset's own files
+            (out / f"{name}.md").write_text(markdown_table(frame) + "\n")
+            frame.write_parquet(out / f"{name}.parquet")
         sections.append(f"### {ALL_TITLES[name]}\n\n{markdown_table(frame)}\n")
     context = _context(settings, metrics)
     (out / CONTEXT_FILE).write_text(json.dumps(context, indent=1))
@@ -246,31 +247,6 @@ def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame
     path = settings.warehouse.tables_file
     path.write_text(f"## The paper's tables ({settings.profile} profile)\n\n{lines}\n\n" + "\n".join(sections))
     return built, path, metrics
-
-
-def check_inputs_current(settings: Settings) -> None:
-    """Every evaluated policy's predictions (and so its backtests) were made by the model files on disk now (the
-    check ``lineage`` and the backtests make); a ``StalePairError`` naming the policy's file, both hashes and the
-    partition to re-materialize otherwise: a report rebuilt after a foundation or adapter was replaced must not
-    present the old backtests as current."""
-    from kinematic_pipeline.policy import Policy
-    from kinematic_pipeline.stages.predict import check_predictions_model
-
-    rows = settings.warehouse.query("SELECT DISTINCT variant, tau, seed, fold FROM predictions ORDER BY ALL")
-    for row in rows.iter_rows(named=True):
-        fold = None if row["fold"] in (None, "all") else row["fold"]
-        check_predictions_model(settings, Policy(row["variant"], row["seed"], row["tau"], fold))
-
-
-def verdict_or_reason(settings: Settings) -> pl.DataFrame:
-    """The verdict table (``stages.verdict``), or one row saying why this run cannot compute it."""
-    from kinematic_pipeline.stages.verdict import VERDICT_SCHEMA, materialize_verdict
-
-    try:
-        return materialize_verdict(settings)
-    except ValueError as exc:
-        row = {k: "-" for k in VERDICT_SCHEMA} | {"Question": "all", "Answer": f"not computable: {exc}"}
-        return pl.DataFrame([row], schema=VERDICT_SCHEMA)
 
 
 def _window_days(settings: Settings, predictions: pl.DataFrame, ticker: str) -> list[dt.date]:

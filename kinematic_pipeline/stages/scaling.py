@@ -36,6 +36,7 @@ from kinematic_pipeline.config import Settings, TrainConfig
 from kinematic_pipeline.folds import Fold
 from kinematic_pipeline.pins import verified_labels
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.report.markdown import Markdown, embedded_image, markdown_table
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS
 
@@ -76,8 +77,6 @@ class ScalingSummary:
 
     def metadata(self) -> dict:
         """What the scaling_curves asset shows: the table, the figure and where they are."""
-        from kinematic_pipeline.report.markdown import Markdown, embedded_image, markdown_table
-
         return {
             "fold": self.fold,
             "seed": self.seed,
@@ -133,7 +132,7 @@ def check_foundations(settings: Settings, variants: tuple[str, ...]) -> dict[str
         path = settings.warehouse.foundation_checkpoint(policy)
         if not path.exists():
             raise FileNotFoundError(
-                f"{path} is missing: materialize {variant}_foundation partition {policy.seed_key} (the scaling curves "
+                f"{path} is missing: materialize {variant}_foundation partition {policy.fit_key} (the scaling curves "
                 "fine-tune from it)"
             )
         out[variant] = path
@@ -253,7 +252,6 @@ def probe_row(settings: Settings, variant: str, n: int | None, days: list, rates
 def materialize_scaling_curves(settings: Settings, progress: bool = False, log=None) -> ScalingSummary:
     """Every (variant, learner, n) row (see the module docstring), the table and the figure."""
     from kinematic_pipeline.folds import evaluation_days
-    from kinematic_pipeline.report.markdown import markdown_table
     from kinematic_pipeline.stages.evidence import CLOSE, train_base_rates
 
     started = time.perf_counter()

@@ -19,8 +19,8 @@
 4. Do spline tokens beat finite differences? One family, Holm-adjusted: each matched ablation (SplineGPT vs
    RawGPT-FD and vs RawGPT; each probe on spline vs on fd tokens) by the stationary-bootstrap Sharpe difference
    under each rule, and on the universe by the paired differences of their daily rank IC and of their daily mean
-   log loss on close-to-close labels (far more days x tickers than six tickers' Sharpe ratios). An ablation that cannot be computed gets a row saying why; an undefined
-   statistic answers "undefined".
+   log loss on close-to-close labels (far more days x tickers than six tickers' Sharpe ratios). An ablation that cannot
+   be computed gets a row saying why; an undefined statistic answers "undefined".
 Beside them the model confidence set across the strategies. Every answer is a template filled with the
 numbers (``multiple_testing``: arch's SPA, StepM, MCS, StationaryBootstrap). No dagster here.
 """
@@ -32,10 +32,14 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.backtest import multiple_testing as mt
 from kinematic_pipeline.backtest.portfolio import CONVENTION, ticker_excess
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import tau_key
+from kinematic_pipeline.layout import VERDICT_FILE, VERDICT_PIN_FILE
+from kinematic_pipeline.pins import check_evaluation, evaluation_digest, pin_evaluation
+from kinematic_pipeline.report.markdown import markdown_table
 from kinematic_pipeline.stages.verdict_signal import (
     LEVEL,
     POWER,
@@ -374,8 +378,8 @@ def verdict_table(settings: Settings, curves: dict[str, pl.DataFrame], universe:
     return pl.DataFrame(rows, schema=VERDICT_SCHEMA)
 
 
-def materialize_verdict(settings: Settings) -> pl.DataFrame:
-    """The verdict of the run's pooled out-of-sample records (``stages.pooled``), written with the tables."""
+def compute_verdict(settings: Settings) -> pl.DataFrame:
+    """The verdict of the run's pooled out-of-sample records (``stages.pooled``) and its universe predictions."""
     from kinematic_pipeline.stages.evidence import universe_predictions
     from kinematic_pipeline.stages.pooled import MARGIN_EQUITY_CURVES, read_pooled
 
@@ -388,3 +392,28 @@ def materialize_verdict(settings: Settings) -> pl.DataFrame:
     if universe is not None and features is not None:
         universe = universe.join(features, on=["ticker", "date"], how="left")
     return verdict_table(settings, curves, universe)
+
+
+def materialize_verdict(settings: Settings) -> pl.DataFrame:
+    """The ``verdict`` asset: the verdict table, or one row saying why this run cannot compute it, written to
+    ``reports/tables/verdict.parquet`` (and ``.md``) with the digest of the evaluation files it was computed from."""
+    wh = settings.warehouse
+    inputs = evaluation_digest(wh)
+    try:
+        table = compute_verdict(settings)
+    except ValueError as exc:
+        row = {k: "-" for k in VERDICT_SCHEMA} | {"Question": "all", "Answer": f"not computable: {exc}"}
+        table = pl.DataFrame([row], schema=VERDICT_SCHEMA)
+    out = wh.report_tables_dir
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "verdict.md").write_text(markdown_table(table) + "\n")
+    wh.write(table, out / VERDICT_FILE)
+    pin_evaluation(wh, out / VERDICT_PIN_FILE, inputs)
+    return table
+
+
+def read_verdict(settings: Settings) -> pl.DataFrame:
+    """The ``verdict`` asset's table, once checked against the evaluation files it was computed from."""
+    out = settings.warehouse.report_tables_dir
+    check_evaluation(settings.warehouse, out / VERDICT_PIN_FILE, "verdict")
+    return exact.read_parquet(out / VERDICT_FILE)

@@ -20,10 +20,11 @@ from kinematic_pipeline.folds import fold_names
 from kinematic_pipeline.label_rules import labels_from_returns
 from kinematic_pipeline.probe_features import TRIVIAL_FEATURES
 from kinematic_pipeline.stages.features import read_features
+from kinematic_pipeline.variants import TRIVIAL_PROBE as TRIVIAL
+from kinematic_pipeline.variants import variant as lookup_variant
 
 LEVEL = 0.05  # every verdict row's level
 POWER = 0.8  # the power of its "detectable" column
-TRIVIAL = "lr_trivial"  # the probe whose features the partial IC regresses out
 
 
 def p_text(value: float) -> str:
@@ -52,7 +53,7 @@ def information_beyond_trivial(settings: Settings, universe: pl.DataFrame | None
     if universe is None or universe.height == 0:
         return []
     ic = daily_ics(universe)
-    tested = [v for v in sorted(ic) if v != TRIVIAL and not v.startswith(("always", "momentum"))]
+    tested = [v for v in sorted(ic) if v != TRIVIAL and lookup_variant(v).learns]  # rules rank nothing
     rows = []
     if all(c in universe.columns for c in TRIVIAL_FEATURES):
         scores = universe.group_by("variant", "ticker", "date").agg(

@@ -7,9 +7,10 @@ equally likely, a different sample per epoch and seed, the same one for the same
 asset's window store (``kinematic_pipeline.window_store``: one memory-mapped file built from the day shards
 on or before the last fold's training end), so a sample spread over thousands of days reads only its own
 rows; a policy's fold (``folds.py``) reads the store's days up to its own training end, and the labels of
-the days whose horizon reaches its test period are purged. The fold's training days split by date: the last ``val_fraction`` of them validate (a sample fixed per seed,
-so that validation losses compare across epochs). DDP ranks and DataLoader workers serve disjoint, equal
-parts of each epoch's sample. The DataLoader runs with ``batch_size=None``: the stream yields whole batches.
+the days whose horizon reaches its test period are purged. The fold's training days split by date: the last
+``val_fraction`` of them validate (a sample fixed per seed, so that validation losses compare across epochs). DDP ranks
+and DataLoader workers serve disjoint, equal parts of each epoch's sample. The DataLoader runs with ``batch_size=None``:
+the stream yields whole batches.
 """
 
 from __future__ import annotations

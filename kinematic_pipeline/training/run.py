@@ -150,7 +150,7 @@ def pretrain(
 def load_foundation(settings: Settings, policy: Policy, path: Path | None = None) -> nn.Module:
     """The pretrained backbone of ``policy`` (``model.pt``); its ModelConfig must be the settings' one."""
     path = Path(path or settings.warehouse.foundation_checkpoint(policy))
-    fix = f"re-materialize {policy.variant}_foundation partition {policy.seed_key}"
+    fix = f"re-materialize {policy.variant}_foundation partition {policy.fit_key}"
     verify_model_folder(path.parent, fix)  # the bytes its files.json records, or one line naming the file
     saved = torch.load(path, map_location="cpu", weights_only=True)
     if saved["variant"] != policy.variant:
@@ -207,7 +207,7 @@ def load_classifier(settings: Settings, policy: Policy) -> nn.Module:
     adapter's record of its foundation (``foundation.json``) is checked against the foundation on disk."""
     foundation, adapter = settings.warehouse.policy_files(policy)
     # a damaged foundation is named as such before the pair check would call it retrained
-    verify_model_folder(foundation.parent, f"re-materialize {policy.variant}_foundation partition {policy.seed_key}")
+    verify_model_folder(foundation.parent, f"re-materialize {policy.variant}_foundation partition {policy.fit_key}")
     check_pair(settings.warehouse, policy)  # the adapter was fine-tuned from this very foundation
     key = policy.key
     verify_model_folder(adapter, f"re-materialize {policy.variant}_adapter partition {key}")

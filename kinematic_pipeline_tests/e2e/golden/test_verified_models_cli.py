@@ -1,0 +1,75 @@
+"""Every model and store file is verified before use, through the real CLI on the ci warehouse the DAG lane
+materialized (``KP_GOLDEN_WAREHOUSE``, its ``DAGSTER_HOME`` and profile in the environment): one flipped byte and a
+truncation of a foundation's ``model.pt``, an adapter's weights and a window store's ``tokens.npy`` are each refused
+with one message naming the file and the asset to re-materialize; with the file put back, the same step succeeds and
+the predictions' bytes are those before.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kinematic_pipeline.atomic_files import file_sha256
+from kinematic_pipeline.config import load_settings
+from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.warehouse import PREDICTIONS
+from kinematic_pipeline_tests.conftest import cli
+
+FOLD, TAU = "2022H1", 0.01
+
+
+def _damaged(data: bytes) -> list[tuple[str, bytes]]:
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0x01
+    return [("a flipped byte", bytes(flipped)), ("a truncation", data[: len(data) // 3])]
+
+
+def _materialize(select: str, partition: str | None) -> subprocess.CompletedProcess:
+    args = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline", "--select", select]
+    if partition:
+        args += ["--partition", partition]
+    return subprocess.run(args, capture_output=True, text=True, env={**os.environ, "KP_PROFILE": "ci"}, timeout=600)
+
+
+@pytest.mark.e2e
+def test_a_damaged_foundation_adapter_or_window_store_is_refused_by_the_cli():
+    path = os.environ.get("KP_GOLDEN_WAREHOUSE")
+    if not path:
+        pytest.skip("set KP_GOLDEN_WAREHOUSE (and DAGSTER_HOME) to a ci-profile warehouse materialized whole")
+    wh = load_settings("ci", warehouse=path).warehouse
+    policy = Policy("splinegpt", 1234, TAU, FOLD)
+    key = "|".join(policy.partition.values())
+    predictions = wh.evaluation_file(PREDICTIONS, policy)
+    before = file_sha256(predictions)
+    cases = [  # (file, what reads it, the fix the message names)
+        (
+            wh.foundation_checkpoint(policy),
+            ("splinegpt_predictions", key),
+            f"splinegpt_foundation partition {FOLD}@1234",
+        ),
+        (
+            wh.adapter_dir(policy) / "adapter" / "adapter_model.safetensors",
+            ("splinegpt_predictions", key),
+            f"splinegpt_adapter partition {key}",
+        ),
+        (wh.window_store_dir("spline_tokens") / "tokens.npy", ("spline_corpus_stats", None), "spline_window_store"),
+    ]
+    for file, (select, partition), fix in cases:
+        data = file.read_bytes()
+        try:
+            for what, damaged in _damaged(data):
+                file.write_bytes(damaged)
+                proc = _materialize(select, partition)
+                assert proc.returncode != 0, (file, what)
+                output = proc.stdout + proc.stderr
+                for fragment in (str(file), "is not the file its manifest records", fix):
+                    assert fragment in output, (file, what, fragment, output[-3000:])
+        finally:
+            file.write_bytes(data)
+        assert _materialize(select, partition).returncode == 0, file
+    assert file_sha256(predictions) == before
+    assert Path(predictions).exists()

@@ -1,0 +1,139 @@
+"""The shape of the package (issue 31): no import cycle, no import running back up from below the stages, no
+branch on a variant's family outside the registry, no module past the size limit, a README that is a door.
+
+Static reads of the source (``ast``), so each failure names the file and the import or line at fault."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from kinematic_pipeline_tests.helpers import ROOT
+
+PACKAGE = ROOT / "kinematic_pipeline"
+MAX_LINES = 420  # the issue's "no module over ~420 lines"
+README_LINES = 150
+# The layers above the library: nothing else imports them (the package's lazy ``defs`` excepted).
+UPPER = ("kinematic_pipeline.stages", "kinematic_pipeline.orchestration", "kinematic_pipeline.cli")
+LAZY_DEFS = ("kinematic_pipeline", "kinematic_pipeline.definitions")  # Dagster loads ``kinematic_pipeline:defs``
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def _imports(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """{module: the package modules it imports, at any depth of its body (imports inside functions too; not those
+    under ``if TYPE_CHECKING:``, which never run)}."""
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges: dict[str, set[str]] = defaultdict(set)
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        type_only = {
+            id(n)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If) and getattr(block.test, "id", "") == "TYPE_CHECKING"
+            for n in ast.walk(block)
+        }
+        for node in ast.walk(tree):
+            if id(node) in type_only:
+                continue
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(PACKAGE.name):
+                targets = [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names if a.name.startswith(PACKAGE.name)]
+            else:
+                continue
+            for target in targets:
+                found = resolve(target)
+                if found and found != name and not name.startswith(f"{found}."):  # a package's own face
+                    edges[name].add(found)
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_package_has_no_import_cycle():
+    assert _cycles(_imports(_modules())) == []
+
+
+def test_a_cycle_is_found_when_there_is_one():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_nothing_below_the_stages_imports_them():
+    upward = [
+        f"{name} imports {target}"
+        for name, targets in _imports(_modules()).items()
+        if not name.startswith(UPPER) and name not in LAZY_DEFS and name != "kinematic_pipeline.__main__"
+        for target in targets
+        if target.startswith(UPPER)
+    ]
+    assert upward == []
+
+
+def test_a_variant_family_is_branched_on_only_in_the_registry():
+    branches = [
+        f"{path.relative_to(ROOT)}:{k}: {line.strip()}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "variants.py"
+        for k, line in enumerate(path.read_text().splitlines(), 1)
+        if ".family ==" in line or ".family !=" in line or ".family in" in line
+    ]
+    assert branches == []
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_is_past_the_size_limit(path: Path):
+    assert len(path.read_text().splitlines()) <= MAX_LINES
+
+
+def test_the_readme_is_a_door():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= README_LINES
+    assert any("make test" in line for line in lines)  # the test command .ci/run calls
