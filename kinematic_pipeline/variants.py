@@ -309,6 +309,12 @@ BASELINES: dict[str, Variant] = {
 BASELINE_NAMES = tuple(BASELINES)
 ALL_VARIANTS: dict[str, Variant] = {**VARIANTS, **BASELINES}
 ALL_VARIANT_NAMES = tuple(ALL_VARIANTS)  # models, then rules, then probes: the rows of the evidence tables
+ABLATIONS = (  # spline tokens vs finite differences: the matched pairs the verdict tests as one Holm family
+    ("splinegpt", "rawgpt_fd"),
+    ("splinegpt", "rawgpt"),
+    ("lr_spline", "lr_fd"),
+    ("lightgbm_spline", "lightgbm_fd"),
+)
 TRIVIAL_PROBE = "lr_trivial"  # the probe on ret1 and vol20: the verdict regresses its features out (partial IC)
 FOCUS_VARIANT = "splinegpt"  # the paper's model: drawn thick, the responsiveness figure, the confusion matrix
 BENCHMARK = "buy_and_hold"  # the Buy & Hold rows of the backtests (no tau, seed or model)

@@ -9,8 +9,16 @@ import datetime as dt
 import numpy as np
 import polars as pl
 
+from kinematic_pipeline.backtest import multiple_testing as mt
 from kinematic_pipeline.config import load_settings
-from kinematic_pipeline.stages.verdict import information_beyond_trivial
+from kinematic_pipeline.stages.strategies import count_trials, strategy_returns
+from kinematic_pipeline.stages.verdict import ablation_comparisons, family_answers, spa_answer, spline_vs_fd
+from kinematic_pipeline.stages.verdict_signal import (
+    Comparison,
+    daily_ics,
+    daily_log_losses,
+    information_beyond_trivial,
+)
 
 
 def _universe(n_days: int = 250, n_tickers: int = 40) -> pl.DataFrame:
@@ -60,16 +68,6 @@ def test_without_a_signal_or_the_trivial_features_the_answer_is_no_evidence(tmp_
 
 
 # ---- each verdict row says exactly what its statistic says (issue 29) ---------------------------------------
-
-from kinematic_pipeline.backtest import multiple_testing as mt  # noqa: E402
-from kinematic_pipeline.stages.verdict import (  # noqa: E402
-    Comparison,
-    count_trials,
-    family_answers,
-    spa_answer,
-    spline_vs_fd,
-    strategy_returns,
-)
 
 
 def _curves(records: dict[str, np.ndarray], start=dt.date(2021, 1, 4)) -> pl.DataFrame:
@@ -159,7 +157,6 @@ def test_effective_trials_counts_clusters_of_correlated_strategies():
 def test_the_paired_log_loss_test_finds_the_better_calibrated_twin(tmp_path):
     """On the same ticker-days, lr_spline's probabilities put more mass on the close-to-close label than lr_fd's:
     the paired daily log-loss difference says lr_spline is better; the IC test of the same pair runs beside it."""
-    from kinematic_pipeline.stages.verdict import ablation_comparisons, daily_ics, daily_log_losses
 
     settings = load_settings("ci", warehouse=tmp_path, env={})
     rng = np.random.default_rng(6)

@@ -1,0 +1,84 @@
+"""The verdict's strategies: every pooled (variant, tau, rule) record tested on every fold, as daily excess returns
+of the equal-weight portfolio of the backtested tickers on the days they and Buy & Hold share, one column per
+distinct return series (what SPA, StepM, the MCS and the deflated Sharpe's N count). No dagster here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from kinematic_pipeline.backtest.portfolio import ticker_excess
+from kinematic_pipeline.config import Settings
+from kinematic_pipeline.variants import BENCHMARK
+
+RULES = {"argmax": "", "margin": " [margin]"}  # decision rule -> the suffix of its strategies' names
+
+
+@dataclass(frozen=True)
+class Strategies:
+    """The pooled strategies on their common days: one column per distinct return series."""
+
+    names: list[str]  # a column's name; "(= k identical)" when k others have the very same returns
+    returns: np.ndarray  # T x k daily net returns
+    bench: np.ndarray  # Buy & Hold's, T
+    days: list
+    column: dict[str, int]  # every strategy's name (twins included) -> its column
+
+    def of(self, name: str) -> np.ndarray | None:
+        return self.returns[:, self.column[name]] if name in self.column else None
+
+
+def strategy_name(variant: str, tau: float, rule: str) -> str:
+    return f"{variant} tau={round(tau, 4)}{RULES[rule]}"
+
+
+def strategy_returns(settings: Settings, curves: dict[str, pl.DataFrame]) -> Strategies:
+    """Every pooled (variant, tau) record of each rule (``curves``: rule -> pooled equity curves) tested on every
+    fold, at the verdict's cost: the mean over the backtested tickers and seeds of each day's equity change, on
+    the days every strategy and Buy & Hold share (Buy & Hold from the argmax curves)."""
+    daily = []
+    for rule, equity in curves.items():
+        if equity.height == 0:
+            continue
+        rows = equity.filter(pl.col("cost_bps") == settings.evaluate.verdict_cost_bps)
+        if rule != "argmax":
+            rows = rows.filter(pl.col("variant") != BENCHMARK)
+        if "folds" in rows.columns:
+            rows = rows.filter(pl.col("folds") == pl.col("folds").max())
+        rows = ticker_excess(rows.drop("fold", strict=False), settings.evaluate.rf_annual).rename({"excess": "r"})
+        name = pl.when(pl.col("variant") == BENCHMARK).then(pl.lit(BENCHMARK))
+        name = name.otherwise(
+            pl.col("variant") + pl.lit(" tau=") + pl.col("tau").round(4).cast(pl.String) + pl.lit(RULES[rule])
+        )
+        daily.append(rows.with_columns(name.alias("strategy")).group_by("strategy", "date").agg(pl.col("r").mean()))
+    wide = pl.concat(daily).pivot(on="strategy", index="date", values="r").sort("date").drop_nulls()
+    names = sorted(c for c in wide.columns if c not in ("date", BENCHMARK))
+    if BENCHMARK not in wide.columns or not names:
+        raise ValueError("the verdict needs Buy & Hold and at least one strategy on common days")
+    labels, returns, column = _distinct(names, wide.select(names).to_numpy())
+    return Strategies(labels, returns, wide[BENCHMARK].to_numpy(), wide["date"].to_list(), column)
+
+
+def _distinct(names: list[str], returns: np.ndarray) -> tuple[list[str], np.ndarray, dict[str, int]]:
+    """One column per distinct return series (a rule that never trades at any tau is one strategy, not four:
+    identical columns would make the MCS's loss differences degenerate); the name lists its twins."""
+    kept: dict[bytes, int] = {}
+    twins: dict[int, list[str]] = {}
+    for j, name in enumerate(names):
+        key = np.ascontiguousarray(returns[:, j]).tobytes()
+        first = kept.setdefault(key, j)
+        twins.setdefault(first, []).append(name)
+    columns = sorted(kept.values())
+    label = [names[j] + (f" (= {len(twins[j]) - 1} identical)" if len(twins[j]) > 1 else "") for j in columns]
+    column = {name: k for k, j in enumerate(columns) for name in twins[j]}
+    return label, returns[:, columns], column
+
+
+def count_trials(strategies: Strategies) -> tuple[int, str]:
+    """N: the pooled strategies the verdict compares (distinct return series, both rules, at its cost)."""
+    n, merged = len(strategies.names), len(strategies.column)
+    twins = f" ({merged} (variant, tau, rule) records, identical ones merged)" if merged > n else ""
+    return n, f"N = {n} pooled strategies{twins}"
