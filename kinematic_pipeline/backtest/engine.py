@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from kinematic_pipeline import paper_conventions as paper
 from kinematic_pipeline.variants import BUY, HOLD, SELL
 
 SIDE_BUY, SIDE_SELL, SIDE_TAX_SELL = 0, 1, 2  # trade sides (tax sale: shares sold to pay a tax bill)
@@ -157,9 +158,9 @@ def run_backtest(
     close: np.ndarray,
     actions: np.ndarray,
     cost_bps: float = 0.0,
-    initial_cash: float = 10_000.0,
-    tax_rate: float = 0.32,
-    tax_year_days: int = 252,
+    initial_cash: float = paper.INITIAL_CASH,
+    tax_rate: float = paper.TAX_RATE,
+    tax_year_days: int = paper.TAX_YEAR_DAYS,
 ) -> BacktestResult:
     """Simulate the long/cash state machine on daily closes; see the module docstring for conventions."""
     close, actions = _validate(close, actions, cost_bps, initial_cash, tax_rate, tax_year_days)
@@ -187,9 +188,9 @@ def run_backtest(
 def buy_and_hold(
     close: np.ndarray,
     cost_bps: float = 0.0,
-    initial_cash: float = 10_000.0,
-    tax_rate: float = 0.32,
-    tax_year_days: int = 252,
+    initial_cash: float = paper.INITIAL_CASH,
+    tax_rate: float = paper.TAX_RATE,
+    tax_year_days: int = paper.TAX_YEAR_DAYS,
 ) -> BacktestResult:
     """The paper's benchmark: Buy at close[0], Hold to the end.
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from kinematic_pipeline import paper_conventions as paper
 from kinematic_pipeline.variants import ACTION_NAMES
 
-PERIODS_PER_YEAR = 252  # trading days per year, for every annualization
-RF_ANNUAL = 0.04  # the paper's risk-free rate for 2023-2025 (EvalConfig.rf_annual is what a run uses)
+PERIODS_PER_YEAR, RF_ANNUAL = paper.PERIODS_PER_YEAR, paper.RF_ANNUAL  # EvalConfig.rf_annual is what a run uses
 _ZERO_STD = 1e-12  # a daily std (or downside deviation) below this is treated as exactly 0
 
 
@@ -238,8 +238,8 @@ def _bootstrap_sharpe_kernel(r, starts, block, rf_annual, periods, zero_std):
 
 def block_bootstrap_sharpe_ci(
     equity: np.ndarray,
-    block: int = 20,
-    n_boot: int = 2000,
+    block: int = paper.BOOTSTRAP_BLOCK_DAYS,
+    n_boot: int = paper.BOOTSTRAP_RESAMPLES,
     seed: int = 0,
     alpha: float = 0.05,
     rf_annual: float = RF_ANNUAL,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from kinematic_pipeline import paper_conventions as paper
 from kinematic_pipeline.backtest import metrics as m
 from kinematic_pipeline.backtest.decisions import _weights, unweighted_probabilities
 from kinematic_pipeline.backtest.engine import run_backtest
@@ -306,15 +307,15 @@ def _frame(row_keys: pl.DataFrame, counts: list[int], columns: dict, schema: dic
 
 def run_sweep(
     predictions: pl.DataFrame,
-    costs_bps=(0.0, 5.0, 10.0, 20.0, 30.0),
+    costs_bps=paper.COSTS_BPS,
     *,
-    initial_cash: float = 10_000.0,
-    tax_rate: float = 0.32,
-    tax_year_days: int = 252,
-    n_boot: int = 2000,
-    block_days: int = 20,
+    initial_cash: float = paper.INITIAL_CASH,
+    tax_rate: float = paper.TAX_RATE,
+    tax_year_days: int = paper.TAX_YEAR_DAYS,
+    n_boot: int = paper.BOOTSTRAP_RESAMPLES,
+    block_days: int = paper.BOOTSTRAP_BLOCK_DAYS,
     boot_seed: int = 0,
-    rf_annual: float = m.RF_ANNUAL,
+    rf_annual: float = paper.RF_ANNUAL,
     benchmark: bool = True,
     class_weights=None,
 ) -> SweepResult:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kinematic_pipeline import paper_conventions as paper
 from kinematic_pipeline.label_rules import LABEL_SOURCES
 from kinematic_pipeline.variants import BASELINE_NAMES, VARIANT_NAMES
 from kinematic_pipeline.warehouse import Warehouse
@@ -203,11 +204,12 @@ class EvalConfig:
 
     # Backtested names; None: the first six tickers of the universe that have a test-period window.
     test_tickers: tuple[str, ...] | None = None
-    costs_bps: tuple[float, ...] = (0.0, 5.0, 10.0, 20.0, 30.0)  # per trade side, swept for every backtest
-    initial_cash: float = 10_000.0  # the paper's starting capital
-    tax_rate: float = 0.32  # short-term capital gains, on net realized gains per tax year
-    tax_year_days: int = 252  # trading days per tax year
-    rf_annual: float = 0.04  # the paper's risk-free rate for 2023-2025, in Sharpe and Sortino
+    # the paper's backtest numbers (paper_conventions.py: the engine's defaults read the same)
+    costs_bps: tuple[float, ...] = paper.COSTS_BPS  # per trade side, swept for every backtest
+    initial_cash: float = paper.INITIAL_CASH
+    tax_rate: float = paper.TAX_RATE  # short-term capital gains, on net realized gains per tax year
+    tax_year_days: int = paper.TAX_YEAR_DAYS
+    rf_annual: float = paper.RF_ANNUAL  # in Sharpe and Sortino
     # The paper's tables print a Sharpe and Sortino as N/A below this many days long: in its convention (rf
     # subtracted, cash earning nothing) a nearly flat record has an unbounded Sharpe (-307 for one day in 1,008)
     min_days_in_market: int = 20
@@ -216,8 +218,8 @@ class EvalConfig:
     focus_ticker: str | None = None  # sweeps, diagnostics, manifold (paper: NVDA); None: first test ticker
     responsiveness_ticker: str | None = None  # the responsiveness figure (paper: XOM); None: focus ticker
     figure_days: int = 120  # sessions shown in the manifold and responsiveness figures (the test period's last)
-    bootstrap_resamples: int = 2000  # circular block bootstrap of the Sharpe
-    bootstrap_block_days: int = 20
+    bootstrap_resamples: int = paper.BOOTSTRAP_RESAMPLES  # circular block bootstrap of the Sharpe
+    bootstrap_block_days: int = paper.BOOTSTRAP_BLOCK_DAYS
     bootstrap_seed: int = 0
     skill_bootstrap_resamples: int = 1000  # resamples of test days behind the skill scores' intervals
     predict_batch_size: int = 512  # windows per forward pass
