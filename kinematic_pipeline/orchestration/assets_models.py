@@ -9,7 +9,7 @@ import dagster as dg
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.lineage import CODE_VERSIONS
-from kinematic_pipeline.orchestration.metadata import training_metadata
+from kinematic_pipeline.orchestration.metadata import dagster_metadata
 from kinematic_pipeline.orchestration.partitions import (
     context_policy,
     fit_partitions,
@@ -64,7 +64,9 @@ def foundation_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
 
         result = pretrain(settings, context_policy(context, variant))
         context.log.info(f"{result.policy}: {result.params_total:,} parameters, {result.seconds:.0f} s")
-        return dg.MaterializeResult(metadata=training_metadata(result, settings), data_version=data_version(result))
+        return dg.MaterializeResult(
+            metadata=dagster_metadata(result.metadata(settings)), data_version=data_version(result)
+        )
 
     return foundation
 
@@ -92,7 +94,9 @@ def adapter_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
         from kinematic_pipeline.training.run import finetune
 
         result = finetune(settings, context_policy(context, variant))
-        return dg.MaterializeResult(metadata=training_metadata(result, settings), data_version=data_version(result))
+        return dg.MaterializeResult(
+            metadata=dagster_metadata(result.metadata(settings)), data_version=data_version(result)
+        )
 
     return adapter
 

@@ -10,20 +10,24 @@ logs and ``shards_used.parquet`` (what was served) live in the same folders.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import lightning as L
+import polars as pl
 import torch
 from torch import nn
 
-from kinematic_pipeline.atomic_files import file_sha256
+from kinematic_pipeline.atomic_files import digest, file_sha256
 from kinematic_pipeline.config import ModelConfig, Settings
-from kinematic_pipeline.layout import MODEL_FILE
+from kinematic_pipeline.layout import LOSS_PLOT_FILE, MODEL_FILE, SHARDS_USED_SCHEMA
 from kinematic_pipeline.models import HEADS, build_model, count_parameters, prior_logits
 from kinematic_pipeline.pins import check_pair, pin_foundation
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.report.markdown import Markdown, embedded_image, markdown_table
+from kinematic_pipeline.report.training_figures import curve_table, loss_curves_png
 from kinematic_pipeline.training.data import WindowDataModule, write_shards_used
 from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule
 from kinematic_pipeline.training.trainer import (
@@ -36,7 +40,6 @@ from kinematic_pipeline.training.trainer import (
     ranks,
     read_curves,
 )
-from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.verified import verify_model_folder, write_model_manifest
 
 
@@ -66,8 +69,74 @@ class TrainingResult:
     @property
     def checkpoint_path(self) -> Path:
         """The foundation's ``model.pt`` or the adapter's head (file or folder)."""
-        head = lookup_variant(self.policy.variant).head
+        head = self.policy.spec.head
         return self.out_dir / MODEL_FILE if self.policy.tau is None else head.path(self.out_dir)
+
+    @property
+    def loss_curves(self) -> dict[str, list[tuple[float, float]]]:
+        """One point per validation: the mean training loss since the previous one and the validation loss (for an
+        adapter the de-weighted log loss it stopped on, with the weighted loss it trained on beside it)."""
+        rows = self.curves
+        curves = {
+            "train": [(r["step"], r["train_loss"]) for r in rows if r["step"] > 0],
+            "validation": [(r["step"], r["val_loss"]) for r in rows],
+        }
+        if self.policy.tau is not None:
+            curves["validation (weighted CE)"] = [(r["step"], r["val_weighted_loss"]) for r in rows]
+        return curves
+
+    def metadata(self, settings: Settings) -> dict:
+        """Its metadata (plain values: ``orchestration.metadata.dagster_metadata`` shows them): its identity,
+        parameters, the files it saved with their hashes, what it was served (per split and asset), its loss
+        curves."""
+        result, policy = self, self.policy
+        used = pl.DataFrame(result.shards_used, schema=SHARDS_USED_SCHEMA)
+        per_split = (
+            used.group_by("asset", "split")
+            .agg(
+                pl.len().alias("shards"),
+                (pl.col("served") > 0).sum().alias("served from"),
+                pl.col("served").sum().alias("windows served"),
+                pl.col("date").min().alias("first"),
+                pl.col("date").max().alias("last"),
+            )
+            .sort("asset", "split")
+        )
+        kind = "pretraining" if policy.tau is None else f"fine-tuning, tau={policy.tau_key}"
+        curves = result.loss_curves
+        png = (result.out_dir / LOSS_PLOT_FILE).read_bytes()  # written with the model (``_result``)
+        values = {
+            "seed": policy.seed,
+            **({} if policy.tau is None else {"tau": policy.tau}),
+            "params_total": result.params_total,
+            "params_trainable": result.params_trainable,
+            "checkpoint_path": result.checkpoint_path,
+            "windows_seen": result.windows_seen,
+            "wall_seconds": round(result.seconds, 1),
+            "token_asset": policy.spec.token_asset,
+            "training_shards": Markdown(markdown_table(per_split)),
+            "windows_served": int(used.filter(pl.col("split") == "store")["served"].sum()),
+            "training_shards_digest": digest(used["content_hash"].fill_null("").to_list()),
+            "loss_curves": Markdown(embedded_image(png, kind) + "\n\n" + markdown_table(curve_table(curves))),
+            "loss_plot_path": result.out_dir / LOSS_PLOT_FILE,
+            "budget_steps": result.budget_steps,
+            "steps": result.steps,
+            "best_step": result.best_step,
+            "best_val_loss": result.best_val_loss,
+            "stopped_early": result.steps < result.budget_steps,
+            "curves_path": result.out_dir / "curves.csv",
+            "final_train_loss": float(curves["train"][-1][1]) if curves["train"] else float("nan"),
+            "final_val_loss": float(curves["validation"][-1][1]) if curves["validation"] else float("nan"),
+        }
+        if policy.tau is None:
+            values["checkpoint_sha256"] = result.files_sha256[MODEL_FILE]
+            values["model_config"] = json.loads(json.dumps(settings.model.__dict__))
+        else:
+            values["adapter_files_sha256"] = dict(result.files_sha256)
+            values["foundation_checkpoint"] = settings.warehouse.foundation_checkpoint(policy)
+            values["foundation_sha256"] = result.foundation_sha256
+            values["training_label_distribution"] = dict(result.class_counts)
+        return values
 
 
 def _fit(settings: Settings, module_for, out_dir: Path, data: WindowDataModule, budget: int, progress: bool):
@@ -101,7 +170,7 @@ def _result(settings, policy, out_dir, files, model, fitted, started, **extra) -
     write_shards_used(settings, out_dir, shards_used)
     write_model_manifest(out_dir, files)  # what a load verifies first (verified.verify_model_folder)
     files = [*files, out_dir / CURVES_FILE] if curves else files
-    return TrainingResult(
+    result = TrainingResult(
         policy=policy,
         out_dir=out_dir,
         files_sha256={str(p.relative_to(out_dir)): file_sha256(p) for p in files},
@@ -120,6 +189,9 @@ def _result(settings, policy, out_dir, files, model, fitted, started, **extra) -
         curves=curves,
         **extra,
     )
+    kind = "pretraining" if policy.tau is None else f"fine-tuning, tau={policy.tau_key}"
+    loss_curves_png(result.loss_curves, f"{policy.variant} {kind}", out_dir / LOSS_PLOT_FILE)
+    return result
 
 
 def pretrain(
