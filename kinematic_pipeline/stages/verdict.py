@@ -36,7 +36,7 @@ from kinematic_pipeline.backtest.portfolio import CONVENTION
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import tau_key
 from kinematic_pipeline.layout import VERDICT_FILE, VERDICT_PIN_FILE
-from kinematic_pipeline.pins import check_evaluation, evaluation_digest, pin_evaluation
+from kinematic_pipeline.pins import StalePairError, check_evaluation, evaluation_digest, pin_evaluation
 from kinematic_pipeline.report.markdown import markdown_table
 from kinematic_pipeline.stages.strategies import RULES, Strategies, count_trials, strategy_name, strategy_returns
 from kinematic_pipeline.stages.verdict_signal import (
@@ -326,6 +326,8 @@ def materialize_verdict(settings: Settings) -> pl.DataFrame:
     inputs = evaluation_digest(wh)
     try:
         table = compute_verdict(settings)
+    except StalePairError:
+        raise  # stale pooled records are refused, never a table row
     except ValueError as exc:
         row = {k: "-" for k in VERDICT_SCHEMA} | {"Question": "all", "Answer": f"not computable: {exc}"}
         table = pl.DataFrame([row], schema=VERDICT_SCHEMA)

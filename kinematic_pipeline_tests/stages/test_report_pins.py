@@ -35,3 +35,32 @@ def test_a_pooled_record_is_refused_once_a_prediction_it_was_pooled_from_changes
     )  # a new policy's margin backtests: the set pooled from is not the set on disk
     with pytest.raises(StalePairError):
         check_evaluation(wh, record, "pooled_backtests")
+
+
+def test_the_verdict_refuses_stale_pooled_records_instead_of_tabling_the_error(tmp_path, monkeypatch):
+    """A verdict that cannot be computed is one row saying why; stale inputs are no such reason: refused, and no
+    verdict file is written."""
+    from kinematic_pipeline.config import load_settings
+    from kinematic_pipeline.stages import verdict
+
+    settings = load_settings("ci", warehouse=tmp_path / "warehouse")
+
+    def stale(_settings):
+        raise StalePairError(
+            "pooled_backtests ... was computed from other predictions: re-materialize pooled_backtests"
+        )
+
+    monkeypatch.setattr(verdict, "compute_verdict", stale)
+    with pytest.raises(StalePairError, match="re-materialize pooled_backtests"):
+        verdict.materialize_verdict(settings)
+    assert not (settings.warehouse.report_tables_dir / "verdict.parquet").exists()
+
+    def not_computable(_settings):
+        raise ValueError("the verdict needs Buy & Hold and at least one strategy on common days")
+
+    monkeypatch.setattr(verdict, "compute_verdict", not_computable)
+    table = verdict.materialize_verdict(settings)
+    assert table["Answer"].to_list() == [
+        "not computable: the verdict needs Buy & Hold and at least one strategy on common days"
+    ]
+    verdict.read_verdict(settings)  # written with its pin: read back
