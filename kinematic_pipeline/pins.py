@@ -305,7 +305,20 @@ def evaluation_digest(wh: Warehouse) -> str:
     """sha256 over the paths and bytes of every evaluation file pooling and the verdict read (each policy's
     predictions with its validation and universe files, and its margin backtests), in path order."""
     files = sorted(f for asset in EVALUATION_INPUTS for f in (wh.root / asset).rglob("*.parquet") if f.is_file())
-    return digest([f"{f.relative_to(wh.root)}:{file_sha256(f)}" for f in files])
+    return digest([f"{f.relative_to(wh.root)}:{_sha256_by_stat(f)}" for f in files])
+
+
+_SHA256: dict[str, tuple[tuple[int, int, int], str]] = {}  # path -> ((inode, size, mtime_ns), sha256)
+
+
+def _sha256_by_stat(path: Path) -> str:
+    """A file's sha256, re-hashed only when its stat changed (a report run reads the pooled records several times;
+    every writer here renames a new file into place, so a rewrite is a new inode)."""
+    st = path.stat()
+    stamp, hit = (st.st_ino, st.st_size, st.st_mtime_ns), _SHA256.get(str(path))
+    if hit is None or hit[0] != stamp:
+        hit = _SHA256[str(path)] = (stamp, file_sha256(path))
+    return hit[1]
 
 
 def pin_evaluation(wh: Warehouse, record: Path, inputs_digest: str) -> None:
