@@ -15,6 +15,7 @@ first call is a fresh process with an empty Numba cache (compilation included).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import os
 import subprocess
@@ -32,6 +33,8 @@ import polars as pl  # noqa: E402
 from kinematic_pipeline.backtest import metrics as m  # noqa: E402
 from kinematic_pipeline.backtest.engine import run_backtest  # noqa: E402
 from kinematic_pipeline.backtest.sweep import bootstrap_seed, run_sweep  # noqa: E402
+from kinematic_pipeline.paper_conventions import BacktestConfig  # noqa: E402
+from kinematic_pipeline_tests.helpers.frames import policy_series  # noqa: E402
 from kinematic_pipeline_tests.naive_backtest import naive_block_bootstrap_sharpe_ci  # noqa: E402
 
 COSTS_BPS = (0.0, 5.0, 10.0, 20.0, 30.0)
@@ -43,9 +46,10 @@ START = dt.date(2022, 1, 3)
 COLD = """
 import sys, time, polars as pl
 from kinematic_pipeline.backtest.sweep import run_sweep
+from kinematic_pipeline.paper_conventions import BacktestConfig
 df = pl.read_parquet(sys.argv[1])
 t0 = time.perf_counter()
-run_sweep(df, n_boot=int(sys.argv[2]))
+run_sweep(df, BacktestConfig(bootstrap_resamples=int(sys.argv[2])))
 print(time.perf_counter() - t0)
 """
 
@@ -68,23 +72,7 @@ def make_predictions(n_variants: int, n_taus: int, n_seeds: int, n_tickers: int,
                     probs = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
                     label = np.where(next_ret > tau, 0, np.where(next_ret < -tau, 1, 2))
                     label[-1] = -1  # the last day's next close is unknown
-                    parts.append(
-                        pl.DataFrame(
-                            {
-                                "variant": f"variant_{v}",
-                                "tau": tau,
-                                "seed": seed,
-                                "ticker": f"TICK{k}",
-                                "date": dates,
-                                "close": close,
-                                "p_buy": probs[:, 0].astype(np.float32),
-                                "p_sell": probs[:, 1].astype(np.float32),
-                                "p_hold": probs[:, 2].astype(np.float32),
-                                "action": probs.argmax(axis=1).astype(np.int8),
-                                "label": label.astype(np.int8),
-                            }
-                        ).with_columns(pl.col("date").cast(pl.Date))
-                    )
+                    parts.append(policy_series(f"variant_{v}", tau, seed, f"TICK{k}", dates, close, probs, label))
     return pl.concat(parts)
 
 
@@ -133,12 +121,13 @@ def main() -> None:
         )
         cold_s = float(cold.stdout.strip().splitlines()[-1])
         t0 = time.perf_counter()
-        run_sweep(pl.read_parquet(path), n_boot=args.n_boot)  # this process: Numba's on-disk cache
+        config = BacktestConfig(COSTS_BPS, bootstrap_resamples=args.n_boot)
+        run_sweep(pl.read_parquet(path), config)  # this process: Numba's on-disk cache
         first_s = time.perf_counter() - t0
 
         read_s, df = best_of(lambda: pl.read_parquet(path), args.repeats)
-        sweep_s, out = best_of(lambda: run_sweep(df, COSTS_BPS, n_boot=args.n_boot), args.repeats)
-        no_boot_s, _ = best_of(lambda: run_sweep(df, COSTS_BPS, n_boot=0), args.repeats)
+        sweep_s, out = best_of(lambda: run_sweep(df, config), args.repeats)
+        no_boot_s, _ = best_of(lambda: run_sweep(df, dataclasses.replace(config, bootstrap_resamples=0)), args.repeats)
 
     keys = ["variant", "tau", "seed", "ticker"]
     series = [

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from kinematic_pipeline import paper_conventions as paper
+from kinematic_pipeline.paper_conventions import PAPER, BacktestConfig
 from kinematic_pipeline.variants import BUY, HOLD, SELL
 
 SIDE_BUY, SIDE_SELL, SIDE_TAX_SELL = 0, 1, 2  # trade sides (tax sale: shares sold to pay a tax bill)
@@ -128,7 +128,7 @@ def _backtest_kernel(close, actions, cost_rate, initial_cash, tax_rate, tax_year
     )
 
 
-def _validate(close, actions, cost_bps, initial_cash, tax_rate, tax_year_days):
+def _validate(close, actions, cost_bps):
     close = np.ascontiguousarray(close, dtype=np.float64)
     actions_raw = np.asarray(actions)
     if close.ndim != 1 or actions_raw.ndim != 1:
@@ -145,28 +145,17 @@ def _validate(close, actions, cost_bps, initial_cash, tax_rate, tax_year_days):
         raise ValueError(f"actions must be in {{0, 1, 2}}: day {bad[0]} has action={actions_raw[bad[0]].item()!r}")
     if not (np.isfinite(cost_bps) and 0 <= cost_bps < 1e4):
         raise ValueError(f"cost_bps must be in [0, 10000), got {cost_bps}")
-    if not (np.isfinite(initial_cash) and initial_cash > 0):
-        raise ValueError(f"initial_cash must be > 0, got {initial_cash}")
-    if not (0 <= tax_rate <= 1):
-        raise ValueError(f"tax_rate must be in [0, 1], got {tax_rate}")
-    if int(tax_year_days) < 1:
-        raise ValueError(f"tax_year_days must be >= 1, got {tax_year_days}")
     return close, actions_raw.astype(np.int8)
 
 
 def run_backtest(
-    close: np.ndarray,
-    actions: np.ndarray,
-    cost_bps: float = 0.0,
-    initial_cash: float = paper.INITIAL_CASH,
-    tax_rate: float = paper.TAX_RATE,
-    tax_year_days: int = paper.TAX_YEAR_DAYS,
+    close: np.ndarray, actions: np.ndarray, cost_bps: float = 0.0, config: BacktestConfig = PAPER
 ) -> BacktestResult:
-    """Simulate the long/cash state machine on daily closes; see the module docstring for conventions."""
-    close, actions = _validate(close, actions, cost_bps, initial_cash, tax_rate, tax_year_days)
-    out = _backtest_kernel(
-        close, actions, float(cost_bps) / 1e4, float(initial_cash), float(tax_rate), int(tax_year_days)
-    )
+    """Simulate the long/cash state machine on daily closes at one cost, with the account and tax of ``config``
+    (checked when it was built; its ``costs_bps`` are the sweep's, not read here); see the module docstring."""
+    close, actions = _validate(close, actions, cost_bps)
+    cash, rate, year = float(config.initial_cash), float(config.tax_rate), int(config.tax_year_days)
+    out = _backtest_kernel(close, actions, float(cost_bps) / 1e4, cash, rate, year)
     equity, position, t_day, t_side, t_vals, tax_day, tax_amt, n_invalid, pending = out
     trades = np.empty(t_day.shape[0], dtype=TRADE_DTYPE)
     trades["day"], trades["side"] = t_day, t_side
@@ -185,13 +174,7 @@ def run_backtest(
     )
 
 
-def buy_and_hold(
-    close: np.ndarray,
-    cost_bps: float = 0.0,
-    initial_cash: float = paper.INITIAL_CASH,
-    tax_rate: float = paper.TAX_RATE,
-    tax_year_days: int = paper.TAX_YEAR_DAYS,
-) -> BacktestResult:
+def buy_and_hold(close: np.ndarray, cost_bps: float = 0.0, config: BacktestConfig = PAPER) -> BacktestResult:
     """The paper's benchmark: Buy at close[0], Hold to the end.
 
     Never sold, so no gain is ever realized and no tax is paid (the yearly tax dates are listed with
@@ -201,4 +184,4 @@ def buy_and_hold(
     actions = np.full(np.shape(close)[0] if np.ndim(close) == 1 else 0, HOLD, dtype=np.int8)
     if actions.size:
         actions[0] = BUY
-    return run_backtest(close, actions, cost_bps, initial_cash, tax_rate, tax_year_days)
+    return run_backtest(close, actions, cost_bps, config)

@@ -11,23 +11,18 @@ import numpy as np
 from numba import njit
 
 from kinematic_pipeline import paper_conventions as paper
+from kinematic_pipeline.paper_conventions import PAPER, BacktestConfig
 from kinematic_pipeline.variants import ACTION_NAMES
 
-PERIODS_PER_YEAR, RF_ANNUAL = paper.PERIODS_PER_YEAR, paper.RF_ANNUAL  # EvalConfig.rf_annual is what a run uses
+PERIODS_PER_YEAR, RF_ANNUAL = paper.PERIODS_PER_YEAR, paper.RF_ANNUAL  # a run's: evaluate.backtest.rf_annual
 _ZERO_STD = 1e-12  # a daily std (or downside deviation) below this is treated as exactly 0
 
 
-def conventions(
-    *,
-    tax_rate: float,
-    rf_annual: float,
-    tax_year_days: int,
-    n_boot: int,
-    block_days: int,
-    periods: int = PERIODS_PER_YEAR,
-) -> str:
+def conventions(config: BacktestConfig = PAPER, periods: int = PERIODS_PER_YEAR) -> str:
     """The paragraph every report prints: the conventions of ``run_backtest`` and of these metrics, with
-    the values the run used (from EvalConfig)."""
+    the values the run used (``settings.evaluate.backtest``)."""
+    tax_rate, rf_annual, tax_year_days = config.tax_rate, config.rf_annual, config.tax_year_days
+    n_boot, block_days = config.bootstrap_resamples, config.bootstrap_block_days
     tax, rf = f"{100 * tax_rate:g}%", f"{100 * rf_annual:g}%"
     return (
         f"**Backtest and metric conventions.** Daily bars, {periods} trading days per year. Actions 0 = Buy, "

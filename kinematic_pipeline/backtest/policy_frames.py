@@ -92,23 +92,30 @@ def _reference(train_base_rates: dict, tau: float, group: pl.DataFrame) -> np.nd
     return rates.rows(group["date"]) if isinstance(rates, FoldRates) else rates
 
 
+@dataclasses.dataclass(frozen=True)
+class SkillOptions:
+    """How the skill frames draw their day-bootstrap intervals and which labels they score."""
+
+    n_boot: int = 1000  # resamples of days (0: no interval)
+    block_days: int = 1  # days per resampled block
+    boot_seed: int = 0  # each row's draws: ``sweep.bootstrap_seed(boot_seed, key)``
+    label_column: str = "label"  # the labels scored (e.g. the close-to-close ``label_close``)
+
+
+DEFAULT_SKILL = SkillOptions()
+
+
 def skill_frame(
-    predictions: pl.DataFrame,
-    train_base_rates: dict[float, np.ndarray],
-    class_weights,
-    *,
-    n_boot: int = 1000,
-    block_days: int = 1,
-    boot_seed: int = 0,
-    label_column: str = "label",
+    predictions: pl.DataFrame, train_base_rates: dict, class_weights, options: SkillOptions = DEFAULT_SKILL
 ) -> pl.DataFrame:
     """``skill_table`` of every policy: variant, tau, seed, n_rows, n_days, then each SKILL_METRICS entry
     with its _ci_low/_ci_high. Every probability metric is of the unweighted probabilities p = q / w
     (renormalized), the model's estimate of the label distribution, so no decision rule enters; the
-    policy's balanced accuracy is of its ``action`` column. Labels are ``label_column``. Days are the
+    policy's balanced accuracy is of its ``action`` column. Labels are ``options.label_column``. Days are the
     ``date`` column (all tickers of a date resampled together); each policy's resamples are seeded with
-    ``sweep.bootstrap_seed(boot_seed, key)``, so a row does not change when other policies are added."""
+    ``sweep.bootstrap_seed(options.boot_seed, key)``, so a row does not change when other policies are added."""
     rows = []
+    label_column = options.label_column
     for key, group, q in _policies(predictions, label_column):
         table = skill_table(
             unweighted_probabilities(q, class_weights),
@@ -116,29 +123,23 @@ def skill_frame(
             group["date"].to_physical().to_numpy(),
             _reference(train_base_rates, key[1], group),
             actions=group["action"].to_numpy(),
-            n_boot=n_boot,
-            block_days=block_days,
-            seed=bootstrap_seed(boot_seed, key),
+            n_boot=options.n_boot,
+            block_days=options.block_days,
+            seed=bootstrap_seed(options.boot_seed, key),
         )
         rows.append(dict(zip(POLICY_KEYS, key)) | table)
     return pl.DataFrame(rows)
 
 
 def seed_mean_skill_frame(
-    predictions: pl.DataFrame,
-    train_base_rates: dict[float, np.ndarray],
-    class_weights,
-    *,
-    n_boot: int = 1000,
-    block_days: int = 1,
-    boot_seed: int = 0,
-    label_column: str = "label",
+    predictions: pl.DataFrame, train_base_rates: dict, class_weights, options: SkillOptions = DEFAULT_SKILL
 ) -> pl.DataFrame:
     """``skill_seeds.seed_mean_skill`` of every (variant, tau): variant, tau, n_seeds, n_rows, n_days, then
     each SKILL_METRICS entry (the mean over seeds) with _ci_low/_ci_high (the day-bootstrap interval of the
     seed mean) and _seed_std. The metrics are those of ``skill_frame``; the day draws are seeded with
-    ``sweep.bootstrap_seed(boot_seed, (variant, tau))`` and shared by the seeds."""
+    ``sweep.bootstrap_seed(options.boot_seed, (variant, tau))`` and shared by the seeds."""
     rows = []
+    label_column = options.label_column
     for key, group in _groups(predictions, ("variant", "tau"), label_column):
         seeds = group.partition_by("seed", maintain_order=True)
         table = seed_mean_skill(
@@ -147,9 +148,9 @@ def seed_mean_skill_frame(
             [g["date"].to_physical().to_numpy() for g in seeds],
             [_reference(train_base_rates, key[1], g) for g in seeds],
             actions=[g["action"].to_numpy() for g in seeds],
-            n_boot=n_boot,
-            block_days=block_days,
-            seed=bootstrap_seed(boot_seed, key),
+            n_boot=options.n_boot,
+            block_days=options.block_days,
+            seed=bootstrap_seed(options.boot_seed, key),
         )
         rows.append({"variant": key[0], "tau": key[1]} | table)
     return pl.DataFrame(rows)

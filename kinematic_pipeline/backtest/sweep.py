@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline import paper_conventions as paper
 from kinematic_pipeline.backtest import metrics as m
 from kinematic_pipeline.backtest.decisions import _weights, unweighted_probabilities
 from kinematic_pipeline.backtest.engine import run_backtest
+from kinematic_pipeline.paper_conventions import PAPER, BacktestConfig
 from kinematic_pipeline.variants import BENCHMARK, BUY, HOLD, SELL, UNKNOWN_LABEL
 
 EPOCH = dt.date(1970, 1, 1)  # day 0 of polars' Date
@@ -284,18 +284,6 @@ def bootstrap_seed(boot_seed: int, key: tuple) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
 
 
-def _check_costs(costs_bps) -> list[float]:
-    costs = [float(c) for c in costs_bps]
-    if not costs:
-        raise ValueError("costs_bps is empty")
-    if len(set(costs)) != len(costs):
-        raise ValueError(f"costs_bps has duplicates: {costs}")
-    bad = [c for c in costs if not (np.isfinite(c) and 0 <= c < 1e4)]
-    if bad:
-        raise ValueError(f"costs_bps must be in [0, 10000): {bad}")
-    return sorted(costs)
-
-
 def _frame(row_keys: pl.DataFrame, counts: list[int], columns: dict, schema: dict) -> pl.DataFrame:
     """Each row of row_keys repeated counts[i] times, next to the concatenated numpy columns."""
     idx = np.repeat(np.arange(row_keys.height), counts)
@@ -306,27 +294,16 @@ def _frame(row_keys: pl.DataFrame, counts: list[int], columns: dict, schema: dic
 
 
 def run_sweep(
-    predictions: pl.DataFrame,
-    costs_bps=paper.COSTS_BPS,
-    *,
-    initial_cash: float = paper.INITIAL_CASH,
-    tax_rate: float = paper.TAX_RATE,
-    tax_year_days: int = paper.TAX_YEAR_DAYS,
-    n_boot: int = paper.BOOTSTRAP_RESAMPLES,
-    block_days: int = paper.BOOTSTRAP_BLOCK_DAYS,
-    boot_seed: int = 0,
-    rf_annual: float = paper.RF_ANNUAL,
-    benchmark: bool = True,
-    class_weights=None,
+    predictions: pl.DataFrame, config: BacktestConfig = PAPER, *, benchmark: bool = True, class_weights=None
 ) -> SweepResult:
-    """Backtest every (variant, tau, seed, ticker) series of ``predictions`` at every cost; see the module
-    docstring. n_boot=0 skips the Sharpe bootstrap (CI columns NaN). class_weights: the [Buy, Sell, Hold]
-    weights of the cross-entropy the stored probabilities were trained with (Brier and ECE then score
-    p = (q/w)/Σ(q/w)); None: the stored probabilities are plain probabilities. Raises ValueError on bad input."""
-    costs = _check_costs(costs_bps)
+    """Backtest every (variant, tau, seed, ticker) series of ``predictions`` at every cost of ``config`` (in
+    ascending order), with its account, tax, risk-free rate and Sharpe bootstrap (``bootstrap_resamples`` = 0
+    skips it: CI columns NaN); see the module docstring. class_weights: the [Buy, Sell, Hold] weights of the
+    cross-entropy the stored probabilities were trained with (Brier and ECE then score p = (q/w)/Σ(q/w));
+    None: the stored probabilities are plain probabilities. Raises ValueError on bad input."""
+    costs = sorted(config.costs_bps)
+    n_boot, block_days, rf_annual = config.bootstrap_resamples, config.bootstrap_block_days, config.rf_annual
     weights = None if class_weights is None else _weights(class_weights)
-    if int(n_boot) < 0:
-        raise ValueError(f"n_boot must be >= 0, got {n_boot}")
     series = _split_series(_validate(predictions))
     if benchmark:
         series = series + _benchmark_series(series)
@@ -336,9 +313,9 @@ def run_sweep(
     for s in series:
         per_series = _prediction_metrics(s, weights)
         first_date, last_date = _date(s.days[0]), _date(s.days[-1])
-        seed = bootstrap_seed(boot_seed, s.key)
+        seed = bootstrap_seed(config.bootstrap_seed, s.key)
         for cost in costs:
-            r = run_backtest(s.close, s.actions, cost, initial_cash, tax_rate, tax_year_days)
+            r = run_backtest(s.close, s.actions, cost, config)
             eq = r.equity
             ci = (
                 m.block_bootstrap_sharpe_ci(eq, block_days, n_boot, seed, rf_annual=rf_annual)

@@ -21,6 +21,7 @@ from kinematic_pipeline.config.settings import (
     SOURCES,
     TAU_SWEEP_FOLDS,
     TIME_UNITS,
+    BacktestConfig,
     DataConfig,
     EvalConfig,
     IngestConfig,
@@ -35,6 +36,7 @@ from kinematic_pipeline.config.settings import (
 
 __all__ = [
     "ALPHA_MLE_SCOPES",
+    "BacktestConfig",
     "CPU_LORA_DROPOUT",
     "FOLD_PERIODS",
     "HL_POLICIES",

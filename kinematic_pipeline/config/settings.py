@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kinematic_pipeline import paper_conventions as paper
 from kinematic_pipeline.label_rules import LABEL_SOURCES
+from kinematic_pipeline.paper_conventions import BacktestConfig
 from kinematic_pipeline.variants import BASELINE_NAMES, VARIANT_NAMES
 from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
@@ -204,12 +204,8 @@ class EvalConfig:
 
     # Backtested names; None: the first six tickers of the universe that have a test-period window.
     test_tickers: tuple[str, ...] | None = None
-    # the paper's backtest numbers (paper_conventions.py: the engine's defaults read the same)
-    costs_bps: tuple[float, ...] = paper.COSTS_BPS  # per trade side, swept for every backtest
-    initial_cash: float = paper.INITIAL_CASH
-    tax_rate: float = paper.TAX_RATE  # short-term capital gains, on net realized gains per tax year
-    tax_year_days: int = paper.TAX_YEAR_DAYS
-    rf_annual: float = paper.RF_ANNUAL  # in Sharpe and Sortino
+    # costs, account, tax, rf and the Sharpe's bootstrap, passed whole to the engine (the paper's by default)
+    backtest: BacktestConfig = field(default_factory=BacktestConfig)
     # The paper's tables print a Sharpe and Sortino as N/A below this many days long: in its convention (rf
     # subtracted, cash earning nothing) a nearly flat record has an unbounded Sharpe (-307 for one day in 1,008)
     min_days_in_market: int = 20
@@ -218,9 +214,6 @@ class EvalConfig:
     focus_ticker: str | None = None  # sweeps, diagnostics, manifold (paper: NVDA); None: first test ticker
     responsiveness_ticker: str | None = None  # the responsiveness figure (paper: XOM); None: focus ticker
     figure_days: int = 120  # sessions shown in the manifold and responsiveness figures (the test period's last)
-    bootstrap_resamples: int = paper.BOOTSTRAP_RESAMPLES  # circular block bootstrap of the Sharpe
-    bootstrap_block_days: int = paper.BOOTSTRAP_BLOCK_DAYS
-    bootstrap_seed: int = 0
     skill_bootstrap_resamples: int = 1000  # resamples of test days behind the skill scores' intervals
     predict_batch_size: int = 512  # windows per forward pass
     # The simple baselines evaluated beside the models (variants.BASELINES: rules and probes), and their taus
@@ -270,9 +263,10 @@ class EvalConfig:
                 f"evaluate.folds={self.folds}, embargo_sessions={self.embargo_sessions}, label_horizon="
                 f"{self.label_horizon}: expected folds >= 1, embargo >= 0, horizon >= 1"
             )
-        if self.verdict_cost_bps not in self.costs_bps:
+        if self.verdict_cost_bps not in self.backtest.costs_bps:
             raise ValueError(
-                f"evaluate.verdict_cost_bps={self.verdict_cost_bps} is not one of costs_bps {self.costs_bps}"
+                f"evaluate.verdict_cost_bps={self.verdict_cost_bps} is not one of backtest.costs_bps "
+                f"{self.backtest.costs_bps}"
             )
 
 

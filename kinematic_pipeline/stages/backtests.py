@@ -65,25 +65,6 @@ MAIN_METRICS = (  # the columns the backtests asset shows at the report's cost
 )
 
 
-def sweep_costs(ev: EvalConfig, predictions: pl.DataFrame, benchmark: bool = True, class_weights=None):
-    """``run_sweep`` of ``predictions`` with the run's evaluation settings (costs, tax, bootstrap, rf);
-    ``class_weights``: those the probabilities were trained with (``train.class_weights``), so that the Brier
-    and ECE columns score the de-weighted probabilities (None: the probabilities as stored)."""
-    return run_sweep(
-        predictions,
-        ev.costs_bps,
-        initial_cash=ev.initial_cash,
-        tax_rate=ev.tax_rate,
-        tax_year_days=ev.tax_year_days,
-        n_boot=ev.bootstrap_resamples,
-        block_days=ev.bootstrap_block_days,
-        boot_seed=ev.bootstrap_seed,
-        rf_annual=ev.rf_annual,
-        benchmark=benchmark,
-        class_weights=class_weights,
-    )
-
-
 def margin_rule_backtests(settings: Settings, predictions: pl.DataFrame, validation: pl.DataFrame) -> pl.DataFrame:
     """The second decision rule, backtested like the paper's: undo the class weighting (p = q / w) and Buy /
     Sell when p_buy - p_sell exceeds +m / falls below -m, m chosen on the ``validation``-day predictions only
@@ -97,7 +78,7 @@ def margin_rule_backtests(settings: Settings, predictions: pl.DataFrame, validat
         margin = choose_margin(p_val, labelled["label"].to_numpy())
     p_test = unweighted_probabilities(predictions.select(probs).to_numpy().astype(np.float64), weights)
     actions = pl.Series("action", threshold_actions(p_test, margin), dtype=pl.Int8)
-    sweep = sweep_costs(ev, predictions.with_columns(actions), benchmark=False, class_weights=weights)
+    sweep = run_sweep(predictions.with_columns(actions), ev.backtest, benchmark=False, class_weights=weights)
     return sweep.metrics.with_columns(
         pl.lit(margin).alias("margin"), pl.lit(labelled.height).cast(pl.Int64).alias("validation_rows")
     )
@@ -115,7 +96,7 @@ class Backtests:
         own = self.sweep.metrics.filter(pl.col("variant") == self.policy.variant)
         return {
             "backtests": own.height,
-            "costs_bps": ", ".join(f"{c:g}" for c in ev.costs_bps),
+            "costs_bps": ", ".join(f"{c:g}" for c in ev.backtest.costs_bps),
             f"metrics_at_{ev.report_cost_bps:g}_bps": Markdown(markdown_table(main)),
             "liquidation_equilibrium": bool(own["liquidation_equilibrium"].all()) if own.height else False,
             "margin_m": float(self.margin["margin"][0]) if self.margin.height else float("nan"),
@@ -141,7 +122,8 @@ def run_backtests(settings: Settings, policy: Policy, code_versions: dict[str, s
         )
     check_predictions_model(settings, policy)  # made by the adapter (foundation, probe) on disk now
     predictions = exact.read_parquet(predictions_file)
-    sweep = sweep_costs(ev, predictions, class_weights=settings.train.class_weights)
+    # the class weights the probabilities were trained with: Brier and ECE score the de-weighted probabilities
+    sweep = run_sweep(predictions, ev.backtest, class_weights=settings.train.class_weights)
     fold = pl.lit(fold_of(settings, policy.fold).label).alias("fold")
     paths = {}
     for asset, frame in ((BACKTESTS, sweep.metrics), (EQUITY_CURVES, sweep.equity), (TRADES, sweep.trades)):

@@ -28,10 +28,10 @@ import polars as pl
 from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.backtest.decisions import unweighted_probabilities
 from kinematic_pipeline.backtest.oracle import oracle_predictions
-from kinematic_pipeline.backtest.policy_frames import FoldRates, decision_frame, seed_mean_skill_frame
+from kinematic_pipeline.backtest.policy_frames import FoldRates, SkillOptions, decision_frame, seed_mean_skill_frame
 from kinematic_pipeline.backtest.signal import daily_ic, direction_auc, ic_summary, time_series_ic
 from kinematic_pipeline.backtest.skill import base_rates
-from kinematic_pipeline.config import Settings
+from kinematic_pipeline.config import EvalConfig, Settings
 from kinematic_pipeline.folds import walk_forward
 from kinematic_pipeline.label_rules import at_tau, labels_from_returns, tau_column
 from kinematic_pipeline.pins import verified_labels
@@ -136,22 +136,30 @@ def oracle_test_predictions(settings: Settings, predictions: pl.DataFrame, tau: 
     )
 
 
+def skill_options(ev: EvalConfig, label_column: str = "label") -> SkillOptions:
+    """The skill frames' day bootstrap of this run (``evaluate.skill_bootstrap_resamples``, seeded like the
+    backtests' Sharpe), scoring ``label_column``."""
+    return SkillOptions(
+        n_boot=ev.skill_bootstrap_resamples, boot_seed=ev.backtest.bootstrap_seed, label_column=label_column
+    )
+
+
 def information_skill(
     settings: Settings, report_rows: pl.DataFrame, rates: dict, tau: float
 ) -> dict[str, pl.DataFrame]:
     """{outcome name: ``seed_mean_skill_frame``} of the test predictions at ``tau``: on the trained-on labels
     (with the informed ceiling on synthetic data) and, unless they coincide, on close-to-close labels."""
     ev, weights, names = settings.evaluate, settings.train.class_weights, outcome_names(settings.tokenize.label_source)
-    kw = {"n_boot": ev.skill_bootstrap_resamples, "boot_seed": ev.bootstrap_seed}
+    options = skill_options(ev)
     report_rows = report_rows.drop("fold", strict=False)  # the folds' test days pooled: one record per policy
     oracle = oracle_test_predictions(settings, report_rows, tau) if report_rows.height else None
     scored = (
         report_rows if oracle is None else pl.concat([report_rows, oracle.cast(report_rows.schema)], how="vertical")
     )
-    out = {names[TRAINED]: seed_mean_skill_frame(scored, rates[TRAINED], weights, **kw)}
+    out = {names[TRAINED]: seed_mean_skill_frame(scored, rates[TRAINED], weights, options)}
     if CLOSE in names and report_rows.height:
         close = with_close_labels(report_rows, prediction_day_returns(settings, report_rows))
-        out[names[CLOSE]] = seed_mean_skill_frame(close, rates[CLOSE], weights, label_column=CLOSE_LABEL, **kw)
+        out[names[CLOSE]] = seed_mean_skill_frame(close, rates[CLOSE], weights, skill_options(ev, CLOSE_LABEL))
     return out
 
 

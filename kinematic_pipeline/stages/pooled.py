@@ -21,12 +21,12 @@ import polars as pl
 from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.backtest.decisions import threshold_actions, unweighted_probabilities
 from kinematic_pipeline.backtest.portfolio import portfolio_summary, ticker_excess
+from kinematic_pipeline.backtest.sweep import run_sweep
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import at_tau
 from kinematic_pipeline.layout import POOLED_ASSET, POOLED_PIN_FILE
 from kinematic_pipeline.pins import check_evaluation, evaluation_digest, pin_evaluation
 from kinematic_pipeline.policy import Policy
-from kinematic_pipeline.stages.backtests import sweep_costs
 from kinematic_pipeline.stages.predict import check_predictions_model
 from kinematic_pipeline.variants import BENCHMARK
 from kinematic_pipeline.warehouse import BACKTESTS, EQUITY_CURVES, MARGIN_BACKTESTS, PREDICTIONS
@@ -71,10 +71,10 @@ def _by_fold_set(predictions: pl.DataFrame) -> list[pl.DataFrame]:
 
 def _pool(settings: Settings, predictions: pl.DataFrame, benchmark: bool) -> list:
     """Sweeps of the pooled predictions, one per fold set (Buy & Hold with the widest only)."""
-    out = []
+    out, backtest, weights = [], settings.evaluate.backtest, settings.train.class_weights
     for k, group in enumerate(_by_fold_set(predictions)):
         group = group.sort("variant", "tau", "seed", "ticker", "date")
-        out.append(sweep_costs(settings.evaluate, group, benchmark and k == 0, settings.train.class_weights))
+        out.append(run_sweep(group, backtest, benchmark=benchmark and k == 0, class_weights=weights))
     return out
 
 
@@ -178,7 +178,7 @@ def portfolio_summaries(settings: Settings, equity: pl.DataFrame, by: list[str])
     rows = equity.filter(
         (pl.col("cost_bps") == ev.report_cost_bps) & (at_tau(ev.report_tau) | (pl.col("variant") == BENCHMARK))
     )
-    return portfolio_summary(ticker_excess(rows, ev.rf_annual), by)
+    return portfolio_summary(ticker_excess(rows, ev.backtest.rf_annual), by)
 
 
 def per_fold_table(settings: Settings) -> pl.DataFrame:

@@ -113,13 +113,7 @@ def load_metrics(settings: Settings) -> pl.DataFrame:
 
 def report_conventions(ev: EvalConfig) -> str:
     """The conventions paragraph, with the values this run's EvalConfig used."""
-    return conventions(
-        tax_rate=ev.tax_rate,
-        rf_annual=ev.rf_annual,
-        tax_year_days=ev.tax_year_days,
-        n_boot=ev.bootstrap_resamples,
-        block_days=ev.bootstrap_block_days,
-    ) + (
+    return conventions(ev.backtest) + (
         f" The paper's tables print a Sharpe, its interval and a Sortino as N/A for a record long on fewer than "
         f"{ev.min_days_in_market} days (in that convention a nearly flat record's Sharpe is unbounded: one day "
         "long in 1,008 gives -307), and give the days in the market beside them. The verdict and the tables not "

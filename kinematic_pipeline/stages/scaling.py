@@ -159,7 +159,7 @@ def score_universe(settings: Settings, universe: pl.DataFrame, rates: dict) -> d
     from kinematic_pipeline.backtest.policy_frames import skill_frame
     from kinematic_pipeline.backtest.signal import daily_ic, ic_summary
     from kinematic_pipeline.backtest.sweep import PROB_COLUMNS
-    from kinematic_pipeline.stages.evidence import CLOSE_LABEL, with_close_labels
+    from kinematic_pipeline.stages.evidence import CLOSE_LABEL, skill_options, with_close_labels
 
     weights, ev = settings.train.class_weights, settings.evaluate
     returns = _returns(settings, sorted(universe["date"].unique().to_list()))
@@ -169,14 +169,7 @@ def score_universe(settings: Settings, universe: pl.DataFrame, rates: dict) -> d
     )
     rank = ic_summary(daily_ic(scored, "score", "r_close"), "rank_ic")
     close = with_close_labels(universe, returns)
-    skill = skill_frame(
-        close,
-        rates,
-        weights,
-        n_boot=ev.skill_bootstrap_resamples,
-        boot_seed=ev.bootstrap_seed,
-        label_column=CLOSE_LABEL,
-    ).row(0, named=True)
+    skill = skill_frame(close, rates, weights, skill_options(ev, CLOSE_LABEL)).row(0, named=True)
     return {
         "rank_ic": rank["mean"],
         "rank_ic_t_nw": rank["t_nw"],

@@ -48,7 +48,9 @@ def strategy_returns(settings: Settings, curves: dict[str, pl.DataFrame]) -> Str
             rows = rows.filter(pl.col("variant") != BENCHMARK)
         if "folds" in rows.columns:
             rows = rows.filter(pl.col("folds") == pl.col("folds").max())
-        rows = ticker_excess(rows.drop("fold", strict=False), settings.evaluate.rf_annual).rename({"excess": "r"})
+        rows = ticker_excess(rows.drop("fold", strict=False), settings.evaluate.backtest.rf_annual).rename(
+            {"excess": "r"}
+        )
         name = pl.when(pl.col("variant") == BENCHMARK).then(pl.lit(BENCHMARK))
         name = name.otherwise(
             pl.col("variant") + pl.lit(" tau=") + pl.col("tau").round(4).cast(pl.String) + pl.lit(RULES[rule])

@@ -124,7 +124,7 @@ def test_buy_and_hold_is_written_once_per_ticker_and_cost_and_never_in_a_policy_
     bench = pl.read_parquet(wh.benchmark_file("backtests"))
     assert policy.height > 0 and (policy["variant"] == "splinegpt").all()
     assert (bench["variant"] == "buy_and_hold").all()
-    costs = len(backtested.evaluate.costs_bps)
+    costs = len(backtested.evaluate.backtest.costs_bps)
     assert bench.height == policy["ticker"].n_unique() * costs
     view = query(backtested.warehouse, "SELECT count(*) AS n FROM backtests WHERE variant = 'buy_and_hold'")
     assert view["n"][0] == bench.height
@@ -135,7 +135,10 @@ def test_the_report_states_the_tax_rate_the_backtests_used(backtested, tmp_path)
     settings = dataclasses.replace(
         backtested,
         warehouse=tmp_path / "wh",
-        evaluate=dataclasses.replace(backtested.evaluate, tax_rate=0.25, bootstrap_resamples=50),
+        evaluate=dataclasses.replace(
+            backtested.evaluate,
+            backtest=dataclasses.replace(backtested.evaluate.backtest, tax_rate=0.25, bootstrap_resamples=50),
+        ),
     )
     shutil.copytree(backtested.warehouse, settings.warehouse)
     run_backtests(settings, POLICY, {"kinematic_pipeline": "test"})

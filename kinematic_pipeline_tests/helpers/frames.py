@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import numpy as np
 import polars as pl
 
 DATES = [dt.date(2023, 1, 2) + dt.timedelta(days=i) for i in range(60)]
@@ -30,3 +31,23 @@ def metrics_frame(rows: list[dict]) -> pl.DataFrame:
 ALWAYS_SELL = dict(
     total_return=0.0, sharpe=NAN, sortino=NAN, sharpe_ci_low=NAN, sharpe_ci_high=NAN, max_drawdown=0.0
 ) | dict(n_buy=0, n_sell=60, n_hold=0, action_rate=1.0, exposure=0.0, liquidation_equilibrium=True)
+
+
+def policy_series(variant, tau, seed, ticker, dates, close, probs: np.ndarray, labels: np.ndarray) -> pl.DataFrame:
+    """One policy's rows as the sweep reads them (``sweep.INPUT_SCHEMA``): float32 probabilities [n, 3] (Buy,
+    Sell, Hold), their argmax as the action, int8 labels (-1: no label)."""
+    return pl.DataFrame(
+        {
+            "variant": variant,
+            "tau": tau,
+            "seed": seed,
+            "ticker": ticker,
+            "date": dates,
+            "close": close,
+            "p_buy": probs[:, 0].astype(np.float32),
+            "p_sell": probs[:, 1].astype(np.float32),
+            "p_hold": probs[:, 2].astype(np.float32),
+            "action": probs.argmax(axis=1).astype(np.int8),
+            "label": np.asarray(labels).astype(np.int8),
+        }
+    ).with_columns(pl.col("date").cast(pl.Date))

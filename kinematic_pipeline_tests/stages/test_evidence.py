@@ -12,7 +12,7 @@ import pytest
 
 from kinematic_pipeline.backtest import decisions as d
 from kinematic_pipeline.backtest import skill as s
-from kinematic_pipeline.backtest.policy_frames import decision_frame, seed_mean_skill_frame, skill_frame
+from kinematic_pipeline.backtest.policy_frames import SkillOptions, decision_frame, seed_mean_skill_frame, skill_frame
 from kinematic_pipeline.backtest.skill_seeds import seed_mean_skill
 from kinematic_pipeline.backtest.sweep import INPUT_SCHEMA, bootstrap_seed
 
@@ -47,7 +47,7 @@ def _arrays(group: pl.DataFrame, label_column: str = "label"):
 
 def test_skill_frame_has_one_row_per_policy_with_the_numbers_of_skill_table():
     preds = _predictions()
-    frame = skill_frame(preds, RATES, W, n_boot=50, boot_seed=3)
+    frame = skill_frame(preds, RATES, W, SkillOptions(n_boot=50, boot_seed=3))
     assert frame.select("variant", "tau", "seed").rows() == [
         ("rawgpt", 0.01, 0),
         ("rawgpt", 0.02, 0),
@@ -66,9 +66,12 @@ def test_skill_frame_has_one_row_per_policy_with_the_numbers_of_skill_table():
 
 def test_a_policys_row_does_not_depend_on_the_other_policies():
     preds = _predictions()
-    both = skill_frame(preds, RATES, W, n_boot=40)
+    both = skill_frame(preds, RATES, W, SkillOptions(n_boot=40))
     alone = skill_frame(
-        preds.filter(variant="rawgpt", tau=0.02).sample(fraction=1.0, shuffle=True, seed=1), RATES, W, n_boot=40
+        preds.filter(variant="rawgpt", tau=0.02).sample(fraction=1.0, shuffle=True, seed=1),
+        RATES,
+        W,
+        SkillOptions(n_boot=40),
     )
     assert both.filter(variant="rawgpt", tau=0.02).equals(alone)
 
@@ -99,7 +102,7 @@ def test_decision_frame_names_a_cause_per_policy_and_refuses_a_tau_without_rates
 
 def test_the_seed_mean_frame_of_one_seed_is_skill_table_under_the_variant_and_tau_draws():
     preds = _predictions()
-    frame = seed_mean_skill_frame(preds, RATES, W, n_boot=50, boot_seed=3)
+    frame = seed_mean_skill_frame(preds, RATES, W, SkillOptions(n_boot=50, boot_seed=3))
     assert frame.select("variant", "tau", "n_seeds").rows() == [
         ("rawgpt", 0.01, 1),
         ("rawgpt", 0.02, 1),
@@ -116,7 +119,7 @@ def test_the_seed_mean_frame_of_one_seed_is_skill_table_under_the_variant_and_ta
 
 def test_the_seed_mean_frame_pools_the_seeds_of_a_policy_under_one_draw():
     preds = _predictions(variants=("splinegpt",), taus=(0.01,), seeds=(1, 2, 3))
-    got = seed_mean_skill_frame(preds, RATES, W, n_boot=40, boot_seed=1).row(0, named=True)
+    got = seed_mean_skill_frame(preds, RATES, W, SkillOptions(n_boot=40, boot_seed=1)).row(0, named=True)
     seeds = [_arrays(preds.filter(seed=k)) for k in (1, 2, 3)]
     want = seed_mean_skill(
         *([x[i] for x in seeds] for i in range(3)),
@@ -144,22 +147,22 @@ def test_a_policy_that_sells_while_its_probabilities_say_hold_is_scored_on_its_a
         action=pl.lit(1, pl.Int8),
         label=pl.when(pl.col("label") == 1).then(2).otherwise(pl.col("label")).cast(pl.Int8),
     )
-    row = seed_mean_skill_frame(preds, RATES, W, n_boot=30).row(0, named=True)
+    row = seed_mean_skill_frame(preds, RATES, W, SkillOptions(n_boot=30)).row(0, named=True)
     assert row["policy_balanced_accuracy"] == 0.0 and row["policy_balanced_accuracy_ci_high"] == 0.0
     assert row["balanced_accuracy"] == pytest.approx(0.5)
     n_buy, n_hold = (preds["label"] == 0).sum(), (preds["label"] == 2).sum()
     assert row["macro_f1"] == pytest.approx((0 + 2 * n_hold / (2 * n_hold + n_buy)) / 2)  # F1 of Buy, Hold
-    assert skill_frame(preds, RATES, W, n_boot=0)["policy_balanced_accuracy"].to_list() == [0.0]
+    assert skill_frame(preds, RATES, W, SkillOptions(n_boot=0))["policy_balanced_accuracy"].to_list() == [0.0]
 
 
 def test_other_label_columns_are_scored_with_their_own_base_rates():
     preds = _predictions(variants=("splinegpt",), taus=(0.01,))
     flipped = preds.with_columns(label_close=pl.when(pl.col("label") >= 0).then(2 - pl.col("label")).otherwise(-1))
-    on_label = seed_mean_skill_frame(flipped, RATES, W, n_boot=0)
-    on_close = seed_mean_skill_frame(flipped, RATES, W, n_boot=0, label_column="label_close")
+    on_label = seed_mean_skill_frame(flipped, RATES, W, SkillOptions(n_boot=0))
+    on_close = seed_mean_skill_frame(flipped, RATES, W, SkillOptions(n_boot=0, label_column="label_close"))
     assert on_label["brier"].item() != on_close["brier"].item()
     p, labels, days, actions = _arrays(flipped, "label_close")
     want = s.skill_table(p, labels, days, RATES[0.01], actions=actions, n_boot=0)
     assert on_close["brier_skill"].item() == pytest.approx(want["brier_skill"], rel=1e-12)
     with pytest.raises(ValueError, match="label_close"):
-        seed_mean_skill_frame(preds, RATES, W, label_column="label_close")
+        seed_mean_skill_frame(preds, RATES, W, SkillOptions(label_column="label_close"))

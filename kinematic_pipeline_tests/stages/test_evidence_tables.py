@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from kinematic_pipeline.backtest.oracle import ORACLE
-from kinematic_pipeline.backtest.policy_frames import seed_mean_skill_frame
+from kinematic_pipeline.backtest.policy_frames import SkillOptions, seed_mean_skill_frame
 from kinematic_pipeline.backtest.skill import base_rates
 from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA
 from kinematic_pipeline.config import load_settings
@@ -152,8 +152,8 @@ def test_the_close_to_close_rows_score_r_close_labels_against_their_own_base_rat
     # the labels by hand: each prediction row's own r_close through the tau rule
     joined = predictions.join(returns.select("ticker", "date", "r_close"), on=["ticker", "date"], how="left")
     by_hand = joined.with_columns(label_close=pl.Series(labels_from_returns(joined["r_close"].to_numpy(), TAU)))
-    kw = dict(n_boot=60, boot_seed=settings.evaluate.bootstrap_seed, label_column="label_close")
-    want = seed_mean_skill_frame(by_hand, rates[ev.CLOSE], settings.train.class_weights, **kw)
+    options = SkillOptions(n_boot=60, boot_seed=settings.evaluate.backtest.bootstrap_seed, label_column="label_close")
+    want = seed_mean_skill_frame(by_hand, rates[ev.CLOSE], settings.train.class_weights, options)
     got = skill[names[ev.CLOSE]]
     assert got.select(want.columns).equals(want)
     trained = skill[names[ev.TRAINED]]  # every trained-on test label is Buy: a different outcome, other numbers

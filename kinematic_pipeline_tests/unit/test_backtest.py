@@ -9,14 +9,17 @@ import pytest
 
 from kinematic_pipeline.backtest import metrics as m
 from kinematic_pipeline.backtest.engine import SIDE_TAX_SELL, buy_and_hold, run_backtest
+from kinematic_pipeline.paper_conventions import PAPER, BacktestConfig
 from kinematic_pipeline_tests.naive_backtest import naive_backtest
 
 B, S, H = 0, 1, 2
 RTOL = 1e-12
 
 
-def _run(close, actions, **kw):
-    return run_backtest(np.array(close, dtype=float), np.array(actions, dtype=np.int8), **kw)
+def _run(close, actions, cost_bps=0.0, **conventions):
+    """run_backtest at cost_bps with the paper's conventions but for ``conventions`` (BacktestConfig fields)."""
+    config = BacktestConfig(**conventions)
+    return run_backtest(np.array(close, dtype=float), np.array(actions, dtype=np.int8), cost_bps, config)
 
 
 # ---------------------------------------------------------------------------------------------- engine
@@ -76,7 +79,7 @@ def test_a_tax_bill_while_fully_invested_sells_just_enough_shares():
 
 def test_buy_and_hold_pays_the_buy_cost_only_and_no_tax():
     close = np.array([100.0, 110.0, 90.0, 120.0, 130.0])
-    r = buy_and_hold(close, cost_bps=10, tax_rate=0.32, tax_year_days=2)
+    r = buy_and_hold(close, cost_bps=10, config=BacktestConfig(tax_rate=0.32, tax_year_days=2))
     np.testing.assert_allclose(r.equity, 10_000 / 1.001 * close / 100, rtol=RTOL)
     np.testing.assert_array_equal(r.position, [1, 1, 1, 1, 1])
     assert r.taxes == [(1, 0.0), (3, 0.0)]
@@ -98,6 +101,29 @@ def test_invalid_inputs_raise_naming_the_day(close, actions, message):
         run_backtest(np.array(close, dtype=float), np.array(actions))
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("costs_bps", (), "costs_bps is empty"),
+        ("costs_bps", (5, 5), "costs_bps has duplicates"),
+        ("costs_bps", (-1,), r"costs_bps must be in \[0, 10000\)"),
+        ("initial_cash", 0.0, "initial_cash must be > 0"),
+        ("initial_cash", math.inf, "initial_cash must be > 0"),
+        ("tax_rate", 1.5, r"tax_rate must be in \[0, 1\]"),
+        ("tax_year_days", 0, "tax_year_days must be >= 1"),
+        ("bootstrap_resamples", -1, "bootstrap_resamples=-1"),
+    ],
+)
+def test_bad_conventions_raise_naming_the_field(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        BacktestConfig(**{field: value})
+
+
+def test_conventions_keep_costs_as_floats_and_default_to_the_papers():
+    assert BacktestConfig(costs_bps=[10, 0]).costs_bps == (10.0, 0.0)
+    assert PAPER == BacktestConfig() and PAPER.tax_rate == 0.32 and PAPER.initial_cash == 10_000.0
+
+
 def _random_path(rng, n):
     close = 100 * np.exp(np.cumsum(rng.normal(0.0005, 0.03, n)))
     actions = rng.choice(3, size=n, p=[0.3, 0.3, 0.4]).astype(np.int8)
@@ -109,7 +135,7 @@ def test_kernel_agrees_with_the_naive_twin_on_random_paths(seed):
     rng = np.random.default_rng(seed)
     close, actions = _random_path(rng, 300)
     kw = dict(cost_bps=float(rng.choice([0.0, 5.0, 25.0])), tax_rate=0.32, tax_year_days=int(rng.integers(3, 40)))
-    fast, slow = run_backtest(close, actions, **kw), naive_backtest(close, actions, **kw)
+    fast, slow = _run(close, actions, **kw), naive_backtest(close, actions, **kw)
     np.testing.assert_allclose(fast.equity, slow["equity"], rtol=1e-10)
     np.testing.assert_array_equal(fast.position, slow["position"])
     assert fast.n_invalid == slow["n_invalid"]
@@ -123,19 +149,19 @@ def test_kernel_agrees_with_the_naive_twin_on_random_paths(seed):
 def test_tax_sales_are_exercised_by_the_random_twin_paths():
     rng = np.random.default_rng(3)
     close, actions = _random_path(rng, 300)
-    r = run_backtest(close, actions, cost_bps=5.0, tax_year_days=7)
+    r = _run(close, actions, cost_bps=5.0, tax_year_days=7)
     assert np.any(r.trades["side"] == SIDE_TAX_SELL)
 
 
 def test_equity_does_not_change_when_future_closes_and_actions_change():
     rng = np.random.default_rng(11)
     close, actions = _random_path(rng, 200)
-    base = run_backtest(close, actions, cost_bps=10.0, tax_year_days=20)
+    base = _run(close, actions, cost_bps=10.0, tax_year_days=20)
     for t in (0, 19, 57, 150):
         close2, actions2 = close.copy(), actions.copy()
         close2[t + 1 :] *= rng.uniform(0.5, 2.0, close2.size - t - 1)
         actions2[t + 1 :] = rng.integers(0, 3, actions2.size - t - 1)
-        other = run_backtest(close2, actions2, cost_bps=10.0, tax_year_days=20)
+        other = _run(close2, actions2, cost_bps=10.0, tax_year_days=20)
         np.testing.assert_array_equal(other.equity[: t + 1], base.equity[: t + 1])
         np.testing.assert_array_equal(other.position[: t + 1], base.position[: t + 1])
 
@@ -254,4 +280,4 @@ def test_conventions_state_every_choice():
         "market-on-close",
         "partial",
     ):
-        assert phrase in m.conventions(tax_rate=0.32, rf_annual=0.04, tax_year_days=252, n_boot=2000, block_days=20)
+        assert phrase in m.conventions(PAPER)

@@ -18,6 +18,7 @@ from kinematic_pipeline.backtest.oracle import (
 )
 from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA, run_sweep
 from kinematic_pipeline.config import SyntheticConfig
+from kinematic_pipeline.paper_conventions import BacktestConfig
 from kinematic_pipeline.sources.synthetic import SyntheticSource
 from kinematic_pipeline.variants import BUY, HOLD, SELL, UNKNOWN_LABEL
 
@@ -121,7 +122,7 @@ def test_the_skill_table_puts_each_variant_between_the_base_rate_and_the_oracle(
 def test_the_oracle_predictions_backtest_like_any_policy(universe):
     truth, bars = universe
     frame = oracle_predictions(truth, bars, 0.005, days=[d for d in bars["date"].unique() if d >= TEST_START])
-    metrics = run_sweep(frame, costs_bps=[0.0], n_boot=0).metrics
+    metrics = run_sweep(frame, BacktestConfig(costs_bps=(0.0,), bootstrap_resamples=0)).metrics
     assert set(metrics["variant"]) >= {ORACLE}
     oracle_rows = metrics.filter(pl.col("variant") == ORACLE)
     assert oracle_rows.height == frame["ticker"].n_unique()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 
@@ -19,12 +20,14 @@ from kinematic_pipeline.backtest.sweep import (
     bootstrap_seed,
     run_sweep,
 )
+from kinematic_pipeline.paper_conventions import BacktestConfig
+from kinematic_pipeline_tests.helpers.frames import policy_series
 from kinematic_pipeline_tests.naive_backtest import naive_block_bootstrap_sharpe_ci
 
 B, S, H = 0, 1, 2
 KEYS = ["variant", "tau", "seed", "ticker", "cost_bps"]
 START = dt.date(2023, 1, 2)
-SMALL = dict(costs_bps=(0.0, 10.0), tax_year_days=10, n_boot=200)  # short tax years: taxes get exercised
+SMALL = BacktestConfig(costs_bps=(0.0, 10.0), tax_year_days=10, bootstrap_resamples=200)  # short tax years: taxes
 
 
 def _predictions(n_days=40, tickers=("AAA", "BBB"), variants=("lora", "zero_shot"), taus=(0.005, 0.01), seed=0):
@@ -39,23 +42,7 @@ def _predictions(n_days=40, tickers=("AAA", "BBB"), variants=("lora", "zero_shot
                 probs = rng.dirichlet([2.0, 2.0, 3.0], n_days)
                 labels = rng.integers(0, 3, n_days)
                 labels[rng.random(n_days) < 0.2] = -1
-                parts.append(
-                    pl.DataFrame(
-                        {
-                            "variant": variant,
-                            "tau": tau,
-                            "seed": 7,
-                            "ticker": ticker,
-                            "date": dates,
-                            "close": close,
-                            "p_buy": probs[:, 0].astype(np.float32),
-                            "p_sell": probs[:, 1].astype(np.float32),
-                            "p_hold": probs[:, 2].astype(np.float32),
-                            "action": probs.argmax(axis=1).astype(np.int8),
-                            "label": labels.astype(np.int8),
-                        }
-                    )
-                )
+                parts.append(policy_series(variant, tau, 7, ticker, dates, close, probs, labels))
     return pl.concat(parts)
 
 
@@ -79,7 +66,7 @@ def _row(frame: pl.DataFrame, variant, tau, ticker, cost_bps) -> dict:
 
 def test_metrics_rows_match_direct_engine_and_metric_calls():
     pred = _predictions()
-    out = run_sweep(pred, **SMALL)
+    out = run_sweep(pred, SMALL)
     assert out.metrics.height == (2 * 2 * 2 + 2) * 2  # 8 policy series + 2 Buy & Hold, 2 costs each
     for variant in ("lora", "zero_shot"):
         for tau in (0.005, 0.01):
@@ -89,7 +76,7 @@ def test_metrics_rows_match_direct_engine_and_metric_calls():
                 probs = s.select("p_buy", "p_sell", "p_hold").to_numpy().astype(np.float64)
                 labels = s["label"].to_numpy()
                 for cost in (0.0, 10.0):
-                    r = run_backtest(close, actions, cost, tax_rate=0.32, tax_year_days=10)
+                    r = run_backtest(close, actions, cost, SMALL)
                     row = _row(out.metrics, variant, tau, ticker, cost).row(0, named=True)
                     seed = bootstrap_seed(0, (variant, tau, 7, ticker))
                     lo, hi = m.block_bootstrap_sharpe_ci(r.equity, 20, 200, seed)
@@ -159,7 +146,7 @@ def test_brier_and_ece_score_the_de_weighted_probabilities_of_a_no_information_c
             "label": labels.astype(np.int8),
         }
     )
-    kw = dict(costs_bps=(0.0,), n_boot=0, benchmark=False)
+    kw = dict(config=BacktestConfig(costs_bps=(0.0,), bootstrap_resamples=0), benchmark=False)
     fixed = run_sweep(pred, **kw, class_weights=tuple(w)).metrics.row(0, named=True)
     reference_brier = 1 - np.sum(base**2)  # ≈ 0.602
     assert fixed["brier"] == pytest.approx(reference_brier, abs=0.01)  # sampling sd ≈ 0.002
@@ -175,11 +162,11 @@ def test_brier_and_ece_score_the_de_weighted_probabilities_of_a_no_information_c
 
 def test_buy_and_hold_rows_equal_buy_and_hold():
     pred = _predictions()
-    out = run_sweep(pred, **SMALL)
+    out = run_sweep(pred, SMALL)
     for ticker in ("AAA", "BBB"):
         close = _series(pred, "lora", 0.01, ticker)["close"].to_numpy()
         for cost in (0.0, 10.0):
-            r = buy_and_hold(close, cost, tax_rate=0.32, tax_year_days=10)
+            r = buy_and_hold(close, cost, SMALL)
             rows = _row(out.metrics, "buy_and_hold", None, ticker, cost)
             assert rows.height == 1
             row = rows.row(0, named=True)
@@ -192,7 +179,7 @@ def test_buy_and_hold_rows_equal_buy_and_hold():
             assert row["accuracy"] is None and row["brier"] is None and row["ece"] is None
             eq = _row(out.equity, "buy_and_hold", None, ticker, cost)
             np.testing.assert_array_equal(eq["equity"].to_numpy(), r.equity)
-    assert run_sweep(pred, **SMALL, benchmark=False).metrics["variant"].unique().sort().to_list() == [
+    assert run_sweep(pred, SMALL, benchmark=False).metrics["variant"].unique().sort().to_list() == [
         "lora",
         "zero_shot",
     ]
@@ -201,7 +188,7 @@ def test_buy_and_hold_rows_equal_buy_and_hold():
 def test_always_sell_is_flagged_liquidation_equilibrium_with_nan_sharpe():
     pred = _predictions(tickers=("AAA",), variants=("lora",), taus=(0.01,))
     pred = pred.with_columns(action=pl.lit(S, dtype=pl.Int8))
-    row = _row(run_sweep(pred, **SMALL).metrics, "lora", 0.01, "AAA", 10.0).row(0, named=True)
+    row = _row(run_sweep(pred, SMALL).metrics, "lora", 0.01, "AAA", 10.0).row(0, named=True)
     assert row["liquidation_equilibrium"] is True
     assert math.isnan(row["sharpe"]) and math.isnan(row["sortino"])
     assert math.isnan(row["sharpe_ci_low"]) and math.isnan(row["sharpe_ci_high"])
@@ -211,14 +198,14 @@ def test_always_sell_is_flagged_liquidation_equilibrium_with_nan_sharpe():
 
 def test_unlabelled_series_have_nan_accuracy_brier_and_ece():
     pred = _predictions(tickers=("AAA",), variants=("lora",), taus=(0.01,)).with_columns(label=pl.lit(-1))
-    row = run_sweep(pred, **SMALL, benchmark=False).metrics.row(0, named=True)
+    row = run_sweep(pred, SMALL, benchmark=False).metrics.row(0, named=True)
     assert math.isnan(row["accuracy"]) and math.isnan(row["brier"]) and math.isnan(row["ece"])
 
 
 def test_two_runs_and_shuffled_input_give_identical_sorted_frames():
     pred = _predictions()
-    a = run_sweep(pred, **SMALL)
-    b = run_sweep(pred.sample(fraction=1.0, shuffle=True, seed=3), **{**SMALL, "costs_bps": (10.0, 0.0)})
+    a = run_sweep(pred, SMALL)
+    b = run_sweep(pred.sample(fraction=1.0, shuffle=True, seed=3), dataclasses.replace(SMALL, costs_bps=(10.0, 0.0)))
     for name, schema in (("metrics", METRICS_SCHEMA), ("equity", EQUITY_SCHEMA), ("trades", TRADES_SCHEMA)):
         fa, fb = getattr(a, name), getattr(b, name)
         assert fa.schema == pl.Schema(schema)
@@ -229,13 +216,13 @@ def test_two_runs_and_shuffled_input_give_identical_sorted_frames():
 
 def test_a_rows_bootstrap_does_not_depend_on_the_other_series_in_the_sweep():
     pred = _predictions()
-    full = run_sweep(pred, **SMALL).metrics
-    alone = run_sweep(_series(pred, "zero_shot", 0.01, "BBB"), **SMALL, benchmark=False).metrics
+    full = run_sweep(pred, SMALL).metrics
+    alone = run_sweep(_series(pred, "zero_shot", 0.01, "BBB"), SMALL, benchmark=False).metrics
     ci = ["sharpe_ci_low", "sharpe_ci_high"]
     expected = _row(full, "zero_shot", 0.01, "BBB", 0.0).select(ci)
     assert _row(alone, "zero_shot", 0.01, "BBB", 0.0).select(ci).equals(expected)
-    assert run_sweep(pred, **{**SMALL, "n_boot": 0}).metrics["sharpe_ci_low"].is_nan().all()
-    other_seed = run_sweep(pred, **SMALL, boot_seed=1).metrics
+    assert run_sweep(pred, dataclasses.replace(SMALL, bootstrap_resamples=0)).metrics["sharpe_ci_low"].is_nan().all()
+    other_seed = run_sweep(pred, dataclasses.replace(SMALL, bootstrap_seed=1)).metrics
     assert not other_seed["sharpe_ci_low"].equals(full["sharpe_ci_low"])
 
 
@@ -266,20 +253,14 @@ def _break(pred: pl.DataFrame, i: int, **values) -> pl.DataFrame:
 def test_invalid_predictions_raise_naming_the_ticker_date_and_column(edit, message):
     pred = _predictions(tickers=("AAA",), variants=("lora",), taus=(0.005, 0.01))  # rows 0-39 tau 0.005
     with pytest.raises(ValueError, match=message):
-        run_sweep(edit(pred), **SMALL)
+        run_sweep(edit(pred), SMALL)
 
 
 def test_unaligned_dates_are_fine_without_the_benchmark():
     pred = _predictions(tickers=("AAA",), variants=("lora",), taus=(0.005, 0.01))
     pred = pred.filter(~((pl.col("tau") == 0.01) & (pl.col("date") == dt.date(2023, 1, 20))))
-    days = run_sweep(pred, **SMALL, benchmark=False).metrics["days"].to_list()
+    days = run_sweep(pred, SMALL, benchmark=False).metrics["days"].to_list()
     assert days == [40, 40, 39, 39]
-
-
-@pytest.mark.parametrize(("costs", "message"), [((), "empty"), ((5, 5), "duplicates"), ((-1,), r"\[0, 10000\)")])
-def test_invalid_costs_raise(costs, message):
-    with pytest.raises(ValueError, match=message):
-        run_sweep(_predictions(n_days=5), costs_bps=costs)
 
 
 # ------------------------------------------------------------------------------------------- bootstrap
