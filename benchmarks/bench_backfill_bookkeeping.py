@@ -35,6 +35,7 @@ from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.definitions import build_definitions
 from kinematic_pipeline.orchestration import assets_ingest, assets_tokenize, checks
+from kinematic_pipeline.stages import labels as labels_stage
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
@@ -48,7 +49,7 @@ TIMED = {  # module, stage function the asset body (or check) calls -> bucket
     (assets_ingest, "materialize_raw_ohlcv"): "work",
     (assets_tokenize, "materialize_tokens"): "work",
     (assets_tokenize, "materialize_labels"): "work",
-    (assets_tokenize, "label_distribution"): "work",
+    (labels_stage, "label_distribution"): "work",  # read by LabelsSummary.metadata() in the asset body
     (checks, "verify_raw_ohlcv"): "check",
 }
 

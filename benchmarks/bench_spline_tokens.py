@@ -32,9 +32,9 @@ args = json.loads(sys.argv[1])
 s = load_settings("paper", source="parquet", source_path=args["source"], warehouse=args["warehouse"], env={})
 days = trading_days(dt.date(2000, 1, 3), dt.date(2022, 12, 30))
 t0 = time.perf_counter()
-manifests = materialize_tokens(s, days, kinds=tuple(args["kinds"]), progress=False)
+summaries = materialize_tokens(s, days, kinds=tuple(args["kinds"]), progress=False)
 elapsed = time.perf_counter() - t0
-print(json.dumps({"seconds": elapsed, "windows": {k: int(m["windows"].sum()) for k, m in manifests.items()}}))
+print(json.dumps({"seconds": elapsed, "windows": {k: int(m.manifest["windows"].sum()) for k, m in summaries.items()}}))
 """
 
 

@@ -4,18 +4,16 @@ statistics and window store.
 One factory per asset definition; each body calls one stage function and returns its metadata.
 """
 
-import time
-
 import dagster as dg
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.lineage import CODE_VERSIONS
 from kinematic_pipeline.orchestration.metadata import dagster_metadata
 from kinematic_pipeline.orchestration.partitions import partition_days, trading_day_partitions
-from kinematic_pipeline.stages.alpha import alpha_metadata, materialize_alpha_estimates
-from kinematic_pipeline.stages.corpus import corpus_stats_metadata, materialize_corpus_stats
-from kinematic_pipeline.stages.labels import labels_metadata, materialize_labels
-from kinematic_pipeline.stages.tokenize import materialize_tokens, token_metadata
+from kinematic_pipeline.stages.alpha import materialize_alpha_estimates
+from kinematic_pipeline.stages.corpus import materialize_corpus_stats
+from kinematic_pipeline.stages.labels import materialize_labels
+from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.stages.window_store import build_window_store
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS, TOKEN_ASSETS, token_kind
 from kinematic_pipeline.warehouse import ALPHA_ESTIMATES, LABELS, RAW_OHLCV
@@ -37,8 +35,8 @@ def alpha_estimates_asset(settings: Settings) -> dg.AssetsDefinition:
         "tokenizer uses it when tokenize.alpha_price/alpha_volume = 'mle'.",
     )
     def alpha_estimates() -> dg.MaterializeResult:
-        estimates = materialize_alpha_estimates(settings)
-        return dg.MaterializeResult(metadata=dagster_metadata(alpha_metadata(settings, estimates)))
+        summary = materialize_alpha_estimates(settings)
+        return dg.MaterializeResult(metadata=dagster_metadata(summary.metadata()))
 
     return alpha_estimates
 
@@ -69,12 +67,9 @@ def token_assets(settings: Settings) -> dg.AssetsDefinition:
     def tokenize_windows(context: dg.AssetExecutionContext):
         days = partition_days(context)
         kinds = tuple(k for k in TOKEN_ASSETS if dg.AssetKey(k) in context.selected_asset_keys)
-        started = time.perf_counter()
-        manifests = materialize_tokens(settings, days, kinds=kinds)
-        seconds = time.perf_counter() - started
+        summaries = materialize_tokens(settings, days, kinds=kinds)
         for kind in kinds:
-            metadata = token_metadata(settings, kind, manifests[kind], days, seconds)
-            yield dg.MaterializeResult(asset_key=kind, metadata=dagster_metadata(metadata))
+            yield dg.MaterializeResult(asset_key=kind, metadata=dagster_metadata(summaries[kind].metadata()))
 
     return tokenize_windows
 
@@ -98,8 +93,8 @@ def labels_asset(settings: Settings) -> dg.AssetsDefinition:
     )
     def labels(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         days = partition_days(context)
-        manifest = materialize_labels(settings, days)
-        return dg.MaterializeResult(metadata=dagster_metadata(labels_metadata(settings, manifest, days)))
+        summary = materialize_labels(settings, days)
+        return dg.MaterializeResult(metadata=dagster_metadata(summary.metadata()))
 
     return labels
 
@@ -128,10 +123,8 @@ def corpus_stats_assets(settings: Settings) -> dg.AssetsDefinition:
         for kind in TOKEN_ASSETS:
             name = token_kind(kind).corpus_stats_asset
             if dg.AssetKey(name) in context.selected_asset_keys:
-                stats = materialize_corpus_stats(settings, (kind,))
-                yield dg.MaterializeResult(
-                    asset_key=name, metadata=dagster_metadata(corpus_stats_metadata(settings, stats))
-                )
+                summary = materialize_corpus_stats(settings, (kind,))
+                yield dg.MaterializeResult(asset_key=name, metadata=dagster_metadata(summary.metadata()))
 
     return corpus_stats
 

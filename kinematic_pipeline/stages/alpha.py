@@ -98,11 +98,39 @@ def _fields(est) -> dict:
     return {"alpha": est.alpha, "log_likelihood": est.log_likelihood, "n_obs": est.n_obs, "converged": est.converged}
 
 
-def materialize_alpha_estimates(settings: Settings) -> pl.DataFrame:
+@dataclass(frozen=True)
+class AlphaSummary:
+    """What materializing alpha_estimates wrote: the estimates (ALPHA_SCHEMA) and what the tokenizer takes."""
+
+    estimates: pl.DataFrame
+    fit_window: str  # the training days the estimates are fitted on
+    used_by_tokenizer: str  # tokenize.alpha_price/alpha_volume: constants or 'mle'
+
+    def metadata(self) -> dict:
+        """What the alpha_estimates materialization shows (plain values)."""
+        estimates = self.estimates
+        corpus = estimates.filter(pl.col("scope") == CORPUS)
+        alpha = dict(zip(corpus["kind"].to_list(), corpus["alpha"].to_list()))
+        return {
+            "alpha_price_corpus": alpha["price"],
+            "alpha_volume_corpus": alpha["volume"],
+            "estimates": Markdown(markdown_table(estimates.head(40))),
+            "per_ticker_estimates": estimates.height - corpus.height,
+            "fit_window": self.fit_window,
+            "used_by_tokenizer": self.used_by_tokenizer,
+        }
+
+
+def materialize_alpha_estimates(settings: Settings) -> AlphaSummary:
     estimates = estimate_alphas(settings)
     settings.warehouse.write(estimates, settings.warehouse.alpha_estimates_file())
     settings.warehouse.refresh_view(ALPHA_ESTIMATES, ALPHA_SCHEMA)
-    return estimates
+    cfg = settings.tokenize
+    return AlphaSummary(
+        estimates=estimates,
+        fit_window=f"{settings.data.start_date} .. {first_cut(settings)} (the first fold's training days)",
+        used_by_tokenizer=f"alpha_price={cfg.alpha_price}, alpha_volume={cfg.alpha_volume}",
+    )
 
 
 @dataclass(frozen=True)
@@ -151,17 +179,3 @@ class AlphaLookup:
             scope = "ticker" if len(value) > 1 else "corpus"
             return f"mle:{scope}:corpus={self.corpus[kind]:.6g}"
         return f"{value:g}"
-
-
-def alpha_metadata(settings: Settings, estimates: pl.DataFrame) -> dict:
-    """What the alpha_estimates materialization shows (plain values)."""
-    corpus = estimates.filter(pl.col("scope") == CORPUS)
-    alpha = dict(zip(corpus["kind"].to_list(), corpus["alpha"].to_list()))
-    return {
-        "alpha_price_corpus": alpha["price"],
-        "alpha_volume_corpus": alpha["volume"],
-        "estimates": Markdown(markdown_table(estimates.head(40))),
-        "per_ticker_estimates": estimates.height - corpus.height,
-        "fit_window": f"{settings.data.start_date} .. {first_cut(settings)} (the first fold's training days)",
-        "used_by_tokenizer": f"alpha_price={settings.tokenize.alpha_price}, alpha_volume={settings.tokenize.alpha_volume}",
-    }

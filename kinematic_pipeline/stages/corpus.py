@@ -11,6 +11,7 @@ shards it was fitted on.
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -110,7 +111,27 @@ def fit_corpus_stats(settings: Settings, asset: str) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=STATS_SCHEMA)
 
 
-def materialize_corpus_stats(settings: Settings, assets: tuple[str, ...] = TOKEN_ASSETS) -> pl.DataFrame:
+@dataclass(frozen=True)
+class CorpusSummary:
+    """What materializing corpus_stats wrote: the STATS_SCHEMA rows of the token assets fitted."""
+
+    stats: pl.DataFrame
+
+    def metadata(self) -> dict:
+        """What a tokenization's corpus_stats materialization shows (plain values)."""
+        stats = self.stats
+        return {
+            "fit_window": "; ".join(  # one row set per fold, each fitted on its own training days
+                f"fold {f}: {a} .. {b}"
+                for f, a, b in stats.select("fold", "fit_start", "fit_end").unique(maintain_order=True).iter_rows()
+            ),
+            "statistics": Markdown(markdown_table(stats.drop("shards_digest", "fit_start", "fit_end"))),
+            "shards_digest": stats["shards_digest"][0],
+            "dagster/row_count": stats.height,
+        }
+
+
+def materialize_corpus_stats(settings: Settings, assets: tuple[str, ...] = TOKEN_ASSETS) -> CorpusSummary:
     """Fit and write ``corpus_stats/<tokenization>.parquet`` of each token asset (view ``corpus_stats``)."""
     wh, frames = settings.warehouse, []
     for asset in assets:
@@ -119,17 +140,4 @@ def materialize_corpus_stats(settings: Settings, assets: tuple[str, ...] = TOKEN
         frames.append(stats)
     remove_if_exists(wh.shard(CORPUS_STATS, "stats"))  # one file for every tokenization before they were split
     wh.refresh_view(CORPUS_STATS, STATS_SCHEMA)
-    return pl.concat(frames)
-
-
-def corpus_stats_metadata(settings: Settings, stats: pl.DataFrame) -> dict:
-    """What a tokenization's corpus_stats materialization shows (plain values)."""
-    return {
-        "fit_window": "; ".join(  # one row set per fold, each fitted on its own training days
-            f"fold {f}: {a} .. {b}"
-            for f, a, b in stats.select("fold", "fit_start", "fit_end").unique(maintain_order=True).iter_rows()
-        ),
-        "statistics": Markdown(markdown_table(stats.drop("shards_digest", "fit_start", "fit_end"))),
-        "shards_digest": stats["shards_digest"][0],
-        "dagster/row_count": stats.height,
-    }
+    return CorpusSummary(stats=pl.concat(frames))

@@ -10,6 +10,7 @@ backtest trades); the label columns use ``tokenize.label_source``, recorded in `
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 
 import polars as pl
 from tqdm.auto import tqdm
@@ -91,7 +92,28 @@ def day_labels(settings: Settings, day: dt.date) -> tuple[pl.DataFrame, dt.date,
     return out.sort("ticker"), nxt, label_inputs_digest(wh, day, nxt)
 
 
-def materialize_labels(settings: Settings, days: list[dt.date], progress: bool = True) -> pl.DataFrame:
+@dataclass(frozen=True)
+class LabelsSummary:
+    """What materializing labels wrote: the manifest rows (MANIFEST_SCHEMA) of ``days``."""
+
+    manifest: pl.DataFrame
+    days: tuple[dt.date, ...]
+    settings: Settings  # the distribution in the metadata reads the written shards back
+
+    def metadata(self) -> dict:
+        """What the labels asset's materialization shows (plain values)."""
+        manifest = self.manifest
+        return {
+            "windows": int(manifest["windows"].sum()),
+            "known_next_day": int(manifest["known"].sum()),
+            "label_source": self.settings.tokenize.label_source,
+            "distribution": Markdown(markdown_table(label_distribution(self.settings, list(self.days)))),
+            "content_hash": combined_hash(manifest["content_hash"].to_list()),
+            "dagster/row_count": int(manifest["windows"].sum()),
+        }
+
+
+def materialize_labels(settings: Settings, days: list[dt.date], progress: bool = True) -> LabelsSummary:
     wh = settings.warehouse
     records = []
     for day in tqdm(sorted(days), desc="labels", unit="day", disable=not progress):
@@ -107,7 +129,7 @@ def materialize_labels(settings: Settings, days: list[dt.date], progress: bool =
         }
         records.append(wh.write_shard(LABELS, day, frame, record, MANIFEST_SCHEMA))
     wh.ensure_unit_views(LABELS, {LABELS: labels_schema(settings.tokenize.taus), "manifest": MANIFEST_SCHEMA})
-    return pl.DataFrame(records, schema=MANIFEST_SCHEMA)
+    return LabelsSummary(pl.DataFrame(records, schema=MANIFEST_SCHEMA), tuple(days), settings)
 
 
 def label_distribution(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
@@ -124,15 +146,3 @@ def label_distribution(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
             }
         )
     return pl.DataFrame(rows)
-
-
-def labels_metadata(settings: Settings, manifest: pl.DataFrame, days: list[dt.date]) -> dict:
-    """What the labels asset's materialization shows (plain values)."""
-    return {
-        "windows": int(manifest["windows"].sum()),
-        "known_next_day": int(manifest["known"].sum()),
-        "label_source": settings.tokenize.label_source,
-        "distribution": Markdown(markdown_table(label_distribution(settings, days))),
-        "content_hash": combined_hash(manifest["content_hash"].to_list()),
-        "dagster/row_count": int(manifest["windows"].sum()),
-    }

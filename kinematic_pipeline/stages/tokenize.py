@@ -16,9 +16,11 @@ and unnormalized; anchoring and z-scoring (corpus_stats) happen where windows ar
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -251,14 +253,44 @@ def _blocks(days: list[dt.date], size: int) -> Iterator[list[dt.date]]:
         yield days[k : k + size]
 
 
+@dataclass(frozen=True)
+class TokensSummary:
+    """What materializing one token asset wrote: its manifest rows (TOKEN_MANIFEST_SCHEMA) of ``days``."""
+
+    kind: str
+    manifest: pl.DataFrame
+    days: tuple[dt.date, ...]  # sorted
+    time_unit: str
+    path: Path  # the asset's folder in the warehouse
+    seconds: float = 0.0  # the whole stage call (every kind of it)
+
+    def metadata(self) -> dict:
+        """What a token asset's materialization shows (plain values; the asset turns them into Dagster's)."""
+        manifest, days = self.manifest, self.days
+        windows = int(manifest["windows"].sum())
+        return {
+            "windows": windows,
+            "date_range": f"{days[0]} .. {days[-1]} ({len(days)} sessions)",
+            "content_hash": combined_hash(manifest["content_hash"].to_list()),
+            "raw_inputs_digest": combined_hash(manifest["raw_inputs_digest"].to_list()),
+            "alpha_price": manifest["alpha_price"][0],
+            "alpha_volume": manifest["alpha_volume"][0],
+            "time_unit": self.time_unit,
+            "stage_seconds": round(self.seconds, 2),
+            "warehouse_path": self.path,
+            "dagster/row_count": windows,
+        }
+
+
 def materialize_tokens(
     settings: Settings,
     days: list[dt.date],
     kinds: tuple[str, ...] = TOKEN_ASSETS,
     alphas: AlphaLookup | None = None,
     progress: bool = True,
-) -> dict[str, pl.DataFrame]:
-    """Write the token shards of ``days`` for each asset in ``kinds``; return each asset's manifest rows."""
+) -> dict[str, TokensSummary]:
+    """Write the token shards of ``days`` for each asset in ``kinds``; return each asset's summary."""
+    started = time.perf_counter()
     unknown = set(kinds) - set(TOKEN_ASSETS)
     if unknown:
         raise ValueError(f"unknown token asset(s) {sorted(unknown)}: expected {TOKEN_ASSETS}")
@@ -310,7 +342,18 @@ def materialize_tokens(
         wh.ensure_unit_views(
             kind, {kind: SPLINE_SCHEMA if token_kind(kind).spline else SHARD_SCHEMA, "manifest": TOKEN_MANIFEST_SCHEMA}
         )
-    return {k: pl.DataFrame(v, schema=TOKEN_MANIFEST_SCHEMA).sort("partition_date") for k, v in records.items()}
+    seconds = time.perf_counter() - started
+    return {
+        k: TokensSummary(
+            kind=k,
+            manifest=pl.DataFrame(v, schema=TOKEN_MANIFEST_SCHEMA).sort("partition_date"),
+            days=tuple(days),
+            time_unit=settings.tokenize.time_unit,
+            path=wh / k,
+            seconds=seconds,
+        )
+        for k, v in records.items()
+    }
 
 
 def _collect(pending: list, records: dict[str, list[dict]], bar) -> None:
@@ -319,20 +362,3 @@ def _collect(pending: list, records: dict[str, list[dict]], bar) -> None:
             record = job.result()
             records[record["kind"]].append({k: record[k] for k in TOKEN_MANIFEST_SCHEMA})
         bar.update(n_days)
-
-
-def token_metadata(settings: Settings, kind: str, manifest: pl.DataFrame, days: list[dt.date], seconds: float) -> dict:
-    """What a token asset's materialization shows (plain values; the asset turns them into Dagster's)."""
-    windows = int(manifest["windows"].sum())
-    return {
-        "windows": windows,
-        "date_range": f"{days[0]} .. {days[-1]} ({len(days)} sessions)",
-        "content_hash": combined_hash(manifest["content_hash"].to_list()),
-        "raw_inputs_digest": combined_hash(manifest["raw_inputs_digest"].to_list()),
-        "alpha_price": manifest["alpha_price"][0],
-        "alpha_volume": manifest["alpha_volume"][0],
-        "time_unit": settings.tokenize.time_unit,
-        "stage_seconds": round(seconds, 2),
-        "warehouse_path": settings.warehouse / kind,
-        "dagster/row_count": windows,
-    }

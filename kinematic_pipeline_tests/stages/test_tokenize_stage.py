@@ -112,12 +112,12 @@ def test_mle_alpha_is_estimated_on_the_training_period_and_used_by_the_tokenizer
     settings = _settings(tmp_path, "wh", _bars(), alpha_price="mle", alpha_volume="mle")
     days = trading_days(START, END)
     materialize_raw_ohlcv(settings, days, progress=False)
-    estimates = materialize_alpha_estimates(settings)
+    estimates = materialize_alpha_estimates(settings).estimates
     corpus = estimates.filter(pl.col("scope") == "__corpus__")
     assert corpus["fit_end"].to_list() == [CUT, CUT] and (corpus["alpha"] > 0).all()
-    manifests = materialize_tokens(settings, days[-3:], kinds=("spline_tokens",), progress=False)
+    summaries = materialize_tokens(settings, days[-3:], kinds=("spline_tokens",), progress=False)
     alpha_price = corpus.filter(pl.col("kind") == "price")["alpha"][0]
-    assert manifests["spline_tokens"]["alpha_price"][0] == f"mle:corpus:corpus={alpha_price:.6g}"
+    assert summaries["spline_tokens"].manifest["alpha_price"][0] == f"mle:corpus:corpus={alpha_price:.6g}"
 
 
 def test_corpus_stats_never_read_a_shard_after_the_training_cut(tmp_path):
