@@ -56,7 +56,7 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
 
     from kinematic_pipeline.definitions import build_definitions
     from kinematic_pipeline.orchestration.assets_scaling import off_dag_groups
-    from kinematic_pipeline.orchestration.partitions import PARTITION_TAG, grid_keys, range_tags
+    from kinematic_pipeline.orchestration.partitions import PARTITION_TAG, range_tags
     from kinematic_pipeline.orchestration.runs import fail_orphaned_runs, owner_tags
 
     home = _ensure_dagster_home(settings)
@@ -86,7 +86,7 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
             runs = [range_tags(bounds[0], bounds[1])]
             print(f"materialize {names} for trading days {bounds[0]} .. {bounds[1]} (one run)")
         elif partitions_def is not None:
-            keys_all = grid_keys(settings, partitions_def.get_partition_keys(dynamic_partitions_store=instance))
+            keys_all = partitions_def.get_partition_keys(dynamic_partitions_store=instance)
             runs = [{PARTITION_TAG: k} for k in keys_all]
             print(f"materialize {names} for partitions {', '.join(keys_all)}")
         else:

@@ -2,8 +2,8 @@
 
 A ``Policy`` is a model variant trained with one seed (its foundation), fine-tuned at one tau (its adapter,
 predictions and backtests), on one training cut (``fold``: room for walk-forward folds; None is the
-settings' single cut). It formats and parses every spelling of that identity: the Dagster partition keys
-(dimensions ``fit`` and ``tau``; Dagster orders the dimensions by name, so a key reads ``2019@1234|0.01``), the
+settings' single cut). It formats and parses every spelling of that identity: the Dagster partition keys (a
+foundation's ``fit`` key ``2019@1234``, a fine-tuned policy's ``2019@1234|0.01``: its fit, then its tau), the
 file stems of the evaluation shards, the model folders (``Warehouse.model_dir``) and the ``lineage``
 arguments. Stages take a ``Policy`` instead of a seed hidden in the settings beside a variant and a tau.
 No dagster here.
@@ -17,7 +17,7 @@ from kinematic_pipeline.label_rules import same_tau, tau_key
 from kinematic_pipeline.variants import Variant
 from kinematic_pipeline.variants import variant as lookup_variant
 
-FIT_DIMENSION, TAU_DIMENSION = "fit", "tau"  # the Dagster partition dimensions of a fine-tuned policy
+KEY_SEPARATOR = "|"  # between the fit and the tau in a policy key (the spelling of Dagster's multi-partition keys)
 
 
 @dataclass(frozen=True)
@@ -57,15 +57,10 @@ class Policy:
         return tau_key(self._tau())
 
     @property
-    def partition(self) -> dict[str, str]:
-        """The multi-partition key of a fine-tuned policy's assets, by dimension."""
-        return {FIT_DIMENSION: self.fit_key, TAU_DIMENSION: self.tau_key}
-
-    @property
     def key(self) -> str:
-        """The Dagster partition key of a fine-tuned policy's assets as the CLI and the UI spell it
-        (``2019@1234|0.01``: the dimensions in Dagster's order, by name)."""
-        return "|".join(self.partition.values())
+        """The Dagster partition key of a fine-tuned policy's assets, as the CLI and the UI spell it:
+        ``2019@1234|0.01`` (``format_policy_key``)."""
+        return format_policy_key(self.fold, self.seed, self._tau())
 
     @classmethod
     def from_fit_key(cls, variant: str, key: str, tau: float | None = None) -> Policy:
@@ -73,9 +68,11 @@ class Policy:
         return cls(variant, seed, tau, fold)
 
     @classmethod
-    def from_partition(cls, variant: str, keys_by_dimension: dict[str, str]) -> Policy:
-        """The policy of a multi-partition key (``context.partition_key.keys_by_dimension``)."""
-        return cls.from_fit_key(variant, keys_by_dimension[FIT_DIMENSION], float(keys_by_dimension[TAU_DIMENSION]))
+    def from_key(cls, variant: str, key: str) -> Policy:
+        """The policy of a partition key: a foundation's fit key (``2019@1234``) or a fine-tuned policy's key
+        (``2019@1234|0.01``)."""
+        fit, _, tau = key.partition(KEY_SEPARATOR)
+        return cls.from_fit_key(variant, fit, float(tau) if tau else None)
 
     # --- files and commands -------------------------------------------------------------------------------
 
@@ -111,10 +108,15 @@ class Policy:
 
 
 def format_fit_key(fold: str | None, seed: int) -> str:
-    """The ``fit`` dimension's key: the seed, prefixed by its walk-forward fold (``2019@1234``). A fit is one
-    (fold, seed): Dagster's multi-partitions take at most two dimensions and tau is the other, so the fold rides in
-    this one; a single cut has no prefix (``1234``)."""
+    """A foundation's key: the seed, prefixed by its walk-forward fold (``2019@1234``); a single cut has no
+    prefix (``1234``). A fit is one (fold, seed): the fold is trained on, as the seed is."""
     return str(int(seed)) if fold is None else f"{fold}@{int(seed)}"
+
+
+def format_policy_key(fold: str | None, seed: int, tau: float) -> str:
+    """A fine-tuned policy's key: its fit key, then its tau (``2019@1234|0.01``), the spelling the runs and
+    materializations of the earlier two-dimension partitions carry, so that a warehouse's history still reads."""
+    return f"{format_fit_key(fold, seed)}{KEY_SEPARATOR}{tau_key(tau)}"
 
 
 def parse_fit_key(key: str) -> tuple[str | None, int]:

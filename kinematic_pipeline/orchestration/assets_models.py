@@ -80,7 +80,7 @@ def adapter_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
         code_version=CODE_VERSIONS["models"],
         partitions_def=policy_partitions(settings),
         deps=[
-            dg.AssetDep(f"{variant}_foundation", partition_mapping=foundation_of_policy()),
+            dg.AssetDep(f"{variant}_foundation", partition_mapping=foundation_of_policy(settings)),
             *training_inputs(variant),
             dg.AssetDep(LABELS, partition_mapping=dg.AllPartitionMapping()),  # those on or before train_end
         ],

@@ -1,8 +1,8 @@
 """Every partitions definition, mapping and partition tag, in one place.
 
 - trading days: a weekday cron with NYSE holidays and closures excluded (raw_ohlcv, tokens, labels);
-- a trained policy (``policy.Policy``): foundations by seed, adapters and every per-variant evaluation asset by
-  (seed, tau), keys like ``1234|0.01`` (Dagster orders the dimensions by name);
+- a trained policy (``policy.Policy``): foundations by fit (fold and seed, ``2019@1234``), adapters and every
+  per-variant evaluation asset by policy (``2019@1234|0.01``), exactly the run's grid (``policy_keys``);
 - the run tags of a single-run range and how a run's days or a partition's policy are read back.
 """
 
@@ -17,9 +17,8 @@ import dagster as dg
 from kinematic_pipeline.calendar import calendar_end, trading_day_on_or_after, trading_days, weekday_closures
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import evaluated_folds, fold_names
-from kinematic_pipeline.label_rules import tau_key
 from kinematic_pipeline.nightly import EXCHANGE_TIMEZONE
-from kinematic_pipeline.policy import FIT_DIMENSION, TAU_DIMENSION, Policy, format_fit_key, parse_fit_key
+from kinematic_pipeline.policy import KEY_SEPARATOR, Policy, format_fit_key, format_policy_key
 from kinematic_pipeline.variants import variant as lookup_variant
 
 PARTITION_FORMAT = "%Y-%m-%d"
@@ -78,18 +77,26 @@ def fit_partitions(settings: Settings, variant: str | None = None) -> dg.StaticP
     )
 
 
-def tau_partitions(settings: Settings, variant: str | None = None) -> dg.StaticPartitionsDefinition:
-    """One partition per label threshold: keys ``0.0025``, ``0.005``, ``0.01``, ``0.02`` (a baseline's:
-    ``evaluate.baseline_taus`` when set)."""
-    return dg.StaticPartitionsDefinition([tau_key(t) for t in policy_taus(settings, variant)])
+def policy_keys(settings: Settings, variant: str | None = None) -> list[str]:
+    """The run's grid of fine-tuned policies, keys ``2019@1234|0.01`` by fold, seed, then tau: every seed
+    (``policy_seeds``) and tau (``policy_taus``) on every fold, but with ``tau_sweep_folds`` = "last" a tau other
+    than the report's on the last fold only (``folds.evaluated_folds``)."""
+    seeds, taus = policy_seeds(settings, variant), policy_taus(settings, variant)
+    folds = {tau: evaluated_folds(settings, tau) for tau in taus}
+    return [
+        format_policy_key(fold, seed, tau)
+        for fold in fold_names(settings)
+        for seed in seeds
+        for tau in taus
+        if fold in folds[tau]
+    ]
 
 
-def policy_partitions(settings: Settings, variant: str | None = None) -> dg.MultiPartitionsDefinition:
-    """One fine-tuned policy per (seed, tau): an adapter and its evaluation assets; keys ``1234|0.01``
-    (``variant``: a baseline's seeds and taus, ``policy_seeds`` and ``policy_taus``)."""
-    return dg.MultiPartitionsDefinition(
-        {FIT_DIMENSION: fit_partitions(settings, variant), TAU_DIMENSION: tau_partitions(settings, variant)}
-    )
+def policy_partitions(settings: Settings, variant: str | None = None) -> dg.StaticPartitionsDefinition:
+    """One partition per fine-tuned policy of the grid (``policy_keys``): an adapter and its evaluation assets.
+    The grid is not a product of folds, seeds and taus (the tau sweep may run on the last fold only), so the
+    keys are listed, not two dimensions: the UI shows no (fold, tau) pair that is never meant to exist."""
+    return dg.StaticPartitionsDefinition(policy_keys(settings, variant))
 
 
 def policy_seeds(settings: Settings, variant: str | None = None) -> tuple[int, ...]:
@@ -106,31 +113,15 @@ def policy_taus(settings: Settings, variant: str | None = None) -> tuple[float, 
     return settings.evaluate.baseline_taus
 
 
-def grid_keys(settings: Settings, keys: list[str]) -> list[str]:
-    """The partition keys of the run's grid among ``keys``: with ``tau_sweep_folds`` = "last" a (seed, tau)
-    key at a tau other than the report's only on the last fold (the CLI materializes these)."""
-
-    def wanted(key: str) -> bool:
-        if "|" not in key:
-            return True
-        fit_key, tau = key.split("|")  # Dagster orders the dimensions by name: fit|tau
-        return parse_fit_key(fit_key)[0] in evaluated_folds(settings, float(tau))
-
-    return [k for k in keys if wanted(k)]
-
-
-def foundation_of_policy() -> dg.MultiToSingleDimensionPartitionMapping:
-    """A policy partition (seed, tau) reads the foundation partition of its seed."""
-    return dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name=FIT_DIMENSION)
-
-
-def policy_key(policy: Policy) -> dg.MultiPartitionKey:
-    return dg.MultiPartitionKey(policy.partition)
+def foundation_of_policy(settings: Settings) -> dg.StaticPartitionMapping:
+    """A fine-tuned policy's partition reads the foundation partition of its fit (``2019@1234|0.01`` reads
+    ``2019@1234``)."""
+    by_fit: dict[str, list[str]] = {}
+    for key in policy_keys(settings):
+        by_fit.setdefault(key.partition(KEY_SEPARATOR)[0], []).append(key)
+    return dg.StaticPartitionMapping(by_fit)
 
 
 def context_policy(context: dg.AssetExecutionContext, variant: str) -> Policy:
-    """The policy of a run's partition: a seed (foundations) or a (seed, tau) multi-partition key."""
-    key = context.partition_key
-    if isinstance(key, dg.MultiPartitionKey):
-        return Policy.from_partition(variant, key.keys_by_dimension)
-    return Policy.from_fit_key(variant, key)
+    """The policy of a run's partition: a foundation's fit key or a fine-tuned policy's key."""
+    return Policy.from_key(variant, context.partition_key)

@@ -19,7 +19,7 @@ from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import fold_names
 from kinematic_pipeline.nightly import EXCHANGE_TIMEZONE, NIGHTLY_CRON, SessionPlan, exchange_date, tick_plan
 from kinematic_pipeline.orchestration.assets_evaluate import EVALUATION_ASSETS, evaluation_asset
-from kinematic_pipeline.orchestration.partitions import policy_key, range_tags
+from kinematic_pipeline.orchestration.partitions import range_tags
 from kinematic_pipeline.pins import check_pair
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
@@ -110,7 +110,7 @@ def evaluate_run_requests(settings: Settings, origin: str, session: str) -> list
         dg.RunRequest(
             run_key=f"{origin}:evaluate:{seed}|{tau}:{','.join(p.variant for p in policies)}",
             asset_selection=[dg.AssetKey(evaluation_asset(p.variant, a)) for p in policies for a in EVALUATION_ASSETS],
-            partition_key=policy_key(policies[0]),
+            partition_key=policies[0].key,
             tags={QUEUE_TAG: NIGHTLY_QUEUE, SESSION_TAG: session},
         )
         for (seed, tau), policies in by_partition.items()

@@ -184,3 +184,31 @@ def test_a_selection_below_one_adapter_materializes_no_other_variants_assets(ci_
         "figures",
         "report",
     }
+
+
+def test_the_policy_partitions_are_exactly_the_runs_grid(tmp_path):
+    """The ci profile's folds (2022H1, 2022H2) with the tau sweep on the last fold only: the adapters' partitions
+    are the report tau on the first fold and every tau on the last, each reading the foundation of its own fit;
+    no partition names a policy the run never trains."""
+    from kinematic_pipeline.config import load_settings
+    from kinematic_pipeline.label_rules import tau_key
+    from kinematic_pipeline.policy import Policy
+
+    settings = load_settings("ci", warehouse=tmp_path / "wh", env={})
+    assert settings.evaluate.tau_sweep_folds == "last" and [f.name for f in settings.folds] == ["2022H1", "2022H2"]
+    graph = build_definitions(settings).resolve_asset_graph()
+    seeds, taus = settings.train.seeds, settings.tokenize.taus
+    report = tau_key(settings.evaluate.report_tau)
+    expected = [f"2022H1@{s}|{report}" for s in seeds] + [f"2022H2@{s}|{tau_key(t)}" for s in seeds for t in taus]
+    for asset in ("splinegpt_adapter", "splinegpt_predictions", "patchtst_backtests"):
+        assert graph.get(dg.AssetKey(asset)).partitions_def.get_partition_keys() == expected, asset
+    assert len(expected) == len(seeds) * (1 + len(taus)) < 2 * len(seeds) * len(taus)
+    adapter, foundation = dg.AssetKey("splinegpt_adapter"), dg.AssetKey("splinegpt_foundation")
+    for key in expected:  # a policy's adapter reads the foundation partition of its fit, and only that
+        policy = Policy.from_key("splinegpt", key)
+        assert policy.key == key
+        parents = graph.get_parent_partition_keys_for_child(key, foundation, adapter)
+        assert list(parents.partitions_subset.get_partition_keys()) == [policy.fit_key], key
+    for fit in graph.get(foundation).partitions_def.get_partition_keys():  # and a foundation feeds its policies
+        children = graph.get_child_partition_keys_of_parent(fit, foundation, adapter)
+        assert sorted(children) == sorted(k for k in expected if k.startswith(f"{fit}|")), fit

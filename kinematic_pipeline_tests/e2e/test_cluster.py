@@ -7,7 +7,7 @@ SQLite instance, another warehouse); Postgres holds exactly one materialization 
 kill leaves no partial shard visible (every *.parquet reads; leftovers are `.<name>.*.tmp` only) and re-running
 the failed partitions writes the same bytes. The servers and workers are stopped at the end, also on failure.
 
-Then one fold of the training grid (the ci profile's first fold, its seeds, two taus: independent runs, all at
+Then one fold of the training grid (the ci profile's last fold, its seeds, two taus: independent runs, all at
 once) on two more workers, with the concurrency pool of deploy/postgres/dagster.yaml (`concurrency.pools`,
 default_limit 1: one GPU): from the event log's STEP_START / STEP_SUCCESS times, no two training steps
 (foundations, adapters: the pool kinematic_pipeline/training) ever ran at once; the instance's slot table showed a
@@ -43,7 +43,6 @@ from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.folds import fold_names
 from kinematic_pipeline.orchestration.assets_models import TRAINING_POOL
-from kinematic_pipeline.orchestration.partitions import policy_key
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline_tests.helpers import ROOT
@@ -53,7 +52,7 @@ FIRST, LAST = "2021-01-04", "2021-06-25"  # 121 sessions
 HALVES = ((FIRST, "2021-03-31"), ("2021-04-01", LAST))  # 61 + 60 sessions, one run each
 TOKENS = ("spline_tokens", "fd_tokens", "raw_tokens")
 ASSETS = ("raw_ohlcv", *TOKENS)
-# The grid: one fold (the ci profile's first), its seeds, two taus, of the ci profile's cheapest model (a
+# The grid: one fold (the ci profile's last: its tau sweep runs there only), its seeds, two taus, of the ci profile's cheapest model (a
 # PatchTST foundation or adapter trains in seconds on a CPU); what it reads is built in-process first.
 GRID_VARIANT, GRID_TAUS = "patchtst", (0.01, 0.02)
 GRID_UPSTREAM = "raw_ohlcv,alpha_estimates,spline_tokens,raw_tokens,labels,raw_window_store"
@@ -314,12 +313,12 @@ def test_celery_workers_on_postgres_backfill_the_same_bytes_and_survive_a_killed
 
 
 def _grid() -> tuple[str, list[str], list[str]]:
-    """The ci profile's first fold, and its partitions: foundations by seed, adapters by (seed, tau)."""
+    """The ci profile's last fold, and its partitions: foundations by seed, adapters by (seed, tau)."""
     settings = load_settings("ci", env={})
-    fold = fold_names(settings)[0]
+    fold = fold_names(settings)[-1]
     seeds = settings.train.seeds
     pretrain = [Policy(GRID_VARIANT, s, None, fold).fit_key for s in seeds]
-    finetune = [str(policy_key(Policy(GRID_VARIANT, s, tau, fold))) for s in seeds for tau in GRID_TAUS]
+    finetune = [Policy(GRID_VARIANT, s, tau, fold).key for s in seeds for tau in GRID_TAUS]
     return fold, pretrain, finetune
 
 

@@ -12,12 +12,12 @@ from kinematic_pipeline.warehouse import Warehouse
 
 def test_a_policy_formats_and_parses_its_partition_keys():
     policy = Policy("splinegpt", 1234, 0.01)
-    assert policy.partition == {"fit": "1234", "tau": "0.01"}
-    assert Policy.from_partition("splinegpt", policy.partition) == policy
-    assert Policy.from_fit_key("patchtst", "1235") == Policy("patchtst", 1235)
+    assert policy.key == "1234|0.01" and Policy.from_key("splinegpt", policy.key) == policy
+    assert Policy.from_fit_key("patchtst", "1235") == Policy("patchtst", 1235) == Policy.from_key("patchtst", "1235")
     assert policy.foundation == Policy("splinegpt", 1234) and policy.foundation.tau is None
     folded = Policy("rawgpt", 7, 0.0025, fold="2019")
-    assert folded.fit_key == "2019@7" and Policy.from_partition("rawgpt", folded.partition) == folded
+    assert folded.fit_key == "2019@7" and folded.key == "2019@7|0.0025"
+    assert Policy.from_key("rawgpt", folded.key) == folded and Policy.from_key("rawgpt", "2019@7").tau is None
 
 
 def test_a_policy_names_its_files_folders_and_lineage_command(tmp_path):

@@ -38,7 +38,7 @@ class _Payload:
 
 
 def _materialize(variant: str, policy: Policy) -> subprocess.CompletedProcess:
-    key = "|".join(policy.partition.values())
+    key = policy.key
     args = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline"]
     args += ["--select", f"{variant}_predictions", "--partition", key]
     return subprocess.run(args, capture_output=True, text=True, env={**os.environ, "KP_PROFILE": "ci"}, timeout=600)
@@ -105,7 +105,7 @@ def test_a_probe_under_a_new_training_cut_refuses_features_split_for_other_folds
     cut = load_settings("ci", warehouse=path, env=moved)
     policy = Policy("lr_spline", 0, TAU, None)  # the single cut's one fold
     before = sorted(p.name for p in settings.warehouse.root.joinpath("predictions").iterdir())
-    key = "|".join(policy.partition.values())
+    key = policy.key
     expected = {  # the probe reads the features; its predictions need the probe of this cut first
         "lr_spline_probe": ("spline_features was built for other folds", "re-materialize spline_features"),
         "lr_spline_predictions": ("holds no fitted probe", f"materialize lr_spline_probe partition {key}"),

@@ -42,7 +42,7 @@ def test_a_retrained_foundation_under_an_old_adapter_is_refused(settings):
     foundation, replacement = wh.foundation_checkpoint(policy), wh.foundation_checkpoint(other)
     predictions = wh.evaluation_file(PREDICTIONS, policy)
     before, pinned = file_sha256(predictions), file_sha256(foundation)
-    key = "|".join(policy.partition.values())
+    key = policy.key
     materialize = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline"]
     materialize += ["--select", "splinegpt_predictions", "--partition", key]
     lineage = [sys.executable, "-m", "kinematic_pipeline", "lineage", "--model", "splinegpt", "--tau", str(TAU)]
@@ -78,7 +78,7 @@ def test_predictions_made_by_an_adapter_since_replaced_are_not_backtested(settin
     policy, other = Policy("splinegpt", 1235, TAU, FOLD), Policy("splinegpt", 1234, TAU, FOLD)
     ours = next(p for p in wh.adapter_files(policy) if p.suffix == ".safetensors")
     theirs = next(p for p in wh.adapter_files(other) if p.suffix == ".safetensors")
-    key = "|".join(policy.partition.values())
+    key = policy.key
     backtest = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline"]
     backtest += ["--select", "splinegpt_backtests,splinegpt_margin_backtests", "--partition", key]
     backup = Path(str(ours) + ".kept")
@@ -112,7 +112,7 @@ def test_predictions_refuse_token_days_whose_raw_days_were_re_ingested(settings,
     unit = wh.unit_dir(RAW_OHLCV, day)
     backup = tmp_path / "kept"
     shutil.copytree(unit, backup)
-    key = "|".join(policy.partition.values())
+    key = policy.key
     materialize = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline"]
     materialize += ["--select", "splinegpt_predictions", "--partition", key]
     lineage = [sys.executable, "-m", "kinematic_pipeline", "lineage", "--model", "splinegpt", "--tau", str(TAU)]
@@ -170,7 +170,7 @@ def test_labels_whose_next_day_was_re_ingested_and_re_tokenized_are_refused(sett
     units = [wh.unit_dir(RAW_OHLCV, last), wh.unit_dir(SPLINE_TOKENS, last)]
     for k, unit in enumerate(units):
         shutil.copytree(unit, tmp_path / f"kept{k}")
-    key = "|".join(policy.partition.values())
+    key = policy.key
     materialize = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline"]
     materialize += ["--select", "splinegpt_predictions", "--partition", key]
     try:
@@ -211,7 +211,7 @@ def test_a_report_rebuilt_after_an_adapter_was_replaced_is_refused_and_two_runs_
     policy, other = Policy("splinegpt", 1235, TAU, FOLD), Policy("splinegpt", 1234, TAU, FOLD)
     ours = next(p for p in wh.adapter_files(policy) if p.suffix == ".safetensors")
     theirs = next(p for p in wh.adapter_files(other) if p.suffix == ".safetensors")
-    key = "|".join(policy.partition.values())
+    key = policy.key
     backup = Path(str(ours) + ".kept")
     shutil.copy2(ours, backup)
     try:

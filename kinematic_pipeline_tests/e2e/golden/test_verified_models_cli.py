@@ -42,7 +42,7 @@ def test_a_damaged_foundation_adapter_or_window_store_is_refused_by_the_cli():
         pytest.skip("set KP_GOLDEN_WAREHOUSE (and DAGSTER_HOME) to a ci-profile warehouse materialized whole")
     wh = load_settings("ci", warehouse=path).warehouse
     policy = Policy("splinegpt", 1234, TAU, FOLD)
-    key = "|".join(policy.partition.values())
+    key = policy.key
     predictions = wh.evaluation_file(PREDICTIONS, policy)
     before = file_sha256(predictions)
     cases = [  # (file, what reads it, the fix the message names)
