@@ -275,7 +275,8 @@ def _chain(settings: Settings, policy: Policy, ticker: str, cost_bps: float | No
         )
     row = metrics.row(0, named=True)
     report.lines.append(
-        f"{variant} tau={tau:g} {ticker} at {cost:g} bps, {row['first_date']} .. {row['last_date']} ({row['days']} days): "
+        f"{variant} tau={tau:g} {ticker} at {cost:g} bps, {row['first_date']} .. {row['last_date']} "
+        f"({row['days']} days): "
         f"Sharpe {_fmt(row['sharpe'])} [95% CI {_fmt(row['sharpe_ci_low'])}, {_fmt(row['sharpe_ci_high'])}], "
         f"return {row['total_return']:+.1%}, max drawdown {row['max_drawdown']:.1%}, seed {row['seed']}, fold {fold}"
     )

@@ -195,7 +195,8 @@ def fold_stats(settings: Settings, tokenization: str, fold: str | None) -> pl.Da
     if stats["shards_digest"][0] != now:
         raise StalePairError(
             f"the {tokenization} corpus statistics of fold {scope.label} were fitted on other {asset} shards (digest "
-            f"{stats['shards_digest'][0][:16]}, the warehouse's is {now[:16]}): re-materialize {tokenization}_corpus_stats"
+            f"{stats['shards_digest'][0][:16]}, the warehouse's is {now[:16]}): re-materialize "
+            f"{tokenization}_corpus_stats"
         )
     return stats
 

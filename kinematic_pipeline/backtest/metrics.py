@@ -122,6 +122,26 @@ def annualized_turnover(traded, equity: np.ndarray | None = None, periods: int =
     return float(np.sum(traded) / equity.mean() * periods / equity.shape[0])
 
 
+def summarize(result, rf_annual: float = RF_ANNUAL) -> dict:
+    """The performance and behaviour of one backtest (a ``BacktestResult``), by the conventions above: the
+    columns of a sweep's metrics row that depend on the backtest alone."""
+    equity = result.equity
+    return {
+        "final_equity": float(equity[-1]),
+        "total_return": total_return(equity),
+        "sharpe": sharpe(equity, rf_annual),
+        "sortino": sortino(equity, rf_annual),
+        "max_drawdown": max_drawdown(equity),
+        "turnover_annual": annualized_turnover(result),
+        "n_trades": len(result.trades),
+        "n_invalid": result.n_invalid,
+        "taxes_paid": float(sum(amount for _, amount in result.taxes)),
+        "pending_realized_gain": result.pending_realized_gain,
+        "liquidation_equilibrium": liquidation_equilibrium(result.position),
+        "exposure": float(np.mean(result.position)),
+    }
+
+
 def action_distribution(actions: np.ndarray) -> dict[str, int]:
     """Counts of each action: {"Buy": n0, "Sell": n1, "Hold": n2}."""
     counts = np.bincount(np.asarray(actions, dtype=np.int64), minlength=3)

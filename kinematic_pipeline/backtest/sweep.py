@@ -323,28 +323,9 @@ def run_sweep(
                 else (np.nan, np.nan)
             )
             key_rows.append((*s.key, cost))
-            metric_rows.append(
-                {
-                    "days": eq.size,
-                    "first_date": first_date,
-                    "last_date": last_date,
-                    "final_equity": float(eq[-1]),
-                    "total_return": m.total_return(eq),
-                    "sharpe": m.sharpe(eq, rf_annual),
-                    "sharpe_ci_low": ci[0],
-                    "sharpe_ci_high": ci[1],
-                    "sortino": m.sortino(eq, rf_annual),
-                    "max_drawdown": m.max_drawdown(eq),
-                    "turnover_annual": m.annualized_turnover(r),
-                    "n_trades": len(r.trades),
-                    "n_invalid": r.n_invalid,
-                    "taxes_paid": float(sum(amount for _, amount in r.taxes)),
-                    "pending_realized_gain": r.pending_realized_gain,
-                    **per_series,
-                    "liquidation_equilibrium": m.liquidation_equilibrium(r.position),
-                    "exposure": float(np.mean(r.position)),
-                }
-            )
+            span = {"days": eq.size, "first_date": first_date, "last_date": last_date}
+            interval = {"sharpe_ci_low": ci[0], "sharpe_ci_high": ci[1]}
+            metric_rows.append(span | m.summarize(r, rf_annual) | interval | per_series)
             eq_counts.append(eq.size)
             for name, part in (("date", s.days), ("equity", eq), ("position", r.position), ("action", s.actions)):
                 eq_cols.setdefault(name, []).append(part)

@@ -43,7 +43,8 @@ def _parse_date(text: str, variable: str) -> dt.date:
         raise ValueError(f"{variable}={text!r} is not an ISO date (YYYY-MM-DD)") from exc
     if not CALENDAR_START <= day <= calendar_end():
         raise ValueError(
-            f"{variable}={text} is outside the NYSE calendar this pipeline builds ({CALENDAR_START}..{calendar_end()}); "
+            f"{variable}={text} is outside the NYSE calendar this pipeline builds "
+            f"({CALENDAR_START}..{calendar_end()}); "
             f"set {variable} inside it"
         )
     return day

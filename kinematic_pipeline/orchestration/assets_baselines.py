@@ -11,7 +11,7 @@ import dagster as dg
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.lineage import CODE_VERSIONS
-from kinematic_pipeline.orchestration.metadata import dagster_metadata
+from kinematic_pipeline.orchestration.metadata import class_weights_text, dagster_metadata
 from kinematic_pipeline.orchestration.partitions import context_policy, policy_partitions
 from kinematic_pipeline.probe_features import features_tokenization
 from kinematic_pipeline.token_kinds import TOKEN_KINDS
@@ -73,8 +73,10 @@ def probe_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
         partitions_def=policy_partitions(settings, variant),
         deps=[dg.AssetDep(baseline_inputs(variant))],
         kinds={"scikitlearn" if spec.learner == "lr" else "lightgbm"},
-        description=f"{spec.title}; z-scored with the training rows' statistics, class weights [2, 10, 1], "
-        "LightGBM with early stopping on the validation days. One per tau (seed 0). Saved as data, never a pickle: "
+        description=f"{spec.title}; z-scored with the training rows' statistics, class weights "
+        + class_weights_text(settings)
+        + (", LightGBM with early stopping on the validation days" if spec.learner == "lightgbm" else "")
+        + ". One per tau (seed 0). Saved as data, never a pickle: "
         "model.json (classes, coefficients, intercepts) or model.txt (LightGBM's text model), and fit.json with the "
         "model file's sha256, checked on every read. $KP_WAREHOUSE/models/<variant>/seed=0/probe/tau=<tau>/.",
     )

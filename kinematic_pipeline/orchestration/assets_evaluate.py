@@ -94,7 +94,8 @@ def backtests_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
                 code_version=CODE_VERSIONS["evaluate"],
                 kinds={"numba", "parquet", "duckdb"},
                 description=f"{spec.display_name}: tax-aware long/cash backtests of the predictions (the paper's "
-                "weighted argmax) at every cost in evaluate.backtest.costs_bps, with Buy & Hold, metrics and bootstrap Sharpe "
+                "weighted argmax) at every cost in evaluate.backtest.costs_bps, with Buy & Hold, "
+                "metrics and bootstrap Sharpe "
                 "intervals; equity curves and trades; and the provenance of every row (adapter, foundation, window "
                 "store, served training shards and test shards with hashes, code versions). Views: backtests, "
                 "equity_curves, trades, provenance.",

@@ -9,7 +9,7 @@ import dagster as dg
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.lineage import CODE_VERSIONS
-from kinematic_pipeline.orchestration.metadata import dagster_metadata
+from kinematic_pipeline.orchestration.metadata import class_weights_text, dagster_metadata
 from kinematic_pipeline.orchestration.partitions import (
     context_policy,
     fit_partitions,
@@ -55,9 +55,9 @@ def foundation_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
         kinds={"pytorch"},
         pool=TRAINING_POOL,
         description=f"{spec.title}: pretrained on uniform samples of the training windows of {spec.token_asset} "
-        "(Lightning; AdamW, warmup then cosine 6e-4 -> 0, clip 1.0) to its best validation loss within "
-        "train.pretrain_steps, one per fold and seed (partition). Checkpoint and curves.csv under "
-        "$KP_WAREHOUSE/models/<variant>/.../foundation/.",
+        f"(Lightning; AdamW, warmup then cosine {settings.train.lr:g} -> 0, clip {settings.train.grad_clip:g}) to "
+        "its best validation loss within train.pretrain_steps, one per fold and seed (partition). Checkpoint and "
+        "curves.csv under $KP_WAREHOUSE/models/<variant>/.../foundation/.",
     )
     def foundation(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from kinematic_pipeline.training.run import pretrain
@@ -86,9 +86,9 @@ def adapter_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
         ],
         kinds={"pytorch"},
         pool=TRAINING_POOL,
-        description=f"{spec.title}: Buy/Sell/Hold head ({spec.head.description}), weighted CE [2, 10, 1], the "
-        "head started at the prior ln(w * pi); trained to the best de-weighted validation log loss within "
-        "train.finetune_steps; one per (fold, seed, tau) (partition).",
+        description=f"{spec.title}: Buy/Sell/Hold head ({spec.head.description}), weighted CE "
+        f"{class_weights_text(settings)}, the head started at the prior ln(w * pi); trained to the best de-weighted "
+        "validation log loss within train.finetune_steps; one per (fold, seed, tau) (partition).",
     )
     def adapter(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from kinematic_pipeline.training.run import finetune

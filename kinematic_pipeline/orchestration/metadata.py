@@ -1,4 +1,4 @@
-"""Small helpers that turn stage summaries and frames into Dagster metadata."""
+"""Small helpers that turn stage summaries and frames into Dagster metadata and settings into descriptions."""
 
 from __future__ import annotations
 
@@ -25,3 +25,8 @@ def dagster_metadata(values: dict) -> dict:
         return value
 
     return {key: convert(value) for key, value in values.items()}
+
+
+def class_weights_text(settings) -> str:
+    """The run's class weights [Buy, Sell, Hold] as the asset descriptions print them (``[2, 10, 1]``)."""
+    return "[" + ", ".join(f"{w:g}" for w in settings.train.class_weights) + "]"

@@ -1,20 +1,28 @@
-"""Does a tokenization carry tradable information? The evidence the report adds to the paper's tables.
+"""Does a tokenization carry tradable information? The evidence the report adds to the paper's tables, one
+table each (``evidence_tables``), at the report's tau and cost; the universe tables score every ticker-day of the
+test period (or the seeded sample ``evaluate.universe_tickers``), the same rows for every variant.
 
-- ``information``: log-loss and Brier skill against the training labels' base rates (0 = no information),
-  balanced accuracy and macro-F1 of the argmax of the de-weighted probabilities, balanced accuracy of the
-  policy's own actions, and the AUC of Buy-vs-rest and Sell-vs-rest, the variants side by side
-  (``backtest.skill``, ``backtest.skill_seeds``, ``backtest.policy_frames``). A cell is the mean over seeds, the
-  95% day-bootstrap interval of that mean (one day resample shared by the seeds) and the std over seeds.
-  Every metric is shown twice, once per outcome: the trained-on labels (the paper's spline labels by
-  default, whose return r_spline = r_close + e_t - e_{t+1} has a part e_t known at decision time) and the
-  close-to-close labels of r_close, what the backtest trades, each against the training base rates of its
-  own outcome; with ``tokenize.label_source = "close"`` the two coincide and one set is shown. On synthetic
-  data also the informed policy that acts on the true latent drift (``backtest.oracle``): the ceiling, on
-  the trained-on labels only.
+- ``signal``: per (outcome, variant, seed) the daily cross-sectional rank IC and IC of the score p_buy - p_sell
+  against the next-day return (mean, ICIR, Newey-West t, share of positive days) and the direction AUC
+  (``backtest.signal``).
+- ``label_artefact``: the same statistics for the spline labels' own return r_spline = r_close + e_t - e_{t+1}
+  beside r_close, and for e_t alone (today's residual of the causal fit, known at decision time): how much of a
+  spline-label score is the label's construction, not the future.
+- ``information``: log-loss and Brier skill against the training base rates of each outcome (0 = no
+  information), balanced accuracy and macro-F1 of the argmax of the de-weighted probabilities, balanced accuracy
+  of the policy's own actions and the AUC of Buy-vs-rest and Sell-vs-rest (``backtest.skill``,
+  ``backtest.skill_seeds``, ``backtest.policy_frames``). A cell is the mean over seeds, the 95% day-bootstrap
+  interval of that mean (one day resample shared by the seeds) and the std over seeds; with
+  ``tokenize.label_source = "close"`` the two outcomes coincide and one set is shown. On synthetic data also
+  the informed policy that acts on the true latent drift (``backtest.oracle``): the ceiling.
+- ``information_uncalibrated``: the same table of the probabilities before calibration, when every policy wrote
+  them.
+- ``time_series_ic``: per backtested ticker, the rank IC over time of the score against r_close.
 - ``decisions``: per policy, why it trades or liquidates under the paper's weighted argmax
   (``backtest.decisions``): base rates, the no-information action, the Buy/Sell margin against ln 5.
 - ``decision_rules``: the paper's argmax next to the second rule (undo the weights, trade beyond a margin m
-  chosen on validation days), as backtested by ``stages.backtests``.
+  chosen on validation days), as backtested by ``stages.backtests``, with each rule's equal-weight portfolio.
+- ``data_seen``: the dates each variant's fit, validation and normalization saw, per fold (contamination).
 
 Everything reads shards of the warehouse; training statistics come from days on or before the cut only.
 No dagster here.

@@ -69,7 +69,8 @@ EVIDENCE_TITLES = {
     "for every model, rule and probe at the report's tau: mean over seeds ± std (not in the paper)",
     "label_artefact": "What the trained-on label knows at decision time: direction AUC and rank IC on the "
     "trained-on labels next to the close-to-close return the backtest trades (not in the paper)",
-    "information": "Do the tokens carry information? Skill of the calibrated, de-weighted probabilities p = (q/w)/Σ(q/w) on "
+    "information": "Do the tokens carry information? Skill of the calibrated, de-weighted "
+    "probabilities p = (q/w)/Σ(q/w) on "
     "every scored ticker-day of the test period (the universe, see the signal table), on the trained-on labels "
     "and on close-to-close labels (what the backtest trades): mean over seeds [95% day-bootstrap interval of the "
     "seed mean] ± std over seeds (not in the paper)",

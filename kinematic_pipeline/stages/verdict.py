@@ -150,7 +150,8 @@ def beat_buy_and_hold(settings: Settings, strategies: Strategies) -> list[dict]:
         variance = float(np.nanvar(sharpes, ddof=1)) if len(names) > 1 else 0.0
         rows.append(
             _deflation_row(
-                "Is the best strategy's Sharpe more than the luck of the trials (above the expected best of N skill-less ones)?",
+                "Is the best strategy's Sharpe more than the luck of the trials (above the expected best of N "
+                "skill-less ones)?",
                 "the best strategy's daily net returns",
                 returns[:, best],
                 names[best],
