@@ -1,10 +1,12 @@
 """Shared fixtures and helpers: settings pointing at a temporary warehouse, short synthetic ranges, and a
-warehouse tokenized from a synthetic Parquet file (what the tokenize, evaluate and lineage tests build on)."""
+warehouse tokenized from a synthetic Parquet file (what the tokenize, evaluate and lineage tests build on), built
+once per run (``tokenized_once``) and copied per module (``copy_warehouse``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -101,6 +103,28 @@ def _training_inputs(settings) -> None:
     for asset in TOKEN_ASSETS:
         build_window_store(settings, asset, progress=False)
     materialize_corpus_stats(settings)
+
+
+@pytest.fixture(scope="session")
+def tokenized_once(tmp_path_factory):
+    """``_bars()`` tokenized once per test run at tau 1% over the single cut: raw bars, the three token kinds,
+    labels, the window stores and corpus_stats (``_run_all`` and ``_training_inputs``). Never written to: a test
+    takes a copy (``copy_warehouse``)."""
+    settings = _settings(tmp_path_factory.mktemp("tokenized"), "wh", _bars(), taus=(0.01,))
+    _run_all(settings)
+    _training_inputs(settings)
+    return settings
+
+
+def copy_warehouse(settings, folder: Path):
+    """``settings`` over a copy of its warehouse and of its source file, in ``folder``. A copy is a warehouse of its
+    own: the catalog's views and the manifests hold paths relative to the warehouse, and ``copy2`` keeps the mtimes
+    the verified-read sidecars recorded."""
+    folder.mkdir(parents=True, exist_ok=True)
+    source = shutil.copy2(settings.data.source_path, folder / Path(settings.data.source_path).name)
+    root = shutil.copytree(settings.warehouse.root, folder / settings.warehouse.root.name)
+    data = dataclasses.replace(settings.data, source_path=str(source))
+    return dataclasses.replace(settings, warehouse=root, data=data)
 
 
 def _perturb_after(bars: pl.DataFrame, day: dt.date, seed: int = 7) -> pl.DataFrame:

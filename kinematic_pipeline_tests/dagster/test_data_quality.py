@@ -2,8 +2,9 @@
 
 Through Dagster (``raw_ohlcv`` with its checks, in process): an unadjusted split (the close halves overnight, the
 volume does not move) and two tickers that differ only by case are flagged with their names and dates, while a
-real crash with its volume surge is not; through the real CLI: a value that does not parse keeps its original
-text in its quarantine row (Parquet as CSV), and duplicate columns are one line naming the file and both columns.
+real crash with its volume surge is not; through the real CLI's ``main`` (in process): a value that does not parse
+keeps its original text in its quarantine row (Parquet as CSV), and duplicate columns are one line naming the file
+and both columns.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.definitions import build_definitions
 from kinematic_pipeline.orchestration.partitions import range_tags
 from kinematic_pipeline.warehouse import Warehouse
-from kinematic_pipeline_tests.helpers.cli import assert_one_line_error, run_cli
+from kinematic_pipeline_tests.helpers.cli import assert_one_line_error, run_cli_in_process
 
 DAYS = trading_days(dt.date(2021, 2, 1), dt.date(2021, 3, 31))
 SPLIT_DAY, CRASH_DAY = DAYS[30], DAYS[35]
@@ -80,7 +81,7 @@ def test_unadjusted_splits_and_case_variants_are_warnings_naming_ticker_and_date
     assert kept == _universe().height  # the bars stay
 
 
-def test_an_unparseable_parquet_value_keeps_its_text_and_duplicate_columns_name_the_file(tmp_path):
+def test_an_unparseable_parquet_value_keeps_its_text_and_duplicate_columns_name_the_file(tmp_path, capfd):
     bars = _series("TXT", [100.0] * len(DAYS), [1e6] * len(DAYS)).head(5)
     text = bars.with_columns(pl.col("close").cast(pl.String))
     text = text.with_columns(
@@ -89,21 +90,21 @@ def test_an_unparseable_parquet_value_keeps_its_text_and_duplicate_columns_name_
     folder = tmp_path / "src"
     folder.mkdir()
     text.write_parquet(folder / "bars.parquet")
-    proc = run_cli(tmp_path, "materialize", "--select", "raw_ohlcv", source="parquet", path=folder)
+    proc = run_cli_in_process(capfd, tmp_path, "materialize", "--select", "raw_ohlcv", source="parquet", path=folder)
     assert proc.returncode == 0, proc.stderr[-2000:]
     quarantine = Warehouse(tmp_path / "warehouse").query("SELECT reason, raw_text, source_row FROM quarantine")
     assert quarantine.rows() == [("missing_value", "close=1O1.5", 2)]
 
     doubled = bars.with_columns(pl.col("close").alias("Close "))
     doubled.write_parquet(folder / "bars.parquet")
-    proc = run_cli(tmp_path, "materialize", "--select", "raw_ohlcv", source="parquet", path=folder)
+    proc = run_cli_in_process(capfd, tmp_path, "materialize", "--select", "raw_ohlcv", source="parquet", path=folder)
     assert_one_line_error(proc, "bars.parquet", "duplicate column 'close'", "'Close '")
 
 
-def test_the_cli_prints_one_warning_line_per_flagged_row(tmp_path):
+def test_the_cli_prints_one_warning_line_per_flagged_row(tmp_path, capfd):
     path = tmp_path / "bars.parquet"
     _universe().write_parquet(path)
-    proc = run_cli(tmp_path, "materialize", "--select", "raw_ohlcv", source="parquet", path=path)
+    proc = run_cli_in_process(capfd, tmp_path, "materialize", "--select", "raw_ohlcv", source="parquet", path=path)
     assert proc.returncode == 0, proc.stderr[-2000:]  # warnings never fail the run
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: ")]
     assert f"warning: raw_ohlcv.no_unadjusted_split: SPLT {SPLIT_DAY} close/previous 0.500" in "\n".join(warnings)

@@ -3,8 +3,10 @@ and Dagster instance): every row the file holds is kept, quarantined with a reas
 range, and the totals add up to the file's rows; an unreadable file or a bad argument is one line on
 stderr (file, row, column, hint), never a traceback unless ``--debug``.
 
-A failing input is rejected before Dagster loads (about half a second); the three runs that materialize
-take about 9 s each on the 2-core machine.
+The one-line errors run the CLI's ``main`` in this process (``run_cli_in_process``: no cold Python and Dagster
+start each); the hostile files, ``--debug``'s traceback, a broken pipe and one one-line error after a cold Dagster
+load go through a process of their own (``run_cli``). The two runs that materialize take about 9 s each on the
+2-core machine.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from kinematic_pipeline_tests.helpers.cli import (
     hostile_rows,
     last_line,
     run_cli,
+    run_cli_in_process,
 )
 
 EXPECTED_QUARANTINE = {"non_finite_value": 3, "missing_value": 1, "duplicate_key": 1, "non_trading_day": 1}
@@ -147,10 +150,10 @@ UNREADABLE = {
 
 
 @pytest.mark.parametrize("case", sorted(UNREADABLE))
-def test_an_unreadable_file_is_one_line_naming_it(tmp_path, case):
+def test_an_unreadable_file_is_one_line_naming_it(tmp_path, capfd, case):
     fmt, make, fragments = UNREADABLE[case]
     path = make(tmp_path)
-    proc = run_cli(tmp_path, "materialize", "--select", "raw_ohlcv", source=fmt, path=path)
+    proc = run_cli_in_process(capfd, tmp_path, "materialize", "--select", "raw_ohlcv", source=fmt, path=path)
     assert proc.returncode == 1
     assert_one_line_error(proc, str(path), *fragments)
     assert not (tmp_path / "warehouse" / "raw_ohlcv").exists()
@@ -163,42 +166,46 @@ def test_debug_shows_the_traceback(tmp_path):
 
 
 def test_an_unknown_asset_in_select_is_one_line(tmp_path):
+    """Through the real entry point, after a cold Dagster load: the error is all stderr holds."""
     path = _write(tmp_path, "ok.csv", HEADER + GOOD)
     proc = run_cli(tmp_path, "materialize", "--select", "raw_ohlcv,nope", source="csv", path=path)
     assert_one_line_error(proc, "--select 'raw_ohlcv,nope'", "Hint")
+    assert proc.returncode == 1 and proc.stderr.splitlines() == [last_line(proc)], proc.stderr
 
 
-def test_a_fold_with_no_test_day_is_refused_before_any_run(tmp_path):
+def test_a_fold_with_no_test_day_is_refused_before_any_run(tmp_path, capfd):
     """The ci profile's folds test 2022H1 and 2022H2; data ending 2021-12-31 leave both without a test day: the whole
     DAG is refused before its first run, naming the settings; a selection that tests no fold (ingest) runs."""
     path = _write(tmp_path, "ok.csv", HEADER + GOOD)
-    proc = run_cli(tmp_path, "materialize", source="csv", path=path)
+    proc = run_cli_in_process(capfd, tmp_path, "materialize", source="csv", path=path)
     assert_one_line_error(proc, "before the test period of fold 2022H1 (tests from 2022-01-03), 2022H2", "KP_END_DATE")
     assert "KP_FOLDS" in last_line(proc) and "materialize raw_ohlcv" not in proc.stdout
     assert not (tmp_path / "warehouse" / "raw_ohlcv").exists()
-    assert run_cli(tmp_path, "materialize", "--select", "raw_ohlcv", source="csv", path=path).returncode == 0
+    ingest = run_cli_in_process(capfd, tmp_path, "materialize", "--select", "raw_ohlcv", source="csv", path=path)
+    assert ingest.returncode == 0, ingest.stdout + ingest.stderr
 
 
 @pytest.mark.parametrize(
     "command", [["lineage", "--model", "splinegpt", "--tau", "0.01", "--ticker", "NVDA"], ["report"], ["info"]]
 )
-def test_read_only_commands_do_not_create_a_missing_warehouse(tmp_path, command):
-    proc = run_cli(tmp_path, *command)
+def test_read_only_commands_do_not_create_a_missing_warehouse(tmp_path, capfd, command):
+    proc = run_cli_in_process(capfd, tmp_path, *command)
     assert_one_line_error(proc, f"no warehouse at {tmp_path / 'warehouse'}")
     assert not (tmp_path / "warehouse").exists()
 
 
 @pytest.mark.parametrize("ticker", ["BRK/B", "BRK B", "ÆØÅ"])
-def test_lineage_takes_any_ticker_and_a_catalog_error_is_one_line(tmp_path, ticker):
+def test_lineage_takes_any_ticker_and_a_catalog_error_is_one_line(tmp_path, capfd, ticker):
     import duckdb
 
     (tmp_path / "warehouse").mkdir()
     duckdb.connect(str(tmp_path / "warehouse" / "catalog.duckdb")).close()  # a catalog without the report's views
     command = ["lineage", "--model", "splinegpt", "--tau", "0.01", "--ticker", ticker]
-    proc = run_cli(tmp_path, *command, "--fold", "2022H1", "--seed", "1234")  # one chain: the catalog's views
+    # one chain: the catalog's views
+    proc = run_cli_in_process(capfd, tmp_path, *command, "--fold", "2022H1", "--seed", "1234")
     assert_one_line_error(proc, "catalog.duckdb", "backtests", "Hint")
     assert "not a ticker" not in proc.stderr
-    pooled = run_cli(tmp_path, *command)  # the report's pooled record first: none yet
+    pooled = run_cli_in_process(capfd, tmp_path, *command)  # the report's pooled record first: none yet
     assert_one_line_error(pooled, "holds no pooled_backtests", "materialize pooled_backtests")
 
 
@@ -274,15 +281,8 @@ def test_info_prints_the_settings_as_a_tree(tmp_path):
 
 
 @pytest.mark.parametrize("variable, value", [("KP_START_DATE", "1970-01-02"), ("KP_END_DATE", "2999-12-31")])
-def test_a_date_outside_the_calendar_is_one_line_naming_its_setting(tmp_path, variable, value):
-    env = {**cli_env(tmp_path, None, None), variable: value}  # over the test's own dates
-    proc = subprocess.run(
-        [sys.executable, "-m", "kinematic_pipeline", "materialize", "--select", "raw_ohlcv"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def test_a_date_outside_the_calendar_is_one_line_naming_its_setting(tmp_path, capfd, variable, value):
+    env = {variable: value}  # over the test's own dates
+    proc = run_cli_in_process(capfd, tmp_path, "materialize", "--select", "raw_ohlcv", env=env)
     assert_one_line_error(proc, f"{variable}={value} is outside the NYSE calendar", f"set {variable} inside it")
     assert not (tmp_path / "warehouse").exists()

@@ -19,16 +19,14 @@ from kinematic_pipeline.stages.predict import run_predictions
 from kinematic_pipeline.stages.report import materialize_paper_tables, materialize_report
 from kinematic_pipeline.stages.verdict import materialize_verdict
 from kinematic_pipeline.training.run import finetune, pretrain
-from kinematic_pipeline_tests.conftest import _bars, _run_all, _settings, _training_inputs, record_in_manifest
+from kinematic_pipeline_tests.conftest import copy_warehouse, record_in_manifest
 
 POLICY = Policy("splinegpt", 1234, 0.01)
 
 
 @pytest.fixture(scope="module")
-def backtested(tmp_path_factory):
-    settings = _settings(tmp_path_factory.mktemp("lineage"), "wh", _bars(), taus=(0.01,))
-    _run_all(settings)
-    _training_inputs(settings)
+def backtested(tokenized_once, tmp_path_factory):
+    settings = copy_warehouse(tokenized_once, tmp_path_factory.mktemp("lineage"))
     pretrain(settings, POLICY, progress=False)
     finetune(settings, POLICY, progress=False)
     run_predictions(settings, POLICY)

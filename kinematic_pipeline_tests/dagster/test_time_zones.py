@@ -1,6 +1,7 @@
 """Zone-aware timestamps become the exchange's trading date, never the UTC date, in Parquet and CSV alike
-(through the real CLI): bars stamped in a zone east of UTC (Tokyo, +09:00), west of it (Los Angeles) and in UTC
-itself land on the session their own calendar date names, the same as the same instants written as text."""
+(through the real CLI's ``main``, in process): bars stamped in a zone east of UTC (Tokyo, +09:00), west of it
+(Los Angeles) and in UTC itself land on the session their own calendar date names, the same as the same instants
+written as text."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.warehouse import Warehouse
-from kinematic_pipeline_tests.helpers.cli import run_cli
+from kinematic_pipeline_tests.helpers.cli import run_cli_in_process
 
 SESSIONS = trading_days(dt.date(2021, 1, 4), dt.date(2021, 1, 8))
 ZONES = {"EAST": ("Asia/Tokyo", 6), "WEST": ("America/Los_Angeles", 13), "UTC": ("UTC", 21)}  # zone, stamp hour
@@ -40,7 +41,7 @@ def _bars(name: str, zone: str, hour: int) -> pl.DataFrame:
 
 
 @pytest.mark.parametrize("kind", ["parquet", "csv"])
-def test_zone_aware_timestamps_land_on_their_own_calendar_date(tmp_path, kind):
+def test_zone_aware_timestamps_land_on_their_own_calendar_date(tmp_path, capfd, kind):
     folder = tmp_path / "bars"
     folder.mkdir()
     for name, (zone, hour) in ZONES.items():
@@ -52,7 +53,7 @@ def test_zone_aware_timestamps_land_on_their_own_calendar_date(tmp_path, kind):
         else:  # ISO text with the offset, as a vendor's CSV writes it
             text = frame.with_columns(pl.col("date").map_elements(lambda t: t.isoformat(), return_dtype=pl.String))
             text.write_csv(folder / f"{name}.csv")
-    proc = run_cli(tmp_path, "materialize", "--select", "raw_ohlcv", source=kind, path=folder)
+    proc = run_cli_in_process(capfd, tmp_path, "materialize", "--select", "raw_ohlcv", source=kind, path=folder)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = Warehouse(tmp_path / "warehouse").query("SELECT ticker, date, close FROM raw_ohlcv ORDER BY ticker, date")
     for name in ZONES:

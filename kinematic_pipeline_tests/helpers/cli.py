@@ -1,5 +1,5 @@
-"""The real CLI in a subprocess with its own warehouse and Dagster instance (ci profile), a hostile bars file, and
-the one-line error every refused input must be."""
+"""The real CLI with its own warehouse and Dagster instance (ci profile), in a subprocess (``run_cli``) or in this
+process (``run_cli_in_process``), a hostile bars file, and the one-line error every refused input must be."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ import datetime as dt
 import os
 import subprocess
 import sys
+import traceback
 from pathlib import Path
+
+import pytest
 
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline_tests.helpers import ROOT
@@ -20,14 +23,12 @@ TICKERS = ("AAA", "BRK/B", "ÆØÅ")
 INF = float("inf")
 
 
-def cli_env(tmp_path: Path, source: str | None, path: Path | None) -> dict[str, str]:
-    env = dict(os.environ)
-    # The code under test, whichever checkout the venv's editable install points at.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+def cli_variables(tmp_path: Path, source: str | None, path: Path | None) -> dict[str, str]:
+    """The variables a test's CLI runs with: the ci profile, a warehouse and a Dagster instance in ``tmp_path``."""
     home = tmp_path / "dagster_home"
     home.mkdir(exist_ok=True)
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    env.update(
+    env = dict(
         KP_PROFILE="ci",
         KP_WAREHOUSE=str(tmp_path / "warehouse"),
         DAGSTER_HOME=str(home),
@@ -36,6 +37,14 @@ def cli_env(tmp_path: Path, source: str | None, path: Path | None) -> dict[str, 
     )
     if source:
         env.update(KP_SOURCE=source, KP_SOURCE_PATH=str(path))
+    return env
+
+
+def cli_env(tmp_path: Path, source: str | None, path: Path | None) -> dict[str, str]:
+    env = dict(os.environ)
+    # The code under test, whichever checkout the venv's editable install points at.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env.update(cli_variables(tmp_path, source, path))
     return env
 
 
@@ -48,6 +57,41 @@ def run_cli(tmp_path: Path, *args: str, source: str | None = None, path: Path | 
         text=True,
         timeout=300,
     )
+
+
+def run_cli_in_process(
+    capfd: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    *args: str,
+    source: str | None = None,
+    path: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess:
+    """``run_cli`` without the cold start: ``kinematic_pipeline.cli.main(args)`` in this interpreter, with the same
+    variables (and ``env`` over them) set by pytest's monkeypatch and ``tmp_path`` as the working directory for the
+    call only; what it printed to stdout and stderr (file descriptors included, ``capfd``); its exit status as
+    ``python -m kinematic_pipeline`` would end: ``main``'s return value, a ``SystemExit``'s code (argparse), or 1
+    with the traceback on stderr for an exception that escapes ``main``, as the interpreter prints it.
+
+    ``main`` reads the environment once per call (``load_settings``) and builds the definitions and the Dagster
+    instance from it, so nothing carries over from one call to the next. What only a process of its own shows
+    (the interpreter's start, warnings printed on stderr, a killed run, a broken pipe) stays with ``run_cli``."""
+    from kinematic_pipeline.cli import main
+
+    capfd.readouterr()  # what the test printed before is not the command's
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in {**cli_variables(tmp_path, source, path), **(env or {})}.items():
+            patch.setenv(name, value)
+        patch.chdir(tmp_path)
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse: a usage error (2, its message printed), --help (0)
+            code = 0 if exc.code is None else exc.code
+        except Exception:
+            traceback.print_exc()
+            code = 1
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess([sys.executable, "-m", "kinematic_pipeline", *args], code, out, err)
 
 
 def last_line(proc) -> str:

@@ -15,7 +15,15 @@ from kinematic_pipeline.models import PatchTSTClassifier, SequenceClassifier, bu
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.stages.predict import evaluation_tickers, predict
 from kinematic_pipeline.windows import window_end_kinematics
-from kinematic_pipeline_tests.conftest import CUT, _bars, _perturb_after, _run_all, _settings, _training_inputs
+from kinematic_pipeline_tests.conftest import (
+    CUT,
+    _bars,
+    _perturb_after,
+    _run_all,
+    _settings,
+    _training_inputs,
+    copy_warehouse,
+)
 
 DECISION_DAY = dt.date(2021, 7, 9)  # "day t" of the perturbation: inside the test period (after CUT)
 
@@ -28,14 +36,13 @@ def _classifier(settings, variant: str):
 
 
 @pytest.fixture(scope="module")
-def warehouses(tmp_path_factory):
+def warehouses(tokenized_once, tmp_path_factory):
+    """A copy of the run's tokenized warehouse, and the same bars perturbed after ``DECISION_DAY`` built alike."""
     tmp = tmp_path_factory.mktemp("evaluate")
-    bars = _bars()
-    base = _settings(tmp, "base", bars, taus=(0.01,))
-    other = _settings(tmp, "perturbed", _perturb_after(bars, DECISION_DAY), taus=(0.01,))
-    for settings in (base, other):
-        _run_all(settings)
-        _training_inputs(settings)
+    base = copy_warehouse(tokenized_once, tmp / "base")
+    other = _settings(tmp, "perturbed", _perturb_after(_bars(), DECISION_DAY), taus=(0.01,))
+    _run_all(other)
+    _training_inputs(other)
     return base, other
 
 

@@ -17,17 +17,15 @@ from kinematic_pipeline.sampling import epoch_sample, expected_distinct_days, pa
 from kinematic_pipeline.stages.window_store import build_window_store
 from kinematic_pipeline.verified import SIDECAR_SUFFIX
 from kinematic_pipeline.window_store import StaleStoreError, open_store
-from kinematic_pipeline_tests.conftest import CUT, _bars, _perturb_after, _run_all, _settings
+from kinematic_pipeline_tests.conftest import CUT, _bars, _perturb_after, _run_all, _settings, copy_warehouse
 
 ASSET = "spline_tokens"
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    settings = _settings(tmp_path_factory.mktemp("store"), "wh", _bars(), taus=(0.01,))
-    _run_all(settings)
-    build_window_store(settings, ASSET, progress=False)
-    return settings
+def built(tokenized_once, tmp_path_factory):
+    """A copy of the run's tokenized warehouse: its window stores are built (``_training_inputs``)."""
+    return copy_warehouse(tokenized_once, tmp_path_factory.mktemp("store"))
 
 
 def _files(folder) -> dict[str, str]:
