@@ -1,12 +1,12 @@
 """Walk-forward folds: which days each trained policy may learn from and which days it is tested on.
 
-``evaluate.folds`` = 1 is the single cut (``data.train_end``, ``KP_TRAIN_END``): train on the sessions on or
+``split.folds`` = 1 is the single cut (``split.train_end``, ``KP_TRAIN_END``): train on the sessions on or
 before it, test on every later one; the fold has no name (``Policy.fold`` None, keys ``1234|0.01``).
-``evaluate.folds`` = n > 1 tests the n consecutive periods (``evaluate.fold_period``: year, half, quarter)
-after ``data.train_end``; fold k (named ``2019``, ``2022H1``, ``2022Q3``) trains on every session before its test
-period less an embargo of ``evaluate.embargo_sessions`` sessions (an expanding window), and its test period
+``split.folds`` = n > 1 tests the n consecutive periods (``split.fold_period``: year, half, quarter)
+after ``split.train_end``; fold k (named ``2019``, ``2022H1``, ``2022Q3``) trains on every session before its test
+period less an embargo of ``split.embargo_sessions`` sessions (an expanding window), and its test period
 ends where the next fold's begins (the last fold's at the end of the history). In both, the labels of the
-training days whose label horizon (``evaluate.label_horizon`` sessions: a label of day t needs day t+1) reaches
+training days whose label horizon (``split.label_horizon`` sessions: a label of day t needs day t+1) reaches
 into the test period are purged: ``label_end`` is the last training day with a label a policy may learn.
 
 Tokens and labels do not depend on the cut and are shared; every training-derived quantity is per fold: the
@@ -71,9 +71,9 @@ def _purged(train_end: dt.date, test_start: dt.date, start: dt.date, horizon: in
 
 
 def walk_forward(settings) -> tuple[Fold, ...]:
-    """The run's folds, in time order (``evaluate.folds``; see the module docstring)."""
-    data, ev = settings.data, settings.evaluate
-    start, cut = data.start_date, data.train_end
+    """The run's folds, in time order (``settings.split``; see the module docstring)."""
+    ev = settings.split
+    start, cut = settings.data.start_date, ev.train_end
     horizon = ev.label_horizon
     first_test = trading_days(cut + dt.timedelta(days=1), calendar_end())[0]
     if ev.folds == 1:
@@ -113,7 +113,7 @@ def fold_of(settings, name: str | None) -> Fold:
         if fold.name == name:
             return fold
     names = ", ".join(f.label for f in folds)
-    raise ValueError(f"fold {name!r} is not one of this run's folds ({names}; evaluate.folds={len(folds)})")
+    raise ValueError(f"fold {name!r} is not one of this run's folds ({names}; split.folds={len(folds)})")
 
 
 def store_cut(settings) -> dt.date:
@@ -136,7 +136,7 @@ def evaluated_folds(settings, tau: float) -> tuple[str | None, ...]:
     from kinematic_pipeline.label_rules import same_tau
 
     names = fold_names(settings)
-    if settings.evaluate.tau_sweep_folds == "last" and not same_tau(tau, settings.evaluate.report_tau):
+    if settings.split.tau_sweep_folds == "last" and not same_tau(tau, settings.evaluate.report_tau):
         return names[-1:]
     return names
 

@@ -15,7 +15,7 @@ Layout, ``$KP_WAREHOUSE/window_store/<token asset>/`` (``Warehouse.window_store_
 - ``manifest.parquet``: one row: the asset, the training cut, the counts, the sha256 of the three files
   above and ``shards_digest`` (sha256 over the shards' content hashes, in day order).
 
-Only shards dated on or before the last fold's training end (``folds.store_cut``; a single cut: ``data.train_end``) are
+Only shards dated on or before the last fold's training end (``folds.store_cut``; a single cut: ``split.train_end``) are
 ever opened, so nothing after the cut can be served; each fold reads the prefix of days up to its own training end.
 ``open_store`` compares the manifest with the settings' cut and the token manifests of today: a store built
 from other shards is an error that names the asset to re-materialize; and the three files with the sha256 the

@@ -75,14 +75,14 @@ def _settings(tmp_path, name: str, bars: pl.DataFrame, **tokenize):
     settings = load_settings(
         "ci", source="parquet", source_path=str(path), warehouse=tmp_path / name, start_date=START, end_date=END, env={}
     )
-    settings = dataclasses.replace(single_cut(settings), data=dataclasses.replace(settings.data, train_end=CUT))
+    settings = dataclasses.replace(settings, split=dataclasses.replace(settings.split, folds=1, train_end=CUT))
     return dataclasses.replace(settings, tokenize=dataclasses.replace(settings.tokenize, **tokenize))
 
 
 def single_cut(settings):
-    """``settings`` with one fold (the single cut ``data.train_end``): the ci profile's two walk-forward folds
+    """``settings`` with one fold (the single cut ``split.train_end``): the ci profile's two walk-forward folds
     need a year of history; these tests' few months test the single cut."""
-    return dataclasses.replace(settings, evaluate=dataclasses.replace(settings.evaluate, folds=1))
+    return dataclasses.replace(settings, split=dataclasses.replace(settings.split, folds=1))
 
 
 def _run_all(settings) -> list[dt.date]:

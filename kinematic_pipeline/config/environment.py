@@ -22,16 +22,16 @@ from kinematic_pipeline.config.profiles import profile_settings
 from kinematic_pipeline.config.settings import SOURCES, DataConfig, Settings
 
 
-def check_training_cut(data: DataConfig) -> None:
+def check_training_cut(data: DataConfig, train_end: dt.date) -> None:
     """The cut must leave at least one training day and, when the history's end is known, one test day."""
-    if not trading_days(data.start_date, data.train_end):
+    if not trading_days(data.start_date, train_end):
         raise ValueError(
-            f"training cut {data.train_end} (KP_TRAIN_END) leaves no training day: the history starts "
+            f"training cut {train_end} (KP_TRAIN_END) leaves no training day: the history starts "
             f"{data.start_date} (KP_START_DATE); the cut must be on or after the first session"
         )
-    if data.end_date is not None and not trading_days(data.train_end + dt.timedelta(days=1), data.end_date):
+    if data.end_date is not None and not trading_days(train_end + dt.timedelta(days=1), data.end_date):
         raise ValueError(
-            f"training cut {data.train_end} (KP_TRAIN_END) leaves no test day: the history ends {data.end_date} "
+            f"training cut {train_end} (KP_TRAIN_END) leaves no test day: the history ends {data.end_date} "
             "(KP_END_DATE); the test period is every session after the cut"
         )
 
@@ -99,18 +99,19 @@ def load_settings(
         data = dataclasses.replace(data, end_date=None)
     if data.end_date is not None and data.end_date < data.start_date:
         raise ValueError(f"end date {data.end_date} is before start date {data.start_date}")
+    split = base.split
     if env.get("KP_TRAIN_END"):
         # An explicit cut must split the history. (A profile's default cut may lie beyond a history narrowed
         # for ingest only; the stages that need a training or a test day say so when they run.)
-        data = dataclasses.replace(data, train_end=_parse_date(env["KP_TRAIN_END"], "KP_TRAIN_END"))
-        check_training_cut(data)
-    evaluate = base.evaluate
+        split = dataclasses.replace(split, train_end=_parse_date(env["KP_TRAIN_END"], "KP_TRAIN_END"))
+        check_training_cut(data, split.train_end)
     if env.get("KP_FOLDS") or env.get("KP_TRAIN_END"):
         # An explicit cut is one fold (the split it names) unless KP_FOLDS asks for walk-forward folds after it.
         text = env.get("KP_FOLDS") or "1"
         if not text.isdigit() or int(text) < 1:
             raise ValueError(f"KP_FOLDS={text!r}: expected a positive integer (1: the single cut KP_TRAIN_END)")
-        evaluate = dataclasses.replace(evaluate, folds=int(text))
+        split = dataclasses.replace(split, folds=int(text))
+    evaluate = base.evaluate
 
     synthetic = base.synthetic
     if env.get("KP_PLANTED_IC"):
@@ -155,6 +156,7 @@ def load_settings(
         base,
         warehouse=wh,
         data=data,
+        split=split,
         synthetic=synthetic,
         train=train,
         evaluate=evaluate,

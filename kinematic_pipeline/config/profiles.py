@@ -11,6 +11,7 @@ from kinematic_pipeline.config.settings import (
     EvalConfig,
     ModelConfig,
     Settings,
+    SplitConfig,
     SyntheticConfig,
     TrainConfig,
 )
@@ -67,12 +68,10 @@ def _profile_ci() -> Settings:
         # two walk-forward folds: the half-years 2022H1 and 2022H2 (folds.py), pooled in the report
         # the tau sweep on the last fold only (the report's tau on both): 40 adapters trained to their best
         # validation step instead of 64
+        split=SplitConfig(folds=2, fold_period="half", tau_sweep_folds="last"),
         evaluate=EvalConfig(
             skill_bootstrap_resamples=200,
-            folds=2,
-            fold_period="half",
             verdict_bootstrap_resamples=300,
-            tau_sweep_folds="last",
             scaling_windows=(256, 1024, 4096),  # a fold holds ~700 labelled training windows: 0.4 to 6 epochs
         ),
     )
@@ -107,8 +106,8 @@ def _profile_paper() -> Settings:
             source="parquet",
             start_date=dt.date(2000, 1, 3),
             end_date=None,
-            train_end=dt.date(2022, 12, 31),
         ),
+        split=SplitConfig(train_end=dt.date(2022, 12, 31)),
         synthetic=SyntheticConfig(n_tickers=100),
         evaluate=EvalConfig(test_tickers=PAPER_TEST_TICKERS, focus_ticker="NVDA", responsiveness_ticker="XOM"),
     )
@@ -128,8 +127,10 @@ def _profile_real() -> Settings:
             source="parquet",
             start_date=dt.date(2000, 1, 3),
             end_date=None,
-            train_end=dt.date(2018, 12, 31),
         ),
+        # walk-forward: the test years 2019, 2020, 2021, 2022, each trained on everything before it less a
+        # 65-session embargo; the tau sweep on the last fold only (the report's tau on every fold)
+        split=SplitConfig(train_end=dt.date(2018, 12, 31), folds=4, fold_period="year", tau_sweep_folds="last"),
         model=SMALL_CPU_MODEL,
         # four walk-forward folds x 1 seed x 4 models: 16 foundations and 28 adapters (the tau sweep on the last
         # fold) trained to their best validation step within the hour on 2 cores (docs/results: the measured run); a
@@ -155,12 +156,7 @@ def _profile_real() -> Settings:
             baseline_taus=(0.01,),
             universe_tickers=50,
             skill_bootstrap_resamples=250,  # day resamples of the universe skill intervals (100k rows a policy)
-            # walk-forward: the test years 2019, 2020, 2021, 2022, each trained on everything before it less a
-            # 65-session embargo; the tau sweep on the last fold only (the report's tau on every fold)
-            folds=4,
-            fold_period="year",
             probe_max_train_rows=150_000,  # of ~1.3-2 M labelled training ticker-days: 4 folds x 8 probes fit the hour
-            tau_sweep_folds="last",
             # the data-scaling curves in the report (issue 28): 4k to 64k windows (32 to 512 fine-tuning steps)
             scaling_windows=(4096, 16384, 65536),
             scaling_in_dag=True,

@@ -72,7 +72,33 @@ class DataConfig:
     start_date: dt.date = dt.date(2021, 1, 4)  # first trading-day partition
     end_date: dt.date | None = dt.date(2022, 12, 30)  # last partition to load (None: the source's last day)
     tickers: tuple[str, ...] | None = None  # restrict the universe (None: every ticker the source has)
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    """How the history splits into training and test days: the cut and the walk-forward folds after it
+    (``folds.walk_forward`` reads this section, with the history's first day).
+
+    folds = 1 is the single cut ``train_end`` (test: every later session); n > 1 are the n consecutive periods
+    (``fold_period``) after ``train_end``, each tested by policies trained on the sessions before it, less an
+    embargo of ``embargo_sessions`` (at least a window) between the training and test days; the last
+    ``label_horizon`` sessions' labels before a test period are purged from training."""
+
     train_end: dt.date = dt.date(2021, 12, 31)  # last day of the training period (paper: 2022-12-31)
+    folds: int = 1
+    fold_period: str = "year"  # year | half | quarter
+    embargo_sessions: int = 65
+    label_horizon: int = 1
+    tau_sweep_folds: str = "all"  # "last": taus other than report_tau are trained and evaluated on the last fold only
+
+    def __post_init__(self) -> None:
+        check_choice("split.fold_period", self.fold_period, FOLD_PERIODS)
+        check_choice("split.tau_sweep_folds", self.tau_sweep_folds, TAU_SWEEP_FOLDS)
+        if self.folds < 1 or self.embargo_sessions < 0 or self.label_horizon < 1:
+            raise ValueError(
+                f"split.folds={self.folds}, embargo_sessions={self.embargo_sessions}, label_horizon="
+                f"{self.label_horizon}: expected folds >= 1, embargo >= 0, horizon >= 1"
+            )
 
 
 @dataclass(frozen=True)
@@ -232,15 +258,6 @@ class EvalConfig:
     probe_trees: int = 300  # LightGBM boosting rounds at most (early stopping on the validation days)
     probe_max_train_rows: int | None = None  # a probe fits on a seeded sample of this many training rows at most
     probe_threads: int = 2  # LightGBM threads (fixed: its result is deterministic for a fixed thread count)
-    # Walk-forward folds (folds.py): 1 = the single cut data.train_end (test: every later session); n > 1 = the
-    # n consecutive periods (fold_period) after data.train_end, each tested by policies trained on the sessions
-    # before it, less an embargo of embargo_sessions (at least a window) between the training and test days;
-    # the last label_horizon sessions' labels before a test period are purged from training.
-    folds: int = 1
-    fold_period: str = "year"
-    embargo_sessions: int = 65
-    label_horizon: int = 1
-    tau_sweep_folds: str = "all"  # "last": taus other than report_tau are trained and evaluated on the last fold only
     verdict_cost_bps: float = 10.0  # the cost of the verdict's tests ("after costs"); one of costs_bps
     verdict_bootstrap_resamples: int = 1000  # SPA, StepM, MCS and the Sharpe-difference intervals
     verdict_seed: int = 0
@@ -256,13 +273,6 @@ class EvalConfig:
             raise ValueError(f"evaluate.scaling_windows={self.scaling_windows!r}: expected positive window counts")
         for name in self.baselines:
             check_choice("evaluate.baselines", name, BASELINE_NAMES)
-        check_choice("evaluate.fold_period", self.fold_period, FOLD_PERIODS)
-        check_choice("evaluate.tau_sweep_folds", self.tau_sweep_folds, TAU_SWEEP_FOLDS)
-        if self.folds < 1 or self.embargo_sessions < 0 or self.label_horizon < 1:
-            raise ValueError(
-                f"evaluate.folds={self.folds}, embargo_sessions={self.embargo_sessions}, label_horizon="
-                f"{self.label_horizon}: expected folds >= 1, embargo >= 0, horizon >= 1"
-            )
         if self.verdict_cost_bps not in self.backtest.costs_bps:
             raise ValueError(
                 f"evaluate.verdict_cost_bps={self.verdict_cost_bps} is not one of backtest.costs_bps "
@@ -280,6 +290,7 @@ class Settings:
     durable_writes: bool = False  # KP_DURABLE_WRITES=1: fsync every file before its rename (power loss)
     drop_dir: Path | None = None  # KP_DROP_DIR: what the drop_directory sensor watches (None: $KP_WAREHOUSE/drop)
     data: DataConfig = field(default_factory=DataConfig)
+    split: SplitConfig = field(default_factory=SplitConfig)
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
     ingest: IngestConfig = field(default_factory=IngestConfig)
     tokenize: TokenizeConfig = field(default_factory=TokenizeConfig)

@@ -61,7 +61,7 @@ def predictions_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
         deps=deps,
         kinds={spec.compute_kind, "parquet"},
         description=f"{spec.display_name}: Buy/Sell/Hold probabilities and the argmax action of one {what} "
-        "(seed, tau) for every test ticker and test day (after data.train_end), each from the causal window "
+        "(seed, tau) for every test ticker and test day (after split.train_end), each from the causal window "
         "ending that day (rolling protocol: no later bar enters); on the validation days, where the margin "
         "rule's m is chosen; and at the report's tau on the universe (predictions/universe/: the IC and skill "
         "tables). Realized labels ride along for evaluation only. View: predictions.",

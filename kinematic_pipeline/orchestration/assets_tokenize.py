@@ -108,7 +108,7 @@ def corpus_stats_assets(settings: Settings) -> dg.AssetsDefinition:
             dg.AssetSpec(
                 token_kind(kind).corpus_stats_asset,
                 description=f"Mean/std of the 7 z-scored channels of {kind} over the training period only "
-                "(its window store: shards dated <= data.train_end), with the fit window and a digest of the shards.",
+                "(its window store: shards dated <= split.train_end), with the fit window and a digest of the shards.",
                 group_name="corpus",
                 code_version=TOKENIZE_CODE_VERSION,
                 deps=[dg.AssetDep(window_store_asset(kind))],  # the training period's windows, read in order
@@ -136,7 +136,7 @@ def window_store_assets(settings: Settings) -> dg.AssetsDefinition:
         specs=[
             dg.AssetSpec(
                 window_store_asset(kind),
-                description=f"The training-period windows of {kind} (days <= data.train_end) in one memory-mapped "
+                description=f"The training-period windows of {kind} (days <= split.train_end) in one memory-mapped "
                 "file indexed by row, built from the day shards: every training epoch is a uniform sample of it. "
                 f"$KP_WAREHOUSE/window_store/{kind}/ (tokens.npy, rows, days, manifest with sha256s).",
                 group_name="corpus",

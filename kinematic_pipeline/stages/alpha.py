@@ -1,7 +1,7 @@
 """alpha by maximum marginal likelihood over the training period, and the lookup the tokenizer uses.
 
 ``estimate_alphas`` reads raw_ohlcv shards dated on or before the first fold's training end only (``folds.first_cut``:
-the tokens every fold shares may depend on nothing a fold tests; a single cut: ``data.train_end``), builds one
+the tokens every fold shares may depend on nothing a fold tests; a single cut: ``split.train_end``), builds one
 session-indexed series per ticker (missing sessions and zero volumes are NaN) and maximizes the
 exact profile likelihood (``kinematic_pipeline.tokenize.alpha_mle``): pooled over the corpus, and per
 ticker when ``tokenize.alpha_mle_scope = "ticker"``.

@@ -34,7 +34,7 @@ STATS_SCHEMA: dict[str, pl.DataType] = {
     "std": pl.Float64,  # 1.0 where the channel is constant (RawGPT's zeroed orders)
     "n_values": pl.Int64,
     "fit_start": pl.Date,
-    "fit_end": pl.Date,  # last shard date used; never after data.train_end
+    "fit_end": pl.Date,  # last shard date used; never after split.train_end
     "shards": pl.Int64,
     "shards_digest": pl.String,  # sha256 over the content hashes of the shards used, in date order
 }

@@ -3,7 +3,7 @@
 Rolling protocol (paper "Experimental Setup & Protocol"): the action of day t comes from the token shard of
 day t, whose window was fitted on bars up to t only, so nothing after t enters a decision. Test days are
 the token shards of the policy's fold's test period (``folds.py``; a single cut: every day after
-``data.train_end``). Models' and probes' probabilities are then calibrated (``backtest.calibration``: a
+``split.train_end``). Models' and probes' probabilities are then calibrated (``backtest.calibration``: a
 temperature and class biases fitted on the fold's validation days only) before anything is written; the raw
 universe predictions are kept beside the calibrated ones. No dagster here.
 """

@@ -168,7 +168,7 @@ def _training_period(settings: Settings) -> str:
     if len(folds) == 1:
         return f"{settings.data.start_date} .. {folds[0].train_end} (labels <= {folds[0].label_end})"
     return (
-        f"{len(folds)} walk-forward folds (expanding, embargo {settings.evaluate.embargo_sessions} sessions): "
+        f"{len(folds)} walk-forward folds (expanding, embargo {settings.split.embargo_sessions} sessions): "
         + "; ".join(
             f"{f.name}: train {settings.data.start_date} .. {f.train_end}, test {f.test_start} .. {f.test_end or 'end'}"
             for f in folds

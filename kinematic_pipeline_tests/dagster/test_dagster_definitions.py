@@ -195,7 +195,7 @@ def test_the_policy_partitions_are_exactly_the_runs_grid(tmp_path):
     from kinematic_pipeline.policy import Policy
 
     settings = load_settings("ci", warehouse=tmp_path / "wh", env={})
-    assert settings.evaluate.tau_sweep_folds == "last" and [f.name for f in settings.folds] == ["2022H1", "2022H2"]
+    assert settings.split.tau_sweep_folds == "last" and [f.name for f in settings.folds] == ["2022H1", "2022H2"]
     graph = build_definitions(settings).resolve_asset_graph()
     seeds, taus = settings.train.seeds, settings.tokenize.taus
     report = tau_key(settings.evaluate.report_tau)

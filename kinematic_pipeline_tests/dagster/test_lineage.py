@@ -59,7 +59,7 @@ def test_every_link_of_a_backtest_resolves_to_a_file_with_the_recorded_hash(back
     # the training shards are exactly those on or before the cut, and the test shards exactly after it
     train = files.filter(pl.col("link") == "training_shard")
     test = files.filter(pl.col("link") == "test_shard")
-    assert train["date"].max() <= str(settings.data.train_end) < test["date"].min()
+    assert train["date"].max() <= str(settings.split.train_end) < test["date"].min()
     assert set(train["split"].unique().to_list()) == {
         "pretrain_train",
         "pretrain_val",
@@ -157,14 +157,14 @@ def test_the_second_rules_margin_depends_on_validation_days_only(backtested, tmp
     wh = backtested.warehouse
     validation = pl.read_parquet(wh.predictions_extra("validation", POLICY))
     predictions = wh.evaluation_file("predictions", POLICY)
-    assert validation.height > 0 and validation["date"].max() <= backtested.data.train_end
+    assert validation.height > 0 and validation["date"].max() <= backtested.split.train_end
     assert validation["ticker"].n_unique() == pl.read_parquet(predictions)["ticker"].n_unique()
     # Perturb every test-period label (the days after the cut), re-run predictions and backtests: same m.
     settings = dataclasses.replace(backtested, warehouse=tmp_path / "wh")
     shutil.copytree(backtested.warehouse, settings.warehouse)
     perturbed = settings.warehouse
     column = "label_tau_0p0100"
-    for day in perturbed.shard_days("labels", after=settings.data.train_end):
+    for day in perturbed.shard_days("labels", after=settings.split.train_end):
         path = perturbed.shard("labels", day)
         frame = pl.read_parquet(path)
         frame.with_columns(((pl.col(column) + 1) % 3).cast(pl.Int8)).write_parquet(path)

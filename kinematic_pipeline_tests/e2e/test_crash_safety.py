@@ -179,7 +179,7 @@ def test_a_tick_killed_mid_write_leaves_no_partial_shard_and_the_next_run_repair
     label_manifests = pl.read_parquet([Warehouse(wh).manifest("labels", d) for d in Warehouse(wh).shard_days("labels")])
     assert _visible_windows(settings, "labels") == (label_manifests["windows"].sum(), PREVIOUS)
     # Fine-tuning reads labels up to train_end; DAY's labels wait for the next session, so stop before it.
-    until_previous = dataclasses.replace(settings, data=dataclasses.replace(settings.data, train_end=PREVIOUS))
+    until_previous = dataclasses.replace(settings, split=dataclasses.replace(settings.split, train_end=PREVIOUS))
     streamed = _streamed(until_previous, tau=0.01)
     store_days = open_store(until_previous, "spline_tokens").days["date"].implode()  # the cut's days (its purge)
     in_store = label_manifests.filter(pl.col("partition_date").is_in(store_days))

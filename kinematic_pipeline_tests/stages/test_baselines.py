@@ -130,8 +130,9 @@ def _warehouse(tmp_path, name: str, bars: pl.DataFrame):
     )
     settings = dataclasses.replace(
         settings,
-        data=dataclasses.replace(settings.data, train_end=CUT),
-        evaluate=dataclasses.replace(settings.evaluate, folds=1),  # the single cut (fold None): one store prefix
+        split=dataclasses.replace(
+            settings.split, train_end=CUT, folds=1
+        ),  # the single cut (fold None): one store prefix
         tokenize=dataclasses.replace(settings.tokenize, label_source="close"),
     )
     days = trading_days(START, END)

@@ -70,7 +70,7 @@ def test_predictions_cover_every_test_day_and_ticker_with_valid_probabilities(wa
     base, _ = warehouses
     result = predict(base, Policy("splinegpt", 1234, 0.01), _classifier(base, "splinegpt"))
     frame, days = result.frame, evaluation_days(base, "spline_tokens")
-    assert days[0] > base.data.train_end and frame["date"].unique().sort().to_list() == days
+    assert days[0] > base.split.train_end and frame["date"].unique().sort().to_list() == days
     assert sorted(frame["ticker"].unique().to_list()) == evaluation_tickers(base, "spline_tokens", days)
     probs = frame.select("p_buy", "p_sell", "p_hold").to_numpy()
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-5)
@@ -133,7 +133,7 @@ def test_an_empty_test_period_fails_with_a_message_that_names_the_cut(warehouses
     from kinematic_pipeline.stages.predict import run_predictions
 
     base, _ = warehouses
-    late = dataclasses.replace(base, data=dataclasses.replace(base.data, train_end=dt.date(2021, 12, 31)))
+    late = dataclasses.replace(base, split=dataclasses.replace(base.split, train_end=dt.date(2021, 12, 31)))
     wh, policy = late.warehouse, Policy("splinegpt", 1234, 0.01)
     adapter = wh.adapter_dir(policy) / "adapter" / "adapter_config.json"
     foundation = wh.foundation_checkpoint(policy)

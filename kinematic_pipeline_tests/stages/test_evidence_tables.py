@@ -42,7 +42,7 @@ def _settings(tmp_path, label_source="spline"):
     return dataclasses.replace(
         settings,
         warehouse=tmp_path / "wh",
-        data=dataclasses.replace(settings.data, train_end=CUT),
+        split=dataclasses.replace(settings.split, train_end=CUT),
         tokenize=dataclasses.replace(settings.tokenize, taus=(TAU,), label_source=label_source),
         evaluate=dataclasses.replace(settings.evaluate, skill_bootstrap_resamples=60, report_tau=TAU),
     )

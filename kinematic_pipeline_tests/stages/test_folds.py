@@ -59,10 +59,10 @@ def test_the_fold_calendar_embargo_and_purge(profile, env, expected):
         assert after.train_end > fold.train_end
     for fold in folds:
         gap = trading_days(fold.train_end, fold.test_start)[1:-1]  # sessions strictly between train and test
-        embargo = 0 if len(folds) == 1 else settings.evaluate.embargo_sessions
+        embargo = 0 if len(folds) == 1 else settings.split.embargo_sessions
         assert len(gap) == embargo and (len(folds) == 1 or embargo >= 65)  # at least a window's length
         # the purge: the last learnable label's horizon (1 session) ends before the test period starts
-        horizon_end = trading_days(fold.label_end, fold.test_start)[settings.evaluate.label_horizon]
+        horizon_end = trading_days(fold.label_end, fold.test_start)[settings.split.label_horizon]
         assert horizon_end < fold.test_start and fold.label_end <= fold.train_end
 
 
@@ -98,7 +98,7 @@ def _warehouse(tmp_path, name: str, bars: pl.DataFrame):
     settings = load_settings("ci", source="parquet", source_path=str(path), warehouse=tmp_path / name, env=env)
     settings = dataclasses.replace(
         settings,
-        evaluate=dataclasses.replace(settings.evaluate, fold_period="half"),
+        split=dataclasses.replace(settings.split, fold_period="half"),
         train=TrainConfig(
             pretrain_steps=4,
             eval_every=2,

@@ -87,13 +87,13 @@ def test_validation_days_are_the_last_days_of_the_training_period(ci_warehouse):
     assert max(train_days) < min(val_days)
     assert (
         max(val_days)
-        == max(ci_warehouse.warehouse.shard_days("spline_tokens", until=ci_warehouse.data.train_end))
-        <= ci_warehouse.data.train_end
+        == max(ci_warehouse.warehouse.shard_days("spline_tokens", until=ci_warehouse.split.train_end))
+        <= ci_warehouse.split.train_end
     )
     assert len(val_days) == math.ceil(ci_warehouse.train.val_fraction * (len(train_days) + len(val_days)))
     used = dm.shards_used(steps=dm.steps_per_epoch(), evaluations=1)
     assert {r["split"] for r in used} == {"train", "val", "store"}
-    assert all(r["date"] <= ci_warehouse.data.train_end.isoformat() and len(r["content_hash"]) == 64 for r in used)
+    assert all(r["date"] <= ci_warehouse.split.train_end.isoformat() and len(r["content_hash"]) == 64 for r in used)
     # every window of the store is accounted for; the store's row says how many were served in all
     days = [r for r in used if r["split"] != "store"]
     (store,) = [r for r in used if r["split"] == "store"]
@@ -107,7 +107,7 @@ def test_no_shard_after_train_end_is_ever_opened(ci_warehouse, tmp_path):
     corrupted = 0
     for path in wh.rglob("*.parquet"):  # a day's shard or manifest, flat (<day>.parquet) or in its unit (<day>/)
         day = path.stem if path.stem[:4].isdigit() else path.parent.name
-        if day[:4].isdigit() and day > settings.data.train_end.isoformat():
+        if day[:4].isdigit() and day > settings.split.train_end.isoformat():
             path.write_bytes(b"not parquet: reading this shard is a look-ahead bug")
             corrupted += 1
     assert corrupted > 0
@@ -196,7 +196,7 @@ def test_the_trace_records_each_day_served_and_no_day_after_the_cut(ci_warehouse
         schema_overrides={"day": pl.Date},
     )
     assert trace["windows"].sum() == served and set(trace["split"]) == {"train", "val"}
-    assert trace["day"].max() <= ci_warehouse.data.train_end
+    assert trace["day"].max() <= ci_warehouse.split.train_end
     day_of_row = dm.store.day_of_row
     days = dm.store.days["date"]
     for split, stream in (("train", dm._train), ("val", dm._val)):
@@ -269,7 +269,7 @@ def test_pretrain_writes_a_checkpoint_whose_hash_matches(foundations, tiny, vari
     assert [r["step"] for r in result.curves] == [0, 4, 8] and result.steps == result.budget_steps == 8
     assert all(np.isfinite(v) for _, v in result.train_loss_curve + result.val_loss_curve)
     assert result.params_trainable == result.params_total > 0
-    assert all(r["date"] <= tiny.data.train_end.isoformat() for r in result.shards_used)
+    assert all(r["date"] <= tiny.split.train_end.isoformat() for r in result.shards_used)
     saved = torch.load(result.checkpoint_path, weights_only=True)
     reloaded = load_foundation(tiny, result.policy, result.checkpoint_path)
     for name, value in reloaded.state_dict().items():

@@ -32,7 +32,7 @@ def _settings(source, warehouse, cut: str):
 def test_the_test_period_corpus_statistics_and_training_shards_follow_the_cut(source, tmp_path, cut):
     settings = _settings(source, tmp_path / "wh", cut)
     cut_day = dt.date.fromisoformat(cut)
-    assert settings.data.train_end == cut_day
+    assert settings.split.train_end == cut_day
     _run_all(settings)
     test_days = evaluation_days(settings, "spline_tokens")
     assert test_days[0] == trading_day_on_or_after(cut_day + dt.timedelta(days=1)) and test_days[-1] == END

@@ -36,8 +36,8 @@ def _files(folder) -> dict[str, str]:
 def test_the_store_holds_every_window_of_every_day_up_to_the_cut_as_the_shards_do(built):
     store = open_store(built, ASSET)
     wh = built.warehouse
-    days = wh.shard_days(ASSET, until=built.data.train_end)
-    assert store.days["date"].max() <= built.data.train_end and store.manifest["train_end"] == built.data.train_end
+    days = wh.shard_days(ASSET, until=built.split.train_end)
+    assert store.days["date"].max() <= built.split.train_end and store.manifest["train_end"] == built.split.train_end
     row = 0
     for day in days:  # the slow way: each shard on its own, in day order
         shard = pl.read_parquet(wh.shard(ASSET, day), columns=["ticker", "date", "tokens"])
@@ -74,11 +74,11 @@ def test_the_store_does_not_change_when_bars_after_the_cut_change(built, tmp_pat
 def test_a_store_of_other_shards_or_another_cut_is_an_error_naming_the_asset_to_materialize(built, tmp_path):
     settings = dataclasses.replace(built, warehouse=tmp_path / "wh")
     shutil.copytree(built.warehouse, settings.warehouse)
-    earlier = dataclasses.replace(settings, data=dataclasses.replace(settings.data, train_end=dt.date(2021, 5, 28)))
+    earlier = dataclasses.replace(settings, split=dataclasses.replace(settings.split, train_end=dt.date(2021, 5, 28)))
     with pytest.raises(StaleStoreError, match="built for the training cut .*: materialize spline_window_store"):
         open_store(earlier, ASSET)
     wh = settings.warehouse
-    day = wh.shard_days(ASSET, until=settings.data.train_end)[-1]
+    day = wh.shard_days(ASSET, until=settings.split.train_end)[-1]
     manifest = pl.read_parquet(wh.manifest(ASSET, day)).with_columns(pl.lit("0" * 64).alias("content_hash"))
     manifest.write_parquet(wh.manifest(ASSET, day))  # as a re-tokenized day would: its shard has new bytes
     with pytest.raises(StaleStoreError, match="built from other spline_tokens shards.*materialize spline_window_store"):
@@ -92,7 +92,7 @@ def test_a_shard_that_does_not_hold_what_its_manifest_says_stops_the_build_namin
     settings = dataclasses.replace(built, warehouse=tmp_path / "wh")
     shutil.copytree(built.warehouse, settings.warehouse, ignore=shutil.ignore_patterns("window_store"))
     wh = settings.warehouse
-    day = wh.shard_days(ASSET, until=settings.data.train_end)[-3]
+    day = wh.shard_days(ASSET, until=settings.split.train_end)[-3]
     shard = pl.read_parquet(wh.shard(ASSET, day))
     shard.head(shard.height - 1).write_parquet(wh.shard(ASSET, day))
     # its bytes are checked against the manifest's sha256 before a row is read (``Warehouse.verified_shards``)
