@@ -14,6 +14,7 @@ import socket
 from urllib.parse import urlsplit
 
 import dagster as dg
+import sqlalchemy as db
 
 EXTRA_HINT = "pip install -e '.[cluster]' (or: pip install -c constraints.txt dagster-postgres dagster-celery[redis])"
 SERVERS_HINT = 'start it with `scripts/servers.sh start` (then `eval "$(scripts/servers.sh url)"`)'
@@ -111,6 +112,29 @@ else:
                 conn.execute(table.select().where(table.c.concurrency_key == concurrency_key).with_for_update())
                 self._allocate_concurrency_slots(conn, concurrency_key, limit)
             return True
+
+        def _claim_concurrency_slot(self, concurrency_key: str, run_id: str, step_key: str):
+            """Take a free slot of the pool for a step, in one transaction.
+
+            Dagster 1.13.27 selects a free slot ``FOR UPDATE SKIP LOCKED`` and then writes the step into it,
+            both on dagster-postgres's autocommit connection: the row lock ends with the select, so two steps
+            assigned at once could both take the one slot (seen: two adapter steps of the training pool, started
+            0.03 s apart, ran together). Here the lock holds until the write, a concurrent claim skips the
+            locked slot, and the write takes the slot only while it is still free."""
+            from dagster._core.storage.event_log.schema import ConcurrencySlotsTable as slots
+            from dagster._utils.concurrency import ConcurrencySlotStatus
+
+            free = db.and_(slots.c.concurrency_key == concurrency_key, slots.c.step_key.is_(None), ~slots.c.deleted)
+            with self.index_transaction() as conn:
+                row = conn.execute(
+                    db.select(slots.c.id).where(free).with_for_update(skip_locked=True).limit(1)
+                ).fetchone()
+                if row is None:
+                    return ConcurrencySlotStatus.BLOCKED
+                taken = conn.execute(
+                    slots.update().values(run_id=run_id, step_key=step_key).where(slots.c.id == row[0], free)
+                ).rowcount
+            return ConcurrencySlotStatus.CLAIMED if taken else ConcurrencySlotStatus.BLOCKED
 
     PostgresScheduleStorage = _checked(dagster_postgres.PostgresScheduleStorage)
 

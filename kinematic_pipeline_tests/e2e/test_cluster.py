@@ -474,3 +474,48 @@ def test_one_fold_of_the_training_grid_runs_in_parallel_with_one_training_step_a
     assert seen["steps"] and seen["steps"] <= set(TRAINING_STEPS), seen["steps"]
     beside = [(o[1], t[1]) for o in others for t in training if o[2] < t[3] and t[2] < o[3]]
     print("timings (s):", {k: round(v, 1) for k, v in timings.items()}, "pool:", seen, "beside:", beside[:3])
+
+
+def test_two_steps_claiming_the_pools_one_free_slot_at_once_get_it_once(servers, tmp_path):
+    """The training pool's one slot, claimed by two steps at the same instant (a barrier), 200 times: at most one
+    claim succeeds each time (``cluster.PostgresEventLogStorage._claim_concurrency_slot``). Dagster's own claim,
+    a select and an update on an autocommit connection, is run the same way and its double claims are printed:
+    the race behind two adapter steps that once trained at once."""
+    import threading
+
+    import dagster_postgres
+
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(ROOT / "deploy" / "postgres" / "dagster.yaml", home / "dagster.yaml")
+    with _instance(home, _database(servers["DAGSTER_PG_URL"], "dagster_claims")) as instance:
+        storage = instance.event_log_storage
+        assert storage.initialize_concurrency_limit_to_default(TRAINING_POOL)
+        assert storage.get_concurrency_info(TRAINING_POOL).slot_count == 1
+
+        def step(claim, barrier: threading.Barrier, results: list, k: int, i: int) -> None:
+            barrier.wait()
+            results[i] = claim(storage, TRAINING_POOL, f"run-{k}-{i}", f"adapter_{i}")
+
+        def race(claim, rounds: int = 200) -> int:
+            """How many rounds gave the one slot to both steps."""
+            doubles = 0
+            for k in range(rounds):
+                barrier, results = threading.Barrier(2), [None, None]
+                threads = [threading.Thread(target=step, args=(claim, barrier, results, k, i)) for i in (0, 1)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                claimed = [i for i in (0, 1) if results[i].name == "CLAIMED"]
+                doubles += len(claimed) == 2
+                assert claimed, results  # a free slot is never refused to both
+                for i in (0, 1):
+                    storage.free_concurrency_slot_for_step(f"run-{k}-{i}", f"adapter_{i}")
+                assert not storage.get_concurrency_info(TRAINING_POOL).claimed_slots
+            return doubles
+
+        ours = race(type(storage)._claim_concurrency_slot)
+        theirs = race(dagster_postgres.PostgresEventLogStorage._claim_concurrency_slot)
+        print(f"rounds with the one slot claimed twice: ours 0 of 200 expected, got {ours}; Dagster's {theirs}")
+        assert ours == 0
