@@ -4,7 +4,7 @@
 
 Needs a warehouse whose features files exist (``<tokenization>_features``: e.g. after
 ``KP_PROFILE=real ... python -m kinematic_pipeline materialize``). Fits each probe of ``evaluate.baselines`` at
-``--tau`` with the real code path (``stages.baselines.fit_probe``: the same features, scaler, class weights and
+``--tau`` with the real code path (``stages.baselines.materialize_probe``: the same features, scaler, class weights and
 early stopping) into ``--out`` (a scratch copy of the model folders: the warehouse's own probes are not
 touched; its ``features/`` is a link to the warehouse's), predicts the universe rows of the test period with it, and reports the seconds of each step. The
 reference, measured in the same run, is one read of the spline features file's training rows (what a fit
@@ -30,7 +30,7 @@ import sklearn.linear_model  # noqa: E402, F401
 
 from kinematic_pipeline.config import load_settings  # noqa: E402
 from kinematic_pipeline.policy import Policy  # noqa: E402
-from kinematic_pipeline.stages.baselines import baseline_predictions, fit_probe  # noqa: E402
+from kinematic_pipeline.stages.baselines import baseline_predictions, materialize_probe  # noqa: E402
 from kinematic_pipeline.variants import variant as lookup_variant  # noqa: E402
 
 
@@ -64,7 +64,7 @@ def main() -> None:
     for variant in probes:
         policy = Policy(variant, 0, args.tau)
         started = time.perf_counter()
-        fit = fit_probe(settings, policy).fit
+        fit = materialize_probe(settings, policy).fit
         fit_s = time.perf_counter() - started
         started = time.perf_counter()
         rows = baseline_predictions(settings, policy, "test", None).height

@@ -37,7 +37,7 @@ from kinematic_pipeline.config import load_settings  # noqa: E402
 from kinematic_pipeline.models import build_model  # noqa: E402
 from kinematic_pipeline.policy import Policy  # noqa: E402
 from kinematic_pipeline.sampling import expected_distinct_days  # noqa: E402
-from kinematic_pipeline.stages.window_store import build_window_store  # noqa: E402
+from kinematic_pipeline.stages.window_store import materialize_window_store  # noqa: E402
 from kinematic_pipeline.training.data import WindowDataModule  # noqa: E402
 from kinematic_pipeline.training.modules import adamw_with_cosine  # noqa: E402
 from kinematic_pipeline.training.trainer import configure_threads  # noqa: E402
@@ -51,7 +51,7 @@ def ensure_store(settings, asset: str) -> None:
         print(f"window store of {asset}: present and current")
     except StaleStoreError as why:
         print(f"building the window store ({why})")
-        summary = build_window_store(settings, asset)
+        summary = materialize_window_store(settings, asset)
         gb = summary.manifest["windows"] * 64 * 9 * 4 / 1e9
         print(f"built in {summary.seconds:.1f} s: {summary.manifest['windows']:,} windows, {gb:.2f} GB")
 

@@ -97,11 +97,11 @@ def _run_all(settings) -> list[dt.date]:
 def _training_inputs(settings) -> None:
     """What training reads beside the shards: the three window stores (the cut's windows), their corpus_stats."""
     from kinematic_pipeline.stages.corpus import materialize_corpus_stats
-    from kinematic_pipeline.stages.window_store import build_window_store
+    from kinematic_pipeline.stages.window_store import materialize_window_store
     from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 
     for asset in TOKEN_ASSETS:
-        build_window_store(settings, asset, progress=False)
+        materialize_window_store(settings, asset, progress=False)
     materialize_corpus_stats(settings)
 
 

@@ -54,9 +54,9 @@ def features_asset(settings: Settings, token_asset: str) -> dg.AssetsDefinition:
         f"$KP_WAREHOUSE/features/{tokenization}/ (training.parquet, test.parquet, inputs.parquet).",
     )
     def features(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        from kinematic_pipeline.stages.features import build_features
+        from kinematic_pipeline.stages.features import materialize_features
 
-        summary = build_features(settings, token_asset)
+        summary = materialize_features(settings, token_asset)
         context.log.info(f"{summary.path}: {summary.rows} rows in {summary.seconds:.0f} s")
         return dg.MaterializeResult(metadata=dagster_metadata(summary.metadata()))
 
@@ -81,9 +81,9 @@ def probe_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
         "model file's sha256, checked on every read. $KP_WAREHOUSE/models/<variant>/seed=0/probe/tau=<tau>/.",
     )
     def probe(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        from kinematic_pipeline.stages.baselines import fit_probe
+        from kinematic_pipeline.stages.baselines import materialize_probe
 
-        fit = fit_probe(settings, context_policy(context, variant))
+        fit = materialize_probe(settings, context_policy(context, variant))
         return dg.MaterializeResult(metadata=dagster_metadata(fit.metadata()))
 
     return probe

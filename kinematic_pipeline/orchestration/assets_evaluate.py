@@ -67,13 +67,13 @@ def predictions_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
         "tables). Realized labels ride along for evaluation only. View: predictions.",
     )
     def predictions(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        from kinematic_pipeline.stages.predict import run_predictions
+        from kinematic_pipeline.stages.predict import materialize_predictions
 
         policy, started = context_policy(context, variant), time.perf_counter()
-        result, path = run_predictions(settings, policy)
+        result = materialize_predictions(settings, policy)
         if result.missing_tickers:
             context.log.warning(f"test tickers with no test-period window: {', '.join(result.missing_tickers)}")
-        extra = {"path": path, "wall_seconds": round(time.perf_counter() - started, 2)}
+        extra = {"wall_seconds": round(time.perf_counter() - started, 2)}
         return dg.MaterializeResult(metadata=dagster_metadata(result.metadata() | extra))
 
     return predictions
@@ -114,9 +114,9 @@ def backtests_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
     )
     def backtesting(context: dg.AssetExecutionContext):
         from kinematic_pipeline.lineage import code_versions
-        from kinematic_pipeline.stages.backtests import run_backtests
+        from kinematic_pipeline.stages.backtests import materialize_backtests
 
-        result = run_backtests(settings, context_policy(context, variant), code_versions(context.run_id))
+        result = materialize_backtests(settings, context_policy(context, variant), code_versions(context.run_id))
         yield dg.MaterializeResult(asset_key=name, metadata=dagster_metadata(result.metadata(settings.evaluate)))
         m = result.margin
         yield dg.MaterializeResult(

@@ -14,7 +14,7 @@ from kinematic_pipeline.stages.alpha import materialize_alpha_estimates
 from kinematic_pipeline.stages.corpus import materialize_corpus_stats
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
-from kinematic_pipeline.stages.window_store import build_window_store
+from kinematic_pipeline.stages.window_store import materialize_window_store
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS, TOKEN_ASSETS, token_kind
 from kinematic_pipeline.warehouse import ALPHA_ESTIMATES, LABELS, RAW_OHLCV
 from kinematic_pipeline.window_store import window_store_asset
@@ -154,7 +154,7 @@ def window_store_assets(settings: Settings) -> dg.AssetsDefinition:
             name = window_store_asset(kind)
             if dg.AssetKey(name) not in context.selected_asset_keys:
                 continue
-            summary = build_window_store(settings, kind)
+            summary = materialize_window_store(settings, kind)
             context.log.info(f"{name}: {summary}")
             yield dg.MaterializeResult(asset_key=name, metadata=dagster_metadata(summary.metadata()))
 

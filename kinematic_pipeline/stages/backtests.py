@@ -105,7 +105,7 @@ class Backtests:
         }
 
 
-def run_backtests(settings: Settings, policy: Policy, code_versions: dict[str, str]) -> Backtests:
+def materialize_backtests(settings: Settings, policy: Policy, code_versions: dict[str, str]) -> Backtests:
     """Sweep the policy's stored predictions over every cost under both rules; write metrics, equity, trades,
     the margin rule's metrics and the provenance; refresh their views.
 

@@ -1,6 +1,6 @@
 """The simple baselines beside the transformers: probes fitted on the features files, and fixed rules.
 
-- ``fit_probe``: a multinomial logistic regression (scikit-learn, lbfgs, C = 1) or a LightGBM tree model
+- ``materialize_probe``: a multinomial logistic regression (scikit-learn, lbfgs, C = 1) or a LightGBM tree model
   (15 leaves, at least ``MIN_LEAF_ROWS`` rows a leaf, learning rate 0.1, 63 bins, each tree on 30% of the rows
   and 80% of the features drawn with the policy's seed, early stopping after 20 rounds without a better
   validation loss) on every labelled training ticker-day of the universe at the
@@ -71,7 +71,7 @@ def _standardize(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray
     return np.clip(np.nan_to_num(z, nan=0.0, posinf=CLIP, neginf=-CLIP), -CLIP, CLIP)
 
 
-def fit_probe(settings: Settings, policy: Policy) -> ProbeFit:
+def materialize_probe(settings: Settings, policy: Policy) -> ProbeFit:
     """Fit the probe of ``policy`` on the training rows of its features file; save it (data, not a pickle) with
     its fit record, which holds the model file's sha256; the fit record."""
     model, fit = train_probe(settings, policy)

@@ -215,7 +215,7 @@ def check_features_cut(settings: Settings, tokenization: str) -> None:
         )
 
 
-def build_features(settings: Settings, asset: str, progress: bool = True) -> FeaturesSummary:
+def materialize_features(settings: Settings, asset: str, progress: bool = True) -> FeaturesSummary:
     """Write the features file of ``asset``'s tokenization and the list of its inputs."""
 
     started, wh = time.perf_counter(), settings.warehouse

@@ -68,6 +68,7 @@ class Predictions:
     shards: list[dict]  # every shard read: asset, date, path, content_hash
     missing_tickers: list[str]  # configured test tickers with no test-period window
     calibration: Calibration | None = None  # fitted on the validation days and applied to frame (rules: None)
+    path: Path | None = None  # the test-period shard written (None: nothing written yet)
 
     def metadata(self) -> dict:
         """What the predictions asset shows: rows, days, per-ticker action counts and the calibration."""
@@ -91,6 +92,7 @@ class Predictions:
             "per_ticker": Markdown(markdown_table(per_ticker)),
             "missing_test_tickers": ", ".join(self.missing_tickers) or "none",
             **(self.calibration.metadata() if self.calibration is not None else {}),
+            **({"path": self.path} if self.path is not None else {}),
         }
 
 
@@ -287,7 +289,7 @@ def _check_test_period(settings: Settings, asset: str, fold: Fold) -> list[dt.da
     return days
 
 
-def run_predictions(settings: Settings, policy: Policy) -> tuple[Predictions, Path]:
+def materialize_predictions(settings: Settings, policy: Policy) -> Predictions:
     """Predict the test period with the policy; calibrate it (models and probes: a temperature and class biases
     fitted on the validation days, ``backtest.calibration``); write its shard, its validation-day predictions,
     the shards it read, the calibration and, at the report's tau, its predictions on the universe (every
@@ -306,15 +308,15 @@ def run_predictions(settings: Settings, policy: Policy) -> tuple[Predictions, Pa
     result, validation, calibrated, universe = model_predictions(
         settings, policy, load_classifier(settings, policy), days, at_report_tau
     )
-    return result, _write(settings, policy, result, validation, calibrated, universe)
+    return dataclasses.replace(result, path=_write(settings, policy, result, validation, calibrated, universe))
 
 
 def model_predictions(
     settings: Settings, policy: Policy, classifier, days: list[dt.date], at_report_tau: bool
 ) -> tuple[Predictions, pl.DataFrame, pl.DataFrame | None, pl.DataFrame | None]:
-    """What ``run_predictions`` writes for a model, nothing written: its calibrated predictions of the test tickers
-    on ``days``, of those tickers on the fold's validation days and (``at_report_tau``) of the universe, and the
-    universe's raw predictions (None, None otherwise)."""
+    """What ``materialize_predictions`` writes for a model, nothing written: its calibrated predictions of the test
+    tickers on ``days``, of those tickers on the fold's validation days and (``at_report_tau``) of the universe, and
+    the universe's raw predictions (None, None otherwise)."""
     fold = fold_of(settings, policy.fold)
     asset = policy.spec.token_asset
     result = predict(settings, policy, classifier, days)
@@ -338,7 +340,7 @@ def model_predictions(
 
 def _run_baseline_predictions(settings: Settings, policy: Policy, days: list[dt.date], at_report_tau: bool):
     result, validation, calibrated, universe = baseline_policy_predictions(settings, policy, days, at_report_tau)
-    return result, _write(settings, policy, result, validation, calibrated, universe)
+    return dataclasses.replace(result, path=_write(settings, policy, result, validation, calibrated, universe))
 
 
 def baseline_policy_predictions(

@@ -12,7 +12,7 @@ and on every labelled training row (the reference line).
 
 Every learner is scored as the report scores the universe: its predictions on the fold's test days over the
 universe tickers (``predict.universe_tickers``), calibrated on the fold's validation days exactly as
-``run_predictions`` does (``predict.model_predictions`` / ``predict.baseline_policy_predictions``); the daily
+``materialize_predictions`` does (``predict.model_predictions`` / ``predict.baseline_policy_predictions``); the daily
 cross-sectional rank IC of s = p_buy - p_sell of the de-weighted p against the next day's close-to-close return
 (``r_close`` of the labels shards) with its Newey-West t, and the log-loss skill of p on close-to-close labels
 against the fold's training base rates (``evidence.train_base_rates``, ``policy_frames.skill_frame``) with its

@@ -75,7 +75,7 @@ class StoreSummary:
         }
 
 
-def build_window_store(settings: Settings, asset: str, progress: bool = True) -> StoreSummary:
+def materialize_window_store(settings: Settings, asset: str, progress: bool = True) -> StoreSummary:
     """Build (or keep, when it already holds exactly these shards) the store of ``asset`` for the cut: one writer
     at a time (a lock per store; a second waits, then finds it current), and a full disk named with the store."""
     import errno

@@ -13,9 +13,9 @@ from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.catalog import query
 from kinematic_pipeline.lineage import trace
 from kinematic_pipeline.policy import Policy
-from kinematic_pipeline.stages.backtests import run_backtests
+from kinematic_pipeline.stages.backtests import materialize_backtests
 from kinematic_pipeline.stages.pooled import materialize_pooled_backtests
-from kinematic_pipeline.stages.predict import run_predictions
+from kinematic_pipeline.stages.predict import materialize_predictions
 from kinematic_pipeline.stages.report import materialize_paper_tables, materialize_report
 from kinematic_pipeline.stages.verdict import materialize_verdict
 from kinematic_pipeline.training.run import finetune, pretrain
@@ -29,8 +29,8 @@ def backtested(tokenized_once, tmp_path_factory):
     settings = copy_warehouse(tokenized_once, tmp_path_factory.mktemp("lineage"))
     pretrain(settings, POLICY, progress=False)
     finetune(settings, POLICY, progress=False)
-    run_predictions(settings, POLICY)
-    run_backtests(settings, POLICY, {"kinematic_pipeline": "test"})
+    materialize_predictions(settings, POLICY)
+    materialize_backtests(settings, POLICY, {"kinematic_pipeline": "test"})
     return settings
 
 
@@ -139,7 +139,7 @@ def test_the_report_states_the_tax_rate_the_backtests_used(backtested, tmp_path)
         ),
     )
     shutil.copytree(backtested.warehouse, settings.warehouse)
-    run_backtests(settings, POLICY, {"kinematic_pipeline": "test"})
+    materialize_backtests(settings, POLICY, {"kinematic_pipeline": "test"})
     materialize_pooled_backtests(settings)  # the report group in its order
     materialize_verdict(settings)
     materialize_paper_tables(settings)
@@ -169,8 +169,8 @@ def test_the_second_rules_margin_depends_on_validation_days_only(backtested, tmp
         frame = pl.read_parquet(path)
         frame.with_columns(((pl.col(column) + 1) % 3).cast(pl.Int8)).write_parquet(path)
         record_in_manifest(perturbed, "labels", day)  # a re-materialized labels day, not a damaged file
-    run_predictions(settings, POLICY)
-    run_backtests(settings, POLICY, {"kinematic_pipeline": "test"})
+    materialize_predictions(settings, POLICY)
+    materialize_backtests(settings, POLICY, {"kinematic_pipeline": "test"})
     test_labels = pl.read_parquet(perturbed.evaluation_file("predictions", POLICY))["label"]
     assert not test_labels.equals(pl.read_parquet(predictions)["label"])  # the labels did change
     assert _margin_of(settings) == _margin_of(backtested)

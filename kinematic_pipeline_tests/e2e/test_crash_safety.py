@@ -27,7 +27,7 @@ from kinematic_pipeline.layout import STAGING_DIR
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
-from kinematic_pipeline.stages.window_store import build_window_store
+from kinematic_pipeline.stages.window_store import materialize_window_store
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.training.data import store_labels
 from kinematic_pipeline.warehouse import Warehouse
@@ -135,7 +135,7 @@ def _visible_windows(settings, asset: str) -> tuple[int, dt.date]:
 def _streamed(settings, tau: float | None = None) -> int:
     """Windows training can draw from spline_tokens (with a known label of ``tau`` when given): the window
     store built from the complete shards."""
-    build_window_store(settings, "spline_tokens", progress=False)
+    materialize_window_store(settings, "spline_tokens", progress=False)
     store = open_store(settings, "spline_tokens")
     if tau is None:
         return store.rows.height

@@ -7,7 +7,7 @@ here by hand from the source bars (close labels) or from the spline shards' end 
 fixes what every (ticker, day) must carry; ``check_alignment`` compares to it:
 
 - the (window, label) pairs the fine-tuning ``WindowDataModule`` serves, each traced back to its store row;
-- the probes' training rows (``read_features``, what ``fit_probe`` reads) and the rules' test rows;
+- the probes' training rows (``read_features``, what ``materialize_probe`` reads) and the rules' test rows;
 - the prediction rows of ``predict`` on the store's days and the test days, made by an "oracle" classifier that
   answers, for a window it was served in training, that window's training class: its action reproduces the training
   label only if prediction feeds it the very array training served and reads its class index the same way;
@@ -35,7 +35,7 @@ from kinematic_pipeline.pins import fold_stats
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.stages import predict as predict_mod
 from kinematic_pipeline.stages.baselines import baseline_predictions
-from kinematic_pipeline.stages.features import build_features, read_features
+from kinematic_pipeline.stages.features import materialize_features, read_features
 from kinematic_pipeline.stages.predict import predict
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.training import data as data_mod
@@ -251,7 +251,7 @@ def ctx(request, tmp_path_factory):
     _run_all(settings)
     _training_inputs(settings)
     for asset in TOKEN_ASSETS:
-        build_features(settings, asset, progress=False)
+        materialize_features(settings, asset, progress=False)
     wh = settings.warehouse
     shards = {}  # asset -> {(ticker, t): raw tokens [64, 9]} of every day's token shard, read here
     end_positions = {}
@@ -351,7 +351,7 @@ def prediction_pairs(ctx, model: str, served: dict, permute=(0, 1, 2)) -> tuple[
 
 
 def probe_pairs(ctx) -> pl.DataFrame:
-    """The training and validation rows each probe is fitted on (``read_features``, as ``fit_probe`` reads them):
+    """The training and validation rows each probe is fitted on (``read_features``, as ``materialize_probe`` reads them):
     labels withheld only after the fold's label_end (the purge) or where the next session is missing."""
     frames = []
     for tokenization, probe in PROBE_VARIANTS.items():

@@ -22,12 +22,12 @@ from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.probe_features import N_LAST, raw_extras, token_features
-from kinematic_pipeline.stages.baselines import baseline_predictions, fit_probe, rule_actions
-from kinematic_pipeline.stages.features import build_features
+from kinematic_pipeline.stages.baselines import baseline_predictions, materialize_probe, rule_actions
+from kinematic_pipeline.stages.features import materialize_features
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
-from kinematic_pipeline.stages.window_store import build_window_store
+from kinematic_pipeline.stages.window_store import materialize_window_store
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.variants import BUY, HOLD, SELL
 
@@ -142,8 +142,8 @@ def _warehouse(tmp_path, name: str, bars: pl.DataFrame):
         settings, [d for d in days if settings.warehouse.shard("spline_tokens", d).exists()], progress=False
     )
     for asset in TOKEN_ASSETS:
-        build_window_store(settings, asset, progress=False)
-        build_features(settings, asset, progress=False)
+        materialize_window_store(settings, asset, progress=False)
+        materialize_features(settings, asset, progress=False)
     return settings
 
 
@@ -173,7 +173,7 @@ def test_every_probe_lies_between_the_base_rates_and_the_informed_ceiling(drift_
     assert ceiling > 0.15  # the universe is strongly predictable
     for variant in ("lr_spline", "lr_fd", "lr_raw", "lr_trivial", "lightgbm_spline", "lightgbm_trivial"):
         policy = Policy(variant, 0, TAU)
-        fit_probe(settings, policy)
+        materialize_probe(settings, policy)
         rows = baseline_predictions(settings, policy, "test", None).filter(pl.col("label") >= 0)
         assert rows.select("ticker", "date").equals(test.select("ticker", "date"))
         p = unweighted_probabilities(rows.select("p_buy", "p_sell", "p_hold").to_numpy(), weights)
@@ -196,7 +196,7 @@ def test_a_probe_fit_ignores_bars_after_the_cut_and_is_deterministic(drift_wareh
         assert (len(hashes) == 1) is same, part
     for variant in ("lr_trivial", "lightgbm_spline"):
         policy = Policy(variant, 0, TAU)
-        fits = [fit_probe(s, policy).fit for s in (settings, other, settings)]
+        fits = [materialize_probe(s, policy).fit for s in (settings, other, settings)]
         same = [{k: v for k, v in f.items() if k not in ("fit_seconds", "features_sha256")} for f in fits]
         assert same[0] == same[1] == same[2]
         a, b = (json.loads(s.warehouse.probe_dir(policy).joinpath("fit.json").read_text()) for s in (settings, other))

@@ -130,7 +130,7 @@ def test_window_kinematics_are_the_last_token_because_the_end_knot_has_zero_acce
 
 
 def test_an_empty_test_period_fails_with_a_message_that_names_the_cut(warehouses, tmp_path):
-    from kinematic_pipeline.stages.predict import run_predictions
+    from kinematic_pipeline.stages.predict import materialize_predictions
 
     base, _ = warehouses
     late = dataclasses.replace(base, split=dataclasses.replace(base.split, train_end=dt.date(2021, 12, 31)))
@@ -142,14 +142,14 @@ def test_an_empty_test_period_fails_with_a_message_that_names_the_cut(warehouses
         path.touch()
     try:
         with pytest.raises(ValueError, match=r"in the test period of fold all \(train <= 2021-12-31 .*\): it is empty"):
-            run_predictions(late, policy)
+            materialize_predictions(late, policy)
     finally:
         adapter.unlink()
         foundation.unlink()
 
 
 def test_written_predictions_are_calibrated_on_validation_days_only(warehouses, monkeypatch):
-    """run_predictions fits the calibration on the validation-day predictions, applies it to the test, validation
+    """materialize_predictions fits the calibration on the validation-day predictions, applies it to the test, validation
     and universe frames (actions re-taken as the argmax), and keeps the raw universe beside them."""
     from kinematic_pipeline.backtest.calibration import CALIBRATION_SCHEMA, fit_calibration
     from kinematic_pipeline.backtest.sweep import PROB_COLUMNS
@@ -160,7 +160,8 @@ def test_written_predictions_are_calibrated_on_validation_days_only(warehouses, 
     policy = Policy("splinegpt", 1234, 0.01)  # at the report's tau: the universe files too
     monkeypatch.setattr(run, "load_classifier", lambda settings, p: _classifier(settings, p.variant))
     monkeypatch.setattr(stage, "model_files", lambda settings, p: [])  # no adapter on disk to hash
-    result, path = stage.run_predictions(base, policy)
+    result = stage.materialize_predictions(base, policy)
+    path = result.path
 
     wh, fold = base.warehouse, stage.fold_of(base, policy.fold)
     raw_test = predict(base, policy, _classifier(base, "splinegpt")).frame

@@ -19,13 +19,13 @@ from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.pins import fold_stats
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.sources.synthetic import SyntheticSource
-from kinematic_pipeline.stages.baselines import baseline_predictions, fit_probe
+from kinematic_pipeline.stages.baselines import baseline_predictions, materialize_probe
 from kinematic_pipeline.stages.corpus import materialize_corpus_stats
-from kinematic_pipeline.stages.features import build_features, read_features
+from kinematic_pipeline.stages.features import materialize_features, read_features
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
-from kinematic_pipeline.stages.window_store import build_window_store
+from kinematic_pipeline.stages.window_store import materialize_window_store
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 
 START, END = dt.date(2020, 6, 1), dt.date(2021, 12, 31)
@@ -114,9 +114,9 @@ def _warehouse(tmp_path, name: str, bars: pl.DataFrame):
     token_days = [d for d in days if settings.warehouse.shard("spline_tokens", d).exists()]
     materialize_labels(settings, token_days, progress=False)
     for asset in TOKEN_ASSETS:
-        build_window_store(settings, asset, progress=False)
+        materialize_window_store(settings, asset, progress=False)
     materialize_corpus_stats(settings)
-    build_features(settings, "spline_tokens", progress=False)
+    materialize_features(settings, "spline_tokens", progress=False)
     return settings
 
 
@@ -144,7 +144,7 @@ def test_a_folds_statistics_thresholds_and_weights_ignore_its_test_period_and_la
     assert np.array_equal(modules[0]._train.labels, modules[1]._train.labels)
     # a probe's fit, its validation predictions and the margin rule's threshold chosen on them
     policy = Policy("lr_spline", 0, TAU, first.name)
-    fits = [fit_probe(s, policy).fit for s in (base, moved)]
+    fits = [materialize_probe(s, policy).fit for s in (base, moved)]
     drop = ("fit_seconds", "features_sha256")
     assert {k: v for k, v in fits[0].items() if k not in drop} == {k: v for k, v in fits[1].items() if k not in drop}
     margins = []

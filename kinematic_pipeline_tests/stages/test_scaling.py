@@ -24,7 +24,7 @@ from kinematic_pipeline.folds import walk_forward
 from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.probe_features import feature_columns
-from kinematic_pipeline.stages.features import build_features
+from kinematic_pipeline.stages.features import materialize_features
 from kinematic_pipeline.stages.scaling import (
     LR_ALL,
     LR_MATCHED,
@@ -58,7 +58,7 @@ def built(tmp_path_factory):
     _run_all(settings)
     _training_inputs(settings)
     for asset in ("spline_tokens", "fd_tokens"):
-        build_features(settings, asset, progress=False)
+        materialize_features(settings, asset, progress=False)
     for variant in VARIANTS:
         pretrain(settings, Policy(variant, settings.train.seeds[0], None, None), progress=False)
     return settings, materialize_scaling_curves(settings)

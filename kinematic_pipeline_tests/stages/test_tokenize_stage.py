@@ -18,7 +18,7 @@ from kinematic_pipeline.stages.corpus import fit_corpus_stats
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
-from kinematic_pipeline.stages.window_store import build_window_store
+from kinematic_pipeline.stages.window_store import materialize_window_store
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.tokenize import tokenize_price_windows, tokenize_volume_windows
 from kinematic_pipeline.windows import normalize_windows
@@ -124,7 +124,7 @@ def test_corpus_stats_never_read_a_shard_after_the_training_cut(tmp_path):
     settings = _settings(tmp_path, "wh", _bars())
     days = _run_all(settings)
     for asset in TOKEN_ASSETS:
-        build_window_store(settings, asset, progress=False)
+        materialize_window_store(settings, asset, progress=False)
     stats = pl.concat([fit_corpus_stats(settings, asset) for asset in TOKEN_ASSETS])
     assert (stats["fit_end"] <= CUT).all() and stats.height == 3 * 7
     for asset in TOKEN_ASSETS:  # wreck every later shard: an honest fit cannot notice
@@ -192,7 +192,7 @@ def test_token_days_are_pinned_to_the_raw_days_behind_their_windows(tmp_path):
     with pytest.raises(StalePairError, match=f"spline_tokens shard of {day} .* digest was {recorded[:16]}"):
         check_token_inputs(settings, "spline_tokens", days)
     with pytest.raises(StalePairError, match="Re-materialize spline_tokens"):
-        build_window_store(settings, "spline_tokens")
+        materialize_window_store(settings, "spline_tokens")
     check_token_inputs(settings, "spline_tokens", days[:10])  # days before d still hold
     # the asset check says the same in Dagster
     import dagster as dg

@@ -14,7 +14,7 @@ import pytest
 
 from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.sampling import epoch_sample, expected_distinct_days, part_of
-from kinematic_pipeline.stages.window_store import build_window_store
+from kinematic_pipeline.stages.window_store import materialize_window_store
 from kinematic_pipeline.verified import SIDECAR_SUFFIX
 from kinematic_pipeline.window_store import StaleStoreError, open_store
 from kinematic_pipeline_tests.conftest import CUT, _bars, _perturb_after, _run_all, _settings, copy_warehouse
@@ -56,18 +56,18 @@ def test_a_rebuild_from_the_same_shards_is_byte_identical_and_an_unchanged_store
     folder = built.warehouse.window_store_dir(ASSET)
     before = _files(folder)
     mtimes = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
-    assert not build_window_store(built, ASSET, progress=False).rebuilt
+    assert not materialize_window_store(built, ASSET, progress=False).rebuilt
     assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == mtimes
     copy = dataclasses.replace(built, warehouse=tmp_path / "copy")
     shutil.copytree(built.warehouse, copy.warehouse, ignore=shutil.ignore_patterns("window_store"))
-    assert build_window_store(copy, ASSET, progress=False).rebuilt
+    assert materialize_window_store(copy, ASSET, progress=False).rebuilt
     assert _files(copy.warehouse.window_store_dir(ASSET)) == before
 
 
 def test_the_store_does_not_change_when_bars_after_the_cut_change(built, tmp_path):
     other = _settings(tmp_path, "perturbed", _perturb_after(_bars(), CUT), taus=(0.01,))
     _run_all(other)
-    build_window_store(other, ASSET, progress=False)
+    materialize_window_store(other, ASSET, progress=False)
     assert _files(other.warehouse.window_store_dir(ASSET)) == _files(built.warehouse.window_store_dir(ASSET))
 
 
@@ -97,7 +97,7 @@ def test_a_shard_that_does_not_hold_what_its_manifest_says_stops_the_build_namin
     shard.head(shard.height - 1).write_parquet(wh.shard(ASSET, day))
     # its bytes are checked against the manifest's sha256 before a row is read (``Warehouse.verified_shards``)
     with pytest.raises(ValueError, match=f"is not the file its manifest records .* Re-materialize {ASSET} for {day}"):
-        build_window_store(settings, ASSET, progress=False)
+        materialize_window_store(settings, ASSET, progress=False)
     assert not wh.window_store_dir(ASSET).exists() and not list(wh.window_store_dir(ASSET).parent.glob(".staging/*"))
 
 
@@ -112,7 +112,7 @@ def test_a_full_disk_names_the_store_and_a_second_builder_waits_for_the_first(bu
 
     monkeypatch.setattr(window_store, "_build_window_store", full)
     with pytest.raises(OSError, match=r"no space left on the device building the spline_window_store .* GB free"):
-        build_window_store(built, ASSET, progress=False)
+        materialize_window_store(built, ASSET, progress=False)
     order = []
 
     def slow(settings, asset, progress):
@@ -121,7 +121,7 @@ def test_a_full_disk_names_the_store_and_a_second_builder_waits_for_the_first(bu
         order.append("end")
 
     monkeypatch.setattr(window_store, "_build_window_store", slow)
-    builders = [threading.Thread(target=build_window_store, args=(built, ASSET, False)) for _ in range(2)]
+    builders = [threading.Thread(target=materialize_window_store, args=(built, ASSET, False)) for _ in range(2)]
     for b in builders:
         b.start()
     for b in builders:

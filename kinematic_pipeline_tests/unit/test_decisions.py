@@ -164,7 +164,7 @@ def test_a_policy_that_buys_is_not_in_liquidation_equilibrium():
 
 def test_the_margin_rules_m_comes_from_the_validation_file_whatever_the_test_period_holds(tmp_path):
     """The stage: perturbing every test-period label and probability leaves m (and the validation rows) as they
-    were; changing the validation predictions moves it (run_backtests passes the policy's validation file). The actions on test days follow the test probabilities."""
+    were; changing the validation predictions moves it (materialize_backtests passes the policy's validation file). The actions on test days follow the test probabilities."""
     import datetime as dt
 
     import polars as pl
