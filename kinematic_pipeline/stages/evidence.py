@@ -40,7 +40,6 @@ from kinematic_pipeline.backtest.policy_frames import FoldRates, SkillOptions, d
 from kinematic_pipeline.backtest.signal import daily_ic, direction_auc, ic_summary, time_series_ic
 from kinematic_pipeline.backtest.skill import base_rates
 from kinematic_pipeline.config import EvalConfig, Settings
-from kinematic_pipeline.folds import walk_forward
 from kinematic_pipeline.label_rules import at_tau, labels_from_returns, tau_column
 from kinematic_pipeline.pins import verified_labels
 from kinematic_pipeline.report import evidence_tables as evidence_tables_report
@@ -82,7 +81,7 @@ def train_base_rates(settings: Settings) -> dict[str, dict[float, FoldRates]]:
     """{outcome: {tau: ``FoldRates``}}: per walk-forward fold, ``base_rates_by_outcome`` of the labels on its
     training days (on or before its ``label_end``, the purge), so that each test day is scored against the
     base rates its own fold's models were trained on. One read of the labels up to the last fold's end."""
-    wh, folds = settings.warehouse, walk_forward(settings)
+    wh, folds = settings.warehouse, settings.folds
     last = max(f.label_end for f in folds)
     days = wh.shard_days(LABELS, until=last)
     if not days:

@@ -91,19 +91,19 @@ def test_base_rates_of_both_outcomes_come_from_training_days_only(warehouse):
     assert rates[ev.TRAINED][TAU].starts == (TEST_DAYS[0],)
 
 
-def _two_folds(monkeypatch):
-    """Fold A learns the labels of TRAIN_DAYS[0] and tests TEST_DAYS[:3]; fold B learns both training days and
-    tests the rest."""
+def _two_folds(monkeypatch, settings):
+    """``settings`` with two folds (its cached ``folds``): fold A learns the labels of TRAIN_DAYS[0] and tests
+    TEST_DAYS[:3]; fold B learns both training days and tests the rest."""
     folds = (
         Fold("A", TRAIN_DAYS[0], TRAIN_DAYS[0], TEST_DAYS[0], TEST_DAYS[2]),
         Fold("B", TRAIN_DAYS[1], TRAIN_DAYS[1], TEST_DAYS[3], None),
     )
-    monkeypatch.setattr(ev, "walk_forward", lambda settings: folds)
+    monkeypatch.setitem(settings.__dict__, "folds", folds)
 
 
 def test_each_fold_has_the_base_rates_of_its_own_training_labels_and_ignores_later_days(warehouse, monkeypatch):
     settings, _ = warehouse
-    _two_folds(monkeypatch)
+    _two_folds(monkeypatch, settings)
     rates = ev.train_base_rates(settings)
     np.testing.assert_allclose(np.stack(rates[ev.TRAINED][TAU].rates), [[2 / 4, 0, 2 / 4], [2 / 8, 1 / 8, 5 / 8]])
     np.testing.assert_allclose(np.stack(rates[ev.CLOSE][TAU].rates), [[1 / 4, 1 / 4, 2 / 4], [2 / 7, 2 / 7, 3 / 7]])
@@ -117,7 +117,7 @@ def test_each_fold_has_the_base_rates_of_its_own_training_labels_and_ignores_lat
 
 def test_each_test_day_is_scored_against_its_own_folds_base_rates(warehouse, monkeypatch):
     settings, predictions = warehouse
-    _two_folds(monkeypatch)
+    _two_folds(monkeypatch, settings)
     rates = ev.train_base_rates(settings)
     skill = ev.information_skill(settings, predictions, rates, TAU)[ev.outcome_names("spline")[ev.TRAINED]]
     # every test label is Buy: a row's reference Brier is (r_buy - 1)^2 + r_sell^2 + r_hold^2 of its fold's rates
