@@ -31,4 +31,4 @@ ui: venv
 	$(BIN)/dagster dev -w workspace.yaml
 
 clean:
-	rm -rf warehouse/dagster warehouse/*/ warehouse/catalog.duckdb warehouse/.catalog.lock
+	rm -rf history schedules storage warehouse/dagster warehouse/*/ warehouse/catalog.duckdb warehouse/.catalog.lock

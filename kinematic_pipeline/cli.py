@@ -256,6 +256,25 @@ def print_report(settings: Settings) -> int:
     return 0
 
 
+def timings(run_id: str | None = None, invocation: bool = False) -> int:
+    """Each step's wall time of a finished run (or of every run of one ``materialize``) and the shares of data
+    preparation, training, evaluation and bookkeeping (``orchestration/timings.py``); reads the instance only."""
+    from kinematic_pipeline.orchestration.timings import print_timings
+
+    if not os.environ.get("DAGSTER_HOME"):
+        home = next((c for c in (Path.cwd(), PACKAGE_ROOT) if (c / "dagster.yaml").exists()), None)
+        if home is None:
+            print("no Dagster instance: set DAGSTER_HOME to the instance the runs were stored in", file=sys.stderr)
+            return 1
+        os.environ["DAGSTER_HOME"] = str(home)
+    try:
+        print(print_timings(run_id, invocation))
+    except LookupError as exc:
+        print(_one_line(exc.args[0] if exc.args else exc), file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kinematic_pipeline", description=__doc__.split("\n")[0])
     parser.add_argument("--profile", choices=PROFILES, help="overrides KP_PROFILE")
@@ -286,6 +305,15 @@ def main(argv: list[str] | None = None) -> int:
         "--fold", help="trace this fold's chains only, e.g. 2019 (default: the report's pooled record, every fold)"
     )
     sub.add_parser("report", parents=[common], help="print the paper's tables of the last report and where it is")
+    tim = sub.add_parser(
+        "timings", parents=[common], help="each step's wall time of a finished run and the share of each kind of work"
+    )
+    tim.add_argument("--run-id", help="the run (default: the latest run in the instance at DAGSTER_HOME)")
+    tim.add_argument(
+        "--invocation",
+        action="store_true",
+        help="every run of the `materialize` command that started the run (the whole DAG), taken together",
+    )
     args = parser.parse_args(argv)
     try:
         return _run(args)
@@ -307,6 +335,8 @@ def _run(args: argparse.Namespace) -> int:
     settings = load_settings(args.profile, source=args.source, source_path=args.source_path, warehouse=args.warehouse)
     if args.command == "materialize":
         return materialize(settings, args.select, debug=args.debug)
+    if args.command == "timings":
+        return timings(args.run_id, args.invocation)
     if not _require_warehouse(settings):
         return 1
     if args.command == "lineage":

@@ -26,7 +26,8 @@ from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import fold_of
 from kinematic_pipeline.label_rules import TAU_SQL
 from kinematic_pipeline.layout import POOLED_ASSET, POOLED_PIN_FILE
-from kinematic_pipeline.pins import check_evaluation, check_pair, probe_files, stale_token_days
+from kinematic_pipeline.model_pins import check_pair
+from kinematic_pipeline.pins import check_evaluation, probe_files, stale_token_days
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report.tables import runs_at, sharpe_cell, with_days_in_market
 from kinematic_pipeline.variants import variant as lookup_variant
@@ -36,11 +37,11 @@ CODE_VERSIONS = {  # each stage's code version: a new one marks its assets (and 
     "ingest": "ingest-1",
     "tokenize": "tokenize-1",
     "window_store": STORE_CODE_VERSION,
-    "models": "models-1",
+    "models": "models-2",  # 2: a walk-forward fold's foundation warm-starts from the previous fold's (issue 39)
     "features": "features-1",
     "probes": "probes-2",  # 2: saved as data (coefficients, LightGBM's text model), not a pickle (issue 30)
-    "evaluate": "evaluate-1",
-    "report": "report-1",
+    "evaluate": "evaluate-2",  # 2: predictions keep the model's own softmax; validation labels purged (issue 38)
+    "report": "report-2",  # 2: the paper's tables under both argmax rules, the oracle, the verdict's rows (issue 38)
     "scaling": "scaling-1",
 }
 LINK_ORDER = (

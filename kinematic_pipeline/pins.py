@@ -26,7 +26,6 @@ from kinematic_pipeline.atomic_files import digest, file_sha256, write_bytes_ato
 from kinematic_pipeline.calendar import session_before, trading_days
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import fold_of
-from kinematic_pipeline.layout import PIN_FILE
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.probe_features import features_tokenization
 from kinematic_pipeline.probe_models import (
@@ -265,36 +264,7 @@ def load_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
     return model, fit
 
 
-# fine-tuned policies: an adapter is loaded only beside the foundation it was fine-tuned from
-
-
-def pin_foundation(wh: Warehouse, adapter_dir: Path, foundation: Path, foundation_sha256: str) -> Path:
-    """Record, in an adapter's folder, the foundation (path and sha256) it was fine-tuned from."""
-    path = Path(adapter_dir) / PIN_FILE
-    record = {"foundation": str(foundation), "foundation_sha256": foundation_sha256}
-    write_bytes_atomic(path, json.dumps(record, indent=1).encode(), durable=wh.durable)
-    return path
-
-
-def check_pair(wh: Warehouse, policy: Policy) -> str:
-    """The foundation's sha256 when the adapter of ``policy`` was fine-tuned from the foundation on disk now;
-    ``StalePairError`` naming both hashes and the asset to re-materialize otherwise (a retrained foundation
-    under an old adapter, or an adapter with no record of its foundation)."""
-    foundation, adapter = wh.policy_files(policy)
-    fix = rematerialize(f"{policy.variant}_adapter", policy.key)
-    pin = adapter / PIN_FILE
-    now = file_sha256(foundation)
-    if not pin.exists():
-        raise StalePairError(
-            f"{adapter} records no foundation (no {PIN_FILE}; the foundation now is {now[:16]}): {fix}"
-        )
-    pinned = json.loads(pin.read_text())["foundation_sha256"]
-    if pinned != now:
-        raise StalePairError(
-            f"the adapter of {policy} was fine-tuned from foundation sha256 {pinned[:16]}, but {foundation} is now "
-            f"sha256 {now[:16]} (the foundation was retrained): {fix}"
-        )
-    return now
+# foundations warm-started over walk-forward folds: loaded only beside the parent they continued from
 
 
 # the report group's products: pooled records and the verdict, computed from every policy's evaluation files

@@ -1,27 +1,35 @@
-"""Model and store files checked against the sha256 their manifest recorded, before anything reads them.
+"""Model and store files checked against the sha256 their manifest recorded, every time they are read.
 
 A window store's ``tokens.npy`` (5 GB a tokenization on the real file), a foundation's ``model.pt``, an adapter's
 files and a probe's model are each listed with their sha256 by whoever wrote them (the store's ``manifest.parquet``,
 a model folder's ``files.json``, a probe's ``fit.json``). ``verify_file`` compares the bytes on disk with that
 record and raises ``CorruptFileError`` (one line: the file, both hashes, the fix) when they differ: one flipped bit,
-an edit, a truncation. A file whose bytes were verified once is not hashed again while its (size, mtime_ns) stay
-those it was verified at: the process remembers it, and a sidecar ``<file>.verified`` (size, mtime_ns, sha256)
-carries it to the next process; a writer that computed the hash while writing records the sidecar at once
-(``record_verified``), so a 5 GB store costs a stat and a small read per open, not a re-hash. A write through the
-file system changes the mtime, so any later change is hashed again; what keeps both the size and mtime_ns of a
-damaged file (a restore that sets times, bit rot under the file system) is caught only once its sidecar is removed
-(``rm <file>.verified``: the next open re-hashes).
+an edit, a truncation.
+
+No stat is taken as proof. Real disks corrupt bytes without touching a file's mtime, and ``cp -p``, ``rsync -a``
+and ``tar x`` put the mtime back after a damaged copy, so a (size, mtime_ns) record would pass a damaged file.
+Small files (a model folder's files, a store's row and day index: up to a few hundred MB) are hashed on every
+load. A large file is checked by blocks (``BLOCK_BYTES``, 64 MB, as HDFS and ZFS do): its writer records the sha256
+of every block (``BlockHasher``) and a reader verifies the blocks it is about to read (``verify_blocks``: several
+in flight, each once per open), which names the damaged block, not just the file. ``<file>.verified`` sidecars
+written by older versions are ignored (and skipped by the listings of a model's files).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kinematic_pipeline.atomic_files import file_sha256, write_bytes_atomic
 
-SIDECAR_SUFFIX = ".verified"
-_VERIFIED: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, this process
+SIDECAR_SUFFIX = ".verified"  # older versions' (size, mtime_ns, sha256) record beside a file: never trusted now
+BLOCK_BYTES = 64 << 20  # a large file's checksum block (the last one is shorter)
+VERIFY_THREADS = 8  # blocks hashed at once (hashlib releases the GIL: a cached file verifies at several GB/s)
+_READ_BYTES = 4 << 20  # what one read of a block asks for (bounds the memory of a verification)
 
 
 class CorruptFileError(ValueError):
@@ -29,67 +37,63 @@ class CorruptFileError(ValueError):
 
 
 def sidecar(path: Path) -> Path:
+    """The sidecar an older version wrote beside ``path`` (ignored: see the module's docstring)."""
     return path.with_name(path.name + SIDECAR_SUFFIX)
 
 
-def record_verified(path: Path, sha256: str) -> None:
-    """Record that ``path`` holds ``sha256`` as of now (its writer hashed what it wrote)."""
-    path = Path(path)
-    st = path.stat()
-    _VERIFIED[(str(path), st.st_size, st.st_mtime_ns)] = sha256
-    record = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256}
-    try:
-        write_bytes_atomic(sidecar(path), json.dumps(record).encode())
-    except OSError:  # a read-only warehouse: the next process hashes again
-        pass
+def _missing(path: Path, sha256: str, fix: str) -> CorruptFileError:
+    return CorruptFileError(f"{path} is missing (its manifest records sha256 {sha256[:16]}): {fix}")
+
+
+def _mismatch(path: Path, size: int, actual: str, sha256: str, fix: str) -> CorruptFileError:
+    return CorruptFileError(
+        f"{path} ({size:,} bytes) is not the file its manifest records (sha256 {actual[:16]}, the manifest "
+        f"says {sha256[:16]}): damaged or edited after it was written: {fix}"
+    )
 
 
 def verify_file(path: Path, sha256: str, fix: str) -> Path:
-    """``path`` once its bytes are those of ``sha256``; ``CorruptFileError`` naming the file, both hashes and
-    ``fix`` (what to re-materialize) otherwise."""
+    """``path`` once its bytes, hashed now, are those of ``sha256``; ``CorruptFileError`` naming the file, both hashes
+    and ``fix`` (what to re-materialize) otherwise."""
     path = Path(path)
     try:
-        st = path.stat()
+        actual, size = file_sha256(path), path.stat().st_size
     except FileNotFoundError:
-        raise CorruptFileError(f"{path} is missing (its manifest records sha256 {sha256[:16]}): {fix}") from None
-    key = (str(path), st.st_size, st.st_mtime_ns)
-    if _VERIFIED.get(key) == sha256:
-        return path
-    try:
-        seen = json.loads(sidecar(path).read_text())
-    except (OSError, ValueError):
-        seen = None
-    if seen == {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256}:
-        _VERIFIED[key] = sha256
-        return path
-    actual = file_sha256(path)
+        raise _missing(path, sha256, fix) from None
     if actual != sha256:
-        raise CorruptFileError(
-            f"{path} ({st.st_size:,} bytes) is not the file its manifest records (sha256 {actual[:16]}, the manifest "
-            f"says {sha256[:16]}): damaged or edited after it was written: {fix}"
-        )
-    record_verified(path, sha256)
+        raise _mismatch(path, size, actual, sha256, fix)
     return path
+
+
+def verified_bytes(path: Path, sha256: str, fix: str) -> bytes:
+    """The bytes of ``path``, read once and checked against ``sha256`` (what a load then parses is what was
+    hashed); ``CorruptFileError`` as ``verify_file``."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise _missing(path, sha256, fix) from None
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != sha256:
+        raise _mismatch(path, len(data), actual, sha256, fix)
+    return data
 
 
 MODEL_MANIFEST = "files.json"  # in a model folder: {relative path: sha256} of the files a load reads
 
 
 def write_model_manifest(folder: Path, files: list[Path]) -> dict[str, str]:
-    """Record the sha256 of ``files`` (under ``folder``) in ``folder/files.json``, each marked verified."""
+    """Record the sha256 of ``files`` (under ``folder``) in ``folder/files.json``."""
     folder = Path(folder)
     hashes = {str(Path(f).relative_to(folder)): file_sha256(Path(f)) for f in files}
-    for name, sha in hashes.items():
-        record_verified(folder / name, sha)
     write_bytes_atomic(folder / MODEL_MANIFEST, json.dumps(hashes, indent=1, sort_keys=True).encode())
     return hashes
 
 
-def verify_model_folder(folder: Path, fix: str) -> dict[str, str]:
-    """Every file ``folder/files.json`` lists, verified (``verify_file``); ``CorruptFileError`` when the record
-    is missing (a folder written by an older version) or damaged."""
-    folder = Path(folder)
-    manifest = folder / MODEL_MANIFEST
+def model_manifest(folder: Path, fix: str) -> dict[str, str]:
+    """``folder/files.json``: {relative path: sha256}; ``CorruptFileError`` when it is missing (a folder written by
+    an older version) or is not such a list."""
+    manifest = Path(folder) / MODEL_MANIFEST
     try:
         hashes = json.loads(manifest.read_text())
         if not isinstance(hashes, dict) or not hashes:
@@ -98,6 +102,97 @@ def verify_model_folder(folder: Path, fix: str) -> dict[str, str]:
         raise CorruptFileError(f"{manifest} is missing (a model saved by an older version): {fix}") from None
     except ValueError as exc:
         raise CorruptFileError(f"{manifest} is not a model's file list ({exc}): {fix}") from None
+    return hashes
+
+
+def verify_model_folder(folder: Path, fix: str) -> dict[str, str]:
+    """Every file ``folder/files.json`` lists, hashed now and verified (``verify_file``); ``CorruptFileError`` when
+    the record is missing (a folder written by an older version) or a file is damaged."""
+    folder = Path(folder)
+    hashes = model_manifest(folder, fix)
     for name, sha in hashes.items():
         verify_file(folder / name, sha, fix)
     return hashes
+
+
+# large files: one sha256 per block, recorded by the writer, verified per block by the reader
+
+
+class BlockHasher:
+    """A binary file being written that hashes what goes through it: the whole file's sha256 (``hexdigest``) and
+    every ``block_bytes`` block's (``block_hashes``)."""
+
+    def __init__(self, out, block_bytes: int = BLOCK_BYTES) -> None:
+        self.out, self.block_bytes = out, int(block_bytes)
+        self.sha, self.block, self.filled, self.blocks = hashlib.sha256(), hashlib.sha256(), 0, []
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        self.sha.update(view)
+        while view.nbytes:
+            take = min(view.nbytes, self.block_bytes - self.filled)
+            self.block.update(view[:take])
+            self.filled += take
+            view = view[take:]
+            if self.filled == self.block_bytes:
+                self.blocks.append(self.block.hexdigest())
+                self.block, self.filled = hashlib.sha256(), 0
+        return self.out.write(data)
+
+    def hexdigest(self) -> str:
+        return self.sha.hexdigest()
+
+    def block_hashes(self) -> list[str]:
+        """Every block's sha256, the last (shorter) one included: call once everything is written."""
+        return self.blocks + ([self.block.hexdigest()] if self.filled else [])
+
+
+def block_sha256(fd: int, index: int, block_bytes: int) -> str:
+    """The sha256 of block ``index`` of the open file ``fd`` (what is there: a truncated file hashes short)."""
+    sha, pos, end = hashlib.sha256(), index * block_bytes, (index + 1) * block_bytes
+    while pos < end:
+        data = os.pread(fd, min(_READ_BYTES, end - pos), pos)
+        if not data:
+            break
+        sha.update(data)
+        pos += len(data)
+    return sha.hexdigest()
+
+
+def verify_blocks(
+    path: Path,
+    hashes: list[str],
+    block_bytes: int,
+    blocks: Iterable[int],
+    fix: str,
+    describe: Callable[[int], str] | None = None,
+    fd: int | None = None,
+) -> None:
+    """Blocks ``blocks`` of ``path`` hashed now (several at once) and compared with ``hashes`` (the writer's); one
+    ``CorruptFileError`` naming the file, the first damaged block (``describe(k)``: what it holds, e.g. its rows and
+    days), both hashes and ``fix`` otherwise."""
+    blocks = sorted(set(int(k) for k in blocks))
+    if not blocks:
+        return
+    own = fd is None
+    if own:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise CorruptFileError(f"{path} is missing: {fix}") from None
+    try:
+        with ThreadPoolExecutor(min(VERIFY_THREADS, len(blocks)), thread_name_prefix="verify") as pool:
+            actual = list(pool.map(lambda k: block_sha256(fd, k, block_bytes), blocks))
+    finally:
+        if own:
+            os.close(fd)
+    bad = [(k, a) for k, a in zip(blocks, actual) if a != hashes[k]]
+    if bad:
+        k, a = bad[0]
+        lo, hi = k * block_bytes, (k + 1) * block_bytes
+        what = f", {describe(k)}" if describe is not None else ""
+        more = f" (and {len(bad) - 1} more block(s))" if len(bad) > 1 else ""
+        raise CorruptFileError(
+            f"{path} is not the file its manifest records: block {k} (bytes {lo:,}..{hi:,}{what}){more} has sha256 "
+            f"{a[:16]}, the manifest says {hashes[k][:16]}: damaged since it was written: {fix}"
+        )

@@ -13,15 +13,18 @@ Layout, ``$KP_WAREHOUSE/window_store/<token asset>/`` (``Warehouse.window_store_
 - ``days.parquet``: one row per day: ``date``, ``first_row``, ``windows``, ``path`` and ``content_hash`` of
   the day's shard (the lineage of every row);
 - ``manifest.parquet``: one row: the asset, the training cut, the counts, the sha256 of the three files
-  above and ``shards_digest`` (sha256 over the shards' content hashes, in day order).
+  above, the sha256 of every 64 MB block of ``tokens.npy`` (``block_bytes``, ``block_sha256``) and
+  ``shards_digest`` (sha256 over the shards' content hashes, in day order).
 
 Only shards dated on or before the last fold's training end (``folds.store_cut``; a single cut: ``split.train_end``) are
 ever opened, so nothing after the cut can be served; each fold reads the prefix of days up to its own training end.
 ``open_store`` compares the manifest with the settings' cut and the token manifests of today: a store built
-from other shards is an error that names the asset to re-materialize; and the three files with the sha256 the
-manifest records (``verified.verify_file``: a flipped byte is one line naming the file, never statistics of
-garbage; the build records its streamed hash in a sidecar, so an open re-hashes only a file changed since).
-No dagster and no torch here.
+from other shards is an error that names the asset to re-materialize; then the bytes, whatever their mtime says
+(``verified``): the row and day index are hashed whole, and every block of ``tokens.npy`` against the block hashes
+the build recorded (several blocks at once; a read verifies any block it touches that was not, so no window is
+served from an unverified block). A flipped byte is one line naming the file, the block, its rows and days and the
+asset to re-materialize, never statistics of garbage. The cost (``docs/operations.md``): one pass over the file
+per open, at the page cache's or the disk's read rate. No dagster and no torch here.
 """
 
 from __future__ import annotations
@@ -40,10 +43,10 @@ from kinematic_pipeline.atomic_files import digest
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import Fold, split_days, store_cut
 from kinematic_pipeline.pins import StalePairError
-from kinematic_pipeline.verified import verify_file
+from kinematic_pipeline.verified import CorruptFileError, verify_blocks, verify_file
 from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
 
-STORE_CODE_VERSION = "window-store-1"
+STORE_CODE_VERSION = "window-store-2"  # 2: per-block sha256 of tokens.npy in the manifest (issue 40)
 TOKENS_FILE, ROWS_FILE, DAYS_FILE, MANIFEST_FILE = "tokens.npy", "rows.parquet", "days.parquet", "manifest.parquet"
 _HASHED = {TOKENS_FILE: "tokens_sha256", ROWS_FILE: "rows_sha256", DAYS_FILE: "days_sha256"}  # file -> manifest
 WINDOW_BYTES = N_TOKENS * N_CHANNELS * 4
@@ -68,6 +71,8 @@ MANIFEST_SCHEMA: dict[str, pl.DataType] = {
     "days_sha256": pl.String,
     "shards_digest": pl.String,
     "code_version": pl.String,
+    "block_bytes": pl.Int64,  # the checksum block of tokens.npy (verified.BLOCK_BYTES when it was built)
+    "block_sha256": pl.List(pl.String),  # the sha256 of every block of tokens.npy, in file order
 }
 
 
@@ -119,6 +124,9 @@ class WindowStore:
     days: pl.DataFrame  # DAYS_SCHEMA
     rows: pl.DataFrame  # ROWS_SCHEMA
     _file: tuple | None = field(default=None, repr=False)  # (fd, data offset, thread pool) in this process
+    # per block of tokens.npy: verified against the manifest's block_sha256 (carried to a pickled copy: a
+    # DataLoader worker or a spawned rank does not hash again what its parent verified)
+    _verified: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def asset(self) -> str:
@@ -130,23 +138,85 @@ class WindowStore:
 
     @property
     def tokens(self) -> np.ndarray:
-        """The whole file as a read-only memory map [N, 64, 9] (for sequential reads; ``read`` for samples)."""
+        """The whole file as a read-only memory map [N, 64, 9] (for sequential reads; ``read`` for samples), once
+        every block is verified."""
+        self.verify_rows(0, self.manifest["windows"])
         return np.load(self.path, mmap_mode="r")
+
+    @property
+    def fix(self) -> str:
+        return f"materialize {window_store_asset(self.asset)}"
+
+    def _blocks_of(self, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+        """The blocks holding the bytes of rows ``first`` .. ``last`` (inclusive, paired arrays)."""
+        _, offset, _ = self._open()
+        size = int(self.manifest["block_bytes"])
+        lo = (offset + first.astype(np.int64) * WINDOW_BYTES) // size
+        hi = (offset + (last.astype(np.int64) + 1) * WINDOW_BYTES - 1) // size
+        if lo.size == 1:
+            return np.arange(int(lo[0]), int(hi[0]) + 1)
+        return np.unique(np.concatenate([np.arange(a, b + 1) for a, b in zip(lo.tolist(), hi.tolist())]))
+
+    def _verify_blocks(self, blocks: np.ndarray) -> None:
+        hashes = self.manifest["block_sha256"]
+        if self._verified is None:
+            self._verified = np.zeros(len(hashes), dtype=bool)
+        todo = [int(k) for k in blocks if not self._verified[k]]
+        if not todo:
+            return
+        fd, offset, _ = self._open()
+        verify_blocks(self.path, hashes, int(self.manifest["block_bytes"]), todo, self.fix, self._describe, fd)
+        self._verified[todo] = True
+
+    def _describe(self, block: int) -> str:
+        """What block ``block`` of tokens.npy holds: its rows and their days."""
+        _, offset, _ = self._open()
+        size, n = int(self.manifest["block_bytes"]), int(self.manifest["windows"])
+        first = max(0, (block * size - offset) // WINDOW_BYTES)
+        last = min(n - 1, ((block + 1) * size - 1 - offset) // WINDOW_BYTES)
+        if n == 0 or last < 0:
+            return "the file's header"
+        starts = self.days["first_row"].to_numpy()
+        dates = self.days["date"]
+        day = [dates[int(np.searchsorted(starts, r, "right") - 1)] for r in (first, last)]
+        return f"rows {first:,}..{last:,}, days {day[0]} .. {day[1]}"
+
+    def verify_rows(self, lo: int, hi: int) -> None:
+        """Verify the blocks of tokens.npy that hold rows ``lo`` .. ``hi - 1`` (each block once per open store; the
+        file's header with the first); ``CorruptFileError`` naming the first damaged block."""
+        if self._verified is not None and self._verified.all():
+            return
+        if hi <= lo:
+            return
+        blocks = self._blocks_of(np.array([lo]), np.array([hi - 1]))
+        self._verify_blocks(np.union1d(blocks, [0]))
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_file": None}
 
     def _open(self) -> tuple:
         if self._file is None:
-            with open(self.path, "rb") as fh:
-                version = np.lib.format.read_magic(fh)
-                read_header = (
-                    np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-                )
-                shape, _, dtype = read_header(fh)
-                offset = fh.tell()
+            try:
+                with open(self.path, "rb") as fh:
+                    version = np.lib.format.read_magic(fh)
+                    read_header = (
+                        np.lib.format.read_array_header_1_0
+                        if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0
+                    )
+                    shape, _, dtype = read_header(fh)
+                    offset = fh.tell()
+            except ValueError as exc:  # a damaged header: numpy's own words, then the fix
+                raise CorruptFileError(f"{self.path} has no readable array header ({exc}): {self.fix}") from None
             if shape != (self.manifest["windows"], N_TOKENS, N_CHANNELS) or dtype != np.dtype("<f4"):
-                raise StaleStoreError(f"{self.path} holds {dtype} {shape}, not what its manifest says")
+                raise StaleStoreError(f"{self.path} holds {dtype} {shape}, not what its manifest says: {self.fix}")
+            size = self.path.stat().st_size
+            if size != offset + shape[0] * WINDOW_BYTES:
+                raise CorruptFileError(
+                    f"{self.path} is not the file its manifest records: it holds {size:,} bytes, its "
+                    f"{shape[0]:,} windows take {offset + shape[0] * WINDOW_BYTES:,} (truncated or extended since it "
+                    f"was written): {self.fix}"
+                )
             fd = os.open(self.path, os.O_RDONLY)
             if hasattr(os, "posix_fadvise"):
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no read-ahead around a sampled window
@@ -170,6 +240,9 @@ class WindowStore:
         raw = memoryview(buffer.reshape(-1).view(np.uint8))
         breaks = np.flatnonzero(np.diff(ordered) != 1) + 1
         starts, ends = np.r_[0, breaks], np.r_[breaks, rows.size]
+        if rows.size and not (self._verified is not None and self._verified.all()):
+            # the blocks this read touches, verified first (once each): no window of a damaged block is served
+            self._verify_blocks(self._blocks_of(ordered[starts], ordered[ends - 1]))
 
         def read_run(k: int) -> None:
             lo, hi = int(starts[k]), int(ends[k])
@@ -207,13 +280,20 @@ def open_store(settings: Settings, asset: str) -> WindowStore:
             f"the window store of {asset} ({folder}) was built from other {asset} shards (digest "
             f"{manifest['shards_digest'][:12]}, the warehouse's is {now[:12]}): {fix}"
         )
-    for name, column in _HASHED.items():  # the bytes the manifest records (a sidecar spares the re-hash)
-        verify_file(folder / name, manifest[column], fix)
+    if not manifest.get("block_sha256") or not manifest.get("block_bytes"):
+        raise StaleStoreError(
+            f"the window store of {asset} ({folder}) was built by an older version (no block checksums of "
+            f"{TOKENS_FILE} in its manifest): {fix}"
+        )
+    for name in (ROWS_FILE, DAYS_FILE):  # small: hashed whole, on every open
+        verify_file(folder / name, manifest[_HASHED[name]], fix)
     days = exact.read_parquet(folder / DAYS_FILE)
     rows = exact.read_parquet(folder / ROWS_FILE)
     if rows.height != manifest["windows"] or days.height != manifest["days"]:
         raise StaleStoreError(f"the window store of {asset} ({folder}) does not match its manifest: {fix}")
-    return WindowStore(folder, manifest, days, rows)
+    store = WindowStore(folder, manifest, days, rows)
+    store.verify_rows(0, manifest["windows"])  # tokens.npy: every block against the build's hashes, once per open
+    return store
 
 
 def window_store_asset(asset: str) -> str:
@@ -222,6 +302,7 @@ def window_store_asset(asset: str) -> str:
 
 
 __all__ = [
+    "CorruptFileError",
     "StaleStoreError",
     "WindowStore",
     "open_store",

@@ -202,3 +202,13 @@ def liquidation_cause(diagnostics: dict) -> str:
         f"Hold dominates: {prior}; Buy outranks Sell on {above:.0%} of rows (margin above {bar}), but Hold "
         "outranks Buy on every one of them."
     )
+
+
+def buy_threshold(class_weights) -> str:
+    """What the class-weighted argmax demands of Buy, in the probabilities p the weighted softmax q ∝ w ⊙ p stands
+    for: ln(p_buy / p_sell) > ln(w_sell / w_buy) and ln(p_buy / p_hold) > ln(w_hold / w_buy), with the run's w."""
+    w = _weights(class_weights)
+    return (
+        f"ln(p_buy/p_sell) > ln(w_sell/w_buy) = ln({w[SELL]:g}/{w[BUY]:g}) = {np.log(w[SELL] / w[BUY]):.2f} and "
+        f"ln(p_buy/p_hold) > ln(w_hold/w_buy) = {np.log(w[HOLD] / w[BUY]):.2f}"
+    )

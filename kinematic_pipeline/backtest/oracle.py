@@ -18,9 +18,9 @@ from collections.abc import Iterable
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA
+from kinematic_pipeline.backtest.sweep import predictions_frame
 from kinematic_pipeline.label_rules import label_returns_close, labels_from_returns
-from kinematic_pipeline.variants import BUY, HOLD, SELL, UNKNOWN_LABEL
+from kinematic_pipeline.variants import BUY, UNKNOWN_LABEL
 
 ORACLE = "oracle"  # the variant name of the informed policy's predictions and backtests
 ORACLE_DISPLAY_NAME = "Informed (latent drift)"
@@ -104,23 +104,8 @@ def oracle_predictions(
     values = frame["drift"].to_numpy()
     if not np.isfinite(values).all():
         raise ValueError("the latent drift has non-finite values")
-    action = labels_from_returns(values, tau)
-    one_hot = np.eye(3, dtype=np.float32)[action]
-    out = frame.select(
-        pl.lit(ORACLE).alias("variant"),
-        pl.lit(float(tau)).alias("tau"),
-        pl.lit(seed).alias("seed"),
-        "ticker",
-        "date",
-        "close",
-    ).with_columns(
-        pl.Series("p_buy", one_hot[:, BUY]),
-        pl.Series("p_sell", one_hot[:, SELL]),
-        pl.Series("p_hold", one_hot[:, HOLD]),
-        pl.Series("action", action, dtype=pl.Int8),
-        frame["label"].fill_null(UNKNOWN_LABEL).cast(pl.Int8).alias("label"),
-    )
-    return out.select([pl.col(c).cast(t) for c, t in PREDICTIONS_SCHEMA.items()])
+    one_hot = np.eye(3, dtype=np.float32)[labels_from_returns(values, tau)]  # its argmax is the action
+    return predictions_frame(frame, (ORACLE, float(tau), seed), one_hot, "label")
 
 
 def skill_table(predictions: pl.DataFrame) -> pl.DataFrame:
@@ -160,3 +145,49 @@ def skill_table(predictions: pl.DataFrame) -> pl.DataFrame:
         .select([pl.col(c).cast(t) for c, t in schema.items()])
         .sort("tau", "variant")
     )
+
+
+CONDITIONAL_ORACLE = "oracle_law"  # the variant name of the oracle that knows the next return's conditional law
+CONDITIONAL_ORACLE_DISPLAY_NAME = "Oracle (the next return's conditional law)"
+
+
+def conditional_class_probabilities(drift, sd, tau: float) -> np.ndarray:
+    """P(Buy), P(Sell), P(Hold) [n, 3] of a next log return r ~ N(drift, sd^2) under the label rule at ``tau``:
+    P(r > tau), P(r < -tau) and the rest (``label_rules.labels_from_returns``: Buy above tau, Sell below -tau)."""
+    from scipy.stats import norm
+
+    drift, sd = np.asarray(drift, dtype=np.float64), np.broadcast_to(np.asarray(sd, dtype=np.float64), np.shape(drift))
+    if not (np.isfinite(drift).all() and np.isfinite(sd).all() and (sd > 0).all()):
+        raise ValueError("the conditional law needs a finite drift and a finite positive sd on every row")
+    buy, sell = norm.sf((tau - drift) / sd), norm.cdf((-tau - drift) / sd)
+    return np.column_stack([buy, sell, np.clip(1.0 - buy - sell, 0.0, 1.0)])
+
+
+def conditional_oracle_predictions(rows: pl.DataFrame, tau: float, class_weights, seed: int = 0) -> pl.DataFrame:
+    """The oracle that knows the law of the next close-to-close log return, in ``PREDICTIONS_SCHEMA`` (variant
+    ``CONDITIONAL_ORACLE``).
+
+    rows: ticker, date, close, label and the law's ``drift`` and ``sd`` on each row (r_{t+1} ~ N(drift, sd^2)).
+    Its true probabilities p are ``conditional_class_probabilities``; what it stores, as probabilities and as its
+    own softmax, is q ∝ w ⊙ p (``class_weights`` w): the output of a network trained with the paper's weighted
+    cross-entropy that had learned the law exactly. So every rule reads it as it reads a model (the de-weighted q is
+    p again), and the argmax rules take argmax(w ⊙ p): whatever the oracle knows, a Buy needs w_buy p_buy above
+    w_sell p_sell and w_hold p_hold. Rows sorted by ticker and date."""
+    from kinematic_pipeline.backtest.decisions import _weights
+
+    p = conditional_class_probabilities(rows["drift"].to_numpy(), rows["sd"].to_numpy(), tau)
+    q = p * _weights(class_weights)
+    q = (q / q.sum(axis=1, keepdims=True)).astype(np.float32)
+    return predictions_frame(rows, (CONDITIONAL_ORACLE, float(tau), seed), q, "label")
+
+
+def least_buying_drift(tau: float, sd: float, class_weights, step: float = 0.001) -> float:
+    """The smallest one-day expected return, in units of ``sd``, at which the class-weighted argmax of an exactly
+    calibrated forecast r ~ N(drift, sd^2) picks Buy (NaN if none up to 5 sd): what either argmax rule demands of a
+    model's knowledge before it can hold a position."""
+    from kinematic_pipeline.backtest.decisions import _weights
+
+    z = np.arange(0.0, 5.0 + step, step)
+    q = conditional_class_probabilities(z * sd, np.full(z.size, sd), tau) * _weights(class_weights)
+    buys = np.flatnonzero(q.argmax(axis=1) == BUY)
+    return float(z[buys[0]]) if buys.size else float("nan")

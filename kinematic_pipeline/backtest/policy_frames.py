@@ -6,7 +6,10 @@ p_buy, p_sell, p_hold, action, label, optionally other label columns such as clo
 per tau, the TRAINING labels' base rates (``skill.base_rates``: {tau: (3,) array}) of the same outcome, or
 per tau a ``FoldRates``: each walk-forward fold's, which the rows of its test days are scored against.
 ``skill_frame`` and ``decision_frame``: one row per policy (variant, tau, seed); ``seed_mean_skill_frame``:
-one row per (variant, tau), the mean over seeds with a day-bootstrap interval of that mean. Rows are
+one row per (variant, tau), the mean over seeds with a day-bootstrap interval of that mean;
+``skill_beyond_reference_frame``: one row per (variant, tau), the seed mean of its log-loss skill minus a reference
+forecaster's on the same rows (``backtest.volatility_reference``). The intervals resample circular blocks of
+``SkillOptions.block_days`` consecutive test days (``skill.DEFAULT_BLOCK_DAYS`` = 20 unless told). Rows are
 sorted by their keys. Pure: frames and arrays in, frames out; no dagster.
 """
 
@@ -19,11 +22,13 @@ import numpy as np
 import polars as pl
 
 from kinematic_pipeline.backtest.decisions import decision_diagnostics, liquidation_cause, unweighted_probabilities
-from kinematic_pipeline.backtest.skill import skill_table
-from kinematic_pipeline.backtest.skill_seeds import seed_mean_skill
+from kinematic_pipeline.backtest.skill import DEFAULT_BLOCK_DAYS, skill_table
+from kinematic_pipeline.backtest.skill_seeds import seed_mean_skill, seed_mean_skill_difference
 from kinematic_pipeline.backtest.sweep import PROB_COLUMNS, bootstrap_seed
+from kinematic_pipeline.label_rules import at_tau
 
 POLICY_KEYS = ("variant", "tau", "seed")
+BEYOND = "log_loss_skill_beyond_reference"  # skill_beyond_reference_frame's metric (and _ci_low, _ci_high, _seed_std)
 _NEEDED = (*POLICY_KEYS, "ticker", "date", *PROB_COLUMNS, "action")
 
 
@@ -97,7 +102,7 @@ class SkillOptions:
     """How the skill frames draw their day-bootstrap intervals and which labels they score."""
 
     n_boot: int = 1000  # resamples of days (0: no interval)
-    block_days: int = 1  # days per resampled block
+    block_days: int = DEFAULT_BLOCK_DAYS  # consecutive test days per resampled block (1: single days)
     boot_seed: int = 0  # each row's draws: ``sweep.bootstrap_seed(boot_seed, key)``
     label_column: str = "label"  # the labels scored (e.g. the close-to-close ``label_close``)
 
@@ -154,6 +159,72 @@ def seed_mean_skill_frame(
         )
         rows.append({"variant": key[0], "tau": key[1]} | table)
     return pl.DataFrame(rows)
+
+
+def skill_beyond_reference_frame(
+    predictions: pl.DataFrame,
+    reference: pl.DataFrame,
+    train_base_rates: dict,
+    class_weights,
+    reference_class_weights,
+    options: SkillOptions = DEFAULT_SKILL,
+) -> pl.DataFrame:
+    """Per (variant, tau) of ``predictions``: the mean over seeds of its log-loss skill minus the ``reference``
+    forecaster's, paired on the same ticker-days (``skill_seeds.seed_mean_skill_difference``), with the block
+    interval of that mean and the std over seeds. Columns: variant, tau, BEYOND, BEYOND_ci_low, BEYOND_ci_high,
+    BEYOND_seed_std, paired_rows (labelled rows scored, all seeds), paired_days.
+
+    ``reference``: predictions-frame rows of one forecaster, one row per (tau, ticker, date); a policy row is paired
+    with the reference row of its tau, ticker and date, and rows without one are left out of both sides. The
+    policies' probabilities are de-weighted with ``class_weights``, the reference's with
+    ``reference_class_weights`` (the trailing-volatility reference's are (1, 1, 1): it stores p itself). Both are
+    scored on the policy rows' ``options.label_column`` against the training base rates of their tau (per fold with
+    ``FoldRates``). The day draws are seeded with ``sweep.bootstrap_seed(options.boot_seed, (variant, tau))``, as
+    ``seed_mean_skill_frame``'s. A variant equal to the reference's own is left out."""
+    label_column = options.label_column
+    if reference.select(pl.struct("tau", "ticker", "date").is_duplicated().any()).item():
+        raise ValueError("reference holds two rows of one (tau, ticker, date)")
+    own = set(reference["variant"].unique().to_list()) if reference.height else set()
+    renamed = {c: f"reference_{c}" for c in PROB_COLUMNS}
+    rows = []
+    for key, group in _groups(predictions, ("variant", "tau"), label_column):
+        if key[0] in own:
+            continue
+        forecast = reference.filter(at_tau(key[1])).select("ticker", "date", *PROB_COLUMNS).rename(renamed)
+        paired = group.join(forecast, on=["ticker", "date"], how="inner").sort("seed", "date", "ticker")
+        seeds = paired.partition_by("seed", maintain_order=True) if paired.height else []
+        if not seeds:
+            continue
+        table = seed_mean_skill_difference(
+            [unweighted_probabilities(_probs_of(g), class_weights) for g in seeds],
+            [
+                unweighted_probabilities(
+                    g.select(renamed.values()).to_numpy().astype(np.float64), reference_class_weights
+                )
+                for g in seeds
+            ],
+            [g[label_column].to_numpy() for g in seeds],
+            [g["date"].to_physical().to_numpy() for g in seeds],
+            [_reference(train_base_rates, key[1], g) for g in seeds],
+            n_boot=options.n_boot,
+            block_days=options.block_days,
+            seed=bootstrap_seed(options.boot_seed, key),
+        )
+        rows.append(
+            {
+                "variant": key[0],
+                "tau": key[1],
+                BEYOND: table["difference"],
+                f"{BEYOND}_ci_low": table["ci_low"],
+                f"{BEYOND}_ci_high": table["ci_high"],
+                f"{BEYOND}_seed_std": table["seed_std"],
+                "paired_rows": table["n_rows"],
+                "paired_days": table["n_days"],
+            }
+        )
+    schema = {"variant": pl.String, "tau": pl.Float64}
+    schema |= {f"{BEYOND}{s}": pl.Float64 for s in ("", "_ci_low", "_ci_high", "_seed_std")}
+    return pl.DataFrame(rows, schema=schema | {"paired_rows": pl.Int64, "paired_days": pl.Int64})
 
 
 def decision_frame(predictions: pl.DataFrame, train_base_rates: dict[float, np.ndarray], class_weights) -> pl.DataFrame:

@@ -4,7 +4,7 @@
   correlation of score vs outcome, vectorized with polars (``pl.corr`` of values and of ``rank("average")``
   over the day).
 - ``newey_west_t``: the Newey-West (HAC, Bartlett kernel) t-statistic of a series' mean, with statsmodels
-  (OLS on a constant, ``cov_type="HAC"``, no small-sample correction).
+  (OLS on a constant, ``cov_type="HAC"``, no small-sample correction); ``newey_west_lags`` its default lag.
 - ``ic_summary``: mean, std, ICIR, Newey-West t and share of positive days of a daily IC series.
 - ``time_series_ic``: per ticker, the Pearson / Spearman correlation over time of score vs outcome (polars).
 - ``direction_auc``: ROC AUC of a score separating Buy from Sell rows, with scikit-learn.
@@ -116,6 +116,11 @@ def time_series_ic(
     return _grouped_corr(frame, score, outcome, by, min_days)
 
 
+def newey_west_lags(n: int) -> int:
+    """The Newey-West (1994) rule of thumb for the Bartlett kernel's lag: floor(4 (T/100)^(2/9)) (6 at T = 1,007)."""
+    return int(np.floor(4 * (max(n, 0) / 100) ** (2 / 9)))
+
+
 def newey_west_t(x: np.ndarray, lags: int | None = None) -> tuple[float, float, int]:
     """Newey-West t-statistic of the mean of ``x`` (finite values only): (t, se_of_mean, lags_used).
 
@@ -127,7 +132,7 @@ def newey_west_t(x: np.ndarray, lags: int | None = None) -> tuple[float, float, 
     v = v[np.isfinite(v)]
     n = v.size
     if lags is None:
-        lags = int(np.floor(4 * (n / 100) ** (2 / 9)))
+        lags = newey_west_lags(n)
     lags = int(lags)
     if lags < 0:
         raise ValueError(f"lags must be >= 0, got {lags}")

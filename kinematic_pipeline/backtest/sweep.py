@@ -29,6 +29,9 @@ from kinematic_pipeline.variants import BENCHMARK, BUY, HOLD, SELL, UNKNOWN_LABE
 EPOCH = dt.date(1970, 1, 1)  # day 0 of polars' Date
 SERIES_KEYS = ("variant", "tau", "seed", "ticker")
 PROB_COLUMNS = ("p_buy", "p_sell", "p_hold")  # in action-code order 0, 1, 2
+# The network's (or probe's) own softmax, as it output it: what the paper's rule takes the argmax of. The p_*
+# columns beside them are the same numbers calibrated (``backtest.calibration``) for models and probes.
+SOFTMAX_COLUMNS = ("softmax_buy", "softmax_sell", "softmax_hold")
 INPUT_SCHEMA: dict[str, pl.DataType] = {
     "variant": pl.String,
     "tau": pl.Float64,
@@ -53,6 +56,9 @@ PREDICTIONS_SCHEMA: dict[str, pl.DataType] = {
     "p_hold": pl.Float32,
     "action": pl.Int8,  # argmax of the probabilities: a code of kinematic_pipeline.variants
     "label": pl.Int8,  # the realized label of day t (needs day t+1; -1 when unknown): evaluation only
+    "softmax_buy": pl.Float32,  # the model's own softmax before calibration (the paper's rule's input)
+    "softmax_sell": pl.Float32,
+    "softmax_hold": pl.Float32,
 }
 
 
@@ -73,9 +79,28 @@ def predictions_frame(frame: pl.DataFrame, key: tuple[str, float, int], probs: n
             pl.Series("p_hold", probs[:, 2]),
             pl.Series("action", probs.argmax(axis=1).astype(np.int8)),
             pl.col(label).fill_null(UNKNOWN_LABEL).alias("label"),
+            *[pl.Series(name, probs[:, k]) for k, name in enumerate(SOFTMAX_COLUMNS)],
         )
         .cast(PREDICTIONS_SCHEMA)  # type: ignore[arg-type]
         .sort("ticker", "date")
+    )
+
+
+def paper_rule(predictions: pl.DataFrame) -> pl.DataFrame:
+    """The predictions under the paper's rule: the probabilities are the model's own softmax (``SOFTMAX_COLUMNS``,
+    never calibrated) and the action is their argmax, exactly as the paper trades ("the model predicts g_t = Buy":
+    its top class). A frame without the softmax columns (predictions written before they were stored) is a
+    ValueError naming the fix."""
+    missing = [c for c in SOFTMAX_COLUMNS if c not in predictions.columns]
+    if missing:
+        raise ValueError(
+            f"the predictions hold no {', '.join(missing)} (the model's own softmax): written before it was stored, "
+            "re-materialize the predictions"
+        )
+    q = predictions.select(SOFTMAX_COLUMNS).to_numpy()
+    return predictions.with_columns(
+        *[pl.col(raw).alias(p) for raw, p in zip(SOFTMAX_COLUMNS, PROB_COLUMNS)],
+        pl.Series("action", q.argmax(axis=1).astype(np.int8), dtype=pl.Int8),
     )
 
 

@@ -5,7 +5,8 @@ operator interface of DESIGN.md overrides fields from the environment: ``KP_SOUR
 ``KP_WAREHOUSE``, ``KP_START_DATE`` / ``KP_END_DATE`` (narrow the history), ``KP_TRAIN_END`` (the training
 cut: one fold unless ``KP_FOLDS`` says otherwise), ``KP_FOLDS`` (walk-forward folds after the cut),
 ``KP_TRAIN_ACCELERATOR`` / ``_DEVICES`` / ``_PRECISION`` / ``_STRATEGY`` (the Lightning Trainer),
-``KP_TRAIN_SHARD_TRACE``, ``KP_DROP_DIR`` and ``KP_DURABLE_WRITES``. ``load_settings`` is the only reader of the
+``KP_TRAIN_SHARD_TRACE``, ``KP_WARM_START`` / ``KP_WARM_START_STEPS`` (rolling warm starts of the foundations over
+walk-forward folds), ``KP_DROP_DIR`` and ``KP_DURABLE_WRITES``. ``load_settings`` is the only reader of the
 environment: it resolves them once, when the definitions load, and partitions, schedules, sensors and every
 asset body are built from that one ``Settings``. Nothing here imports dagster.
 """
@@ -60,6 +61,7 @@ TRAIN_BUDGET_ENV = {  # environment variable -> TrainConfig field (a longer budg
     "KP_PRETRAIN_STEPS": "pretrain_steps",
     "KP_FINETUNE_STEPS": "finetune_steps",
     "KP_EVAL_EVERY": "eval_every",
+    "KP_WARM_START_STEPS": "warm_start_steps",  # the budget of a fold's foundation warm-started from the previous fold's
 }
 
 
@@ -144,6 +146,10 @@ def load_settings(
         if not all(p.lstrip("-").isdigit() for p in parts) or len(set(parts)) != len(parts):
             raise ValueError(f"KP_SEEDS={env['KP_SEEDS']!r}: expected distinct integers separated by commas")
         budget["seeds"] = tuple(int(p) for p in parts)
+    if env.get("KP_WARM_START"):  # 1: fold k's foundation continues from fold k-1's; 0: every fold from scratch
+        if env["KP_WARM_START"] not in ("0", "1"):
+            raise ValueError(f"KP_WARM_START={env['KP_WARM_START']!r}: expected 1 (warm starts) or 0 (from scratch)")
+        budget["warm_start"] = env["KP_WARM_START"] == "1"
     train = dataclasses.replace(
         base.train,
         **{field: env[var] for var, field in TRAIN_ENV.items() if env.get(var)},

@@ -48,6 +48,9 @@ def check_alpha(field_name: str, value: float | str) -> None:
         raise ValueError(f"{field_name}={value!r}: expected a positive number or 'mle'")
 
 
+SYNTHETIC_TICKER = "SYN{:03d}"  # the synthetic source's k-th ticker (sources/synthetic.py draws one series per name)
+
+
 @dataclass(frozen=True)
 class SyntheticConfig:
     """The embedded default universe: a seeded latent-kinematics generator (see sources/synthetic.py)."""
@@ -177,6 +180,12 @@ class TrainConfig:
     # every window (~32k steps of 256 on its corpus) and 3 fine-tuning epochs.
     pretrain_steps: int = 30_000
     finetune_steps: int = 6_000
+    # Rolling warm starts over walk-forward folds: fold k's foundation starts from fold k-1's saved (best) state, same
+    # variant and seed, and continues on fold k's own training days for ``warm_start_steps`` (None: pretrain_steps);
+    # the first fold (and a single cut) trains from scratch for pretrain_steps. It records its parent (``parent.json``)
+    # and is refused once that parent changes (model_pins.check_parent). False: every fold from scratch (KP_WARM_START=0).
+    warm_start: bool = True
+    warm_start_steps: int | None = None
     warmup_fraction: float = 0.05  # of the budget, linear from 0 to the learning rate
     eval_every: int = 250  # optimizer steps between validations (and points of the learning curves)
     patience: int = 8  # validations without a better validation loss before stopping (0: run the whole budget)
@@ -217,6 +226,11 @@ class TrainConfig:
         for name in ("pretrain_steps", "finetune_steps", "eval_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name}={getattr(self, name)!r}: expected a positive number of steps")
+        if self.warm_start_steps is not None and self.warm_start_steps < 1:
+            raise ValueError(
+                f"train.warm_start_steps={self.warm_start_steps!r}: expected a positive number of steps (None: "
+                "train.pretrain_steps)"
+            )
         if self.patience < 0 or not 0.0 <= self.warmup_fraction < 1.0:
             raise ValueError(
                 f"train.patience={self.patience}, train.warmup_fraction={self.warmup_fraction}: "
@@ -241,6 +255,9 @@ class EvalConfig:
     responsiveness_ticker: str | None = None  # the responsiveness figure (paper: XOM); None: focus ticker
     figure_days: int = 120  # sessions shown in the manifold and responsiveness figures (the test period's last)
     skill_bootstrap_resamples: int = 1000  # resamples of test days behind the skill scores' intervals
+    # consecutive test days per resampled block of those intervals (circular blocks, every ticker of a day together):
+    # the days' scores are autocorrelated (volatility clusters), and single days gave intervals 2.4-3x too narrow
+    skill_bootstrap_block_days: int = 20
     predict_batch_size: int = 512  # windows per forward pass
     # The simple baselines evaluated beside the models (variants.BASELINES: rules and probes), and their taus
     # (None: every tokenize.taus); they go through the same predictions, backtests and tables.
@@ -269,6 +286,10 @@ class EvalConfig:
     scaling_in_dag: bool = False
 
     def __post_init__(self) -> None:
+        if int(self.skill_bootstrap_block_days) < 1:
+            raise ValueError(
+                f"evaluate.skill_bootstrap_block_days={self.skill_bootstrap_block_days}: expected >= 1 day"
+            )
         if not self.scaling_windows or any(int(n) < 1 for n in self.scaling_windows):
             raise ValueError(f"evaluate.scaling_windows={self.scaling_windows!r}: expected positive window counts")
         for name in self.baselines:
@@ -301,6 +322,19 @@ class Settings:
     def __post_init__(self) -> None:
         root = self.warehouse.root if isinstance(self.warehouse, Warehouse) else Path(self.warehouse)
         object.__setattr__(self, "warehouse", Warehouse(root, durable=self.durable_writes))
+        if self.evaluate.membership_file is not None:  # checked as the settings load, not when a universe is built
+            from kinematic_pipeline.sources.membership import check_membership
+
+            check_membership(self.evaluate.membership_file, self._known_tickers(), f"the {self.data.source} source")
+
+    def _known_tickers(self) -> tuple[str, ...] | None:
+        """The source's tickers when known without reading it (``data.tickers``, the synthetic source's names);
+        None otherwise (the membership file is then matched where the universe is built)."""
+        if self.data.tickers is not None:
+            return tuple(self.data.tickers)
+        if self.data.source == "synthetic":
+            return tuple(SYNTHETIC_TICKER.format(k) for k in range(self.synthetic.n_tickers))
+        return None
 
     @property
     def drop_directory(self) -> Path:

@@ -15,6 +15,7 @@ from kinematic_pipeline.orchestration.partitions import (
     fit_partitions,
     foundation_of_policy,
     policy_partitions,
+    warm_start_parents,
 )
 from kinematic_pipeline.token_kinds import token_kind
 from kinematic_pipeline.variants import variant as lookup_variant
@@ -28,7 +29,7 @@ TRAINING_POOL = "kinematic_pipeline/training"
 
 def data_version(result) -> dg.DataVersion:
     """A trained model's Dagster data version: the sha256 of its files. A retrained foundation with other bytes
-    marks its adapters (and their evaluation) stale in the UI; loading refuses the pair (``pins.check_pair``)."""
+    marks its adapters (and their evaluation) stale in the UI; loading refuses the pair (``model_pins.check_pair``)."""
     from kinematic_pipeline.atomic_files import digest
 
     return dg.DataVersion(digest([result.files_sha256[k] for k in sorted(result.files_sha256)]))
@@ -45,6 +46,7 @@ def training_inputs(variant: str) -> list[dg.AssetDep]:
 
 def foundation_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
     spec = lookup_variant(variant)
+    warm_budget = settings.train.warm_start_steps or settings.train.pretrain_steps
 
     @dg.asset(
         name=f"{variant}_foundation",
@@ -57,13 +59,23 @@ def foundation_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
         description=f"{spec.title}: pretrained on uniform samples of the training windows of {spec.token_asset} "
         f"(Lightning; AdamW, warmup then cosine {settings.train.lr:g} -> 0, clip {settings.train.grad_clip:g}) to "
         "its best validation loss within train.pretrain_steps, one per fold and seed (partition). Checkpoint and "
-        "curves.csv under $KP_WAREHOUSE/models/<variant>/.../foundation/.",
+        "curves.csv under $KP_WAREHOUSE/models/<variant>/.../foundation/."
+        + (
+            " Rolling warm starts (train.warm_start): each fold after the first starts from the previous fold's "
+            "partition of this asset (same seed: "
+            + ", ".join(f"{k} <- {p}" for k, p in warm_start_parents(settings, variant).items())
+            + f") and continues on its own training days for {warm_budget} steps; parent.json pins that parent. "
+            "Materialize the partitions in fold order (python -m kinematic_pipeline materialize does)."
+            if warm_start_parents(settings, variant)
+            else ""
+        ),
     )
     def foundation(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from kinematic_pipeline.training.run import pretrain
 
         result = pretrain(settings, context_policy(context, variant))
-        context.log.info(f"{result.policy}: {result.params_total:,} parameters, {result.seconds:.0f} s")
+        parent = f", warm-started from {result.parent_foundation}" if result.parent_foundation else ""
+        context.log.info(f"{result.policy}: {result.params_total:,} parameters, {result.seconds:.0f} s{parent}")
         return dg.MaterializeResult(
             metadata=dagster_metadata(result.metadata(settings)), data_version=data_version(result)
         )

@@ -132,13 +132,20 @@ class BatchedWrites:
             conn.execute(AssetCheckExecutionsTable.insert(), rows)
 
 
+def instance_path(base_dir: str) -> str:
+    """A relative ``base_dir`` is a folder of ``$DAGSTER_HOME`` (the instance's own, wherever the command runs), not of
+    the working directory; an absolute one is kept."""
+    home = os.environ.get("DAGSTER_HOME")
+    return base_dir if os.path.isabs(base_dir) or not home else os.path.join(home, base_dir)
+
+
 class BatchedSqliteEventLogStorage(BatchedWrites, ConsolidatedSqliteEventLogStorage):
     """:class:`ConsolidatedSqliteEventLogStorage` that writes a batch of events in one transaction."""
 
     def __init__(self, base_dir, inst_data=None):
         self._engine_pid: int | None = None
         self._engine: db.engine.Engine | None = None
-        super().__init__(base_dir, inst_data=inst_data)
+        super().__init__(instance_path(base_dir), inst_data=inst_data)
 
     def _get_engine(self) -> db.engine.Engine:
         if self._engine is None or self._engine_pid != os.getpid():  # a forked child opens its own

@@ -122,6 +122,22 @@ def foundation_of_policy(settings: Settings) -> dg.StaticPartitionMapping:
     return dg.StaticPartitionMapping(by_fit)
 
 
+def warm_start_parents(settings: Settings, variant: str) -> dict[str, str]:
+    """{fit key: the fit key its foundation continues from} under ``train.warm_start`` (``model_pins.parent_foundation``:
+    fold k's from fold k-1's, same seed). Dagster refuses a dependency of an asset on itself unless its partitions
+    are time windows, so this edge is not in the asset graph: ``fit_partitions`` lists the keys fold by fold (every
+    parent before its children), the order in which ``materialize`` runs them, and the child's load refuses a parent
+    that changed since (``model_pins.check_parent``)."""
+    from kinematic_pipeline.model_pins import parent_foundation
+
+    out = {}
+    for key in fit_partitions(settings, variant).get_partition_keys():
+        parent = parent_foundation(settings, Policy.from_fit_key(variant, key))
+        if parent is not None:
+            out[key] = parent.fit_key
+    return out
+
+
 def context_policy(context: dg.AssetExecutionContext, variant: str) -> Policy:
     """The policy of a run's partition: a foundation's fit key or a fine-tuned policy's key."""
     return Policy.from_key(variant, context.partition_key)

@@ -17,10 +17,10 @@ import dagster as dg
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import fold_names
+from kinematic_pipeline.model_pins import check_pair
 from kinematic_pipeline.nightly import EXCHANGE_TIMEZONE, NIGHTLY_CRON, SessionPlan, exchange_date, tick_plan
 from kinematic_pipeline.orchestration.assets_evaluate import EVALUATION_ASSETS, evaluation_asset
 from kinematic_pipeline.orchestration.partitions import range_tags
-from kinematic_pipeline.pins import check_pair
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV

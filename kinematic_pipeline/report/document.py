@@ -24,9 +24,11 @@ TABLE_CAPTIONS = {
         "for a policy in the Liquidation Equilibrium, whose equity never moves.",
     ),
     "liquidation_equilibrium": (
-        "The Liquidation Equilibrium of Discrete Tokens",
-        "Action distribution, action rate and performance of each model: a model that only ever sells "
-        "stays in cash (100% action rate, 0% exposure, N/A Sharpe).",
+        "The Liquidation Equilibrium: who never holds a position, under each rule",
+        "Action distribution, action rate and performance of each model under the paper's argmax and the calibrated "
+        "argmax: a model that only ever sells stays in cash (100% action rate, 0% exposure, N/A Sharpe). Whether that "
+        "is the tokens' or the rule's is for the oracle's table to say: where the rule does not trade the oracle "
+        "either, no tokenization can make it trade.",
     ),
     "tau_sweep": (
         "Behavioral Divergence Under Sensitivity Sweep",

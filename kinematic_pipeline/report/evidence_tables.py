@@ -10,6 +10,8 @@ import numpy as np
 import polars as pl
 
 from kinematic_pipeline.backtest.oracle import ORACLE, ORACLE_DISPLAY_NAME
+from kinematic_pipeline.backtest.policy_frames import BEYOND
+from kinematic_pipeline.backtest.volatility_reference import REFERENCE, REFERENCE_DATA_SEEN, REFERENCE_DISPLAY_NAME
 from kinematic_pipeline.label_rules import at_tau
 from kinematic_pipeline.report.tables import UNDEFINED, portfolio_cell, runs_at
 from kinematic_pipeline.variants import ACTION_NAMES, ALL_VARIANT_NAMES, display_name
@@ -24,8 +26,12 @@ INFORMATION_ROWS = (  # (metric of skill_table, how the report names it)
     ("auc_buy", "AUC Buy vs rest"),
     ("auc_sell", "AUC Sell vs rest"),
 )
-PROBABILISTIC = ("log_loss_skill", "brier_skill")  # scores of probabilities, not of decisions
+# the information table's row of each model's skill beyond the trailing-volatility reference, when it was scored
+BEYOND_ROW = (BEYOND, "Log-loss skill beyond trailing vol20 (paired: the same ticker-days)")
+PROBABILISTIC = ("log_loss_skill", "brier_skill", BEYOND)  # scores of probabilities, not of decisions
 ORACLE_ELSEWHERE = "N/A (trained-on labels only)"  # the informed ceiling is scored on the trained-on labels
+IS_REFERENCE = "0 (the reference)"  # the reference's own skill beyond itself
+CONSTANT_SCORE = "N/A (score ≡ 0)"  # the reference's p_buy = p_sell: its signal score ranks nothing
 
 
 def _cell(row: dict, metric: str) -> str:
@@ -41,30 +47,55 @@ def _variant_cell(rows: pl.DataFrame, variant: str, metric: str) -> str:
     r = rows.filter(pl.col("variant") == variant) if rows.height else rows
     if r.height == 0:
         return ORACLE_ELSEWHERE if variant == ORACLE else "-"
-    if metric in PROBABILISTIC and (variant == ORACLE or not lookup_variant(variant).probabilistic):
-        return "N/A (one-hot)"  # the informed policy and the rules decide; they state no probabilities
+    if variant == REFERENCE and metric == BEYOND:
+        return IS_REFERENCE
+    if metric not in r.columns:
+        return "-"
+    if metric in PROBABILISTIC and variant not in (ORACLE, REFERENCE) and not lookup_variant(variant).probabilistic:
+        return "N/A (one-hot)"  # the rules decide; they state no probabilities
+    if metric in PROBABILISTIC and variant == ORACLE:
+        return "N/A (one-hot)"  # the informed policy decides too
     return _cell(r.row(0, named=True), metric)
 
 
+def _display(variant: str) -> str:
+    return {ORACLE: ORACLE_DISPLAY_NAME, REFERENCE: REFERENCE_DISPLAY_NAME}.get(variant) or display_name(variant)
+
+
 def information_table(
-    skill: dict[str, pl.DataFrame], tau: float, data_seen: dict[str, str] | None = None
+    skill: dict[str, pl.DataFrame],
+    tau: float,
+    data_seen: dict[str, str] | None = None,
+    block_days: int | None = None,
 ) -> pl.DataFrame:
-    """One row per (outcome, metric), one column per variant (and the informed ceiling when present), at
-    ``tau``; with ``data_seen`` ({variant: dates}) a last row says what each saw. skill: {outcome name:
-    ``seed_mean_skill_frame``}, in table order."""
+    """One row per (outcome, metric), one column per variant (then the trailing-volatility reference and the
+    informed ceiling when present), at ``tau``; with the reference, a row per outcome of each model's log-loss skill
+    beyond it (``BEYOND_ROW``); with ``block_days`` a row states each column's interval (95%, the bootstrap's block
+    and the test days resampled); with ``data_seen`` ({variant: dates}) a last row says what each saw. skill:
+    {outcome name: ``seed_mean_skill_frame``, with ``skill_beyond_reference_frame``'s columns when scored}."""
     by_outcome = {o: f.filter(at_tau(tau)) if f.height else f for o, f in skill.items()}
     seen = {v for f in by_outcome.values() if f.height for v in f["variant"].to_list()}
-    present = [v for v in (*ALL_VARIANT_NAMES, ORACLE) if v in seen]
-    names = {v: ORACLE_DISPLAY_NAME if v == ORACLE else display_name(v) for v in present}
+    present = [v for v in (*ALL_VARIANT_NAMES, REFERENCE, ORACLE) if v in seen]
+    names = {v: _display(v) for v in present}
+    beyond = any(BEYOND in f.columns for f in by_outcome.values())
+    metrics = (*INFORMATION_ROWS, BEYOND_ROW) if beyond else INFORMATION_ROWS
     out = [
         {"Outcome": outcome, "Metric": label} | {names[v]: _variant_cell(rows, v, metric) for v in present}
         for outcome, rows in by_outcome.items()
-        for metric, label in INFORMATION_ROWS
+        for metric, label in metrics
     ]
+    if block_days is not None:
+        first = next(iter(by_outcome.values()), pl.DataFrame())
+        days = {r["variant"]: r["n_days"] for r in first.iter_rows(named=True)} if first.height else {}
+        out.append(
+            {"Outcome": "-", "Metric": "Intervals"}
+            | {names[v]: f"95%, {block_days}-day blocks of {days.get(v, '?')} test days" for v in present}
+        )
     if data_seen is not None:
+        fallback = {REFERENCE: REFERENCE_DATA_SEEN}
         out.append(
             {"Outcome": "-", "Metric": "Data seen"}
-            | {names[v]: data_seen.get(v, "the latent state (synthetic source)") for v in present}
+            | {names[v]: data_seen.get(v, fallback.get(v, "the latent state (synthetic source)")) for v in present}
         )
     return pl.DataFrame(
         out, schema={"Outcome": pl.String, "Metric": pl.String, **{names[v]: pl.String for v in present}}
@@ -85,38 +116,38 @@ def decisions_table(decisions: pl.DataFrame, tau: float) -> pl.DataFrame:
         .map_elements(lambda code: ACTION_NAMES[code], return_dtype=pl.String)
         .alias("No-info action"),
         pl.col("margin_q50").round(2).cast(pl.String).alias("Median ln(p_B/p_S)"),
-        (100 * pl.col("share_margin_above_threshold")).round(1).cast(pl.String).alias("% above ln 5"),
+        (100 * pl.col("share_margin_above_threshold")).round(1).cast(pl.String).alias("% above ln(w_sell/w_buy)"),
         (100 * pl.col("share_differs_from_no_information")).round(1).cast(pl.String).alias("% differs from no-info"),
         pl.col("liquidation_cause").alias("Why it trades or liquidates"),
     )
 
 
 def decision_rules_table(
-    metrics: pl.DataFrame,
-    margin: pl.DataFrame,
+    records: dict[str, pl.DataFrame],
     tau: float,
     cost_bps: float,
     data_seen: dict[str, str] | None = None,
     portfolios: dict[str, pl.DataFrame] | None = None,
 ) -> pl.DataFrame:
-    """The paper's argmax next to the margin rule, per variant (models, rules, probes): the Sharpe of the
-    equal-weight portfolio of the test tickers (``portfolios``: rule -> ``backtest.portfolio.portfolio_summary``
-    by variant, seeds averaged; cash credited with rf) with its days in the market, and the return and action
-    rate averaged over tickers and seeds; with ``data_seen``, what each variant saw."""
+    """Every decision rule side by side, per variant (models, rules, probes): ``records`` (rule -> its pooled
+    metrics: the paper's argmax, the calibrated argmax, the margin rule, in that order; the margin rule's with its m),
+    the Sharpe of the equal-weight portfolio of the test tickers (``portfolios``: rule ->
+    ``backtest.portfolio.portfolio_summary`` by variant, seeds averaged; cash credited with rf) with its days in the
+    market, and the return and action rate averaged over tickers and seeds; with ``data_seen``, what each variant
+    saw."""
     ew = {
         rule: {r["variant"]: r for r in frame.iter_rows(named=True)} if frame.height else {}
         for rule, frame in (portfolios or {}).items()
     }
-    argmax = runs_at(metrics, tau, cost_bps)
-    second = runs_at(margin, tau, cost_bps) if margin.height else margin
+    at = {rule: runs_at(frame, tau, cost_bps) if frame.height else frame for rule, frame in records.items()}
     out = []
     for v in ALL_VARIANT_NAMES:
-        a = argmax.filter(pl.col("variant") == v) if argmax.height else argmax
-        m = second.filter(pl.col("variant") == v) if second.height else second
-        if a.height == 0 and m.height == 0:
+        own = {rule: frame.filter(pl.col("variant") == v) if frame.height else frame for rule, frame in at.items()}
+        if all(rows.height == 0 for rows in own.values()):
             continue
+        m = own.get("margin", pl.DataFrame())
         row = {"Model": display_name(v)}
-        for rule, rows in (("argmax", a), ("margin", m)):
+        for rule, rows in own.items():
             summary = ew.get(rule, {}).get(v)
             row[f"Sharpe ({rule})"] = portfolio_cell(summary) if rows.height else "-"
             row[f"Days in market ({rule})"] = (
@@ -153,23 +184,31 @@ SIGNAL_COLUMNS = (  # (column of signal_statistics, header, format)
 )
 
 
-def _variant_rows(stats: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
+def _variant_rows(stats: pl.DataFrame, reference: bool = False) -> list[tuple[str, pl.DataFrame]]:
     present = set(stats["variant"].to_list()) if stats.height else set()
-    return [(v, stats.filter(pl.col("variant") == v)) for v in ALL_VARIANT_NAMES if v in present]
+    order = (*ALL_VARIANT_NAMES, REFERENCE) if reference else ALL_VARIANT_NAMES
+    return [(v, stats.filter(pl.col("variant") == v)) for v in order if v in present]
 
 
 def signal_table(stats: pl.DataFrame, data_seen: dict[str, str], sample: str) -> pl.DataFrame:
     """Qlib's signal table, one row per (outcome, variant): the daily cross-sectional rank IC of the score
     s = p_buy - p_sell (weights undone) against the outcome's next-day return, its ICIR, Newey-West t and
     share of positive days, the Pearson IC, and the direction AUC; mean over seeds ± std. ``sample`` says
-    which ticker-days were scored."""
+    which ticker-days were scored. The trailing-volatility reference's row (when in ``stats``) says why it has no
+    IC: its score is 0 on every row."""
     out = []
     for outcome in stats["outcome"].unique(maintain_order=True).to_list() if stats.height else []:
-        for v, rows in _variant_rows(stats.filter(pl.col("outcome") == outcome)):
+        for v, rows in _variant_rows(stats.filter(pl.col("outcome") == outcome), reference=True):
+            cells = {header: _over_seeds_text(rows[col], fmt) for col, header, fmt in SIGNAL_COLUMNS}
+            if v == REFERENCE and cells["Rank IC (mean)"] == UNDEFINED:  # no day ranked: the score is constant
+                cells = dict.fromkeys(cells, CONSTANT_SCORE)  # its direction AUC too: ties only, 0.5 by construction
             out.append(
-                {"Outcome": outcome, "Model": display_name(v), "Seeds": str(rows.height)}
-                | {header: _over_seeds_text(rows[col], fmt) for col, header, fmt in SIGNAL_COLUMNS}
-                | {"Ticker-days": f"{int(rows['ticker_days'].max()):,}", "Data seen": data_seen.get(v, "-")}
+                {"Outcome": outcome, "Model": _display(v), "Seeds": str(rows.height)}
+                | cells
+                | {
+                    "Ticker-days": f"{int(rows['ticker_days'].max()):,}",
+                    "Data seen": data_seen.get(v, REFERENCE_DATA_SEEN if v == REFERENCE else "-"),
+                }
             )
     out.append({"Outcome": "Scored", "Model": sample})
     headers = ["Outcome", "Model", "Seeds", *(h for _, h, _ in SIGNAL_COLUMNS), "Ticker-days", "Data seen"]

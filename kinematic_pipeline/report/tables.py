@@ -215,15 +215,17 @@ def liquidation_equilibrium(metrics: pl.DataFrame, tau: float, cost_bps: float, 
 
 
 def tau_sweep(metrics: pl.DataFrame, ticker: str, cost_bps: float) -> pl.DataFrame:
-    """Paper table sensitivity_sweep, with all four models: per tau, action rate and Sharpe of each."""
+    """Paper table sensitivity_sweep, with all four models: per tau, its test period (a tau swept on fewer folds
+    than the report's is tested on fewer days) and the action rate and Sharpe of each."""
     runs = runs_at(_with_days(metrics), cost_bps=cost_bps, ticker=ticker)
     runs = runs.filter(pl.col("variant") != BENCHMARK) if not runs.is_empty() else runs
     groups = _groups(runs, ["variant", "tau"])
     labels = ("Action Rate", "Sharpe", "Days in market")
-    columns = ["tau"] + [f"{label}: {short_name(v)}" for v in VARIANT_NAMES for label in labels]
+    columns = ["tau", "Test period"] + [f"{label}: {short_name(v)}" for v in VARIANT_NAMES for label in labels]
     rows = []
     for tau in sorted(_in_order(runs["tau"])) if not runs.is_empty() else []:
-        row = {"tau": f"{100 * tau:.2f}%"}
+        at = runs.filter(_close_to("tau", tau))
+        row = {"tau": f"{100 * tau:.2f}%", "Test period": f"{at['first_date'].min()} .. {at['last_date'].max()}"}
         for v in VARIANT_NAMES:
             rows_v = groups.get((v, tau))
             row[f"Action Rate: {short_name(v)}"] = _action_rate_with_sole_action(rows_v)

@@ -34,6 +34,7 @@ import polars as pl
 
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import SyntheticConfig
+from kinematic_pipeline.config.settings import SYNTHETIC_TICKER
 from kinematic_pipeline.sources.base import conform
 
 REGIMES = ("up_trend", "down_trend", "mean_reversion", "crash")
@@ -79,7 +80,7 @@ class SyntheticSource:
 
 
 def ticker_names(n: int) -> list[str]:
-    return [f"SYN{i:03d}" for i in range(n)]
+    return [SYNTHETIC_TICKER.format(i) for i in range(n)]
 
 
 @functools.lru_cache(maxsize=4)

@@ -4,17 +4,21 @@ test period (or the seeded sample ``evaluate.universe_tickers``), the same rows 
 
 - ``signal``: per (outcome, variant, seed) the daily cross-sectional rank IC and IC of the score p_buy - p_sell
   against the next-day return (mean, ICIR, Newey-West t, share of positive days) and the direction AUC
-  (``backtest.signal``).
+  (``backtest.signal``), with the trailing-volatility reference's row: its score is 0 on every row (p_buy = p_sell),
+  so it has no IC.
 - ``label_artefact``: the same statistics for the spline labels' own return r_spline = r_close + e_t - e_{t+1}
   beside r_close, and for e_t alone (today's residual of the causal fit, known at decision time): how much of a
   spline-label score is the label's construction, not the future.
 - ``information``: log-loss and Brier skill against the training base rates of each outcome (0 = no
   information), balanced accuracy and macro-F1 of the argmax of the de-weighted probabilities, balanced accuracy
   of the policy's own actions and the AUC of Buy-vs-rest and Sell-vs-rest (``backtest.skill``,
-  ``backtest.skill_seeds``, ``backtest.policy_frames``). A cell is the mean over seeds, the 95% day-bootstrap
-  interval of that mean (one day resample shared by the seeds) and the std over seeds; with
-  ``tokenize.label_source = "close"`` the two outcomes coincide and one set is shown. On synthetic data also
-  the informed policy that acts on the true latent drift (``backtest.oracle``): the ceiling.
+  ``backtest.skill_seeds``, ``backtest.policy_frames``). A cell is the mean over seeds, the 95% bootstrap
+  interval of that mean (circular blocks of ``evaluate.skill_bootstrap_block_days`` test days, one resample shared
+  by the seeds) and the std over seeds; with ``tokenize.label_source = "close"`` the two outcomes coincide and one
+  set is shown. Beside the models, the trailing-volatility reference (``backtest.volatility_reference``: p from
+  N(0, vol20^2) at tau, nothing fitted), and each model's log-loss skill beyond it, paired on the same ticker-days
+  (``policy_frames.skill_beyond_reference_frame``). On synthetic data also the informed policy that acts on the
+  true latent drift (``backtest.oracle``): the ceiling.
 - ``information_uncalibrated``: the same table of the probabilities before calibration, when every policy wrote
   them.
 - ``time_series_ic``: per backtested ticker, the rank IC over time of the score against r_close.
@@ -35,19 +39,30 @@ import polars as pl
 
 from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.backtest.decisions import unweighted_probabilities
-from kinematic_pipeline.backtest.oracle import oracle_predictions
-from kinematic_pipeline.backtest.policy_frames import FoldRates, SkillOptions, decision_frame, seed_mean_skill_frame
+from kinematic_pipeline.backtest.policy_frames import (
+    FoldRates,
+    SkillOptions,
+    decision_frame,
+    seed_mean_skill_frame,
+    skill_beyond_reference_frame,
+)
 from kinematic_pipeline.backtest.signal import daily_ic, direction_auc, ic_summary, time_series_ic
 from kinematic_pipeline.backtest.skill import base_rates
+from kinematic_pipeline.backtest.volatility_reference import REFERENCE_CLASS_WEIGHTS
 from kinematic_pipeline.config import EvalConfig, Settings
 from kinematic_pipeline.label_rules import at_tau, labels_from_returns, tau_column
 from kinematic_pipeline.pins import verified_labels
 from kinematic_pipeline.report import evidence_tables as evidence_tables_report
-from kinematic_pipeline.sources import make_source
-from kinematic_pipeline.stages.pooled import MARGIN_EQUITY_CURVES, portfolio_summaries, read_pooled, read_view
+from kinematic_pipeline.stages.oracle_control import oracle_test_predictions
+from kinematic_pipeline.stages.pooled import (
+    read_view,
+    rule_portfolios,
+    rule_records,
+)
+from kinematic_pipeline.stages.reference_rows import volatility_reference, with_reference_scores
 from kinematic_pipeline.variants import UNKNOWN_LABEL
 from kinematic_pipeline.variants import variant as lookup_variant
-from kinematic_pipeline.warehouse import EQUITY_CURVES, LABELS, MARGIN_BACKTESTS, PREDICTIONS, RAW_OHLCV
+from kinematic_pipeline.warehouse import LABELS, PREDICTIONS
 
 E_T = "e_t"  # the label-artefact table's reference row: the causal fit's residual today, scored as it is
 TRAINED, CLOSE = "trained", "close"  # the outcomes: the trained-on label columns; labels of r_close
@@ -121,41 +136,39 @@ def prediction_day_returns(settings: Settings, predictions: pl.DataFrame) -> pl.
     return exact.read_parquet(verified_labels(wh, days), columns=["ticker", "date", "r_close"])
 
 
-def oracle_test_predictions(settings: Settings, predictions: pl.DataFrame, tau: float) -> pl.DataFrame | None:
-    """The informed policy on the test tickers and days, for the synthetic source (None for real data):
-    it knows the latent state the synthetic bars were drawn from, which no tokenization of the bars can."""
-    if settings.data.source != "synthetic":
-        return None
-    wh, days = settings.warehouse, sorted(predictions["date"].unique().to_list())
-    tickers = predictions["ticker"].unique().to_list()
-    bars = exact.read_parquet(wh.verified_shards(RAW_OHLCV, days), columns=["ticker", "date", "close"])
-    labels = exact.read_parquet(verified_labels(wh, days), columns=["ticker", "date", tau_column(tau)])
-    truth = make_source(settings).ground_truth().filter(pl.col("ticker").is_in(tickers))
-    # The latent drift that matches the labels: the spline labels follow positions, close labels closes.
-    drift = "velocity" if settings.tokenize.label_source == "spline" else "close"
-    return oracle_predictions(
-        truth,
-        bars.filter(pl.col("ticker").is_in(tickers)),
-        tau,
-        labels=labels.rename({tau_column(tau): "label"}),
-        days=days,
-        drift=drift,
-    )
-
-
 def skill_options(ev: EvalConfig, label_column: str = "label") -> SkillOptions:
-    """The skill frames' day bootstrap of this run (``evaluate.skill_bootstrap_resamples``, seeded like the
-    backtests' Sharpe), scoring ``label_column``."""
+    """The skill frames' bootstrap of this run (``evaluate.skill_bootstrap_resamples`` resamples of circular blocks
+    of ``evaluate.skill_bootstrap_block_days`` test days, seeded like the backtests' Sharpe), scoring
+    ``label_column``."""
     return SkillOptions(
-        n_boot=ev.skill_bootstrap_resamples, boot_seed=ev.backtest.bootstrap_seed, label_column=label_column
+        n_boot=ev.skill_bootstrap_resamples,
+        block_days=ev.skill_bootstrap_block_days,
+        boot_seed=ev.backtest.bootstrap_seed,
+        label_column=label_column,
     )
+
+
+def _with_reference(
+    scored: pl.DataFrame, models: pl.DataFrame, reference: pl.DataFrame | None, rates: dict, weights, options
+) -> pl.DataFrame:
+    """``seed_mean_skill_frame`` of ``scored``, and with a ``reference`` its own row (de-weighted with
+    ``REFERENCE_CLASS_WEIGHTS``: it stores p itself) and each model's log-loss skill beyond it on the same ticker-days
+    (``skill_beyond_reference_frame``'s columns, null for the reference and the informed ceiling)."""
+    frame = seed_mean_skill_frame(scored, rates, weights, options)
+    if reference is None or reference.height == 0:
+        return frame
+    own = seed_mean_skill_frame(reference, rates, REFERENCE_CLASS_WEIGHTS, options)
+    beyond = skill_beyond_reference_frame(models, reference, rates, weights, REFERENCE_CLASS_WEIGHTS, options)
+    both = pl.concat([frame, own], how="diagonal_relaxed")
+    return both.join(beyond, on=["variant", "tau"], how="left").sort("variant", "tau")
 
 
 def information_skill(
-    settings: Settings, report_rows: pl.DataFrame, rates: dict, tau: float
+    settings: Settings, report_rows: pl.DataFrame, rates: dict, tau: float, reference: pl.DataFrame | None = None
 ) -> dict[str, pl.DataFrame]:
     """{outcome name: ``seed_mean_skill_frame``} of the test predictions at ``tau``: on the trained-on labels
-    (with the informed ceiling on synthetic data) and, unless they coincide, on close-to-close labels."""
+    (with the informed ceiling on synthetic data) and, unless they coincide, on close-to-close labels. With
+    ``reference`` (``volatility_reference`` of the same rows), its row and each model's skill beyond it."""
     ev, weights, names = settings.evaluate, settings.train.class_weights, outcome_names(settings.tokenize.label_source)
     options = skill_options(ev)
     report_rows = report_rows.drop("fold", strict=False)  # the folds' test days pooled: one record per policy
@@ -163,24 +176,14 @@ def information_skill(
     scored = (
         report_rows if oracle is None else pl.concat([report_rows, oracle.cast(report_rows.schema)], how="vertical")
     )
-    out = {names[TRAINED]: seed_mean_skill_frame(scored, rates[TRAINED], weights, options)}
+    out = {names[TRAINED]: _with_reference(scored, report_rows, reference, rates[TRAINED], weights, options)}
     if CLOSE in names and report_rows.height:
-        close = with_close_labels(report_rows, prediction_day_returns(settings, report_rows))
-        out[names[CLOSE]] = seed_mean_skill_frame(close, rates[CLOSE], weights, skill_options(ev, CLOSE_LABEL))
+        returns = prediction_day_returns(settings, report_rows)
+        close = with_close_labels(report_rows, returns)
+        close_reference = None if reference is None else with_close_labels(reference, returns)
+        close_options = skill_options(ev, CLOSE_LABEL)
+        out[names[CLOSE]] = _with_reference(close, close, close_reference, rates[CLOSE], weights, close_options)
     return out
-
-
-def pooled_margin_metrics(settings: Settings) -> pl.DataFrame:
-    """The margin rule's pooled record per policy (``stages.pooled``; the view itself for a single fold)."""
-    return read_pooled(settings, MARGIN_BACKTESTS)
-
-
-def rule_portfolios(settings: Settings) -> dict[str, pl.DataFrame]:
-    """{rule: the equal-weight portfolio summary per variant} of the pooled argmax and margin-rule records."""
-    return {
-        rule: portfolio_summaries(settings, read_pooled(settings, name), ["variant"])
-        for rule, name in (("argmax", EQUITY_CURVES), ("margin", MARGIN_EQUITY_CURVES))
-    }
 
 
 def evidence_tables(settings: Settings, metrics: pl.DataFrame) -> dict[str, pl.DataFrame]:
@@ -204,7 +207,7 @@ def evidence_tables(settings: Settings, metrics: pl.DataFrame) -> dict[str, pl.D
         "time_series_ic": universe["time_series_ic"],
         "decisions": evidence_tables_report.decisions_table(decisions, tau),
         "decision_rules": evidence_tables_report.decision_rules_table(
-            metrics, pooled_margin_metrics(settings), tau, ev.report_cost_bps, seen, rule_portfolios(settings)
+            rule_records(settings, metrics), tau, ev.report_cost_bps, seen, rule_portfolios(settings)
         ),
         "data_seen": universe["data_seen"],
     }
@@ -290,9 +293,10 @@ def universe_evidence(
 ) -> dict[str, pl.DataFrame]:
     """The universe tables: the signal (IC), the time-series IC of the backtested tickers, the skill on the
     universe (the information table), the label artefact and the data each variant saw."""
-    variants = settings.evaluated_variants
+    variants, tau = settings.evaluated_variants, settings.evaluate.report_tau
     universe = universe_predictions(settings, variants)
-    stats = signal_statistics(settings, universe)
+    reference = volatility_reference(settings, universe, tau)
+    stats = signal_statistics(settings, with_reference_scores(universe, reference))
     tickers = sorted(metrics["ticker"].unique().to_list())
     sample = universe_note(settings, universe)
     return {
@@ -301,17 +305,16 @@ def universe_evidence(
             backtested_time_series_ic(settings, universe, tickers), tickers
         ),
         "information": evidence_tables_report.information_table(
-            information_skill(
-                settings, universe.drop("score", "r_close", "r_spline"), rates, settings.evaluate.report_tau
-            ),
-            settings.evaluate.report_tau,
+            information_skill(settings, universe.drop("score", "r_close", "r_spline"), rates, tau, reference),
+            tau,
             seen,
+            settings.evaluate.skill_bootstrap_block_days,
         ),
         "label_artefact": evidence_tables_report.label_artefact_table(
             stats, settings.tokenize.label_source, residual_statistics(settings, universe)
         ),
         "data_seen": evidence_tables_report.data_seen_table(seen),
-        **uncalibrated_information(settings, variants, rates, seen),
+        **uncalibrated_information(settings, variants, rates, seen, reference),
     }
 
 
@@ -338,16 +341,18 @@ def residual_statistics(settings: Settings, universe: pl.DataFrame) -> pl.DataFr
     return signal_statistics(settings, rows)
 
 
-def uncalibrated_information(settings: Settings, variants: tuple[str, ...], rates: dict, seen) -> dict:
+def uncalibrated_information(
+    settings: Settings, variants: tuple[str, ...], rates: dict, seen, reference: pl.DataFrame | None = None
+) -> dict:
     """The information table of the probabilities before calibration (``predictions/universe_raw/``), when every
-    policy of the universe wrote them."""
+    policy of the universe wrote them; with the trailing-volatility ``reference`` (it has no calibration)."""
     try:
         raw = universe_predictions(settings, variants, "universe_raw")
     except FileNotFoundError:
         return {}
-    tau = settings.evaluate.report_tau
-    skill = information_skill(settings, raw.drop("score", "r_close", "r_spline"), rates, tau)
-    return {"information_uncalibrated": evidence_tables_report.information_table(skill, tau, seen)}
+    tau, block = settings.evaluate.report_tau, settings.evaluate.skill_bootstrap_block_days
+    skill = information_skill(settings, raw.drop("score", "r_close", "r_spline"), rates, tau, reference)
+    return {"information_uncalibrated": evidence_tables_report.information_table(skill, tau, seen, block)}
 
 
 def universe_note(settings: Settings, universe: pl.DataFrame) -> str:

@@ -10,7 +10,12 @@ only) is pooled over the folds it has; ``folds`` says how many. With a single fo
 
 The pooled frames are the ``pooled_backtests`` asset (``reports/pooled/``), pinned to the evaluation files they were
 pooled from (``pins.check_evaluation``): the verdict, the tables and the figures read them back only while those
-files are unchanged. No dagster here.
+files are unchanged.
+
+Three decision rules read the same predictions: the paper's (the argmax of the model's own softmax, exactly as the
+paper trades; ``paper_rule_backtests``), the calibrated argmax (the argmax of the calibrated class-weighted softmax:
+the ``backtests`` views and their pooled records) and the margin rule (``margin_backtests``). The paper's rule is
+backtested here, from the predictions, for single and walk-forward runs alike. No dagster here.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import polars as pl
 from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.backtest.decisions import threshold_actions, unweighted_probabilities
 from kinematic_pipeline.backtest.portfolio import portfolio_summary, ticker_excess
-from kinematic_pipeline.backtest.sweep import run_sweep
+from kinematic_pipeline.backtest.sweep import paper_rule, run_sweep
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import at_tau
 from kinematic_pipeline.layout import POOLED_ASSET, POOLED_PIN_FILE
@@ -33,7 +38,10 @@ from kinematic_pipeline.warehouse import BACKTESTS, EQUITY_CURVES, MARGIN_BACKTE
 
 POLICY_KEYS = ("variant", "tau", "seed")
 MARGIN_EQUITY_CURVES = "margin_equity_curves"  # the margin rule's pooled equity: the verdict's second rule
-POOLED = (BACKTESTS, EQUITY_CURVES, MARGIN_BACKTESTS, MARGIN_EQUITY_CURVES)
+PAPER_BACKTESTS = "paper_rule_backtests"  # the paper's rule (argmax of the model's own softmax), pooled
+PAPER_EQUITY_CURVES = "paper_rule_equity_curves"
+POOLED = (BACKTESTS, EQUITY_CURVES, MARGIN_BACKTESTS, MARGIN_EQUITY_CURVES, PAPER_BACKTESTS, PAPER_EQUITY_CURVES)
+VIEWS = (BACKTESTS, EQUITY_CURVES, MARGIN_BACKTESTS)  # a single fold's pooled records are these views themselves
 
 
 def read_view(settings: Settings, view: str) -> pl.DataFrame:
@@ -123,7 +131,11 @@ def pooled_evaluation(settings: Settings) -> dict[str, pl.DataFrame]:
         if margins.height:
             sweeps = _pool(settings, _margin_actions(settings, read_view(settings, PREDICTIONS), margins), False)
             frames[MARGIN_EQUITY_CURVES] = pl.concat([s.equity for s in sweeps])
-        settings.warehouse.write(frames[MARGIN_EQUITY_CURVES], folder / f"{MARGIN_EQUITY_CURVES}.parquet")
+        paper = _pool(settings, paper_rule(read_view(settings, PREDICTIONS)), False)
+        frames[PAPER_BACKTESTS] = pl.concat([s.metrics for s in paper])
+        frames[PAPER_EQUITY_CURVES] = pl.concat([s.equity for s in paper])
+        for name in (MARGIN_EQUITY_CURVES, PAPER_BACKTESTS, PAPER_EQUITY_CURVES):
+            settings.warehouse.write(frames[name], folder / f"{name}.parquet")
         pin_evaluation(settings.warehouse, folder / POOLED_PIN_FILE, inputs)
         return frames
     predictions = read_view(settings, PREDICTIONS)
@@ -152,6 +164,9 @@ def pooled_evaluation(settings: Settings) -> dict[str, pl.DataFrame]:
         frames[MARGIN_EQUITY_CURVES] = with_folds(pl.concat([s.equity for s in margin_sweeps]))
     else:
         frames[MARGIN_BACKTESTS] = frames[MARGIN_EQUITY_CURVES] = margins
+    paper = _pool(settings, paper_rule(predictions), benchmark=False)
+    frames[PAPER_BACKTESTS] = with_folds(pl.concat([s.metrics for s in paper]))
+    frames[PAPER_EQUITY_CURVES] = with_folds(pl.concat([s.equity for s in paper]))
     for name, frame in frames.items():
         settings.warehouse.write(frame, folder / f"{name}.parquet")
     pin_evaluation(settings.warehouse, folder / POOLED_PIN_FILE, inputs)
@@ -161,7 +176,7 @@ def pooled_evaluation(settings: Settings) -> dict[str, pl.DataFrame]:
 def read_pooled(settings: Settings, name: str) -> pl.DataFrame:
     """A pooled frame of the ``pooled_backtests`` asset, once checked against the evaluation files it was pooled
     from (``pins.check_evaluation``); the view itself for a single fold."""
-    if not walk_forward_run(settings) and name != MARGIN_EQUITY_CURVES:
+    if not walk_forward_run(settings) and name in VIEWS:
         return margin_metrics(settings) if name == MARGIN_BACKTESTS else read_view(settings, name)
     folder = settings.warehouse.pooled_dir
     check_evaluation(settings.warehouse, folder / POOLED_PIN_FILE, POOLED_ASSET)
@@ -219,3 +234,31 @@ def per_fold_table(settings: Settings) -> pl.DataFrame:
         renamed[f"return_pct_{f['fold']}"] = f"return % {f['fold']}"
     columns = ["variant"] + [c for f in folds["fold"] for c in (f"{v}_{f}" for v in values) if c in wide.columns]
     return wide.select(columns).rename(renamed).sort("variant")
+
+
+def pooled_margin_metrics(settings: Settings) -> pl.DataFrame:
+    """The margin rule's pooled record per policy (``stages.pooled``; the view itself for a single fold)."""
+    return read_pooled(settings, MARGIN_BACKTESTS)
+
+
+RULE_RECORDS = {  # rule -> its pooled (metrics, equity curves): stages.pooled's files
+    "paper": (PAPER_BACKTESTS, PAPER_EQUITY_CURVES),
+    "calibrated": (BACKTESTS, EQUITY_CURVES),
+    "margin": (MARGIN_BACKTESTS, MARGIN_EQUITY_CURVES),
+}
+
+
+def rule_portfolios(settings: Settings) -> dict[str, pl.DataFrame]:
+    """{rule: the equal-weight portfolio summary per variant} of each rule's pooled records."""
+    return {
+        rule: portfolio_summaries(settings, read_pooled(settings, equity), ["variant"])
+        for rule, (_, equity) in RULE_RECORDS.items()
+    }
+
+
+def rule_records(settings: Settings, metrics: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """{rule: its pooled metrics}, the calibrated argmax's being ``metrics`` (read once by the caller)."""
+    return {
+        rule: metrics if rule == "calibrated" else read_pooled(settings, backtests)
+        for rule, (backtests, _) in RULE_RECORDS.items()
+    }

@@ -28,7 +28,8 @@ from kinematic_pipeline.label_rules import same_tau, tau_column
 from kinematic_pipeline.pins import StalePairError, check_token_inputs, fold_stats, probe_files, verified_labels
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report.markdown import Markdown, markdown_table
-from kinematic_pipeline.sources.membership import members_on
+from kinematic_pipeline.sources.membership import require_members
+from kinematic_pipeline.variants import UNKNOWN_LABEL
 from kinematic_pipeline.warehouse import LABELS, PREDICTIONS, RAW_OHLCV, Warehouse
 from kinematic_pipeline.window_store import validation_days
 from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS, WindowNormalizer
@@ -172,23 +173,43 @@ def model_files(settings: Settings, policy: Policy) -> list[Path]:
 
 
 def model_files_frame(settings: Settings, policy: Policy) -> pl.DataFrame:
-    rows = [{"path": str(p), "sha256": file_sha256(p)} for p in model_files(settings, policy)]
+    """The model files of ``policy`` and their sha256, each path relative to the warehouse root (``pins.
+    warehouse_path``): a copied or moved warehouse checks its own files, never the original's."""
+    from kinematic_pipeline.model_pins import warehouse_path
+
+    wh = settings.warehouse
+    rows = [{"path": warehouse_path(wh, p), "sha256": file_sha256(p)} for p in model_files(settings, policy)]
     return pl.DataFrame(rows, schema=MODEL_FILES_SCHEMA)
 
 
 def check_predictions_model(settings: Settings, policy: Policy) -> None:
-    """The predictions of ``policy`` were made by the model files on disk now; ``StalePairError`` naming the file,
-    both hashes and the partition to re-materialize otherwise (a re-fine-tuned adapter under old predictions)."""
-    path = settings.warehouse.predictions_extra("model", policy)
+    """The predictions of ``policy`` were made by the model files on disk now, in this warehouse (a recorded path is
+    relative to its root; an absolute one an older version wrote is read by its part under the warehouse it was
+    written in); ``StalePairError`` naming the file, both hashes and the partition to re-materialize otherwise (a
+    re-fine-tuned adapter under old predictions, a model replaced in a copy of the warehouse)."""
+    from kinematic_pipeline.model_pins import resolve_pinned
+
+    wh = settings.warehouse
+    path = wh.predictions_extra("model", policy)
     key = policy.key
     fix = f"re-materialize {policy.variant}_predictions partition {key}"
     if not path.exists():
         raise StalePairError(f"the predictions of {policy} record no model files ({path} is missing): {fix}")
+    expected = None
     for row in exact.read_parquet(path).iter_rows(named=True):
-        now = file_sha256(Path(row["path"])) if Path(row["path"]).exists() else "missing"
+        file = resolve_pinned(wh, row["path"])
+        if file is None:  # an absolute path of another warehouse: matched by its part relative to that one
+            expected = model_files(settings, policy) if expected is None else expected
+            file = resolve_pinned(wh, row["path"], expected)
+        if file is None:
+            raise StalePairError(
+                f"the predictions of {policy} record {row['path']}, outside this warehouse ({wh.root}) and none of "
+                f"its model files: {fix}"
+            )
+        now = file_sha256(file) if file.exists() else "missing"
         if now != row["sha256"]:
             raise StalePairError(
-                f"the predictions of {policy} were made by {row['path']} sha256 {row['sha256'][:16]}, it is now "
+                f"the predictions of {policy} were made by {file} sha256 {row['sha256'][:16]}, it is now "
                 f"{now[:16]}: {fix}"
             )
 
@@ -216,9 +237,8 @@ def universe_tickers(settings: Settings, asset: str, days: list[dt.date]) -> lis
             drawn = rng.choice(len(rest), size=max(0, ev.universe_tickers - len(backtested)), replace=False)
             sample = set(backtested) | {rest[i] for i in drawn}
             present = [t for t in present if t in sample]
-    if ev.membership_file is not None:
-        members = members_on(ev.membership_file, min(days))
-        present = [t for t in present if t in members]
+    if ev.membership_file is not None:  # never an empty universe in silence: one line naming the file
+        present = require_members(ev.membership_file, present, min(days), f"{asset} on {min(days)} .. {max(days)}")
     return present
 
 
@@ -325,7 +345,7 @@ def model_predictions(
     # (never on test days).
     tickers = sorted(result.frame["ticker"].unique().to_list())
     fit_days = validation_days(settings, asset, fold)
-    validation = predict(settings, policy, classifier, fit_days, tickers).frame
+    validation = purge_labels(predict(settings, policy, classifier, fit_days, tickers).frame, fold)
     fitting, universe = validation, None
     if at_report_tau:
         names = universe_tickers(settings, asset, days)
@@ -333,9 +353,20 @@ def model_predictions(
         # the calibration also fits on the other universe tickers' validation days: more rows, the same days
         others = [t for t in names if t not in set(tickers)]
         if others:
-            fitting = pl.concat([validation, predict(settings, policy, classifier, fit_days, others).frame])
+            more = purge_labels(predict(settings, policy, classifier, fit_days, others).frame, fold)
+            fitting = pl.concat([validation, more])
     result, validation, calibrated = _calibrated(settings, result, validation, universe, fitting)
     return result, validation, calibrated, universe
+
+
+def purge_labels(validation: pl.DataFrame, fold: Fold) -> pl.DataFrame:
+    """Validation-day predictions with the labels of days after ``fold.label_end`` unknown (-1): a label there
+    reads a close the fold may not see (with a single cut, the first test day's), so neither the calibration nor
+    the margin rule's m is fitted on it (the fine-tuning's own rows are purged the same way)."""
+    late = pl.col("date") > fold.label_end
+    return validation.with_columns(
+        pl.when(late).then(UNKNOWN_LABEL).otherwise(pl.col("label")).cast(pl.Int8).alias("label")
+    )
 
 
 def _run_baseline_predictions(settings: Settings, policy: Policy, days: list[dt.date], at_report_tau: bool):
@@ -358,7 +389,8 @@ def baseline_policy_predictions(
     tickers = evaluation_tickers(settings, asset, days)
     frame = baseline_predictions(settings, policy, "test", tickers, probe)
     present = set(frame["ticker"].unique().to_list())
-    validation = baseline_predictions(settings, policy, "validation", sorted(present), probe)
+    fold = fold_of(settings, policy.fold)
+    validation = purge_labels(baseline_predictions(settings, policy, "validation", sorted(present), probe), fold)
     files = [features_path(settings, policy.variant, part) for part in ("training", "test")]
     tokenization = files[0].parent.name
     inputs = exact.read_parquet(wh.features_inputs_file(tokenization))
@@ -372,6 +404,7 @@ def baseline_policy_predictions(
         universe = baseline_predictions(settings, policy, "test", names, probe)
         others = [t for t in names if t not in present]
         if fitting is not None and others:
-            fitting = pl.concat([validation, baseline_predictions(settings, policy, "validation", others, probe)])
+            more = baseline_predictions(settings, policy, "validation", others, probe)
+            fitting = pl.concat([validation, purge_labels(more, fold)])
     result, validation, calibrated = _calibrated(settings, result, validation, universe, fitting)
     return result, validation, calibrated, universe

@@ -13,6 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from kinematic_pipeline import exact_paths as exact
+from kinematic_pipeline.backtest.decisions import buy_threshold
 from kinematic_pipeline.backtest.metrics import conventions
 from kinematic_pipeline.backtest.portfolio import CONVENTION as PORTFOLIO_CONVENTION
 from kinematic_pipeline.config import EvalConfig, Settings
@@ -20,14 +21,24 @@ from kinematic_pipeline.label_rules import at_tau
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report import document, figures, kinematic_figures, paper, tables
 from kinematic_pipeline.report.markdown import markdown_table
-from kinematic_pipeline.stages.evidence import evidence_tables, pooled_margin_metrics
+from kinematic_pipeline.stages.evidence import evidence_tables
+from kinematic_pipeline.stages.oracle_control import RULE_LABELS, oracle_rule_table
 from kinematic_pipeline.stages.pooled import (
+    PAPER_BACKTESTS,
+    PAPER_EQUITY_CURVES,
     check_inputs_current,
     per_fold_table,
+    pooled_margin_metrics,
     portfolio_summaries,
     read_pooled,
     read_view,
     walk_forward_run,
+)
+from kinematic_pipeline.stages.report_titles import (
+    OPTIONAL_TABLES,
+    RULE_TABLES,
+    VERDICT_TITLE,
+    all_titles,
 )
 from kinematic_pipeline.stages.verdict import read_verdict
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS
@@ -38,78 +49,41 @@ from kinematic_pipeline.windows import CHANNEL_NAMES, window_end_kinematics
 
 CONTEXT_FILE = "context.json"  # under reports/tables/: the run the tables describe
 KINEMATIC_COLUMNS = CHANNEL_NAMES
-VERDICT_TITLE = (
-    "Verdict: the report's questions answered with tests that survive multiple testing (SPA, StepM, MCS, "
-    "deflated Sharpe, Holm; computed, not written by hand)"
-)
-TABLE_TITLES = {
-    "absolute_performance": "Absolute performance: total return and max drawdown (paper Table absolute_perf)",
-    "risk_adjusted": "Risk-adjusted efficiency: Sharpe and Sortino, with bootstrap 95% CIs (paper Table risk_adjusted)",
-    "liquidation_equilibrium": "The Liquidation Equilibrium: action distribution and performance (paper Table "
-    "liquidation_equilibrium)",
-    "tau_sweep": "Behaviour under the tau sensitivity sweep (paper Table sensitivity_sweep)",
-    "cost_sensitivity": "Sensitivity to transaction costs, with annualized turnover (paper Table sensitivity)",
-    "calibration": "Calibration of every policy: accuracy of its actions; Brier score and ECE of the de-weighted "
-    "probabilities p = (q/w)/Σ(q/w), not of the class-weighted softmax q (not in the paper)",
-    "per_seed": "Every seed on its own: what the mean +- std cells summarize; its Sharpe is of the equal-weight "
-    "portfolio of the test tickers with cash credited with the risk-free rate (bounded; the paper's tables above "
-    "print N/A below the minimum days in the market) (not in the paper)",
-    "paper_comparison": "This run next to the paper's published numbers (paper Tables absolute_perf and risk_adjusted)",
-}
-PER_FOLD_TITLE = (
-    "Every walk-forward fold on its own at the report's tau and cost: the Sharpe of the equal-weight portfolio of "
-    "the test tickers (cash credited with the risk-free rate, seeds averaged), its days in the market (mean per "
-    "ticker) and the total return averaged over tickers and seeds (the other tables pool the folds' test days into "
-    "one record per policy; not in the paper)"
-)
-# Tables built from the predictions and the training labels as well (stages/evidence.py), not the metrics alone.
-EVIDENCE_TITLES = {
-    "signal": "The signal on the universe: daily cross-sectional rank IC of s = p(Buy) - p(Sell) (weights undone) "
-    "against the next day's return, ICIR, Newey-West t, share of positive days, Pearson IC and the direction AUC, "
-    "for every model, rule and probe at the report's tau: mean over seeds ± std (not in the paper)",
-    "label_artefact": "What the trained-on label knows at decision time: direction AUC and rank IC on the "
-    "trained-on labels next to the close-to-close return the backtest trades (not in the paper)",
-    "information": "Do the tokens carry information? Skill of the calibrated, de-weighted "
-    "probabilities p = (q/w)/Σ(q/w) on "
-    "every scored ticker-day of the test period (the universe, see the signal table), on the trained-on labels "
-    "and on close-to-close labels (what the backtest trades): mean over seeds [95% day-bootstrap interval of the "
-    "seed mean] ± std over seeds (not in the paper)",
-    "information_uncalibrated": "Appendix: the same skill before calibration (the probabilities as the models "
-    "and probes output them; every table above reads them calibrated: a temperature and class biases fitted by "
-    "log loss on each fold's validation days, never on a test day) (not in the paper)",
-    "time_series_ic": "Time-series rank IC of the score against the next day's close-to-close return, per "
-    "backtested ticker (not in the paper)",
-    "decisions": "Why each policy trades or liquidates under the paper's weighted argmax (not in the paper)",
-    "decision_rules": "The paper's argmax next to the margin rule (weights undone, m chosen on validation days), "
-    "models, rules and probes side by side: the Sharpe of each rule's equal-weight portfolio of the test tickers "
-    "(cash credited with the risk-free rate, seeds averaged) with its days in the market (not in the paper)",
-    "data_seen": "Which dates each variant's fit, validation and normalization saw (not in the paper)",
-}
-# written by the scaling_curves asset (stages/scaling.py), not by paper_tables
-SCALING_TITLE = (
-    "Would more data help? Test skill and rank IC against the windows a fine-tuning saw: SplineGPT and RawGPT-FD "
-    "fine-tuned from their foundations on n training windows (one fold and seed, the report's tau), their tokens' "
-    "logistic-regression probe fitted on n rows (lr_matched) and on every row (lr_all); rank IC against r_close and "
-    "log-loss skill on close-to-close labels on the universe's test days, calibrated (not in the paper)"
-)
-# tables only some runs have: the per-fold table (walk-forward runs), the uncalibrated skill (runs whose
-# predictions kept their raw probabilities), the scaling curves (once scaling_curves is materialized)
-OPTIONAL_TABLES = ("per_fold", "information_uncalibrated", "scaling_curves")
-ALL_TITLES = {
-    "verdict": VERDICT_TITLE,
-    **TABLE_TITLES,
-    "per_fold": PER_FOLD_TITLE,
-    **EVIDENCE_TITLES,
-    "scaling_curves": SCALING_TITLE,
-}
+RULE_BACKTESTS = {"paper": PAPER_BACKTESTS, "calibrated": BACKTESTS}  # rule -> its pooled metrics
+RULE_EQUITY = {"paper": PAPER_EQUITY_CURVES, "calibrated": EQUITY_CURVES}
 
 
-def load_metrics(settings: Settings) -> pl.DataFrame:
-    """Every backtests row (each policy's pooled out-of-sample record over its folds, and the Buy & Hold rows,
-    once per ticker and cost; ``stages.pooled``), with its days in the market, and the Sharpe and Sortino N/A
+def load_metrics(settings: Settings, rule: str = "calibrated") -> pl.DataFrame:
+    """Every backtests row of ``rule`` (each policy's pooled out-of-sample record over its folds, and the Buy & Hold
+    rows, once per ticker and cost; ``stages.pooled``), with its days in the market, and the Sharpe and Sortino N/A
     below ``evaluate.min_days_in_market`` (``tables.with_days_in_market``)."""
-    metrics = read_pooled(settings, BACKTESTS).sort("variant", "tau", "ticker", "cost_bps", nulls_last=True)
+    metrics = read_pooled(settings, RULE_BACKTESTS[rule])
+    if rule != "calibrated":  # Buy & Hold rides with the calibrated argmax's records
+        bench = read_pooled(settings, BACKTESTS).filter(pl.col("variant") == BENCHMARK)
+        metrics = pl.concat([metrics, bench.select(metrics.columns)], how="vertical_relaxed")
+    metrics = metrics.sort("variant", "tau", "ticker", "cost_bps", nulls_last=True)
     return tables.with_days_in_market(metrics, settings.evaluate.min_days_in_market)
+
+
+def rule_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
+    """The paper's tables under both argmax rules (``RULE_TABLES`` stacked with a Rule column first; the others,
+    and the paper comparison, under the paper's rule), and the calibrated argmax's metrics (what the evidence
+    tables read)."""
+    built, metrics = {}, {}
+    for rule in RULE_BACKTESTS:
+        metrics[rule] = load_metrics(settings, rule)
+        equity = read_pooled(settings, RULE_EQUITY[rule])
+        portfolios = portfolio_summaries(settings, equity, ["variant", "seed"])
+        built[rule] = build_tables(settings, metrics[rule], portfolios)
+    out = {}
+    for name, frame in built["paper"].items():
+        if name in RULE_TABLES:
+            out[name] = pl.concat(
+                [built[r][name].select(pl.lit(RULE_LABELS[r]).alias("Rule"), pl.all()) for r in RULE_BACKTESTS]
+            )
+        else:
+            out[name] = frame
+    return out, metrics["calibrated"]
 
 
 def report_conventions(ev: EvalConfig) -> str:
@@ -191,6 +165,9 @@ def _context(settings: Settings, metrics: pl.DataFrame) -> dict[str, str]:
         "focus ticker (single-ticker tables)": focus_ticker(settings, metrics),
         "universe": _universe_line(settings),
         "main tables": f"tau = {ev.report_tau:g}, costs = {ev.report_cost_bps:g} bps per trade",
+        "decision rules": f"the paper's tables under the paper's rule ({RULE_LABELS['paper']}) and the "
+        f"{RULE_LABELS['calibrated']}, each Buy needing {buy_threshold(settings.train.class_weights)}; the margin "
+        "rule in the decision-rules table and the verdict",
         "seeds": f"{len(seeds)} ({', '.join(map(str, seeds))})"
         + (" for the trained models" if models else "")
         + (f" (rules and probes: seed {', '.join(map(str, others))})" if others else "")
@@ -222,12 +199,16 @@ def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame
     """Write every table (``tables/<name>.md|.parquet``), their context and ``tables.md``; returns the
     tables, the path of ``tables.md`` and the metrics they were built from."""
     check_inputs_current(settings)  # no table of backtests whose model was replaced since
-    metrics = load_metrics(settings)  # the pooled records (pooled_backtests), checked against their inputs
     built = {"verdict": read_verdict(settings)}
-    portfolios = portfolio_summaries(settings, read_pooled(settings, EQUITY_CURVES), ["variant", "seed"])
-    built |= {**build_tables(settings, metrics, portfolios), **evidence_tables(settings, metrics)}
+    paper_tables, metrics = rule_tables(settings)  # the pooled records, checked against their inputs
+    built |= paper_tables
+    oracle = oracle_rule_table(settings, read_view(settings, PREDICTIONS))
+    if oracle is not None:
+        built["oracle_rules"] = oracle
+    built |= evidence_tables(settings, metrics)
     if walk_forward_run(settings):
         built["per_fold"] = per_fold_table(settings)
+    titles = all_titles(settings)
     out = settings.warehouse.report_tables_dir
     out.mkdir(parents=True, exist_ok=True)
     sections = []
@@ -235,7 +216,7 @@ def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame
         if name != "verdict":  # the verdict asset's own files
             (out / f"{name}.md").write_text(markdown_table(frame) + "\n")
             frame.write_parquet(out / f"{name}.parquet")
-        sections.append(f"### {ALL_TITLES[name]}\n\n{markdown_table(frame)}\n")
+        sections.append(f"### {titles[name]}\n\n{markdown_table(frame)}\n")
     context = _context(settings, metrics)
     (out / CONTEXT_FILE).write_text(json.dumps(context, indent=1))
     lines = "\n".join(f"- {k}: {v}" for k, v in context.items())
@@ -345,9 +326,10 @@ def materialize_report(settings: Settings, extra_context: dict[str, str] | None 
     tables_dir = wh.report_tables_dir
     if not (tables_dir / CONTEXT_FILE).exists():
         raise FileNotFoundError(f"no tables under {tables_dir}: materialize paper_tables first")
+    titles = all_titles(settings)
     built = {
-        ALL_TITLES[name]: exact.read_parquet(tables_dir / f"{name}.parquet")
-        for name in ALL_TITLES
+        titles[name]: exact.read_parquet(tables_dir / f"{name}.parquet")
+        for name in titles
         if name not in OPTIONAL_TABLES or (tables_dir / f"{name}.parquet").exists()
     }
     figure_paths = {p.stem: p for p in sorted(wh.figures_dir.glob("*.png"))}

@@ -8,7 +8,9 @@ that budget, ~8 validations, no early stop (patience 0: every budgeted window is
 kept, as every fine-tuning does. Each adapter goes to a scratch folder (``<warehouse>/scaling/<variant>/n=<n>/``),
 never over the pipeline's own adapters. Beside each transformer, the logistic-regression probe on its tokens'
 window features (``lr_spline`` / ``lr_fd``) is fitted on a seeded sample of n labelled training rows (matched data)
-and on every labelled training row (the reference line).
+and on every labelled training row (the reference line). Beside them, the trailing-volatility forecaster
+(``backtest.volatility_reference``: p from N(0, vol20^2) at tau, nothing fitted) on the every-row probe's rows: what
+knowing only each ticker's recent volatility scores (its rank IC is undefined: its score p_buy - p_sell is 0).
 
 Every learner is scored as the report scores the universe: its predictions on the fold's test days over the
 universe tickers (``predict.universe_tickers``), calibrated on the fold's validation days exactly as
@@ -16,8 +18,9 @@ universe tickers (``predict.universe_tickers``), calibrated on the fold's valida
 cross-sectional rank IC of s = p_buy - p_sell of the de-weighted p against the next day's close-to-close return
 (``r_close`` of the labels shards) with its Newey-West t, and the log-loss skill of p on close-to-close labels
 against the fold's training base rates (``evidence.train_base_rates``, ``policy_frames.skill_frame``) with its
-day-bootstrap interval. Written: ``reports/tables/scaling_curves.parquet`` (and ``.md``) and
-``reports/figures/scaling_curves.png``; the report shows them when they exist. No dagster here.
+bootstrap interval over blocks of ``evaluate.skill_bootstrap_block_days`` test days. Written:
+``reports/tables/scaling_curves.parquet`` (and ``.md``) and ``reports/figures/scaling_curves.png``; the report shows
+them when they exist. No dagster here.
 """
 
 from __future__ import annotations
@@ -42,13 +45,15 @@ from kinematic_pipeline.warehouse import LABELS
 
 SCALED_MODELS = ("splinegpt", "rawgpt_fd")  # the tokenizations the curves compare
 TRANSFORMER, LR_MATCHED, LR_ALL = "transformer", "lr_matched", "lr_all"
-LEARNERS = (TRANSFORMER, LR_MATCHED, LR_ALL)
+VOL_REFERENCE = "trailing_vol20"  # the learner of the reference row: nothing learned (volatility_reference.REFERENCE)
+LEARNERS = (TRANSFORMER, LR_MATCHED, LR_ALL, VOL_REFERENCE)
 TABLE_NAME = "scaling_curves"  # reports/tables/<name>.parquet|.md and reports/figures/<name>.png
 SCRATCH = "scaling"  # <warehouse>/scaling/<variant>/n=<n>/: the adapters these curves fine-tune
 VALIDATIONS = 8  # validations per fine-tuning (besides the one at step 0), about
 SCALING_SCHEMA: dict[str, pl.DataType] = {
     "variant": pl.String,  # the transformer whose tokens the row is about: splinegpt | rawgpt_fd
-    "learner": pl.String,  # transformer | lr_matched (the probe on n rows) | lr_all (the probe on every row)
+    "learner": pl.String,  # transformer | lr_matched (the probe on n rows) | lr_all (the probe on every row) |
+    # trailing_vol20 (the trailing-volatility reference on lr_all's rows; its n_windows, windows_seen, steps: null)
     "model": pl.String,  # the variant that learned: the transformer, or its tokens' probe (lr_spline | lr_fd)
     "n_windows": pl.Int64,  # the training windows asked for (lr_all: every labelled training row)
     "windows_seen": pl.Int64,  # windows the optimizer steps were served (repeats past an epoch); rows a probe fitted
@@ -58,7 +63,7 @@ SCALING_SCHEMA: dict[str, pl.DataType] = {
     "rank_ic": pl.Float64,  # mean daily cross-sectional rank IC of s = p_buy - p_sell against r_close
     "rank_ic_t_nw": pl.Float64,  # its Newey-West t
     "logloss_skill": pl.Float64,  # 1 - log loss / log loss of the fold's training base rates, close-to-close labels
-    "logloss_skill_ci_low": pl.Float64,  # 95% day-bootstrap interval
+    "logloss_skill_ci_low": pl.Float64,  # 95% bootstrap interval (blocks of evaluate.skill_bootstrap_block_days days)
     "logloss_skill_ci_high": pl.Float64,
     "test_rows": pl.Int64,  # labelled universe ticker-days scored
     "seconds": pl.Float64,  # fitting and scoring
@@ -213,9 +218,11 @@ def transformer_row(
     }
 
 
-def probe_row(settings: Settings, variant: str, n: int | None, days: list, rates: dict) -> dict:
+def probe_row(
+    settings: Settings, variant: str, n: int | None, days: list, rates: dict, universe_out: list | None = None
+) -> dict:
     """Fit ``variant``'s tokens' LR probe on a seeded sample of n labelled training rows (None: every row) and
-    score it."""
+    score it; ``universe_out``, when given, receives the universe predictions it was scored on."""
     from kinematic_pipeline.stages.baselines import train_probe
     from kinematic_pipeline.stages.predict import baseline_policy_predictions
 
@@ -225,6 +232,8 @@ def probe_row(settings: Settings, variant: str, n: int | None, days: list, rates
     capped = dataclasses.replace(settings, evaluate=dataclasses.replace(settings.evaluate, probe_max_train_rows=n))
     model, fit = train_probe(capped, policy)
     _, _, universe, _ = baseline_policy_predictions(settings, policy, days, True, probe=(model, fit))
+    if universe_out is not None:
+        universe_out.append(universe)
     return {
         "variant": variant,
         "learner": LR_ALL if n is None else LR_MATCHED,
@@ -235,6 +244,32 @@ def probe_row(settings: Settings, variant: str, n: int | None, days: list, rates
         "steps": fit["iterations"],
         "best_step": None,
         **score_universe(settings, universe, rates),
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def reference_row(settings: Settings, variant: str, universe: pl.DataFrame, rates: dict) -> dict:
+    """The trailing-volatility reference (``stages.evidence.volatility_reference``) on the ticker-days of
+    ``universe`` (the probe's), scored as the learners are, with its own class weights (1, 1, 1: it stores p
+    itself). Nothing is fitted: no windows, rows or steps."""
+    from kinematic_pipeline.backtest.volatility_reference import REFERENCE, REFERENCE_CLASS_WEIGHTS
+    from kinematic_pipeline.stages.reference_rows import volatility_reference
+
+    started = time.perf_counter()
+    forecast = volatility_reference(settings, universe, settings.evaluate.report_tau)
+    unweighted = dataclasses.replace(
+        settings, train=dataclasses.replace(settings.train, class_weights=REFERENCE_CLASS_WEIGHTS)
+    )
+    return {
+        "variant": variant,
+        "learner": VOL_REFERENCE,
+        "model": REFERENCE,
+        "n_windows": None,
+        "windows_seen": None,
+        "train_rows": 0,
+        "steps": None,
+        "best_step": None,
+        **score_universe(unweighted, forecast, rates),
         "seconds": time.perf_counter() - started,
     }
 
@@ -263,9 +298,12 @@ def materialize_scaling_curves(settings: Settings, progress: bool = False, log=N
         for n in sizes:
             rows.append(transformer_row(settings, variant, n, foundations[variant], days, rates, progress))
             _log(log, rows[-1])
+        every_row: list[pl.DataFrame] = []
         for n in [*sizes, None]:
-            rows.append(probe_row(settings, variant, n, days, rates))
+            rows.append(probe_row(settings, variant, n, days, rates, every_row if n is None else None))
             _log(log, rows[-1])
+        rows.append(reference_row(settings, variant, every_row[-1], rates))
+        _log(log, rows[-1])
     frame = pl.DataFrame(rows, schema=SCALING_SCHEMA)
     wh = settings.warehouse
     tables, figures = wh.report_tables_dir, wh.figures_dir
@@ -314,6 +352,11 @@ def scaling_png(frame: pl.DataFrame, subtitle: str, path: Path) -> Path:
             for n, value in rows.filter(pl.col("learner") == LR_ALL).select("windows_seen", column).rows():
                 ax.axhline(value, color=colour, ls=":", lw=1.2, label=f"{probe}, every row")
                 ax.plot([n], [value], "D", color=colour, ms=5)
+            for (value,) in rows.filter(pl.col("learner") == VOL_REFERENCE).select(column).rows():
+                if value is not None and np.isfinite(value):  # its rank IC is undefined (a score of 0)
+                    ax.axhline(
+                        value, color=colour, ls="-.", lw=1.0, alpha=0.8, label=f"trailing vol20 ({probe}'s rows)"
+                    )
         ax.axhline(0.0, color="black", lw=0.6)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("training windows seen (fine-tuning) / rows fitted (probe)")

@@ -1,12 +1,15 @@
 """The window-store stage: one token asset's training-period windows written into the store
 (``kinematic_pipeline.window_store``: the format, its reader and its pins), built once per token asset and
-training cut, under the store's lock, swapped in whole. No dagster and no torch here.
+training cut, under the store's lock, swapped in whole. The build streams ``tokens.npy`` through a hasher that
+records the whole file's sha256 and every 64 MB block's (``verified.BlockHasher``: what an open verifies). What a
+killed build or swap left in the staging folder (a half-written store, or the old one swapped out) is removed by the
+next build of the same store, before anything else, whether it then rebuilds or finds the store current. No dagster
+and no torch here.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import os
 import shutil
 import tempfile
@@ -22,9 +25,8 @@ from kinematic_pipeline.atomic_files import PARQUET_COMPRESSION, UMASK, digest, 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import store_cut
 from kinematic_pipeline.pins import check_token_inputs
-from kinematic_pipeline.verified import record_verified
+from kinematic_pipeline.verified import BLOCK_BYTES, BlockHasher
 from kinematic_pipeline.window_store import (
-    _HASHED,
     DAYS_FILE,
     DAYS_SCHEMA,
     MANIFEST_FILE,
@@ -114,6 +116,8 @@ def _build_window_store(settings: Settings, asset: str, progress: bool) -> Store
     check_token_inputs(settings, asset, days)  # tokenized from the raw days on disk now, look-back included
     shards_digest = digest([m["content_hash"] for m in metas])
     final = wh.window_store_dir(asset)
+    staging_root = final.parent / ".staging"
+    clear_staging(staging_root, asset)  # before the check below: a current store leaves no staging behind either
     current = read_manifest(final)
     if current is not None and _holds(final, current, shards_digest, store_cut(settings)):
         return StoreSummary(asset, final, current, rebuilt=False, seconds=time.perf_counter() - started)
@@ -121,10 +125,7 @@ def _build_window_store(settings: Settings, asset: str, progress: bool) -> Store
     counts = np.array([m["windows"] for m in metas], dtype=np.int64)
     first_rows = np.concatenate([[0], np.cumsum(counts)[:-1]])
     total = int(counts.sum())
-    staging_root = final.parent / ".staging"
     staging_root.mkdir(parents=True, exist_ok=True)
-    for stale in staging_root.glob(f"{asset}.*"):  # left by a build that was killed: repair
-        shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(dir=staging_root, prefix=f"{asset}."))
     try:
         tmp.chmod(0o777 & ~UMASK)  # mkdtemp's 0700 would become the store's: the user's umask decides
@@ -132,7 +133,7 @@ def _build_window_store(settings: Settings, asset: str, progress: bool) -> Store
         bar = tqdm(total=len(days), desc=f"{asset} window store", unit="day", disable=not progress)
         # plain appends, hashed as they are written (a memory map would count every written page in the RSS)
         with open(tmp / TOKENS_FILE, "wb") as out:
-            tokens_hash = _HashingWriter(out)
+            tokens_hash = BlockHasher(out, BLOCK_BYTES)
             header = {"descr": "<f4", "fortran_order": False, "shape": (total, N_TOKENS, N_CHANNELS)}
             np.lib.format.write_array_header_1_0(tokens_hash, header)
             for lo, hi in _chunks(counts, BUILD_CHUNK_WINDOWS):
@@ -173,30 +174,29 @@ def _build_window_store(settings: Settings, asset: str, progress: bool) -> Store
             "days_sha256": file_sha256(tmp / DAYS_FILE),
             "shards_digest": shards_digest,
             "code_version": STORE_CODE_VERSION,
+            "block_bytes": BLOCK_BYTES,
+            "block_sha256": tokens_hash.block_hashes(),
         }
         pl.DataFrame([manifest], schema=MANIFEST_SCHEMA).write_parquet(
             tmp / MANIFEST_FILE, compression=PARQUET_COMPRESSION
         )
         swap_in_folder(tmp, final, wh.durable)
-        for name, column in _HASHED.items():  # hashed as written: later opens need not read 5 GB again
-            record_verified(final / name, manifest[column])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # after the swap: the old store (if there was one)
     return StoreSummary(asset, final, manifest, rebuilt=True, seconds=time.perf_counter() - started)
 
 
-class _HashingWriter:
-    """A binary file that hashes what is written to it (sha256), for numpy's header writer and the blocks."""
-
-    def __init__(self, out) -> None:
-        self.out, self.sha = out, hashlib.sha256()
-
-    def write(self, data: bytes) -> int:
-        self.sha.update(data)
-        return self.out.write(data)
-
-    def hexdigest(self) -> str:
-        return self.sha.hexdigest()
+def clear_staging(staging_root: Path, asset: str) -> list[Path]:
+    """Remove what a killed build or swap of ``asset``'s store left in ``staging_root`` (a half-written store, or the
+    old store swapped out and not yet removed); the caller holds the store's lock. Returns what was removed."""
+    removed = []
+    for stale in sorted(staging_root.glob(f"{asset}.*")) if staging_root.is_dir() else []:
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+        removed.append(stale)
+    return removed
 
 
 def _chunks(counts: np.ndarray, max_windows: int):
@@ -231,5 +231,7 @@ def _holds(folder: Path, manifest: dict, shards_digest: str, train_end: dt.date)
         STORE_CODE_VERSION,
     ):
         return False
+    if manifest.get("block_bytes") != BLOCK_BYTES or not manifest.get("block_sha256"):
+        return False  # built before block checksums (or with other blocks): rebuilt, its bytes unchanged
     files = {TOKENS_FILE: "tokens_sha256", ROWS_FILE: "rows_sha256", DAYS_FILE: "days_sha256"}
     return all((folder / f).exists() and file_sha256(folder / f) == manifest[k] for f, k in files.items())

@@ -23,8 +23,16 @@ from torch import nn
 from kinematic_pipeline.atomic_files import digest, file_sha256
 from kinematic_pipeline.config import ModelConfig, Settings
 from kinematic_pipeline.layout import LOSS_PLOT_FILE, MODEL_FILE, SHARDS_USED_SCHEMA
+from kinematic_pipeline.model_pins import (
+    PARENT_FILE,
+    check_pair,
+    check_parent,
+    parent_foundation,
+    pin_foundation,
+    pin_parent,
+)
 from kinematic_pipeline.models import HEADS, build_model, count_parameters, prior_logits
-from kinematic_pipeline.pins import check_pair, pin_foundation
+from kinematic_pipeline.pins import StalePairError
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report.markdown import Markdown, embedded_image, markdown_table
 from kinematic_pipeline.report.training_figures import curve_table, loss_curves_png
@@ -65,6 +73,8 @@ class TrainingResult:
     best_step: int = 0  # the step whose state was saved (0: the initial state)
     best_val_loss: float = float("nan")
     curves: list[dict] = field(default_factory=list)  # trainer.CURVE_COLUMNS, one row per validation
+    parent_foundation: str | None = None  # a warm-started foundation: its parent's model.pt (relative to the warehouse)
+    parent_sha256: str | None = None  # ... and that file's sha256 (model_pins.PARENT_FILE records both)
 
     @property
     def checkpoint_path(self) -> Path:
@@ -131,6 +141,10 @@ class TrainingResult:
         if policy.tau is None:
             values["checkpoint_sha256"] = result.files_sha256[MODEL_FILE]
             values["model_config"] = json.loads(json.dumps(settings.model.__dict__))
+            values["warm_started"] = result.parent_foundation is not None
+            if result.parent_foundation is not None:
+                values["parent_foundation"] = result.parent_foundation
+                values["parent_sha256"] = result.parent_sha256
         else:
             values["adapter_files_sha256"] = dict(result.files_sha256)
             values["foundation_checkpoint"] = settings.warehouse.foundation_checkpoint(policy)
@@ -194,29 +208,72 @@ def _result(settings, policy, out_dir, files, model, fitted, started, **extra) -
     return result
 
 
+def pretrain_budget(settings: Settings, policy: Policy) -> int:
+    """The pretraining budget of the policy's foundation: ``train.pretrain_steps`` from scratch, and
+    ``train.warm_start_steps`` (None: the same) when it continues from the previous fold's
+    (``model_pins.parent_foundation``)."""
+    cfg = settings.train
+    if parent_foundation(settings, policy.foundation) is None or cfg.warm_start_steps is None:
+        return cfg.pretrain_steps
+    return cfg.warm_start_steps
+
+
+def _parent_state(settings: Settings, policy: Policy) -> tuple[Path, str, dict] | None:
+    """(model.pt, sha256, state_dict) of the foundation ``policy``'s continues from (its previous fold's, with
+    ``train.warm_start``), checked as a load checks it (its bytes, its own parent); None when it trains from scratch."""
+    parent = parent_foundation(settings, policy)
+    if parent is None:
+        return None
+    path = settings.warehouse.foundation_checkpoint(parent)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} is missing: materialize {parent.variant}_foundation partition {parent.fit_key} first (fold "
+            f"{policy.fold}'s foundation continues from fold {parent.fold}'s: train.warm_start, KP_WARM_START=0 turns "
+            "it off)"
+        )
+    sha = file_sha256(path)
+    state = load_foundation(settings, parent, path).state_dict()
+    if file_sha256(path) != sha:  # retrained while we read it
+        raise StalePairError(f"{path} changed while it was loaded: retry")
+    return path, sha, {k: v.detach().clone() for k, v in state.items()}
+
+
 def pretrain(
     settings: Settings, policy: Policy, out_dir: Path | None = None, progress: bool = True, num_workers: int = 0
 ) -> TrainingResult:
     """Self-supervised pretraining of the policy's backbone on uniform samples of the training windows, into
-    its foundation folder (``out_dir`` overrides it)."""
+    its foundation folder (``out_dir`` overrides it). With ``train.warm_start`` a walk-forward fold after the first
+    starts from the previous fold's foundation (same variant and seed) and continues on its own training days for
+    ``pretrain_budget`` steps; its folder records that parent (``model_pins.PARENT_FILE``)."""
     policy = policy.foundation
     out_dir = Path(out_dir or settings.warehouse.foundation_dir(policy))
     started = time.perf_counter()
     configure_threads()
+    parent = _parent_state(settings, policy)  # before seeding: loading it draws nothing from this run's streams
     with quiet_lightning(progress):
         L.seed_everything(policy.seed, workers=True, verbose=False)
         model = build_model(policy.variant, settings.model)
+        if parent is not None:
+            model.load_state_dict(parent[2])
 
         def module_for(total_steps: int) -> PretrainModule:
             return PretrainModule(model, settings.train, total_steps, policy.seed)
 
         data = _data(settings, policy, num_workers)
-        fitted = _fit(settings, module_for, out_dir, data, settings.train.pretrain_steps, progress)
+        fitted = _fit(settings, module_for, out_dir, data, pretrain_budget(settings, policy), progress)
     path = out_dir / MODEL_FILE
+    pin_parent(settings.warehouse, out_dir, None, None)  # the old record goes before the new weights come
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     config = dataclasses.asdict(settings.model)
     torch.save({"variant": policy.variant, "model_config": config, "state_dict": state}, path)
-    return _result(settings, policy, out_dir, [path], model, fitted, started)
+    extra = {}
+    if parent is not None:
+        pin_parent(settings.warehouse, out_dir, parent[0], parent[1])  # loads check it (model_pins.check_parent)
+        extra = {
+            "parent_foundation": json.loads((out_dir / PARENT_FILE).read_text())["parent"],
+            "parent_sha256": parent[1],
+        }
+    return _result(settings, policy, out_dir, [path], model, fitted, started, **extra)
 
 
 def load_foundation(settings: Settings, policy: Policy, path: Path | None = None) -> nn.Module:
@@ -224,6 +281,7 @@ def load_foundation(settings: Settings, policy: Policy, path: Path | None = None
     path = Path(path or settings.warehouse.foundation_checkpoint(policy))
     fix = f"re-materialize {policy.variant}_foundation partition {policy.fit_key}"
     verify_model_folder(path.parent, fix)  # the bytes its files.json records, or one line naming the file
+    check_parent(settings, policy, path.parent)  # warm-started: from the parent on disk now (model_pins.PARENT_FILE)
     saved = torch.load(path, map_location="cpu", weights_only=True)
     if saved["variant"] != policy.variant:
         raise ValueError(f"{path} holds a {saved['variant']} backbone, not {policy.variant}")

@@ -183,9 +183,11 @@ def test_the_evidence_tables_put_the_variant_side_by_side_and_explain_each_decis
     materialize_pooled_backtests(backtested)  # the report group's first asset: what the tables read
     built = evidence_tables(backtested, load_metrics(backtested))
     info = built["information"]
-    assert info["Metric"].to_list()[0].startswith("Log-loss skill") and info.height == 2 * 7 + 1  # spline, close
+    # spline and close outcomes, 7 metrics and the skill beyond trailing vol20 each, the intervals and data seen
+    assert info["Metric"].to_list()[0].startswith("Log-loss skill") and info.height == 2 * 8 + 2
     assert info["Metric"][-1] == "Data seen" and info["SplineGPT"][-1].startswith("fit ")
-    assert "SplineGPT" in info.columns and all("[" in c or c == "N/A" for c in info["SplineGPT"].to_list()[:-1])
+    assert info["Metric"][-2] == "Intervals" and "20-day blocks" in info["SplineGPT"][-2]
+    assert "SplineGPT" in info.columns and all("[" in c or c == "N/A" for c in info["SplineGPT"].to_list()[:-2])
     # the universe tables: the policy's universe predictions (the test period's every ticker-day at tau 1%)
     signal = built["signal"].filter(pl.col("Model") == "SplineGPT")
     assert signal.height == 2 and signal["Seeds"].to_list() == ["1", "1"]
@@ -194,4 +196,8 @@ def test_the_evidence_tables_put_the_variant_side_by_side_and_explain_each_decis
     why = built["decisions"]["Why it trades or liquidates"].to_list()
     assert len(why) == 1 and len(why[0]) > 20
     rules = built["decision_rules"]
-    assert rules["Model"].to_list() == ["SplineGPT"] and {"Sharpe (argmax)", "Sharpe (margin)"} <= set(rules.columns)
+    assert rules["Model"].to_list() == ["SplineGPT"] and {
+        "Sharpe (paper)",
+        "Sharpe (calibrated)",
+        "Sharpe (margin)",
+    } <= set(rules.columns)

@@ -18,6 +18,7 @@ import pytest
 from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.definitions import build_definitions
+from kinematic_pipeline.model_pins import pin_foundation
 from kinematic_pipeline.nightly import consecutive_blocks, plan_sessions
 from kinematic_pipeline.orchestration.partitions import RANGE_END, RANGE_START, policy_partitions
 from kinematic_pipeline.orchestration.schedules import (
@@ -28,7 +29,6 @@ from kinematic_pipeline.orchestration.schedules import (
     nightly_evaluate_schedule,
 )
 from kinematic_pipeline.orchestration.sensors import drop_directory_sensor
-from kinematic_pipeline.pins import pin_foundation
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.warehouse import Warehouse

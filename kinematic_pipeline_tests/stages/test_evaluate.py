@@ -152,7 +152,7 @@ def test_written_predictions_are_calibrated_on_validation_days_only(warehouses, 
     """materialize_predictions fits the calibration on the validation-day predictions, applies it to the test, validation
     and universe frames (actions re-taken as the argmax), and keeps the raw universe beside them."""
     from kinematic_pipeline.backtest.calibration import CALIBRATION_SCHEMA, fit_calibration
-    from kinematic_pipeline.backtest.sweep import PROB_COLUMNS
+    from kinematic_pipeline.backtest.sweep import PROB_COLUMNS, SOFTMAX_COLUMNS
     from kinematic_pipeline.stages import predict as stage
     from kinematic_pipeline.training import run
 
@@ -169,11 +169,16 @@ def test_written_predictions_are_calibrated_on_validation_days_only(warehouses, 
     days = stage.validation_days(base, "spline_tokens", fold)
     raw_val = predict(base, policy, _classifier(base, "splinegpt"), days, tickers).frame
     assert raw_val.height > 0 and raw_val["date"].max() <= CUT < raw_test["date"].min()
-    # the universe is the test tickers here: the fitting set is their validation rows
+    # the universe is the test tickers here: the fitting set is their validation rows, less the labels that read a
+    # close after the purge (a single cut: the last validation day's label reads the first test close)
+    late = raw_val.filter((pl.col("date") > fold.label_end) & (pl.col("label") >= 0))
+    assert late.height > 0 and fold.label_end < CUT
+    fitting = stage.purge_labels(raw_val, fold)
     expected = fit_calibration(
-        raw_val.select(PROB_COLUMNS).to_numpy(), raw_val["label"].to_numpy(), base.train.class_weights
+        fitting.select(PROB_COLUMNS).to_numpy(), fitting["label"].to_numpy(), base.train.class_weights
     )
     assert result.calibration == expected and expected.fitted
+    assert result.calibration.n_rows == raw_val.filter(pl.col("label") >= 0).height - late.height
     row = pl.read_parquet(wh.predictions_extra("calibration", policy))
     assert row.schema == pl.Schema(CALIBRATION_SCHEMA) and row.height == 1
     assert row.row(0, named=True)["temperature"] == expected.temperature and row["fold"][0] == fold.label
@@ -189,11 +194,16 @@ def test_written_predictions_are_calibrated_on_validation_days_only(warehouses, 
     )
     validation = pl.read_parquet(wh.predictions_extra("validation", policy))
     np.testing.assert_array_equal(probs(validation), expected.apply(probs(raw_val).astype(np.float64)))
+    # what the margin rule's m is chosen on: no label after the purge
+    assert (validation.filter(pl.col("date") > fold.label_end)["label"] == -1).all()
     universe = pl.read_parquet(wh.predictions_extra("universe", policy))
     universe_raw = pl.read_parquet(wh.predictions_extra("universe_raw", policy))
     assert universe_raw.schema == universe.schema and universe_raw.height == universe.height
     assert sorted(universe["ticker"].unique().to_list()) == tickers  # so the fitting set was raw_val
     np.testing.assert_array_equal(probs(universe), expected.apply(probs(universe_raw).astype(np.float64)))
+    # the model's own softmax is kept beside the calibrated probabilities, on every file
+    for frame, raw in ((written, raw_test), (validation, raw_val), (universe, universe_raw)):
+        np.testing.assert_array_equal(frame.select(SOFTMAX_COLUMNS).to_numpy(), probs(raw))
     assert "calibration_temperature" in result.metadata()
     # the predictions view reads the policy's shard only, not the subfolders
     assert wh.query("SELECT count(*) AS n FROM predictions")["n"][0] == written.height

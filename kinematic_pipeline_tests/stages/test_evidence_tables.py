@@ -12,14 +12,27 @@ import polars as pl
 import pytest
 
 from kinematic_pipeline.backtest.oracle import ORACLE
-from kinematic_pipeline.backtest.policy_frames import SkillOptions, seed_mean_skill_frame
+from kinematic_pipeline.backtest.policy_frames import (
+    BEYOND,
+    SkillOptions,
+    seed_mean_skill_frame,
+    skill_beyond_reference_frame,
+)
 from kinematic_pipeline.backtest.skill import base_rates
 from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA
+from kinematic_pipeline.backtest.volatility_reference import (
+    REFERENCE,
+    REFERENCE_CLASS_WEIGHTS,
+    REFERENCE_DATA_SEEN,
+    REFERENCE_DISPLAY_NAME,
+    reference_predictions,
+)
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.folds import Fold
 from kinematic_pipeline.label_rules import labels_from_returns, tau_column
 from kinematic_pipeline.report import evidence_tables as tables
 from kinematic_pipeline.stages import evidence as ev
+from kinematic_pipeline.stages import reference_rows
 from kinematic_pipeline.stages.labels import labels_schema
 from kinematic_pipeline.warehouse import LABELS
 from kinematic_pipeline_tests.conftest import record_in_manifest, single_cut
@@ -79,7 +92,16 @@ def warehouse(tmp_path):
             for ticker in TICKERS:
                 q = rng.dirichlet([2, 2, 2])
                 rows.append(("splinegpt", TAU, seed, ticker, day, 100.0, *q, int(q.argmax()), 0))
-    return settings, pl.DataFrame(rows, schema=PREDICTIONS_SCHEMA, orient="row")
+    return settings, _predictions_frame(rows)
+
+
+def _predictions_frame(rows) -> pl.DataFrame:
+    """PREDICTIONS_SCHEMA rows from (variant, tau, seed, ticker, date, close, p_buy, p_sell, p_hold, action, label)
+    tuples; any softmax column of the schema holds the same p (uncalibrated = calibrated here)."""
+    base = dict(list(PREDICTIONS_SCHEMA.items())[:11])
+    frame = pl.DataFrame(rows, schema=base, orient="row")
+    extra = [pl.col(f"p_{c.rsplit('_', 1)[1]}").alias(c) for c in PREDICTIONS_SCHEMA if c not in base]
+    return frame.with_columns(extra).select(list(PREDICTIONS_SCHEMA)).cast(PREDICTIONS_SCHEMA)
 
 
 def test_base_rates_of_both_outcomes_come_from_training_days_only(warehouse):
@@ -255,3 +277,126 @@ def test_the_label_artefact_table_is_the_gap_between_the_two_outcomes():
     )
     close_only = label_artefact_table(_stats_rows().filter(pl.col("outcome").str.starts_with("close")), "close")
     assert "no artefact" in close_only["Model"][0]
+
+
+# --- the trailing-volatility reference ---------------------------------------------------------------------
+
+
+def _write_bars(settings, day, tickers, closes):
+    frame = pl.DataFrame({"ticker": list(tickers), "date": [day] * len(tickers), "close": list(closes)})
+    schema = {"partition_date": pl.Date, "content_hash": pl.String, "quarantine_hash": pl.String}
+    settings.warehouse.write_shard(
+        "raw_ohlcv", day, frame, {"partition_date": day}, schema, companions={"quarantine": None}
+    )
+
+
+def test_the_reference_reads_the_bars_before_the_first_day_and_no_later_bar_moves_a_forecast(tmp_path):
+    settings = _settings(tmp_path)
+    days = [dt.date(2023, 1, 2) + dt.timedelta(k) for k in range(45)]
+    rng = np.random.default_rng(4)
+    closes = 20.0 * np.exp(np.cumsum(rng.normal(0, 0.02, (45, 2)), axis=0))
+    for k, day in enumerate(days):
+        _write_bars(settings, day, ("A", "B"), closes[k])
+    bars = pl.DataFrame(
+        {"ticker": ["A", "B"] * 45, "date": [d for d in days for _ in range(2)], "close": closes.ravel()}
+    )
+    rows = pl.DataFrame({"ticker": ["A", "B"] * 25, "date": [d for d in days[20:] for _ in range(2)], "label": 0})
+    got = reference_rows.volatility_reference(settings, pl.concat([rows, rows]), TAU)  # one forecast per ticker-day
+    assert got.height == 50 and got["date"].min() == days[20]  # day 20 has its 20 returns: days 0-19 were read
+    assert got.equals(reference_predictions(bars, rows, TAU))
+    # a later bar changes: the forecasts up to the day before are the same numbers; that day's moves
+    _write_bars(settings, days[40], ("A", "B"), closes[40] * 1.5)
+    again = reference_rows.volatility_reference(settings, rows, TAU)
+    assert again.filter(pl.col("date") < days[40]).equals(got.filter(pl.col("date") < days[40]))
+    assert not again.filter(pl.col("date") == days[40])["p_buy"].equals(got.filter(pl.col("date") == days[40])["p_buy"])
+    with pytest.raises(ValueError, match="two labels"):
+        reference_rows.volatility_reference(settings, pl.concat([rows, rows.with_columns(label=pl.lit(1))]), TAU)
+
+
+def _reference_rows(predictions: pl.DataFrame, p=(0.2, 0.2, 0.6)) -> pl.DataFrame:
+    days = predictions.select("ticker", "date", "label").unique(maintain_order=True).sort("date", "ticker")
+    rows = [(REFERENCE, TAU, 0, t, d, 100.0, *p, 2, y) for t, d, y in days.iter_rows()]
+    return _predictions_frame(rows)
+
+
+def test_the_information_table_scores_the_reference_and_each_models_skill_beyond_it(warehouse):
+    settings, predictions = warehouse
+    rates = ev.train_base_rates(settings)
+    reference = _reference_rows(predictions)
+    skill = ev.information_skill(settings, predictions, rates, TAU, reference)
+    names = ev.outcome_names("spline")
+    options = ev.skill_options(settings.evaluate)
+    assert options.block_days == settings.evaluate.skill_bootstrap_block_days == 20
+    trained = skill[names[ev.TRAINED]]
+    assert trained["variant"].to_list() == ["splinegpt", REFERENCE]
+    # the reference's own row: its p scored as it is (unit weights), the same numbers as its frame alone
+    own = seed_mean_skill_frame(reference, rates[ev.TRAINED], REFERENCE_CLASS_WEIGHTS, options)
+    assert trained.filter(variant=REFERENCE).select(own.columns).equals(own)
+    # every test label is Buy and the reference says 0.2: its log loss is -ln 0.2, by hand
+    assert own["log_loss"].item() == pytest.approx(-np.log(0.2), rel=1e-6)
+    # beyond: it covers every row, so the seed mean of the paired differences is the difference of the means
+    for outcome in names.values():
+        frame = skill[outcome]
+        model, ref = (frame.filter(variant=v).row(0, named=True) for v in ("splinegpt", REFERENCE))
+        assert model[BEYOND] == pytest.approx(model["log_loss_skill"] - ref["log_loss_skill"], rel=1e-6, abs=1e-9)
+        assert model[f"{BEYOND}_ci_low"] <= model[BEYOND] <= model[f"{BEYOND}_ci_high"]
+        assert ref[BEYOND] is None and model["paired_rows"] == model["n_rows"]
+    direct = skill_beyond_reference_frame(
+        predictions, reference, rates[ev.TRAINED], settings.train.class_weights, REFERENCE_CLASS_WEIGHTS, options
+    )
+    assert trained.filter(variant="splinegpt").select(direct.columns).equals(direct)
+    # the table: a column for the reference, a row per outcome for the skill beyond it, the intervals stated
+    table = tables.information_table(skill, TAU, {"splinegpt": "fit 2023"}, block_days=20)
+    assert table.columns == ["Outcome", "Metric", "SplineGPT", REFERENCE_DISPLAY_NAME]
+    assert table.height == 2 * (len(tables.INFORMATION_ROWS) + 1) + 2
+    beyond = table.filter(pl.col("Metric") == tables.BEYOND_ROW[1])
+    assert beyond[REFERENCE_DISPLAY_NAME].to_list() == [tables.IS_REFERENCE] * 2
+    row = trained.filter(variant="splinegpt").row(0, named=True)
+    low, high, std = (row[f"{BEYOND}{x}"] for x in ("_ci_low", "_ci_high", "_seed_std"))
+    assert beyond["SplineGPT"][0] == f"{row[BEYOND]:.3f} [{low:.3f}, {high:.3f}] ± {std:.3f}"
+    seen = table.filter(pl.col("Metric") == "Data seen").row(0, named=True)
+    assert seen["SplineGPT"] == "fit 2023" and seen[REFERENCE_DISPLAY_NAME] == REFERENCE_DATA_SEEN
+    intervals = table.filter(pl.col("Metric") == "Intervals").row(0, named=True)
+    assert intervals["SplineGPT"] == intervals[REFERENCE_DISPLAY_NAME] == "95%, 20-day blocks of 6 test days"
+    assert table["Metric"][-1] == "Data seen"
+    # without the reference, the table is as before
+    assert ev.information_skill(settings, predictions, rates, TAU)[names[ev.TRAINED]]["variant"].to_list() == [
+        "splinegpt"
+    ]
+
+
+def test_the_reference_has_a_constant_score_and_so_no_ic_in_the_signal_table(warehouse):
+    settings, _ = warehouse
+    rng = np.random.default_rng(1)
+    tickers, days = [f"T{k}" for k in range(6)], TEST_DAYS
+    keys = [(t, d) for d in days for t in tickers]
+    universe = pl.DataFrame(
+        {
+            "variant": "splinegpt",
+            "seed": 1,
+            "ticker": [t for t, _ in keys],
+            "date": [d for _, d in keys],
+            "score": rng.normal(size=len(keys)),
+            "r_close": rng.normal(0, 0.02, len(keys)),
+            "r_spline": rng.normal(0, 0.02, len(keys)),
+            "label": pl.Series(rng.integers(0, 3, len(keys)), dtype=pl.Int8),
+        }
+    )
+    vol = rng.uniform(0.005, 0.05, len(keys))
+    from kinematic_pipeline.backtest.volatility_reference import normal_class_probabilities
+
+    p = normal_class_probabilities(vol, TAU)
+    reference = _predictions_frame(
+        [(REFERENCE, TAU, 0, t, d, 1.0, *p[i], int(p[i].argmax()), 0) for i, (t, d) in enumerate(keys)]
+    )
+    scored = reference_rows.with_reference_scores(universe, reference)
+    assert (scored.filter(variant=REFERENCE)["score"] == 0.0).all()  # exactly 0: p_buy and p_sell are one number
+    stats = ev.signal_statistics(settings, scored)
+    ref = stats.filter(variant=REFERENCE)
+    assert ref.height == 2 and ref["rank_ic"].is_nan().all() and (ref["days"] == 0).all()
+    assert stats.filter(variant="splinegpt")["rank_ic"].is_finite().all()
+    table = tables.signal_table(stats, {"splinegpt": "fit"}, "every ticker")
+    row = table.filter(pl.col("Model") == REFERENCE_DISPLAY_NAME).row(0, named=True)
+    assert row["Rank IC (mean)"] == row["Newey-West t"] == row["AUC dir (Buy vs Sell)"] == tables.CONSTANT_SCORE
+    assert ref["auc_direction"][1] == 0.5  # what a constant score's AUC computes to (close labels): ties only
+    assert row["Data seen"] == REFERENCE_DATA_SEEN

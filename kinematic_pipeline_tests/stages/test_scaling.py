@@ -30,6 +30,7 @@ from kinematic_pipeline.stages.scaling import (
     LR_MATCHED,
     SCALING_SCHEMA,
     TRANSFORMER,
+    VOL_REFERENCE,
     materialize_scaling_curves,
     scaling_budget,
     scaling_policy,
@@ -73,9 +74,12 @@ def test_one_row_per_variant_learner_and_n_and_the_budgets_serve_n_windows(built
     }
     expected = {(v, learner, n) for v in VARIANTS for learner in (TRANSFORMER, LR_MATCHED) for n in SIZES}
     expected |= {(v, LR_ALL, int(every_row[v].item())) for v in VARIANTS}
+    expected |= {(v, VOL_REFERENCE, None) for v in VARIANTS}  # the trailing-volatility reference: nothing fitted
     keys = list(frame.select("variant", "learner", "n_windows").iter_rows())
     assert len(keys) == len(set(keys)) and set(keys) == expected
-    assert set(frame.filter(pl.col("learner") != TRANSFORMER)["model"]) == {"lr_spline", "lr_fd"}
+    assert set(frame.filter(pl.col("learner").is_in([LR_MATCHED, LR_ALL]))["model"]) == {"lr_spline", "lr_fd"}
+    reference = frame.filter(pl.col("learner") == VOL_REFERENCE)
+    assert set(reference["model"]) == {"trailing_vol20"} and reference["rank_ic"].is_nan().all()  # a score of 0
     batch = settings.train.batch_size
     models = frame.filter(pl.col("learner") == TRANSFORMER)
     for row in models.iter_rows(named=True):
@@ -88,10 +92,11 @@ def test_one_row_per_variant_learner_and_n_and_the_budgets_serve_n_windows(built
     assert (
         probes["windows_seen"].to_numpy() == np.minimum(probes["n_windows"].to_numpy(), probes["train_rows"].to_numpy())
     ).all()
-    assert (frame.filter(pl.col("learner") != TRANSFORMER)["rank_ic"].is_finite()).all()
+    assert (frame.filter(pl.col("learner").is_in([LR_MATCHED, LR_ALL]))["rank_ic"].is_finite()).all()
     assert (frame["logloss_skill_ci_low"] <= frame["logloss_skill"]).all()
     assert (frame["logloss_skill"] <= frame["logloss_skill_ci_high"]).all()
     assert frame["test_rows"].n_unique() == 1 and frame["test_rows"][0] > 100  # every learner on the same rows
+    assert (reference["logloss_skill"].is_finite()).all()
     assert pl.read_parquet(summary.table_path).equals(frame)
     assert summary.figure_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     meta = summary.metadata()
@@ -214,7 +219,8 @@ def test_the_whole_dag_leaves_the_scaling_curves_out_unless_told(ci_settings):
 
 def test_the_report_shows_the_section_only_when_the_table_exists(tmp_path):
     from kinematic_pipeline.config import load_settings
-    from kinematic_pipeline.stages.report import ALL_TITLES, CONTEXT_FILE, OPTIONAL_TABLES, materialize_report
+    from kinematic_pipeline.stages.report import CONTEXT_FILE, materialize_report
+    from kinematic_pipeline.stages.report_titles import ALL_TITLES, OPTIONAL_TABLES
 
     settings = load_settings("ci", warehouse=tmp_path / "wh", env={})
     tables = settings.warehouse.report_tables_dir
@@ -228,3 +234,42 @@ def test_the_report_shows_the_section_only_when_the_table_exists(tmp_path):
     assert title not in materialize_report(settings).read_text()
     pl.DataFrame(schema=SCALING_SCHEMA).write_parquet(tables / "scaling_curves.parquet")
     assert title in materialize_report(settings).read_text()
+
+
+def test_the_reference_row_is_the_trailing_volatility_forecast_of_the_probes_rows_scored_by_hand(built):
+    """The reference line by hand: vol20 of each ticker's last 20 close-to-close log returns up to the day (from the
+    raw bars), p from N(0, vol20^2) at tau, the log loss of close-to-close labels against the fold's training base
+    rates."""
+    settings, summary = built
+    tau = settings.evaluate.report_tau
+    fold = walk_forward(settings)[0]
+    wh = settings.warehouse
+    bars = pl.concat([pl.read_parquet(wh.shard("raw_ohlcv", d)) for d in wh.shard_days("raw_ohlcv")])
+    closes: dict[str, list] = {}
+    for ticker, day, close in bars.select("ticker", "date", "close").sort("ticker", "date").iter_rows():
+        closes.setdefault(ticker, []).append((day, close))
+    labels = pl.concat([pl.read_parquet(wh.shard("labels", d)) for d in wh.shard_days("labels")])
+    r_close = dict(zip(labels.select("ticker", "date").iter_rows(), labels["r_close"].to_list()))
+    seen = labels.filter(pl.col("date") <= fold.label_end)["r_close"].to_list()
+    counts = np.bincount([c for c in (_close_class(v, tau) for v in seen) if c >= 0], minlength=3)
+    rates = counts / counts.sum()
+    spec = lookup_variant("lr_spline")
+    test = pl.read_parquet(wh.features_file(spec.features, "test")).filter(pl.col("date") >= fold.test_start)
+    loss, reference, n = 0.0, 0.0, 0
+    for ticker, day in test.select("ticker", "date").unique().iter_rows():
+        mine = closes[ticker]
+        i = [d for d, _ in mine].index(day)
+        window = [c for _, c in mine[i - 20 : i + 1]]
+        vol = float(np.std(np.diff(np.log(window)), ddof=1))
+        up = 0.5 * math.erfc(tau / vol / math.sqrt(2))
+        y = _close_class(r_close.get((ticker, day)), tau)
+        if y < 0:
+            continue
+        loss -= math.log([up, up, 1 - 2 * up][y])
+        reference -= math.log(rates[y])
+        n += 1
+    row = summary.frame.filter((pl.col("variant") == "splinegpt") & (pl.col("learner") == VOL_REFERENCE)).row(
+        0, named=True
+    )
+    assert row["test_rows"] == n
+    assert row["logloss_skill"] == pytest.approx(1 - loss / reference, rel=1e-5)

@@ -11,27 +11,46 @@ import polars as pl
 
 from kinematic_pipeline.backtest import multiple_testing as mt
 from kinematic_pipeline.config import load_settings
-from kinematic_pipeline.stages.strategies import count_trials, strategy_returns
-from kinematic_pipeline.stages.verdict import ablation_comparisons, family_answers, spa_answer, spline_vs_fd
+from kinematic_pipeline.stages.strategies import RULES, count_trials, strategy_name, strategy_returns
+from kinematic_pipeline.stages.verdict import spa_answer
+from kinematic_pipeline.stages.verdict_ablations import (
+    CALIBRATION,
+    INFORMATION,
+    TIMING,
+    ablation_comparisons,
+    family_answers,
+    spline_vs_fd,
+)
+from kinematic_pipeline.stages.verdict_rules import argmax_equilibrium, days_in_market
 from kinematic_pipeline.stages.verdict_signal import (
     Comparison,
     daily_ics,
     daily_log_losses,
+    daily_partial_ics,
     information_beyond_trivial,
 )
+from kinematic_pipeline.stages.verdict_trials import luck_of_the_trials
+
+ARGMAX = "calibrated"  # the calibrated argmax
 
 
-def _universe(n_days: int = 250, n_tickers: int = 40) -> pl.DataFrame:
+def _default_scores(ret1, extra, rng) -> dict[str, np.ndarray]:
+    return {
+        "lr_trivial": -ret1 + rng.normal(0, 0.002, ret1.shape),  # the trivial features' own signal
+        "lr_fd": -ret1 + rng.normal(0, 0.002, ret1.shape),  # a copy of it: a large IC, nothing beyond
+        "lightgbm_fd": -ret1 + extra,  # the reversal and information beyond it
+        "lr_spline": rng.normal(0, 1, ret1.shape),  # noise
+    }
+
+
+def _universe(n_days: int = 250, n_tickers: int = 40, scores_of=_default_scores, extra: float = 0.5) -> pl.DataFrame:
+    """Next-day returns r = -0.5 ret1 + ``extra`` x (a signal beyond the trivial features) + noise, and the scores
+    ``scores_of(ret1, beyond, rng)`` of each variant."""
     rng = np.random.default_rng(3)
     days = [dt.date(2020, 1, 1) + dt.timedelta(days=k) for k in range(n_days)]
-    ret1, vol20, extra = (rng.normal(0, 0.02, (n_days, n_tickers)) for _ in range(3))
-    r = -0.5 * ret1 + 0.5 * extra + rng.normal(0, 0.02, (n_days, n_tickers))  # the reversal, and more
-    scores = {
-        "lr_trivial": -ret1 + rng.normal(0, 0.002, r.shape),  # the trivial features' own signal
-        "lr_fd": -ret1 + rng.normal(0, 0.002, r.shape),  # a copy of it: a large IC, nothing beyond
-        "lightgbm_fd": -ret1 + extra,  # the reversal and information beyond it
-        "lr_spline": rng.normal(0, 1, r.shape),  # noise
-    }
+    ret1, vol20, beyond = (rng.normal(0, 0.02, (n_days, n_tickers)) for _ in range(3))
+    r = -0.5 * ret1 + extra * beyond + rng.normal(0, 0.02, (n_days, n_tickers))  # the reversal, and more
+    scores = scores_of(ret1, beyond, rng)
     frames = [
         pl.DataFrame(
             {
@@ -70,8 +89,9 @@ def test_without_a_signal_or_the_trivial_features_the_answer_is_no_evidence(tmp_
 # ---- each verdict row says exactly what its statistic says (issue 29) ---------------------------------------
 
 
-def _curves(records: dict[str, np.ndarray], start=dt.date(2021, 1, 4)) -> pl.DataFrame:
-    """Pooled equity curves at 10 bps of one ticker and seed: {variant: daily returns} (Buy & Hold included)."""
+def _curves(records: dict[str, np.ndarray], start=dt.date(2021, 1, 4), tau: float = 0.01) -> pl.DataFrame:
+    """Pooled equity curves at 10 bps of one ticker and seed: {variant: daily returns} (Buy & Hold included); a
+    record is long every day unless all its returns are 0 (flat: in cash)."""
     frames = []
     for variant, r in records.items():
         equity = np.concatenate([[1.0], np.cumprod(1 + r)])
@@ -80,7 +100,7 @@ def _curves(records: dict[str, np.ndarray], start=dt.date(2021, 1, 4)) -> pl.Dat
             pl.DataFrame(
                 {
                     "variant": variant,
-                    "tau": None if variant == "buy_and_hold" else 0.01,
+                    "tau": None if variant == "buy_and_hold" else tau,
                     "seed": 0,
                     "ticker": "T",
                     "cost_bps": 10.0,
@@ -102,22 +122,27 @@ def test_the_spa_answer_comes_from_spas_p_value_and_stepm_only_says_which():
     assert spa_answer(0.001, ["a tau=0.01"]).endswith("StepM names a tau=0.01")
 
 
+def _rows(rows: list[dict]) -> dict[str, dict]:
+    return {r["Test"].split(":")[0]: r for r in rows}
+
+
 def test_a_nan_interval_answers_undefined_never_b_is_better(tmp_path):
     settings = load_settings("ci", warehouse=tmp_path, env={})
     rng = np.random.default_rng(0)
     flat = np.zeros(300)  # never in the market: its Sharpe is undefined, so is the difference
     curves = {
-        "argmax": _curves(
+        ARGMAX: _curves(
             {"buy_and_hold": rng.normal(0, 0.01, 300), "lr_spline": flat, "lr_fd": rng.normal(0, 0.01, 300)}
         ),
         "margin": pl.DataFrame(),
     }
     diff = mt.sharpe_difference_test(flat, rng.normal(0, 0.01, 300), reps=50)
     assert all(np.isnan(diff))
-    rows = {r["Test"].split(":")[0]: r for r in spline_vs_fd(settings, strategy_returns(settings, curves), None)}
-    assert rows["Logistic regression (Spline) - Logistic regression (FD), argmax rule"]["Answer"].startswith(
-        "undefined"
-    )
+    strategies = strategy_returns(settings, curves)
+    rows = _rows(spline_vs_fd(settings, strategies, None, in_market=days_in_market(settings, curves, strategies.days)))
+    row = rows[f"Logistic regression (Spline) - Logistic regression (FD) (spline vs finite differences), {ARGMAX} rule"]
+    assert row["Question"] == TIMING and row["Answer"].startswith("undefined")
+    assert "days in the market: Logistic regression (Spline) 0, Logistic regression (FD) 300 of 300" in row["Statistic"]
     assert family_answers([Comparison("t", estimate=-1.0)], [("a", "b")]) == [
         "undefined: the statistic or its interval is not finite (a flat record)"
     ]
@@ -125,24 +150,43 @@ def test_a_nan_interval_answers_undefined_never_b_is_better(tmp_path):
 
 def test_a_probe_ablation_flat_under_argmax_is_tested_under_the_margin_rule_and_never_skipped(tmp_path):
     """Both probes sell on day one under the argmax (identical flat records: one strategy, once silently skipped);
-    under the margin rule they trade, and that comparison is computed; the argmax one says why it cannot be."""
+    under the margin rule they trade, and that comparison is computed; the argmax one says why it cannot be. Each
+    timing row prints both sides' days in the market."""
     settings = load_settings("ci", warehouse=tmp_path, env={})
     rng = np.random.default_rng(1)
     market = rng.normal(0.0005, 0.01, 500)
     flat = np.zeros(500)
     argmax = _curves({"buy_and_hold": market, "lr_spline": flat, "lr_fd": flat})
     margin = _curves({"lr_spline": market + rng.normal(0.002, 0.002, 500), "lr_fd": market})
-    strategies = strategy_returns(settings, {"argmax": argmax, "margin": margin})
-    assert strategies.column["lr_spline tau=0.01"] == strategies.column["lr_fd tau=0.01"]
+    curves = {ARGMAX: argmax, "margin": margin}
+    strategies = strategy_returns(settings, curves)
+    assert (
+        strategies.column[strategy_name("lr_spline", 0.01, ARGMAX)]
+        == strategies.column[strategy_name("lr_fd", 0.01, ARGMAX)]
+    )
     assert count_trials(strategies)[0] == 3  # the flat pair merged, plus two margin records
-    rows = {r["Test"].split(":")[0]: r for r in spline_vs_fd(settings, strategies, None)}
-    argmax_row = rows["Logistic regression (Spline) - Logistic regression (FD), argmax rule"]
-    margin_row = rows["Logistic regression (Spline) - Logistic regression (FD), margin rule"]
+    in_market = days_in_market(settings, curves, strategies.days)
+    assert in_market[strategy_name("lr_spline", 0.01, ARGMAX)] == 0
+    assert in_market[strategy_name("lr_fd", 0.01, "margin")] == 500
+    table = spline_vs_fd(settings, strategies, None, in_market=in_market)
+    rows = _rows(table)
+    pair = "Logistic regression (Spline) - Logistic regression (FD) (spline vs finite differences)"
+    argmax_row, margin_row = rows[f"{pair}, {ARGMAX} rule"], rows[f"{pair}, margin rule"]
     assert argmax_row["Answer"] == "cannot be computed: the two records are identical day by day (e.g. neither trades)"
-    assert margin_row["Answer"].startswith("yes: Logistic regression (Spline) is better at 5% (Holm p")
+    assert argmax_row["Statistic"].endswith("Logistic regression (Spline) 0, Logistic regression (FD) 0 of 500")
+    assert margin_row["Answer"].startswith("yes: Logistic regression (Spline) is better timed at 5% (Holm p")
+    assert (
+        "days in the market: Logistic regression (Spline) 500, Logistic regression (FD) 500 of 500"
+        in (margin_row["Statistic"])
+    )
     model_rows = [r for t, r in rows.items() if t.startswith("SplineGPT")]
-    assert model_rows and all(r["Answer"].startswith("cannot be computed: no") for r in model_rows)
-    assert len(rows) == 12  # 4 ablations x (2 rules + the universe IC): every one has its row
+    assert len(model_rows) == 2 * (3 + len(RULES))  # no universe, no SplineGPT record: each row says why
+    assert all(r["Answer"].startswith("cannot be computed: ") for r in model_rows)
+    # per ablation: 2 information tests, 1 calibration test, 1 timing test per rule; every one has its row
+    assert len(table) == 4 * (3 + len(RULES))
+    assert {r["Question"] for r in table} == {INFORMATION, CALIBRATION, TIMING}
+    assert "SplineGPT - RawGPT (spline vs raw values)" in " ".join(rows)  # RawGPT reads raw values, not differences
+    assert "SplineGPT - RawGPT-FD (spline vs finite differences)" in " ".join(rows)
 
 
 def test_effective_trials_counts_clusters_of_correlated_strategies():
@@ -154,13 +198,8 @@ def test_effective_trials_counts_clusters_of_correlated_strategies():
     assert mt.effective_trials(np.column_stack([factors[:, 0]] * 4)) == 1
 
 
-def test_the_paired_log_loss_test_finds_the_better_calibrated_twin(tmp_path):
-    """On the same ticker-days, lr_spline's probabilities put more mass on the close-to-close label than lr_fd's:
-    the paired daily log-loss difference says lr_spline is better; the IC test of the same pair runs beside it."""
-
-    settings = load_settings("ci", warehouse=tmp_path, env={})
-    rng = np.random.default_rng(6)
-    n_days, n = 120, 30
+def _paired_universe(settings, rng, n_days: int = 120, n: int = 30):
+    """lr_spline's probabilities put more mass on the close-to-close label than lr_fd's on the same ticker-days."""
     r = rng.normal(0, 0.02, (n_days, n))
     informed = np.where(
         r[..., None] > 0.01, [0.7, 0.1, 0.2], np.where(r[..., None] < -0.01, [0.1, 0.7, 0.2], [0.2, 0.2, 0.6])
@@ -186,14 +225,169 @@ def test_the_paired_log_loss_test_finds_the_better_calibrated_twin(tmp_path):
                 }
             )
         )
-    universe = pl.concat(frames)
+    return pl.concat(frames)
+
+
+def test_the_paired_log_loss_test_finds_the_better_calibrated_twin_under_its_own_question(tmp_path):
+    """The paired daily log-loss difference says lr_spline is better calibrated; it is its own question, never
+    "more information"; its Newey-West lag is at least 20 days."""
+    settings = load_settings("ci", warehouse=tmp_path, env={})
+    rng = np.random.default_rng(6)
+    universe = _paired_universe(settings, rng)
     losses = daily_log_losses(settings, universe)
     assert losses["lr_spline"]["log_loss"].mean() < losses["lr_fd"]["log_loss"].mean()
     curves = {
-        "argmax": _curves({"buy_and_hold": rng.normal(0, 0.01, 50), "lr_spline": rng.normal(0, 0.01, 50)}),
+        ARGMAX: _curves({"buy_and_hold": rng.normal(0, 0.01, 50), "lr_spline": rng.normal(0, 0.01, 50)}),
         "margin": pl.DataFrame(),
     }
-    comparisons = ablation_comparisons(settings, strategy_returns(settings, curves), daily_ics(universe), losses)
-    (loss_test,) = [c for c in comparisons if "log loss" in c.test and c.test.startswith("Logistic")]
-    assert loss_test.estimate > 0 and loss_test.p < 0.001
-    assert len(comparisons) == 16  # 4 ablations x (2 rules + the universe's IC and log loss)
+    families = ablation_comparisons(settings, strategy_returns(settings, curves), daily_ics(universe), losses)
+    (loss_test,) = [c for c in families[CALIBRATION] if c.test.startswith("Logistic")]
+    assert "log loss" in loss_test.test and loss_test.estimate > 0 and loss_test.p < 0.001
+    assert "Newey-West lag 20" in loss_test.statistic
+    assert not any("log loss" in c.test for c in families[INFORMATION] + families[TIMING])
+    assert [len(families[q]) for q in (INFORMATION, CALIBRATION, TIMING)] == [8, 4, 4 * len(RULES)]
+    rows = spline_vs_fd(settings, strategy_returns(settings, curves), daily_ics(universe), losses)
+    (row,) = [r for r in rows if r["Question"] == CALIBRATION and r["Test"].startswith("Logistic")]
+    assert row["Answer"].startswith("yes: Logistic regression (Spline) is better calibrated at 5%")
+    assert row["Trials"] == "1 tests in this family (Holm)"  # the other ablations have no universe rows here
+
+
+def test_more_information_is_answered_by_the_paired_rank_ic_and_partial_rank_ic(tmp_path):
+    """lr_fd copies the trivial features (a large rank IC, nothing beyond them); lr_spline ranks only a weaker
+    signal beyond them. The paired rank IC says lr_fd ranks returns better; the paired partial rank IC given ret1
+    and vol20 says lr_spline carries more beyond the trivial features: each row says which it tests."""
+    settings = load_settings("ci", warehouse=tmp_path, env={})
+
+    def scores(ret1, beyond, rng):
+        return {"lr_fd": -ret1 + rng.normal(0, 0.002, ret1.shape), "lr_spline": beyond}
+
+    universe = _universe(scores_of=scores, extra=0.25)
+    rng = np.random.default_rng(0)
+    curves = {ARGMAX: _curves({"buy_and_hold": rng.normal(0, 0.01, 50)}), "margin": pl.DataFrame()}
+    curves[ARGMAX] = pl.concat([curves[ARGMAX], _curves({"lr_spline": rng.normal(0, 0.01, 50)})])
+    strategies = strategy_returns(settings, curves)
+    rows = spline_vs_fd(settings, strategies, daily_ics(universe), None, daily_partial_ics(universe))
+    pair = "Logistic regression (Spline) - Logistic regression (FD) (spline vs finite differences)"
+    ic, partial = _rows(rows)[f"{pair}, rank IC"], _rows(rows)[f"{pair}, partial rank IC"]
+    assert len(_rows(rows)) == len(rows)  # every row's test is named uniquely before its colon
+    assert ic["Question"] == partial["Question"] == INFORMATION
+    assert ic["Answer"].startswith("no: Logistic regression (FD) carries more information at 5%")
+    assert partial["Answer"].startswith("yes: Logistic regression (Spline) carries more information at 5%")
+    assert ic["Trials"] == "2 tests in this family (Holm)"
+    assert "lag 20" in ic["Statistic"] and "partial rank-IC difference" in partial["Detectable at 80% power"]
+    no_controls = spline_vs_fd(settings, strategies, daily_ics(universe), None, None)
+    (missing,) = [r for r in no_controls if r["Test"].startswith("Logistic") and "partial rank IC" in r["Test"]]
+    assert missing["Answer"] == "cannot be computed: the universe has no ret1 and vol20 (the trivial probe's features)"
+
+
+# ---- question 2: the deflated Sharpe ratio (science-5 M1, M2, L4) -----------------------------------------------
+
+
+def test_the_raw_sharpe_row_says_no_for_strategies_that_only_ride_the_market():
+    """200 histories of 1,007 days: a market of true annual Sharpe 0.87, 14 long/cash strategies in it on random
+    days (each on 60-100% of them) and one flat. None has skill beyond riding the market: the row centred on the
+    trials' mean Sharpe answers "no" in at least 95% of them (a hurdle centred on 0 said "yes" in 97 of 200)."""
+    rng = np.random.default_rng(2026)
+    days, sd = 1007, 0.01
+    names = [f"s{j} tau=0.01" for j in range(15)]
+    yes = 0
+    for _ in range(200):
+        market = rng.normal(0.87 / np.sqrt(252) * sd, sd, days)
+        shares = rng.uniform(0.6, 1.0, 14)
+        riders = (rng.random((days, 14)) < shares) * market[:, None]
+        raw, _ = luck_of_the_trials(names, np.column_stack([riders, np.zeros(days)]), market)
+        yes += raw["Answer"].startswith("yes")
+    assert yes <= 10, f"the raw-Sharpe row said yes in {yes} of 200 market-riding histories"
+    assert (
+        raw["Question"]
+        == "Is the best strategy's Sharpe above the average trial's Sharpe by more than the luck of N trials?"
+    )
+
+
+def test_n_and_v_leave_out_the_flat_record_and_say_so():
+    """A never-trading record has no Sharpe ratio: it is in neither N nor V of the raw row. Its active return
+    (minus Buy & Hold) has one, so the active row counts it."""
+    rng = np.random.default_rng(4)
+    market = rng.normal(0.0004, 0.01, 600)
+    returns = np.column_stack([market[:, None] * (rng.random((600, 5)) < 0.8), np.zeros(600)])
+    raw, active = luck_of_the_trials([f"s{j}" for j in range(6)], returns, market)
+    assert raw["Trials"].startswith(
+        "N = 5 strategies with a defined Sharpe ratio (1 record whose Sharpe is undefined, never in the market, "
+        "left out of N and V); V = their Sharpe ratios' variance; the hurdle centred on their mean Sharpe"
+    )
+    assert "DSR" in raw["Statistic"] and "at N = 5 " in raw["Statistic"]
+    assert active["Trials"].startswith("N = 6 strategies with a defined Sharpe ratio; V")
+
+
+def test_the_effective_n_is_information_and_never_answers_yes_alone():
+    """Fifteen strategies that are one bet shifted by a constant (correlation 1: one cluster, one eigenvalue) with
+    Sharpe ratios from -1.3 to +1.6 a year: at N = 15 the luck of the spread deflates the best; at the effective N
+    = 1 its PSR passes. The answer is "no", and says the effective N would pass; a planted edge passes at N."""
+    rng = np.random.default_rng(5)
+    days, sd = 1007, 0.01
+    bet = rng.normal(0, sd, days)
+    bet = (bet - bet.mean()) / bet.std(ddof=1) * sd  # mean 0: each Sharpe is exactly its shift's
+    shifts = np.linspace(-1.3, 1.6, 15) / np.sqrt(252) * sd
+    returns = bet[:, None] + shifts[None, :]
+    names = [f"s{j}" for j in range(15)]
+    _, active = luck_of_the_trials(names, returns, np.zeros(days))
+    assert active["Answer"].startswith("no evidence at the 5% level with N = 15")
+    assert "it would pass at the effective N" in active["Answer"] and "never answers yes" in active["Answer"]
+    assert "effective N 1-1: 1 silhouette cluster of their return correlations" in active["Trials"]
+    assert mt.probabilistic_sharpe_ratio(returns[:, -1]) > 0.95  # what the effective N = 1 tests
+    # a planted edge: fourteen noise strategies and one of annual Sharpe 4 pass at the full N
+    planted = np.column_stack([rng.normal(0, sd, (days, 14)), rng.normal(4 / np.sqrt(252) * sd, sd, days)])
+    _, active = luck_of_the_trials(names, planted, np.zeros(days))
+    assert active["Answer"].startswith("yes: survives deflation at 5% with N = 15")
+    assert "(s14)" in active["Test"]
+
+
+# ---- question 4: can the argmax rule tell tokenizations apart? ---------------------------------------------------
+
+
+def test_the_argmax_equilibrium_row_says_no_when_every_record_never_trades(tmp_path):
+    settings = load_settings("ci", warehouse=tmp_path, env={})
+    rng = np.random.default_rng(7)
+    market = rng.normal(0.0005, 0.01, 300)
+    flat = np.zeros(300)
+    argmax_rules = [r for r in RULES if r != "margin"]
+    curves = {rule: _curves({"splinegpt": flat, "rawgpt_fd": flat, "lr_spline": flat}) for rule in argmax_rules}
+    curves[argmax_rules[-1]] = pl.concat([curves[argmax_rules[-1]], _curves({"buy_and_hold": market})])
+    curves["margin"] = _curves({"splinegpt": market * (rng.random(300) < 0.5), "rawgpt_fd": market})
+    strategies = strategy_returns(settings, curves)
+    rows = {r["Question"]: r for r in argmax_equilibrium(strategies, days_in_market(settings, curves, strategies.days))}
+    assert set(rows) == {f"Can the {rule} argmax rule tell tokenizations apart?" for rule in argmax_rules}
+    for row in rows.values():
+        assert row["Answer"] == "no: every variant is in the same equilibrium: never in the market"
+        assert row["Statistic"].startswith("3 records of 3 variants; 1 distinct return series; 3 never in the market")
+        assert row["Trials"] == "- (descriptive, no test)"
+    # with the oracle's days in the market: the oracle never in either ("the rule's"), or in on 120 days
+    never = {r: 0 for r in RULES}
+    rows = argmax_equilibrium(strategies, days_in_market(settings, curves, strategies.days), never)
+    for row in rows:
+        assert row["Answer"].startswith("no: every variant (the oracle included) is in the same equilibrium")
+        assert row["Answer"].endswith("the rule's equilibrium, not the tokens'")
+        assert row["Statistic"].endswith("the oracle's days in the market 0")
+    traded = {r: 120 for r in RULES}
+    for row in argmax_equilibrium(strategies, days_in_market(settings, curves, strategies.days), traded):
+        assert row["Answer"] == (
+            "no: every variant is in the same equilibrium: never in the market; the oracle is in the market on 120 "
+            "days: the rule can trade perfect information"
+        )
+
+
+def test_the_argmax_equilibrium_row_counts_distinct_records_when_they_trade(tmp_path):
+    settings = load_settings("ci", warehouse=tmp_path, env={})
+    rng = np.random.default_rng(8)
+    market = rng.normal(0.0005, 0.01, 300)
+    flat = np.zeros(300)
+    records = {"buy_and_hold": market, "splinegpt": market, "rawgpt_fd": flat, "lr_spline": flat}
+    curves = {ARGMAX: _curves(records), "margin": pl.DataFrame()}
+    curves[ARGMAX] = pl.concat([curves[ARGMAX], _curves({"rawgpt": market}, tau=0.005)])
+    strategies = strategy_returns(settings, curves)
+    in_market = days_in_market(settings, curves, strategies.days)
+    (row,) = [r for r in argmax_equilibrium(strategies, in_market) if ARGMAX in r["Question"]]
+    assert row["Statistic"] == (
+        "4 records of 4 variants; 2 distinct return series; 2 never in the market; days in the market 0-300 of 300"
+    )
+    assert row["Answer"].startswith("2 distinct return series among its 4 records (2 never in the market)")

@@ -129,6 +129,105 @@ def test_a_full_disk_names_the_store_and_a_second_builder_waits_for_the_first(bu
     assert order == ["start", "end", "start", "end"]  # one writer at a time (flock per open file, even in-process)
 
 
+def test_a_byte_flipped_in_the_store_with_its_mtime_put_back_is_refused_naming_the_block_and_the_fix(built, tmp_path):
+    """Bit rot keeps the mtime (and ``cp -p`` puts it back): the store's bytes are verified per block on open."""
+    from kinematic_pipeline.verified import CorruptFileError
+    from kinematic_pipeline_tests.unit.test_verified_files import flip_keeping_mtime
+
+    settings = dataclasses.replace(built, warehouse=tmp_path / "wh")
+    shutil.copytree(built.warehouse, settings.warehouse)
+    folder = settings.warehouse.window_store_dir(ASSET)
+    store = open_store(settings, ASSET)
+    assert store.manifest["block_sha256"] and store.manifest["block_bytes"] == 64 << 20
+    tokens = folder / "tokens.npy"
+    flip_keeping_mtime(tokens, offset=tokens.stat().st_size - 100)  # a value in the last window
+    with pytest.raises(
+        CorruptFileError, match=r"tokens.npy is not the file its manifest records: block 0 .*rows 0\.\."
+    ):
+        open_store(settings, ASSET)
+    try:
+        open_store(settings, ASSET)
+    except CorruptFileError as exc:
+        assert "\n" not in str(exc) and str(exc).endswith(": materialize spline_window_store")
+    flip_keeping_mtime(folder / "rows.parquet")
+    with pytest.raises(CorruptFileError, match="rows.parquet .* is not the file its manifest records"):
+        open_store(settings, ASSET)
+    summary = materialize_window_store(settings, ASSET, progress=False)  # the fix the line names
+    assert summary.rebuilt and _files(folder) == _files(built.warehouse.window_store_dir(ASSET))
+    open_store(settings, ASSET)
+
+
+def test_a_read_verifies_the_blocks_it_touches_and_names_the_damaged_one(built, tmp_path, monkeypatch):
+    """Blocks of 16 KB (about 7 windows): a read of rows in intact blocks is served, one touching the damaged block is
+    refused naming its rows and days; a store built before block checksums is rebuilt, byte-identical."""
+    from kinematic_pipeline.stages import window_store as stage
+    from kinematic_pipeline.verified import CorruptFileError
+    from kinematic_pipeline.window_store import WINDOW_BYTES, WindowStore, read_manifest
+    from kinematic_pipeline_tests.unit.test_verified_files import flip_keeping_mtime
+
+    settings = dataclasses.replace(built, warehouse=tmp_path / "wh")
+    shutil.copytree(built.warehouse, settings.warehouse, ignore=shutil.ignore_patterns("window_store"))
+    monkeypatch.setattr(stage, "BLOCK_BYTES", 16 << 10)
+    materialize_window_store(settings, ASSET, progress=False)
+    store = open_store(settings, ASSET)
+    n, blocks = store.manifest["windows"], len(store.manifest["block_sha256"])
+    assert blocks == -(-store.path.stat().st_size // (16 << 10)) > 10
+    offset = store.path.stat().st_size - n * WINDOW_BYTES
+    row = n // 2
+    flip_keeping_mtime(store.path, offset=offset + row * WINDOW_BYTES + 7)
+    damaged = (offset + row * WINDOW_BYTES) // (16 << 10)
+    fresh = WindowStore(store.folder, store.manifest, store.days, store.rows)  # opened, nothing verified yet
+    fresh.read(np.array([0, 1, n - 1]))  # blocks 0 and the last: intact
+    with pytest.raises(CorruptFileError, match=rf"block {damaged} \(bytes .*rows .*{row:,}.*, days 2021-"):
+        fresh.read(np.array([2, row]))
+    with pytest.raises(CorruptFileError, match=f"block {damaged} "):
+        open_store(settings, ASSET)
+    # a manifest without block checksums (an older version's): refused, and the next build rebuilds it
+    materialize_window_store(settings, ASSET, progress=False)
+    folder = settings.warehouse.window_store_dir(ASSET)
+    old = pl.read_parquet(folder / "manifest.parquet").drop("block_bytes", "block_sha256")
+    old.write_parquet(folder / "manifest.parquet")
+    with pytest.raises(StaleStoreError, match="built by an older version .*: materialize spline_window_store"):
+        open_store(settings, ASSET)
+    assert materialize_window_store(settings, ASSET, progress=False).rebuilt
+    assert read_manifest(folder)["block_sha256"] and open_store(settings, ASSET)
+
+
+def test_the_staging_a_killed_swap_left_is_cleared_by_the_next_build(built, tmp_path):
+    """A build killed (SIGKILL) right after its swap leaves the old store in the staging folder; the next build, which
+    finds the store current and writes nothing, removes it."""
+    import pickle
+    import signal
+    import subprocess
+    import sys
+
+    from kinematic_pipeline_tests.unit.test_verified_files import flip_keeping_mtime
+
+    settings = dataclasses.replace(built, warehouse=tmp_path / "wh")
+    shutil.copytree(built.warehouse, settings.warehouse)
+    folder = settings.warehouse.window_store_dir(ASSET)
+    flip_keeping_mtime(folder / "tokens.npy")  # so that the build rebuilds and swaps
+    (tmp_path / "settings.pickle").write_bytes(pickle.dumps(settings))
+    child = f"""
+import os, pickle, signal
+from kinematic_pipeline.stages import window_store as stage
+swap = stage.swap_in_folder
+def swap_then_die(*args, **kwargs):
+    swap(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)  # after the exchange, before the old store is removed
+stage.swap_in_folder = swap_then_die
+stage.materialize_window_store(pickle.loads(open({str(tmp_path / "settings.pickle")!r}, "rb").read()), {ASSET!r}, False)
+"""
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    staging = folder.parent / ".staging"
+    left = list(staging.glob(f"{ASSET}.*"))
+    assert len(left) == 1 and (left[0] / "tokens.npy").exists()  # the old (damaged) store, swapped out
+    assert not materialize_window_store(settings, ASSET, progress=False).rebuilt  # the new store is current
+    assert not list(staging.glob(f"{ASSET}.*"))
+    assert _files(folder) == _files(built.warehouse.window_store_dir(ASSET))
+
+
 # --- sampling ------------------------------------------------------------------------------------------
 
 

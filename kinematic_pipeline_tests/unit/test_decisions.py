@@ -191,6 +191,7 @@ def test_the_margin_rules_m_comes_from_the_validation_file_whatever_the_test_per
                 "p_hold": q[:, 2],
                 "action": q.argmax(axis=1),
                 "label": rng.integers(0, 3, days),
+                **{f"softmax_{c}": q[:, k] for k, c in enumerate(("buy", "sell", "hold"))},
             }
         ).cast(PREDICTIONS_SCHEMA)
 

@@ -11,15 +11,20 @@ import pytest
 from scipy.stats import norm
 
 from kinematic_pipeline.backtest.multiple_testing import (
+    cluster_sharpe_ratios,
     default_block,
     deflated_sharpe_ratio,
+    effective_trials,
+    eigenvalue_trials,
     expected_maximum_sharpe,
     model_confidence_set,
     probabilistic_sharpe_ratio,
     sharpe_difference_interval,
     sharpe_ratio,
+    silhouettes,
     spa_pvalues,
     stepm_superior,
+    trial_clusters,
 )
 
 R10 = [0.012, -0.004, 0.007, 0.021, -0.015, 0.003, 0.009, -0.002, 0.016, -0.008]  # ten daily returns
@@ -113,3 +118,70 @@ def test_the_sharpe_difference_interval_resamples_both_series_together():
         sharpe_difference_interval(bench, bench[:-1])
     with pytest.raises(ValueError, match="align"):
         spa_pvalues(bench, strategies[:-1])
+
+
+# ---- the effective number of trials (science-5 M1) ----------------------------------------------------------------
+
+
+def test_the_trials_mean_centres_the_expected_maximum():
+    """E[max SR] = E[SR] + sqrt(V) E[max of N standard normals]: the mean shifts the hurdle, and one trial's
+    expected maximum is its mean."""
+    assert expected_maximum_sharpe(15, 0.04, 0.05) == pytest.approx(0.05 + expected_maximum_sharpe(15, 0.04), abs=1e-15)
+    assert expected_maximum_sharpe(1, 0.04, 0.05) == 0.05
+    returns = np.random.default_rng(3).normal(0.001, 0.01, 750)
+    assert deflated_sharpe_ratio(returns, 15, 0.0004, 0.05) == pytest.approx(
+        probabilistic_sharpe_ratio(returns, 0.05 + expected_maximum_sharpe(15, 0.0004)), abs=1e-15
+    )
+
+
+def test_the_silhouettes_equal_scikit_learns():
+    from sklearn.metrics import silhouette_samples
+
+    rng = np.random.default_rng(0)
+    for k, clusters in ((6, 2), (9, 3), (15, 5), (12, 11)):
+        d = np.abs(rng.normal(size=(k, k)))
+        d = (d + d.T) / 2
+        np.fill_diagonal(d, 0.0)
+        labels = np.r_[np.arange(clusters), rng.integers(0, clusters, k - clusters)]  # every cluster used
+        np.testing.assert_allclose(silhouettes(d, labels), silhouette_samples(d, labels, metric="precomputed"))
+
+
+def _clustered(rng, groups: int, size: int, days: int = 1007, noise: float = 0.003) -> np.ndarray:
+    """``groups`` independent factors, ``size`` strategies on each (correlation about 0.92 within a group)."""
+    factors = rng.normal(0, 0.01, (days, groups))
+    return np.column_stack([factors[:, j // size] + rng.normal(0, noise, days) for j in range(groups * size)])
+
+
+def test_independent_series_count_one_trial_each_by_both_counts():
+    """Fifteen independent series of 1,007 days are fifteen trials: the silhouette choice makes them all singletons
+    (the ONC mean/std score it used before cut them into 2-5 clusters) and the eigenvalues for 95% of their
+    correlation matrix number 14-15."""
+    rng = np.random.default_rng(11)
+    for _ in range(8):
+        returns = rng.normal(0, 0.01, (1007, 15))
+        assert effective_trials(returns) == 15
+        assert 14 <= eigenvalue_trials(returns) <= 15
+    assert effective_trials(rng.normal(0, 0.01, (1007, 5))) == 5
+
+
+def test_planted_clusters_are_found_and_loose_series_count_alone():
+    rng = np.random.default_rng(12)
+    assert effective_trials(_clustered(rng, 3, 5)) == 3
+    assert effective_trials(_clustered(rng, 5, 3)) == 5
+    assert effective_trials(_clustered(rng, 1, 15)) == 1  # one bet: the silhouette choice can return 1
+    assert 3 <= eigenvalue_trials(_clustered(rng, 3, 5)) <= 8  # the noise within clusters adds eigenvalues
+    assert eigenvalue_trials(np.column_stack([rng.normal(0, 0.01, 500)] * 6)) == 1
+    # three clusters of five and five independent series: 3 + 5 trials, not 3 + one lump of the five
+    mixed = np.column_stack([_clustered(rng, 3, 5), rng.normal(0, 0.01, (1007, 5))])
+    labels = trial_clusters(mixed)
+    assert np.unique(labels).size == 8
+    assert all(np.unique(labels[5 * g : 5 * g + 5]).size == 1 for g in range(3))
+    assert np.unique(labels[15:]).size == 5 and not set(labels[15:]) & set(labels[:15])
+
+
+def test_cluster_sharpe_ratios_are_the_sharpe_ratios_of_each_clusters_mean_return():
+    """V at the clusters' N is taken over the clusters' aggregate returns (Lopez de Prado and Lewis, 2019)."""
+    r = np.array([[0.01, 0.03, -0.01], [0.02, 0.00, 0.02], [-0.01, 0.01, 0.00], [0.03, 0.02, 0.01]])
+    got = cluster_sharpe_ratios(r, [0, 0, 1])
+    mean01 = [(0.01 + 0.03) / 2, 0.01, 0.0, 0.025]
+    assert got == pytest.approx([sharpe_ratio(mean01), sharpe_ratio(r[:, 2])], rel=1e-12)

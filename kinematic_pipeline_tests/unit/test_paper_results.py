@@ -201,7 +201,8 @@ def test_a_run_over_another_period_or_universe_says_why_it_is_not_comparable(fir
 
 
 def test_the_report_has_the_comparison_table_and_a_context_line(ci_settings):
-    from kinematic_pipeline.stages.report import TABLE_TITLES, _context, build_tables
+    from kinematic_pipeline.stages.report import _context, build_tables
+    from kinematic_pipeline.stages.report_titles import TABLE_TITLES
 
     metrics = _run_metrics(dt.date(2021, 1, 4), dt.date(2022, 12, 30))
     built = build_tables(ci_settings, metrics)

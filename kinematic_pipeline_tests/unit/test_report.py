@@ -283,7 +283,7 @@ def test_report_has_context_every_table_heading_relative_figures_and_the_convent
     assert "- **run id**: abc123" in text
     for key, (heading, caption) in TABLE_CAPTIONS.items():
         assert heading in text and caption in text, key
-    assert "### The Liquidation Equilibrium of Discrete Tokens (NVDA)" in text
+    assert "### The Liquidation Equilibrium: who never holds a position, under each rule (NVDA)" in text
     assert "### extra" in text
     assert "| Ticker | Return: Spline |" in text
     assert f"![{FIGURE_CAPTIONS['sweeps'][0]}](../figures/sweeps.png)" in text

@@ -10,7 +10,14 @@ import polars as pl
 import pytest
 from scipy import stats
 
-from kinematic_pipeline.backtest.signal import daily_ic, direction_auc, ic_summary, newey_west_t, time_series_ic
+from kinematic_pipeline.backtest.signal import (
+    daily_ic,
+    direction_auc,
+    ic_summary,
+    newey_west_lags,
+    newey_west_t,
+    time_series_ic,
+)
 
 D1, D2, D3, D4 = date(2024, 1, 2), date(2024, 1, 3), date(2024, 1, 4), date(2024, 1, 5)
 # day 1: 5 names, score has a tie (0.3, 0.3); day 2: 5 finite names plus a NaN, an inf and a null row
@@ -261,3 +268,18 @@ def test_the_partial_rank_ic_is_the_spearman_of_the_within_day_residual_and_remo
     copy_partial = partial_rank_ic(frame, ("ret1",), score="copy")["rank_ic"].mean()
     assert copy_ic > 0.3 and abs(copy_partial) < 0.03  # nothing beyond the control
     assert got["rank_ic"].mean() > 0.15  # the extra information survives
+
+
+def test_the_paired_tests_lag_holds_the_size_closer_to_5_percent_on_persistent_differences():
+    """AR(1) daily differences (phi 0.8, mean 0, 1,007 days, 300 draws): the rule of thumb's lag 6 rejects "mean
+    0" far more often than 5%; the verdict's paired lag (at least 20 days) much less."""
+    from scipy.signal import lfilter
+
+    from kinematic_pipeline.stages.verdict_signal import HAC_LAG, hac_lag
+
+    assert newey_west_lags(1007) == 6 and newey_west_lags(100) == 4
+    assert newey_west_t(np.arange(1007.0) % 7)[2] == 6  # the default lag is the rule of thumb
+    assert hac_lag(1007) == HAC_LAG == 20 and hac_lag(10**7) == newey_west_lags(10**7) > 20
+    x = lfilter([1.0], [1.0, -0.8], np.random.default_rng(0).normal(size=(300, 1007)), axis=1)
+    size = {lag: np.mean([abs(newey_west_t(s, lag)[0]) > 1.96 for s in x]) for lag in (6, hac_lag(1007))}
+    assert size[6] > 0.13 and size[20] < 0.12 and size[20] < size[6] / 1.5

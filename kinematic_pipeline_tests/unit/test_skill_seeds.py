@@ -63,7 +63,7 @@ def test_seeds_that_err_on_different_days_have_a_steady_mean_unlike_the_mean_of_
     days, labels = np.arange(10), np.zeros(10, dtype=int)
     right, wrong = np.eye(3)[[0] * 5], np.eye(3)[[1] * 5]
     seed_a, seed_b = np.vstack([right, wrong]), np.vstack([wrong, right])
-    kw = dict(n_boot=400, seed=3)
+    kw = dict(n_boot=400, block_days=1, seed=3)  # single days (a 20-day block would cover all ten every time)
     mean = seed_mean_skill([seed_a, seed_b], [labels, labels], [days, days], REFERENCE, **kw)
     assert mean["brier"] == 1.0 and mean["brier_seed_std"] == pytest.approx(0.0)
     assert mean["brier_ci_low"] == pytest.approx(1.0) and mean["brier_ci_high"] == pytest.approx(1.0)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+import sys
 
 import pytest
 
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.sources.membership import members_on
 from kinematic_pipeline.stages import predict
+from kinematic_pipeline_tests.helpers.cli import assert_one_line_error, cli_env
 
 CSV = "Symbol,Security,Date added\nAAA,A Inc,1990-01-02\nBBB,B Inc,2020-06-22\nCCC,C Inc,2019-01-02\n"
 FOLD_2019 = [dt.date(2019, 1, 2), dt.date(2019, 12, 31)]
@@ -39,7 +42,9 @@ def test_a_bad_membership_file_names_its_row_and_column(tmp_path, text, message)
 
 
 def _universe(monkeypatch, tmp_path, env: dict) -> dict[str, list[str]]:
-    """universe_tickers of two folds over 40 tickers (T00..T39; T39 trades only in 2021), the shards stubbed."""
+    """universe_tickers of two folds over 40 tickers (T00..T39; T39 trades only in 2021), the shards stubbed (a
+    parquet source: its tickers are not known when the settings load)."""
+    env = {"KP_SOURCE": "parquet", "KP_SOURCE_PATH": str(tmp_path / "bars.parquet"), **env}
     settings = load_settings("ci", warehouse=tmp_path, env=env)
     every = [f"T{k:02d}" for k in range(40)]
     monkeypatch.setattr(predict, "_tickers", lambda s, a, days: every if days[0].year != 2019 else every[:-1])
@@ -72,3 +77,44 @@ def test_a_membership_file_keeps_each_folds_members_on_its_first_test_day(monkey
     folds = _universe(monkeypatch, tmp_path, {"KP_MEMBERSHIP_FILE": str(path)})
     assert folds["2019"] == [f"T{k:02d}" for k in range(0, 40, 2)]  # the odd names joined in 2020
     assert folds["2021"] == [f"T{k:02d}" for k in range(40)]
+
+
+def test_a_membership_file_matching_no_ticker_is_refused_where_the_universe_is_built(monkeypatch, tmp_path):
+    path = tmp_path / "other_index.csv"
+    path.write_text("Symbol,Date added\nZZA,2000-01-03\nZZB,2000-01-03\n")
+    with pytest.raises(ValueError) as info:
+        _universe(monkeypatch, tmp_path, {"KP_MEMBERSHIP_FILE": str(path)})
+    line = str(info.value)
+    assert "\n" not in line and str(path) in line and "ZZA, ZZB" in line and "T00" in line, line
+    late = tmp_path / "late.csv"  # the right names, all added after the first fold's first test day
+    late.write_text("Symbol,Date added\n" + "".join(f"T{k:02d},2020-06-01\n" for k in range(40)))
+    with pytest.raises(ValueError, match=f"membership file {late} .* leaves no ticker in the universe on 2019-01-02"):
+        _universe(monkeypatch, tmp_path, {"KP_MEMBERSHIP_FILE": str(late)})
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (None, "does not exist"),
+        ("Symbol,Security\nSYN000,A\n", "has no column 'Date added'"),
+        ("Symbol,Date added\nSYN000,2000-01-03\nSYN001,soon\n", "row 3 column 'Date added': 'soon' is not a date"),
+        ("Symbol,Date added\nAAPL,2000-01-03\nMSFT,1990-01-02\n", "matches none of the 8 tickers of the synthetic"),
+    ],
+)
+def test_a_bad_membership_file_is_refused_in_one_line_when_the_settings_load(tmp_path, text, message):
+    """Through the real CLI (``info`` loads the settings and nothing else): the file, what is wrong, exit status 1."""
+    path = tmp_path / "members.csv"
+    if text is not None:
+        path.write_text(text)
+    env = {**cli_env(tmp_path, None, None), "KP_MEMBERSHIP_FILE": str(path)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "kinematic_pipeline", "info"], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert_one_line_error(proc, f"membership file {path}", message)
+    assert not (tmp_path / "warehouse").exists()  # refused before anything was made
+    if "matches none" in message:
+        assert "AAPL, MSFT" in proc.stderr and "SYN000" in proc.stderr
+        path.write_text("Symbol,Date added\nSYN003,2000-01-03\nAAPL,2000-01-03\n")  # one name of the source: taken
+        args = [sys.executable, "-m", "kinematic_pipeline", "info"]
+        proc = subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True)
+        assert "membership file" not in proc.stderr and "existing warehouse" in proc.stderr  # on to the next check

@@ -1,38 +1,102 @@
-"""Every model and store file is verified before use, through the real CLI on the ci warehouse ``.ci/run``
-materialized (``KP_GOLDEN_WAREHOUSE``, its ``DAGSTER_HOME`` and profile in the environment).
-
-One flipped byte and a truncation of each kind (a foundation's ``model.pt``, an adapter's weights, a window
-store's ``tokens.npy``) are refused before anything reads them: the step fails with one message naming the file and
-the asset to re-materialize, never a bare torch/safetensors error or statistics of garbage. With the file put back,
-the same step succeeds and the predictions' bytes are those before. The verified sidecar that spares a re-hash is
-no loophole: the damaged file's mtime changed, so it is hashed again.
-"""
+"""Model and store files verified against the sha256 their writer recorded, whatever their mtime says: a byte flipped
+with the mtime put back (bit rot, ``cp -p`` / ``rsync -a`` / ``tar x`` after a damaged copy) is refused in one line
+naming the file and the fix; a large file is checked per 64 MB block and the line names the block."""
 
 from __future__ import annotations
+
+import hashlib
+import io
+import os
 
 import pytest
 
 from kinematic_pipeline.atomic_files import file_sha256
-from kinematic_pipeline.verified import CorruptFileError, record_verified, sidecar, verify_file
+from kinematic_pipeline.verified import (
+    BlockHasher,
+    CorruptFileError,
+    verified_bytes,
+    verify_blocks,
+    verify_file,
+    verify_model_folder,
+    write_model_manifest,
+)
 
 
-def _damaged(data: bytes) -> list[tuple[str, bytes]]:
-    flipped = bytearray(data)
-    flipped[len(data) // 2] ^= 0x01
-    return [("a flipped byte", bytes(flipped)), ("a truncation", data[: len(data) // 3])]
+def flip_keeping_mtime(path, offset: int | None = None) -> None:
+    """One bit of ``path`` flipped in place, its size and mtime_ns (and atime) put back as they were."""
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2 if offset is None else offset] ^= 0x01
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_mtime_ns == st.st_mtime_ns and path.stat().st_size == st.st_size
 
 
-def test_a_verified_file_is_hashed_again_once_it_changes(tmp_path):
+def test_a_byte_flipped_with_the_mtime_put_back_is_refused(tmp_path):
     path = tmp_path / "weights.bin"
     path.write_bytes(b"x" * 1000)
     sha = file_sha256(path)
-    record_verified(path, sha)
-    assert sidecar(path).exists()
-    verify_file(path, sha, "fix it")  # the sidecar holds (size, mtime_ns, sha256): no re-hash
-    for _what, data in _damaged(path.read_bytes()):
-        path.write_bytes(data)
-        with pytest.raises(CorruptFileError, match=r"weights.bin .* is not the file its manifest records.*fix it"):
-            verify_file(path, sha, "fix it")
+    assert verify_file(path, sha, "fix it") == path
+    flip_keeping_mtime(path)
+    with pytest.raises(CorruptFileError, match=r"weights.bin .* is not the file its manifest records.*: fix it$"):
+        verify_file(path, sha, "fix it")
+    with pytest.raises(CorruptFileError, match="is not the file its manifest records"):
+        verified_bytes(path, sha, "fix it")
+    path.write_bytes(path.read_bytes()[:10])  # a truncation
+    with pytest.raises(CorruptFileError, match=r"\(10 bytes\) is not the file"):
+        verify_file(path, sha, "fix it")
     path.unlink()
     with pytest.raises(CorruptFileError, match="is missing"):
         verify_file(path, sha, "fix it")
+
+
+def test_an_old_sidecar_is_no_proof(tmp_path):
+    """A ``<file>.verified`` an older version wrote (size, mtime_ns, sha256) is ignored: the bytes are hashed."""
+    import json
+
+    path = tmp_path / "model.pt"
+    path.write_bytes(os.urandom(4096))
+    sha = file_sha256(path)
+    flip_keeping_mtime(path)
+    st = path.stat()
+    record = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha}
+    (tmp_path / "model.pt.verified").write_text(json.dumps(record))
+    with pytest.raises(CorruptFileError, match="model.pt"):
+        verify_file(path, sha, "fix it")
+
+
+def test_a_model_folder_with_a_byte_flipped_and_its_mtime_kept_is_refused_on_every_load(tmp_path):
+    folder = tmp_path / "adapter"
+    (folder / "adapter").mkdir(parents=True)
+    files = [folder / "adapter" / "adapter_model.safetensors", folder / "adapter" / "adapter_config.json"]
+    files[0].write_bytes(os.urandom(10_000))
+    files[1].write_text('{"r": 8}')
+    write_model_manifest(folder, files)
+    for _ in range(2):  # verified twice: nothing remembered makes the second load trust the first
+        assert set(verify_model_folder(folder, "re-materialize x_adapter")) == {
+            "adapter/adapter_model.safetensors",
+            "adapter/adapter_config.json",
+        }
+    flip_keeping_mtime(files[0])
+    with pytest.raises(CorruptFileError, match=r"adapter_model.safetensors .*: re-materialize x_adapter$"):
+        verify_model_folder(folder, "re-materialize x_adapter")
+
+
+def test_block_hashes_are_each_blocks_sha256_and_a_damaged_block_is_named(tmp_path):
+    data = os.urandom(10_000)
+    out = io.BytesIO()
+    writer = BlockHasher(out, block_bytes=4096)
+    for piece in (data[:100], data[100:5000], data[5000:]):  # writes that do not fall on block bounds
+        writer.write(piece)
+    blocks = [hashlib.sha256(data[k : k + 4096]).hexdigest() for k in range(0, len(data), 4096)]
+    assert writer.block_hashes() == blocks and writer.hexdigest() == hashlib.sha256(data).hexdigest()
+    path = tmp_path / "tokens.npy"
+    path.write_bytes(data)
+    verify_blocks(path, blocks, 4096, range(3), "materialize it")
+    flip_keeping_mtime(path, offset=5000)  # in block 1
+    verify_blocks(path, blocks, 4096, [0, 2], "materialize it")  # the blocks a read does not touch still pass
+    with pytest.raises(CorruptFileError, match=r"tokens.npy is not the file .*block 1 \(bytes 4,096..8,192, rows"):
+        verify_blocks(path, blocks, 4096, [1, 2], "materialize it", describe=lambda k: "rows of block")
+    path.write_bytes(data[:6000])  # truncated: the blocks past its end hash short
+    with pytest.raises(CorruptFileError, match=r"block 1 .*\(and 1 more block\(s\)\).*: materialize it$"):
+        verify_blocks(path, blocks, 4096, range(3), "materialize it")

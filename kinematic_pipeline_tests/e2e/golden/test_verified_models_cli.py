@@ -1,8 +1,9 @@
 """Every model and store file is verified before use, through the real CLI on the ci warehouse the DAG lane
 materialized (``KP_GOLDEN_WAREHOUSE``, its ``DAGSTER_HOME`` and profile in the environment): one flipped byte and a
-truncation of a foundation's ``model.pt``, an adapter's weights and a window store's ``tokens.npy`` are each refused
-with one message naming the file and the asset to re-materialize; with the file put back, the same step succeeds and
-the predictions' bytes are those before.
+truncation of a foundation's ``model.pt``, an adapter's weights and a window store's ``tokens.npy``, each with its
+mtime put back as it was (bit rot, ``cp -p``, ``rsync -a``), are each refused with one message naming the file and the
+asset to re-materialize (a foundation's: the foundation itself, called damaged, never retrained); with the file put
+back, the same step succeeds and the predictions' bytes are those before.
 """
 
 from __future__ import annotations
@@ -59,10 +60,11 @@ def test_a_damaged_foundation_adapter_or_window_store_is_refused_by_the_cli():
         (wh.window_store_dir("spline_tokens") / "tokens.npy", ("spline_corpus_stats", None), "spline_window_store"),
     ]
     for file, (select, partition), fix in cases:
-        data = file.read_bytes()
+        data, st = file.read_bytes(), file.stat()
         try:
             for what, damaged in _damaged(data):
                 file.write_bytes(damaged)
+                os.utime(file, ns=(st.st_atime_ns, st.st_mtime_ns))  # the mtime put back: bit rot, cp -p, rsync -a
                 proc = _materialize(select, partition)
                 assert proc.returncode != 0, (file, what)
                 output = proc.stdout + proc.stderr
@@ -73,3 +75,31 @@ def test_a_damaged_foundation_adapter_or_window_store_is_refused_by_the_cli():
         assert _materialize(select, partition).returncode == 0, file
     assert file_sha256(predictions) == before
     assert Path(predictions).exists()
+
+
+@pytest.mark.e2e
+def test_a_copied_warehouse_whose_model_was_replaced_is_refused_while_the_original_passes(tmp_path):
+    """The predictions' model pins are relative to the warehouse (or, written by an older version, absolute and read
+    by their part under the warehouse they were written in): a copy checks its own files, never the original's."""
+    import shutil
+
+    path = os.environ.get("KP_GOLDEN_WAREHOUSE")
+    if not path:
+        pytest.skip("set KP_GOLDEN_WAREHOUSE (and DAGSTER_HOME) to a ci-profile warehouse materialized whole")
+    policy = Policy("splinegpt", 1234, TAU, FOLD)
+    copy = Path(shutil.copytree(path, tmp_path / "copy" / "warehouse", symlinks=True))
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    wh = load_settings("ci", warehouse=copy).warehouse
+    weights = wh.adapter_dir(policy) / "adapter" / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[::-1])  # replaced in the copy only
+    args = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline", "--select", "splinegpt_backtests"]
+    args += ["--partition", policy.key]
+    env = {**os.environ, "KP_PROFILE": "ci", "KP_WAREHOUSE": str(copy), "DAGSTER_HOME": str(home)}
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output[-3000:]
+    for fragment in (f"made by {weights}", f"re-materialize splinegpt_predictions partition {policy.key}"):
+        assert fragment in output, (fragment, output[-3000:])
+    assert _materialize("splinegpt_backtests", policy.key).returncode == 0  # the original still passes

@@ -1,0 +1,134 @@
+"""The report's table titles in one home: every table's name -> its title, the paper's tables' titles naming both
+argmax rules and the Buy threshold the run's class weights imply (``all_titles``). No dagster here.
+"""
+
+from __future__ import annotations
+
+from kinematic_pipeline.backtest.decisions import buy_threshold
+from kinematic_pipeline.backtest.oracle import least_buying_drift
+from kinematic_pipeline.config import Settings
+from kinematic_pipeline.stages.oracle_control import RULE_LABELS
+
+VERDICT_TITLE = (
+    "Verdict: the report's questions answered with tests that survive multiple testing (SPA, StepM, MCS, "
+    "deflated Sharpe, Holm; computed, not written by hand)"
+)
+
+
+TABLE_TITLES = {
+    "absolute_performance": "Absolute performance: total return and max drawdown (paper Table absolute_perf)",
+    "risk_adjusted": "Risk-adjusted efficiency: Sharpe and Sortino, with bootstrap 95% CIs (paper Table risk_adjusted)",
+    "liquidation_equilibrium": "Who never holds a position, under each rule: action distribution and performance "
+    "(paper Table liquidation_equilibrium, 'The Liquidation Equilibrium of Discrete Tokens')",
+    "tau_sweep": "Behaviour under the tau sensitivity sweep, with the test period of each tau (paper Table "
+    "sensitivity_sweep)",
+    "cost_sensitivity": "Sensitivity to transaction costs, with annualized turnover (paper Table sensitivity)",
+    "calibration": "Calibration of every policy: accuracy of its actions; Brier score and ECE of the de-weighted "
+    "probabilities p = (q/w)/Σ(q/w), not of the class-weighted softmax q (not in the paper)",
+    "per_seed": "Every seed on its own: what the mean +- std cells summarize; its Sharpe is of the equal-weight "
+    "portfolio of the test tickers with cash credited with the risk-free rate (bounded; the paper's tables above "
+    "print N/A below the minimum days in the market) (not in the paper)",
+    "paper_comparison": "This run next to the paper's published numbers (paper Tables absolute_perf and risk_adjusted)",
+}
+
+
+PER_FOLD_TITLE = (
+    "Every walk-forward fold on its own at the report's tau and cost: the Sharpe of the equal-weight portfolio of "
+    "the test tickers (cash credited with the risk-free rate, seeds averaged), its days in the market (mean per "
+    "ticker) and the total return averaged over tickers and seeds (the other tables pool the folds' test days into "
+    "one record per policy; not in the paper)"
+)
+
+
+# Tables built from the predictions and the training labels as well (stages/evidence.py), not the metrics alone.
+EVIDENCE_TITLES = {
+    "signal": "The signal on the universe: daily cross-sectional rank IC of s = p(Buy) - p(Sell) (weights undone) "
+    "against the next day's return, ICIR, Newey-West t, share of positive days, Pearson IC and the direction AUC, "
+    "for every model, rule and probe at the report's tau: mean over seeds ± std; the trailing-volatility reference "
+    "(p from N(0, vol20²), nothing fitted) has p(Buy) = p(Sell), a score of 0 and no IC (not in the paper)",
+    "label_artefact": "What the trained-on label knows at decision time: direction AUC and rank IC on the "
+    "trained-on labels next to the close-to-close return the backtest trades (not in the paper)",
+    "information": "Do the tokens carry information? Skill of the calibrated, de-weighted "
+    "probabilities p = (q/w)/Σ(q/w) on "
+    "every scored ticker-day of the test period (the universe, see the signal table), on the trained-on labels "
+    "and on close-to-close labels (what the backtest trades): mean over seeds [95% interval of the seed mean: a "
+    "bootstrap of 20-trading-day blocks of test days, every ticker of a day together] ± std over seeds; beside "
+    "them the trailing-volatility reference (p of each class from N(0, vol20²) at tau, vol20 of the 20 daily returns "
+    "up to the day, nothing fitted) and each model's log-loss skill beyond it on the same ticker-days "
+    "(not in the paper)",
+    "information_uncalibrated": "Appendix: the same skill before calibration (the probabilities as the models "
+    "and probes output them; every table above reads them calibrated: a temperature and class biases fitted by "
+    "log loss on each fold's validation days, never on a test day) (not in the paper)",
+    "time_series_ic": "Time-series rank IC of the score against the next day's close-to-close return, per "
+    "backtested ticker (not in the paper)",
+    "decisions": "Why each policy trades or liquidates under the paper's weighted argmax (not in the paper)",
+    "decision_rules": "The paper's argmax next to the margin rule (weights undone, m chosen on validation days), "
+    "models, rules and probes side by side: the Sharpe of each rule's equal-weight portfolio of the test tickers "
+    "(cash credited with the risk-free rate, seeds averaged) with its days in the market (not in the paper)",
+    "data_seen": "Which dates each variant's fit, validation and normalization saw (not in the paper)",
+}
+
+
+# written by the scaling_curves asset (stages/scaling.py), not by paper_tables
+SCALING_TITLE = (
+    "Would more data help? Test skill and rank IC against the windows a fine-tuning saw: SplineGPT and RawGPT-FD "
+    "fine-tuned from their foundations on n training windows (one fold and seed, the report's tau), their tokens' "
+    "logistic-regression probe fitted on n rows (lr_matched) and on every row (lr_all), and the trailing-volatility "
+    "reference on the probe's rows (trailing_vol20: p from N(0, vol20²), nothing fitted, no rank IC); rank IC "
+    "against r_close and log-loss skill on close-to-close labels on the universe's test days, calibrated, with 95% "
+    "intervals from a bootstrap of 20-trading-day blocks (not in the paper)"
+)
+
+
+ORACLE_TITLE = (
+    "What each rule can do with perfect information: the synthetic source's oracle, which knows the law of every "
+    "next close-to-close return, through the same rules and backtests at the report's tau and cost (equal-weight "
+    "portfolio of the test tickers, cash at rf; synthetic runs only; not in the paper)"
+)
+
+
+# tables only some runs have: the per-fold table (walk-forward runs), the uncalibrated skill (runs whose
+# predictions kept their raw probabilities), the scaling curves (once scaling_curves is materialized), the oracle
+# through the rules (synthetic runs)
+OPTIONAL_TABLES = ("per_fold", "information_uncalibrated", "scaling_curves", "oracle_rules")
+
+
+ALL_TITLES = {
+    "verdict": VERDICT_TITLE,
+    **TABLE_TITLES,
+    "oracle_rules": ORACLE_TITLE,
+    "per_fold": PER_FOLD_TITLE,
+    **EVIDENCE_TITLES,
+    "scaling_curves": SCALING_TITLE,
+}
+
+
+# the paper's tables, each built under the paper's rule and the calibrated argmax (a Rule column first)
+RULE_TABLES = (
+    "absolute_performance",
+    "risk_adjusted",
+    "liquidation_equilibrium",
+    "tau_sweep",
+    "cost_sensitivity",
+    "calibration",
+    "per_seed",
+)
+
+
+def rule_caption(settings: Settings) -> str:
+    """What the Rule column of the paper's tables means, with the Buy threshold the run's class weights imply."""
+    w, tau = settings.train.class_weights, settings.evaluate.report_tau
+    drifts = ", ".join(f"{least_buying_drift(tau, sd, w):.2f} sd at sd {100 * sd:g}%" for sd in (0.01, 0.02, 0.03))
+    return (
+        f"Rule '{RULE_LABELS['paper']}' is the paper's (its top class, never calibrated); rule "
+        f"'{RULE_LABELS['calibrated']}' takes the argmax of the same softmax after calibration on validation days. "
+        f"With w = {tuple(w)} either argmax buys only where {buy_threshold(w)} in the probabilities p the softmax "
+        f"q ∝ w ⊙ p stands for; for an exactly calibrated normal forecast at tau = {tau:g} that is a one-day "
+        f"expected return of at least {drifts}."
+    )
+
+
+def all_titles(settings: Settings) -> dict[str, str]:
+    """``ALL_TITLES`` with the paper's tables' titles naming both rules and the run's Buy threshold."""
+    caption = rule_caption(settings)
+    return {name: f"{title}. {caption}" if name in RULE_TABLES else title for name, title in ALL_TITLES.items()}

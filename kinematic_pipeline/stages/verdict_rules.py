@@ -1,0 +1,123 @@
+"""The verdict's decision rules: which rule a strategy's name belongs to, each strategy's days in the market, and
+whether each argmax rule can tell tokenizations apart at all (``stages.verdict``, question 4). No dagster here.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from kinematic_pipeline.backtest.portfolio import ticker_excess
+from kinematic_pipeline.config import Settings
+from kinematic_pipeline.stages.strategies import RULES, Strategies, strategy_name
+from kinematic_pipeline.variants import BENCHMARK
+
+MARGIN_RULE = "margin"  # every other rule of ``strategies.RULES`` is an argmax rule
+
+
+def rule_of(name: str) -> str:
+    """The decision rule of a strategy's name: the rule whose suffix (``strategies.RULES``) it ends with, the
+    longest when several do (an empty suffix matches every name)."""
+    matches = [r for r, suffix in RULES.items() if name.endswith(suffix)]
+    if not matches:
+        raise ValueError(f"{name!r} ends with no rule's suffix of {RULES}")
+    return max(matches, key=lambda r: len(RULES[r]))
+
+
+def argmax_rules() -> list[str]:
+    return [r for r in RULES if r != MARGIN_RULE]
+
+
+def days_in_market(settings: Settings, curves: dict[str, pl.DataFrame], days: list) -> dict[str, int]:
+    """{strategy name: its days in the market}: of the verdict's common ``days``, those on which its equal-weight
+    portfolio was long in at least one ticker (of any seed) at the previous close, i.e. its return that day was
+    the market's, not cash's (the pooled curves at the verdict's cost, records tested on every fold, as
+    ``strategies.strategy_returns`` takes them)."""
+    out: dict[str, int] = {}
+    for rule, equity in curves.items():
+        if equity.height == 0 or rule not in RULES:
+            continue
+        rows = equity.filter(
+            (pl.col("cost_bps") == settings.evaluate.verdict_cost_bps) & (pl.col("variant") != BENCHMARK)
+        )
+        if "folds" in rows.columns:
+            rows = rows.filter(pl.col("folds") == pl.col("folds").max())
+        invested = (
+            ticker_excess(rows.drop("fold", strict=False), settings.evaluate.backtest.rf_annual)
+            .join(pl.DataFrame({"date": days}, schema={"date": rows.schema["date"]}), on="date", how="semi")
+            .group_by("variant", "tau", "date")
+            .agg(pl.col("invested").any())
+            .group_by("variant", "tau")
+            .agg(pl.col("invested").sum())
+        )
+        for variant, tau, n in invested.iter_rows():
+            out[strategy_name(variant, tau, rule)] = int(n)
+    return out
+
+
+def argmax_equilibrium(
+    strategies: Strategies, in_market: dict[str, int], oracle: dict[str, int] | None = None
+) -> list[dict]:
+    """One descriptive row per argmax rule: can it tell tokenizations apart? "no" when all its records are one
+    return series or none is ever in the market (``in_market``: days in the market by strategy name); otherwise
+    how many distinct records it makes. ``oracle`` (synthetic runs): the oracle's days in the market under each
+    rule, which says whether the rule could trade at all with perfect information. Counts only: no test
+    statistic."""
+    rows = []
+    total = len(strategies.days)
+    for rule in argmax_rules():
+        names = sorted(n for n in strategies.column if rule_of(n) == rule)
+        question = f"Can the {rule} argmax rule tell tokenizations apart?"
+        base = {
+            "Question": question,
+            "Test": f"descriptive: the {rule} rule's pooled (variant, tau) records compared day by day (identical "
+            f"return series merged) and their days in the market ({total} common days)",
+            "Trials": "- (descriptive, no test)",
+            "Detectable at 80% power": "-",
+        }
+        if not names:
+            rows.append(
+                base
+                | {
+                    "Statistic": "-",
+                    "Interval or p-value": "-",
+                    "Answer": f"cannot be computed: no pooled record of the {rule} rule tested on every fold",
+                }
+            )
+            continue
+        distinct = len({strategies.column[n] for n in names})
+        days = [in_market.get(n) for n in names]
+        known = [d for d in days if d is not None]
+        never = sum(d == 0 for d in known)
+        variants = sorted({n.split(" tau=")[0] for n in names})
+        held = None if oracle is None else oracle.get(rule)
+        if held is None:
+            oracle_text, oracle_note = "", ""
+        elif held == 0:
+            oracle_text = " (the oracle included)"
+            oracle_note = (
+                "; the oracle, which knows the law of the next return, is never in the market either: the rule's "
+                "equilibrium, not the tokens'"
+            )
+        else:
+            oracle_text = ""
+            oracle_note = f"; the oracle is in the market on {held} days: the rule can trade perfect information"
+        spread = "unknown" if not known else f"{min(known)}" + (f"-{max(known)}" if max(known) > min(known) else "")
+        spread += f" of {total}" if known else ""
+        statistic = (
+            f"{len(names)} records of {len(variants)} variants; {distinct} distinct return series; {never} never in "
+            f"the market; days in the market {spread}"
+            + ("" if held is None else f"; the oracle's days in the market {held}")
+        )
+        if known and len(known) == len(names) and never == len(names):
+            answer = f"no: every variant{oracle_text} is in the same equilibrium: never in the market{oracle_note}"
+        elif distinct == 1:
+            answer = (
+                f"no: every variant{oracle_text} is in the same equilibrium: one return series day by day{oracle_note}"
+            )
+        else:
+            answer = (
+                f"{distinct} distinct return series among its {len(names)} records ({never} never in the market): "
+                "the rule's records differ"
+            )
+        rows.append(base | {"Statistic": statistic, "Interval or p-value": "-", "Answer": answer})
+    return rows

@@ -1,0 +1,99 @@
+"""A foundation and an adapter trained for a few steps on the tokenized warehouse (``tokenized_once``): a byte flipped
+with the mtime put back is refused on load in one line naming the file and the fix (a damaged foundation is called
+damaged, and its fix is the foundation itself, never re-fine-tuning the adapters on it); the predictions' model pins
+are relative to the warehouse, so a copy whose model was replaced is refused while the original still passes, and
+pins an older version wrote with absolute paths are read by their part under the warehouse they were written in."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import polars as pl
+import pytest
+
+from kinematic_pipeline.model_pins import check_pair
+from kinematic_pipeline.pins import StalePairError
+from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.stages.predict import check_predictions_model, model_files, model_files_frame
+from kinematic_pipeline.training.run import finetune, load_classifier, pretrain
+from kinematic_pipeline.verified import CorruptFileError
+from kinematic_pipeline_tests.conftest import copy_warehouse
+from kinematic_pipeline_tests.unit.test_verified_files import flip_keeping_mtime
+
+pytestmark = pytest.mark.slow  # trains two models (seconds each on the tiny budget, but torch and Lightning load)
+
+POLICY = Policy("splinegpt", 1234, 0.01)
+
+
+@pytest.fixture(scope="module")
+def trained(tokenized_once, tmp_path_factory):
+    """A copy of the tokenized warehouse with the foundation and adapter of ``POLICY`` (8 steps each) and the model
+    pin its predictions write (``predictions/model/``)."""
+    settings = copy_warehouse(tokenized_once, tmp_path_factory.mktemp("pins"))
+    train = dataclasses.replace(
+        settings.train, pretrain_steps=8, finetune_steps=8, eval_every=4, patience=0, max_windows_per_epoch=256
+    )
+    settings = dataclasses.replace(settings, train=train)
+    pretrain(settings, POLICY, progress=False)
+    finetune(settings, POLICY, progress=False)
+    wh = settings.warehouse
+    wh.write(model_files_frame(settings, POLICY), wh.predictions_extra("model", POLICY))
+    load_classifier(settings, POLICY)
+    check_predictions_model(settings, POLICY)
+    return settings
+
+
+def _copy(settings, folder):
+    root = shutil.copytree(settings.warehouse.root, folder / "warehouse")  # copytree: copy2, the mtimes kept
+    return dataclasses.replace(settings, warehouse=root)
+
+
+def test_a_foundation_flipped_with_its_mtime_kept_is_called_damaged_and_its_fix_is_the_foundation(trained, tmp_path):
+    settings = _copy(trained, tmp_path)
+    model = settings.warehouse.foundation_checkpoint(POLICY)
+    flip_keeping_mtime(model)
+    fix = f"re-materialize splinegpt_foundation partition {POLICY.fit_key}"
+    for load in (load_classifier, lambda s, p: check_pair(s.warehouse, p)):
+        with pytest.raises(CorruptFileError) as info:
+            load(settings, POLICY)
+        line = str(info.value)
+        assert "\n" not in line and str(model) in line and "damaged" in line and fix in line, line
+        assert "was retrained" not in line and "splinegpt_adapter" not in line.split(fix)[0], line
+
+
+def test_an_adapter_flipped_with_its_mtime_kept_is_refused_naming_the_file_and_the_adapter(trained, tmp_path):
+    settings = _copy(trained, tmp_path)
+    weights = settings.warehouse.adapter_dir(POLICY) / "adapter" / "adapter_model.safetensors"
+    flip_keeping_mtime(weights)
+    with pytest.raises(CorruptFileError) as info:
+        load_classifier(settings, POLICY)
+    line = str(info.value)
+    assert "\n" not in line and str(weights) in line and "is not the file its manifest records" in line, line
+    assert line.endswith(f"re-materialize splinegpt_adapter partition {POLICY.key}"), line
+
+
+def test_a_copied_warehouse_checks_its_own_model_files(trained, tmp_path):
+    pins = pl.read_parquet(trained.warehouse.predictions_extra("model", POLICY))
+    assert pins.height == len(model_files(trained, POLICY)) and not any(p.startswith("/") for p in pins["path"])
+    copy = _copy(trained, tmp_path)
+    check_predictions_model(copy, POLICY)  # the copy's files are the same bytes
+    weights = copy.warehouse.adapter_dir(POLICY) / "adapter" / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[::-1])  # replaced in the copy only
+    fix = f"re-materialize splinegpt_predictions partition {POLICY.key}"
+    with pytest.raises(StalePairError, match=rf"made by {weights} sha256 .*, it is now .*: {fix}$"):
+        check_predictions_model(copy, POLICY)
+    check_predictions_model(trained, POLICY)  # the original still passes
+
+    # pins an older version wrote: absolute paths of the warehouse they were written in
+    old = pins.with_columns((str(trained.warehouse.root) + "/" + pl.col("path")).alias("path"))
+    old.write_parquet(copy.warehouse.predictions_extra("model", POLICY))
+    with pytest.raises(StalePairError, match=rf"made by {weights} sha256"):  # the copy's file, not the original's
+        check_predictions_model(copy, POLICY)
+    moved = _copy(trained, tmp_path / "moved")
+    old.write_parquet(moved.warehouse.predictions_extra("model", POLICY))
+    check_predictions_model(moved, POLICY)  # matched by their part under the old root
+    elsewhere = old.with_columns(pl.lit("/elsewhere/model.bin").alias("path"))
+    elsewhere.write_parquet(moved.warehouse.predictions_extra("model", POLICY))
+    with pytest.raises(StalePairError, match=r"record /elsewhere/model.bin, outside this warehouse"):
+        check_predictions_model(moved, POLICY)
