@@ -4,7 +4,10 @@ For each strength (the oracle's daily IC, ``KP_PLANTED_IC``; 0 = a random walk) 
 protocol on the ``ci`` profile's calendar (train 2021, test 2022 in two half-year folds) over ``--tickers``
 synthetic names, in a fresh warehouse and Dagster instance: the tokens, the window stores, the probes and rules,
 their backtests and the report's verdict (``--models``: the transformers as well, the whole DAG). Then it prints
-the detection table: per strength, each verdict row's answer cut to its first words (yes / no evidence / ...).
+the detection table: per strength, each verdict row's answer cut to its first words (yes / no evidence / ...), then
+per strength what each decision rule does with the oracle (the next return's conditional law) and with every
+variant: the report's ``oracle_rules`` and ``decision_rules`` tables (the paper's argmax, the calibrated argmax, the
+margin rule).
 
     python benchmarks/planted_signal.py --strengths 0 0.1 0.2 --out /tmp/planted [--models] [--json table.json]
 
@@ -89,6 +92,11 @@ def main(argv: list[str] | None = None) -> int:
         print(table)
     if args.json:
         args.json.write_text(json.dumps(table.to_dicts(), indent=1))
+    for strength in args.strengths:
+        tables = args.out / f"ic{strength:g}" / "warehouse" / "reports" / "tables"
+        for name in ("oracle_rules", "decision_rules"):
+            if (tables / f"{name}.md").exists():
+                print(f"\nstrength {strength:g}, {name}:\n{(tables / f'{name}.md').read_text()}")
     return 0
 
 

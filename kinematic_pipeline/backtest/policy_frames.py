@@ -52,6 +52,13 @@ def _policies(predictions: pl.DataFrame, label_column: str = "label"):
         yield key, group, _probs_of(group)
 
 
+# the calibrated prior (``stages.base_rates``): each fold's validation-day base rates, the zero point of a model that
+# learned nothing once calibrated; a control row of the information table beside the variants
+PRIOR = "calibrated_prior"
+PRIOR_DISPLAY_NAME = "Calibrated prior (no information)"
+PRIOR_DATA_SEEN = "the labels of each fold's validation days (what calibration fits on)"
+
+
 @dataclasses.dataclass(frozen=True)
 class FoldRates:
     """The training base rates of each walk-forward fold at one tau: ``rates[i]`` (3,) are the shares of

@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 
 from kinematic_pipeline.backtest.oracle import ORACLE, ORACLE_DISPLAY_NAME
-from kinematic_pipeline.backtest.policy_frames import BEYOND
+from kinematic_pipeline.backtest.policy_frames import BEYOND, PRIOR, PRIOR_DATA_SEEN, PRIOR_DISPLAY_NAME
 from kinematic_pipeline.backtest.volatility_reference import REFERENCE, REFERENCE_DATA_SEEN, REFERENCE_DISPLAY_NAME
 from kinematic_pipeline.label_rules import at_tau
 from kinematic_pipeline.report.tables import UNDEFINED, portfolio_cell, runs_at
@@ -32,6 +32,7 @@ PROBABILISTIC = ("log_loss_skill", "brier_skill", BEYOND)  # scores of probabili
 ORACLE_ELSEWHERE = "N/A (trained-on labels only)"  # the informed ceiling is scored on the trained-on labels
 IS_REFERENCE = "0 (the reference)"  # the reference's own skill beyond itself
 CONSTANT_SCORE = "N/A (score ≡ 0)"  # the reference's p_buy = p_sell: its signal score ranks nothing
+CONTROLS = (ORACLE, REFERENCE, PRIOR)  # rows beside the variants: no registered variant behind them
 
 
 def _cell(row: dict, metric: str) -> str:
@@ -51,7 +52,9 @@ def _variant_cell(rows: pl.DataFrame, variant: str, metric: str) -> str:
         return IS_REFERENCE
     if metric not in r.columns:
         return "-"
-    if metric in PROBABILISTIC and variant not in (ORACLE, REFERENCE) and not lookup_variant(variant).probabilistic:
+    if variant == PRIOR and metric == BEYOND:
+        return "-"
+    if metric in PROBABILISTIC and variant not in CONTROLS and not lookup_variant(variant).probabilistic:
         return "N/A (one-hot)"  # the rules decide; they state no probabilities
     if metric in PROBABILISTIC and variant == ORACLE:
         return "N/A (one-hot)"  # the informed policy decides too
@@ -59,7 +62,8 @@ def _variant_cell(rows: pl.DataFrame, variant: str, metric: str) -> str:
 
 
 def _display(variant: str) -> str:
-    return {ORACLE: ORACLE_DISPLAY_NAME, REFERENCE: REFERENCE_DISPLAY_NAME}.get(variant) or display_name(variant)
+    names = {ORACLE: ORACLE_DISPLAY_NAME, REFERENCE: REFERENCE_DISPLAY_NAME, PRIOR: PRIOR_DISPLAY_NAME}
+    return names.get(variant) or display_name(variant)
 
 
 def information_table(
@@ -75,7 +79,7 @@ def information_table(
     {outcome name: ``seed_mean_skill_frame``, with ``skill_beyond_reference_frame``'s columns when scored}."""
     by_outcome = {o: f.filter(at_tau(tau)) if f.height else f for o, f in skill.items()}
     seen = {v for f in by_outcome.values() if f.height for v in f["variant"].to_list()}
-    present = [v for v in (*ALL_VARIANT_NAMES, REFERENCE, ORACLE) if v in seen]
+    present = [v for v in (*ALL_VARIANT_NAMES, REFERENCE, PRIOR, ORACLE) if v in seen]
     names = {v: _display(v) for v in present}
     beyond = any(BEYOND in f.columns for f in by_outcome.values())
     metrics = (*INFORMATION_ROWS, BEYOND_ROW) if beyond else INFORMATION_ROWS
@@ -92,7 +96,7 @@ def information_table(
             | {names[v]: f"95%, {block_days}-day blocks of {days.get(v, '?')} test days" for v in present}
         )
     if data_seen is not None:
-        fallback = {REFERENCE: REFERENCE_DATA_SEEN}
+        fallback = {REFERENCE: REFERENCE_DATA_SEEN, PRIOR: PRIOR_DATA_SEEN}
         out.append(
             {"Outcome": "-", "Metric": "Data seen"}
             | {names[v]: data_seen.get(v, fallback.get(v, "the latent state (synthetic source)")) for v in present}

@@ -40,19 +40,25 @@ import polars as pl
 from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.backtest.decisions import unweighted_probabilities
 from kinematic_pipeline.backtest.policy_frames import (
-    FoldRates,
     SkillOptions,
     decision_frame,
     seed_mean_skill_frame,
     skill_beyond_reference_frame,
 )
 from kinematic_pipeline.backtest.signal import daily_ic, direction_auc, ic_summary, time_series_ic
-from kinematic_pipeline.backtest.skill import base_rates
 from kinematic_pipeline.backtest.volatility_reference import REFERENCE_CLASS_WEIGHTS
 from kinematic_pipeline.config import EvalConfig, Settings
-from kinematic_pipeline.label_rules import at_tau, labels_from_returns, tau_column
+from kinematic_pipeline.label_rules import at_tau
 from kinematic_pipeline.pins import verified_labels
 from kinematic_pipeline.report import evidence_tables as evidence_tables_report
+from kinematic_pipeline.stages.base_rates import (
+    CLOSE,
+    TRAINED,
+    calibrated_prior_rows,
+    close_labels,
+    train_base_rates,
+    validation_base_rates,
+)
 from kinematic_pipeline.stages.oracle_control import oracle_test_predictions
 from kinematic_pipeline.stages.pooled import (
     read_view,
@@ -65,7 +71,6 @@ from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, PREDICTIONS
 
 E_T = "e_t"  # the label-artefact table's reference row: the causal fit's residual today, scored as it is
-TRAINED, CLOSE = "trained", "close"  # the outcomes: the trained-on label columns; labels of r_close
 CLOSE_LABEL = "label_close"  # the column of close-to-close labels joined onto the predictions
 
 
@@ -75,45 +80,6 @@ def outcome_names(label_source: str) -> dict[str, str]:
     if label_source == "close":
         return {TRAINED: "close-to-close (trained on and traded: one set, the two coincide)"}
     return {TRAINED: f"trained-on labels ({label_source})", CLOSE: "close-to-close (what the backtest trades)"}
-
-
-def close_labels(r_close, tau: float) -> np.ndarray:
-    """Close-to-close labels of next-day returns (``label_rules.labels_from_returns``; null/NaN -> -1)."""
-    r = pl.Series(r_close, dtype=pl.Float64).fill_null(float("nan")).to_numpy()
-    return labels_from_returns(r, tau)
-
-
-def base_rates_by_outcome(labels: pl.DataFrame, taus) -> dict[str, dict[float, np.ndarray]]:
-    """{outcome: {tau: Buy/Sell/Hold shares}} of labels shards' rows: the trained-on label columns, and
-    the close-to-close labels of their ``r_close``."""
-    return {
-        TRAINED: {t: base_rates(labels[tau_column(t)].to_numpy()) for t in taus},
-        CLOSE: {t: base_rates(close_labels(labels["r_close"], t)) for t in taus},
-    }
-
-
-def train_base_rates(settings: Settings) -> dict[str, dict[float, FoldRates]]:
-    """{outcome: {tau: ``FoldRates``}}: per walk-forward fold, ``base_rates_by_outcome`` of the labels on its
-    training days (on or before its ``label_end``, the purge), so that each test day is scored against the
-    base rates its own fold's models were trained on. One read of the labels up to the last fold's end."""
-    wh, folds = settings.warehouse, settings.folds
-    last = max(f.label_end for f in folds)
-    days = wh.shard_days(LABELS, until=last)
-    if not days:
-        raise FileNotFoundError(f"no labels on or before {last}: materialize labels first")
-    taus = settings.tokenize.taus
-    columns = ["date", *(tau_column(t) for t in taus), "r_close"]
-    labels = exact.read_parquet(verified_labels(wh, days), columns=columns)
-    per_fold = []
-    for fold in folds:
-        seen = labels.filter(pl.col("date") <= fold.label_end)
-        if seen.height == 0:
-            raise FileNotFoundError(f"fold {fold.label}: no labels on or before {fold.label_end}")
-        per_fold.append(base_rates_by_outcome(seen, taus))
-    starts = tuple(f.test_start for f in folds)
-    return {
-        outcome: {t: FoldRates(starts, tuple(r[outcome][t] for r in per_fold)) for t in taus} for outcome in per_fold[0]
-    }
 
 
 def with_close_labels(predictions: pl.DataFrame, returns: pl.DataFrame) -> pl.DataFrame:
@@ -164,25 +130,38 @@ def _with_reference(
 
 
 def information_skill(
-    settings: Settings, report_rows: pl.DataFrame, rates: dict, tau: float, reference: pl.DataFrame | None = None
+    settings: Settings,
+    report_rows: pl.DataFrame,
+    rates: dict,
+    tau: float,
+    reference: pl.DataFrame | None = None,
+    prior: dict | None = None,
 ) -> dict[str, pl.DataFrame]:
     """{outcome name: ``seed_mean_skill_frame``} of the test predictions at ``tau``: on the trained-on labels
     (with the informed ceiling on synthetic data) and, unless they coincide, on close-to-close labels. With
-    ``reference`` (``volatility_reference`` of the same rows), its row and each model's skill beyond it."""
+    ``reference`` (``volatility_reference`` of the same rows), its row and each model's skill beyond it; with
+    ``prior`` (``base_rates.validation_base_rates``), the calibrated prior's row: the zero point of a model that
+    learned nothing, after calibration."""
     ev, weights, names = settings.evaluate, settings.train.class_weights, outcome_names(settings.tokenize.label_source)
     options = skill_options(ev)
     report_rows = report_rows.drop("fold", strict=False)  # the folds' test days pooled: one record per policy
     oracle = oracle_test_predictions(settings, report_rows, tau) if report_rows.height else None
-    scored = (
-        report_rows if oracle is None else pl.concat([report_rows, oracle.cast(report_rows.schema)], how="vertical")
-    )
+    extra = [] if oracle is None else [oracle.cast(report_rows.schema)]
+    if prior is not None and report_rows.height:
+        extra.append(calibrated_prior_rows(report_rows, prior[TRAINED][tau], tau, weights, "label"))
+    scored = pl.concat([report_rows, *extra], how="vertical") if extra else report_rows
     out = {names[TRAINED]: _with_reference(scored, report_rows, reference, rates[TRAINED], weights, options)}
     if CLOSE in names and report_rows.height:
         returns = prediction_day_returns(settings, report_rows)
         close = with_close_labels(report_rows, returns)
         close_reference = None if reference is None else with_close_labels(reference, returns)
         close_options = skill_options(ev, CLOSE_LABEL)
-        out[names[CLOSE]] = _with_reference(close, close, close_reference, rates[CLOSE], weights, close_options)
+        if prior is not None:
+            prior_rows = calibrated_prior_rows(report_rows, prior[CLOSE][tau], tau, weights, "label")
+            close_scored = pl.concat([close, with_close_labels(prior_rows, returns)], how="vertical")
+        else:
+            close_scored = close
+        out[names[CLOSE]] = _with_reference(close_scored, close, close_reference, rates[CLOSE], weights, close_options)
     return out
 
 
@@ -288,6 +267,17 @@ def backtested_time_series_ic(settings: Settings, universe: pl.DataFrame, ticker
     return pl.concat(parts) if parts else pl.DataFrame()
 
 
+def prior_rates(settings: Settings) -> dict | None:
+    """The validation-day base rates of the run's first token kind (the folds' validation days are the same days
+    for every kind): the calibrated prior's probabilities; None without them."""
+    from kinematic_pipeline.variants import variant as lookup_variant
+
+    try:
+        return validation_base_rates(settings, lookup_variant(settings.evaluated_variants[0]).token_asset)
+    except (FileNotFoundError, IndexError, ValueError):
+        return None
+
+
 def universe_evidence(
     settings: Settings, metrics: pl.DataFrame, rates: dict, seen: dict[str, str]
 ) -> dict[str, pl.DataFrame]:
@@ -305,7 +295,9 @@ def universe_evidence(
             backtested_time_series_ic(settings, universe, tickers), tickers
         ),
         "information": evidence_tables_report.information_table(
-            information_skill(settings, universe.drop("score", "r_close", "r_spline"), rates, tau, reference),
+            information_skill(
+                settings, universe.drop("score", "r_close", "r_spline"), rates, tau, reference, prior_rates(settings)
+            ),
             tau,
             seen,
             settings.evaluate.skill_bootstrap_block_days,
@@ -356,14 +348,24 @@ def uncalibrated_information(
 
 
 def universe_note(settings: Settings, universe: pl.DataFrame) -> str:
-    """Which rows the universe tables score: every ticker, or the seeded sample."""
+    """Which rows the universe tables score: every ticker, or the seeded sample, with the names of each fold (the
+    membership filter keeps fewer in earlier folds)."""
     n, days = universe["ticker"].n_unique(), universe["date"].n_unique()
     rows = universe.group_by("variant", "seed").len()["len"].max()
+    per_fold = ""
+    if "fold" in universe.columns and universe["fold"].n_unique() > 1:
+        counts = universe.group_by("fold").agg(pl.col("ticker").n_unique()).sort("fold")
+        per_fold = "; per fold " + ", ".join(f"{f} {k}" for f, k in counts.iter_rows())
+    members = "; members on each fold's first test day only" if settings.evaluate.membership_file else ""
     if settings.evaluate.universe_tickers is None:
-        return f"every ticker of the test period ({n} tickers, {days} days, {rows:,} ticker-days per policy)"
+        return (
+            f"every ticker of the test period ({n} tickers{per_fold}{members}, {days} days, {rows:,} ticker-days per "
+            "policy)"
+        )
     return (
-        f"a fixed sample of {n} tickers (evaluate.universe_tickers, seed {settings.evaluate.universe_seed}; the "
-        f"backtested tickers always in), {days} days, {rows:,} ticker-days per policy, the same rows for every variant"
+        f"a fixed sample of {n} tickers drawn (evaluate.universe_tickers = {settings.evaluate.universe_tickers}, seed "
+        f"{settings.evaluate.universe_seed}; the backtested tickers always in{per_fold}{members}), {days} days, "
+        f"{rows:,} ticker-days per policy, the same rows for every variant"
     )
 
 

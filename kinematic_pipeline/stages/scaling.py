@@ -280,7 +280,7 @@ def reference_row(settings: Settings, variant: str, universe: pl.DataFrame, rate
 def materialize_scaling_curves(settings: Settings, progress: bool = False, log=None) -> ScalingSummary:
     """Every (variant, learner, n) row (see the module docstring), the table and the figure."""
     from kinematic_pipeline.folds import evaluation_days
-    from kinematic_pipeline.stages.evidence import CLOSE, train_base_rates
+    from kinematic_pipeline.stages.base_rates import CLOSE, train_base_rates
 
     started = time.perf_counter()
     variants = scaling_variants(settings)

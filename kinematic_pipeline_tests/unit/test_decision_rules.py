@@ -147,3 +147,33 @@ def test_validation_labels_that_read_a_day_after_the_purge_are_unknown():
     late = purged.filter(pl.col("date") > fold.label_end)
     assert late.height and (late["label"] == UNKNOWN_LABEL).all()
     assert (purged.filter(pl.col("date") <= fold.label_end)["label"] == 1).all()
+
+
+def test_the_calibrated_prior_scores_what_its_base_rates_earn_not_zero():
+    """A model that learned nothing is calibrated to the validation days' base rates: its skill against the training
+    base rates is the log loss of those rates against the training ones, by hand, not 0 (science-5 L2)."""
+    from kinematic_pipeline.backtest.policy_frames import PRIOR, FoldRates, SkillOptions, seed_mean_skill_frame
+    from kinematic_pipeline.stages.base_rates import calibrated_prior_rows
+
+    rng = np.random.default_rng(3)
+    n = 600
+    labels = rng.choice(3, size=n, p=[0.3, 0.2, 0.5]).astype(np.int8)
+    rows = pl.DataFrame(
+        {
+            "ticker": [f"T{k % 6}" for k in range(n)],
+            "date": [dt.date(2022, 1, 3) + dt.timedelta(days=k // 6) for k in range(n)],
+            "close": np.full(n, 10.0),
+            "label": labels,
+        }
+    )
+    validation, training = np.array([0.28, 0.22, 0.50]), np.array([0.25, 0.25, 0.50])
+    rates = FoldRates((dt.date(2022, 1, 1),), (validation,))
+    frame = calibrated_prior_rows(rows, rates, 0.01, PAPER_WEIGHTS, "label")
+    assert frame["variant"].unique().to_list() == [PRIOR] and frame.height == n
+    skill = seed_mean_skill_frame(
+        frame, {0.01: FoldRates((dt.date(2022, 1, 1),), (training,))}, PAPER_WEIGHTS, SkillOptions(n_boot=0)
+    ).row(0, named=True)
+    frame_order = frame.join(rows.with_row_index("i"), on=["ticker", "date"]).sort("i")
+    y = frame_order["label"].to_numpy()
+    by_hand = 1 - np.mean(-np.log(validation[y])) / np.mean(-np.log(training[y]))
+    assert skill["log_loss_skill"] == pytest.approx(by_hand, abs=1e-6) and abs(by_hand) > 1e-3
