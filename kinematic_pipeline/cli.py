@@ -192,8 +192,9 @@ def lineage(
     import duckdb
 
     from kinematic_pipeline.lineage import LineageReport, pooled_record, trace, trace_pooled
-    from kinematic_pipeline.orchestration.partitions import policy_seeds
+    from kinematic_pipeline.pins import StalePairError
     from kinematic_pipeline.policy import Policy
+    from kinematic_pipeline.run_keys import policy_seeds, run_policies
 
     variants = settings.evaluated_variants
     if model not in variants:
@@ -209,6 +210,16 @@ def lineage(
     folds = evaluated_folds(settings, tau) if fold is None else (fold,)
     seeds = policy_seeds(settings, model) if seed is None else (seed,)
     chains = [Policy(model, s, tau, f) for f in folds for s in seeds]
+    if fold is None and seed is None:  # the report's record: the run's policies only (KP_SEEDS, the taus, folds)
+        grid = set(run_policies(settings))
+        chains = [p for p in chains if p in grid]
+        if not chains:
+            print(
+                f"no policy of this run is {model} at tau={tau:g} (the run's seeds, taus and folds: KP_SEEDS, "
+                "tokenize.taus, KP_FOLDS); trace another run's with --seed and --fold",
+                file=sys.stderr,
+            )
+            return 2
     # Any ticker ingest accepts (BRK/B, "BRK B", unicode) is fine: the query binds it as a parameter.
     try:
         if fold is None and seed is None:
@@ -217,7 +228,7 @@ def lineage(
             reports = [trace(settings, policy, ticker.strip(), cost_bps) for policy in chains]
             report = LineageReport([line for r in reports for line in r.lines], sum(r.checked for r in reports))
             report.problems = [p for r in reports for p in r.problems]
-    except (LookupError, FileNotFoundError) as exc:
+    except (LookupError, FileNotFoundError, StalePairError) as exc:
         print(_one_line(exc), file=sys.stderr)
         return 1
     except duckdb.Error as exc:

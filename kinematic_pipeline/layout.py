@@ -70,6 +70,7 @@ TABLES_FILE, REPORT_FILE, VERDICT_FILE, POOLED_DIR = "tables.md", "report.md", "
 POOLED_ASSET, VERDICT_ASSET = "pooled_backtests", "verdict"  # the report group's products before the tables
 # the pins of the report group's products: the digest of the evaluation files each was computed from
 POOLED_PIN_FILE, VERDICT_PIN_FILE = "inputs.json", "verdict_inputs.json"
+TABLES_PIN_FILE, TABLES_ASSET = "tables_inputs.json", "paper_tables"  # under reports/tables/: what report.md reads
 
 # Files of a model folder.
 MODEL_FILE = "model.pt"  # a foundation's weights: {"variant", "model_config", "state_dict"}

@@ -27,7 +27,7 @@ from kinematic_pipeline.folds import fold_of
 from kinematic_pipeline.label_rules import TAU_SQL
 from kinematic_pipeline.layout import POOLED_ASSET, POOLED_PIN_FILE
 from kinematic_pipeline.model_pins import check_pair
-from kinematic_pipeline.pins import check_evaluation, probe_files, stale_token_days
+from kinematic_pipeline.pins import check_backtests_current, check_evaluation, probe_files, stale_token_days
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report.tables import runs_at, sharpe_cell, with_days_in_market
 from kinematic_pipeline.variants import variant as lookup_variant
@@ -38,10 +38,10 @@ CODE_VERSIONS = {  # each stage's code version: a new one marks its assets (and 
     "tokenize": "tokenize-1",
     "window_store": STORE_CODE_VERSION,
     "models": "models-2",  # 2: a walk-forward fold's foundation warm-starts from the previous fold's (issue 39)
-    "features": "features-1",
+    "features": "features-2",  # 2: the token and raw days each features file was built from, checked on read
     "probes": "probes-2",  # 2: saved as data (coefficients, LightGBM's text model), not a pickle (issue 30)
-    "evaluate": "evaluate-2",  # 2: predictions keep the model's own softmax; validation labels purged (issue 38)
-    "report": "report-2",  # 2: the paper's tables under both argmax rules, the oracle, the verdict's rows (issue 38)
+    "evaluate": "evaluate-3",  # 3: universes record their membership file; backtests read only beside their predictions
+    "report": "report-3",  # 3: the run's policies only; the tables pinned to the evaluation digest (issue 40)
     "scaling": "scaling-1",
 }
 LINK_ORDER = (
@@ -326,10 +326,14 @@ def pooled_record(settings: Settings) -> pl.DataFrame:
     """The pooled walk-forward backtests the report's tables read (``reports/pooled/backtests.parquet``, the
     ``pooled_backtests`` asset, once checked against the evaluation files it was pooled from; the ``backtests``
     view itself with a single fold), read only: never recomputed here."""
+    from kinematic_pipeline.run_keys import keep_run_policies, run_keys_digest
+
     wh = settings.warehouse
-    if len(settings.folds) == 1:
-        return wh.query("SELECT * FROM backtests")
-    check_evaluation(wh, wh.pooled_dir / POOLED_PIN_FILE, POOLED_ASSET)
+    if len(settings.folds) == 1:  # the run's policies, each beside the predictions it was swept from
+        frame = keep_run_policies(settings, wh.query("SELECT * FROM backtests"))
+        check_backtests_current(settings, frame)
+        return frame
+    check_evaluation(wh, wh.pooled_dir / POOLED_PIN_FILE, POOLED_ASSET, run_keys_digest(settings))
     return exact.read_parquet(wh.pooled_dir / "backtests.parquet")
 
 
@@ -348,14 +352,18 @@ def trace_pooled(
     (``trace``, every file re-hashed)."""
     report = LineageReport()
     cost = settings.evaluate.report_cost_bps if cost_bps is None else cost_bps
+    seeds = sorted({p.seed for p in chains})
     rows = runs_at(pooled.filter(pl.col("variant") == variant), tau, cost, ticker).sort("seed")
+    others = sorted(set(rows["seed"].to_list()) - set(seeds))
+    rows = rows.filter(pl.col("seed").is_in(seeds))  # the run's seeds only: an earlier run's are not traced
     rows = with_days_in_market(rows, settings.evaluate.min_days_in_market)  # the report's N/A, as it prints
     if rows.height == 0:
+        also = f" (only of seed(s) {', '.join(map(str, others))}, not this run's)" if others else ""
         raise LookupError(
-            f"the report has no pooled backtest of {variant} at tau={tau:g} on {ticker} at {cost:g} bps; "
-            "materialize the report, or trace one fold with --fold/--seed"
+            f"the report has no pooled backtest of {variant} at tau={tau:g} on {ticker} at {cost:g} bps of this "
+            f"run's seed(s) {', '.join(map(str, seeds))}{also}; materialize the report, or trace one fold with "
+            "--fold/--seed"
         )
-    seeds = sorted({p.seed for p in chains})
     folds = list(dict.fromkeys(p.fold for p in chains))
     report.lines.append(
         f"{variant} tau={tau:g} {ticker} at {cost:g} bps, the report's pooled record of {len(folds)} fold(s) x "

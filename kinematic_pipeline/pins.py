@@ -37,6 +37,7 @@ from kinematic_pipeline.probe_models import (
     TreeProbeModel,
 )
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS, TOKEN_ASSETS, token_kind
+from kinematic_pipeline.variants import BENCHMARK
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, MARGIN_BACKTESTS, PREDICTIONS, RAW_OHLCV, Warehouse
 from kinematic_pipeline.windows import LOOKBACK
@@ -276,13 +277,13 @@ def evaluation_digest(wh: Warehouse) -> str:
     """sha256 over the paths and bytes of every evaluation file pooling and the verdict read (each policy's
     predictions with its validation and universe files, and its margin backtests), in path order."""
     files = sorted(f for asset in EVALUATION_INPUTS for f in (wh.root / asset).rglob("*.parquet") if f.is_file())
-    return digest([f"{f.relative_to(wh.root)}:{_sha256_by_stat(f)}" for f in files])
+    return digest([f"{f.relative_to(wh.root)}:{sha256_by_stat(f)}" for f in files])
 
 
 _SHA256: dict[str, tuple[tuple[int, int, int], str]] = {}  # path -> ((inode, size, mtime_ns), sha256)
 
 
-def _sha256_by_stat(path: Path) -> str:
+def sha256_by_stat(path: Path) -> str:
     """A file's sha256, re-hashed only when its stat changed (a report run reads the pooled records several times;
     every writer here renames a new file into place, so a rewrite is a new inode)."""
     st = path.stat()
@@ -292,22 +293,57 @@ def _sha256_by_stat(path: Path) -> str:
     return hit[1]
 
 
-def pin_evaluation(wh: Warehouse, record: Path, inputs_digest: str) -> None:
+def pin_evaluation(wh: Warehouse, record: Path, inputs_digest: str, policies: str = "") -> None:
     """Record, beside a report-group product (``record``: its JSON), the evaluation files' digest it was computed
-    from; written last, after the product's files."""
-    write_bytes_atomic(record, json.dumps({"inputs_digest": inputs_digest}).encode(), durable=wh.durable)
+    from and the run's policies it was computed for (``run_keys.run_keys_digest``); written last."""
+    pin = {"inputs_digest": inputs_digest, "policies": policies}
+    write_bytes_atomic(record, json.dumps(pin).encode(), durable=wh.durable)
 
 
-def check_evaluation(wh: Warehouse, record: Path, asset: str) -> None:
-    """``asset`` (whose pin is ``record``) was computed from the evaluation files on disk now; FileNotFoundError
-    naming ``asset`` when it was never materialized, ``StalePairError`` when a policy's predictions or margin
-    backtests were re-materialized since."""
+def check_evaluation(wh: Warehouse, record: Path, asset: str, policies: str | None = None) -> None:
+    """``asset`` (whose pin is ``record``) was computed from the evaluation files on disk now (and, given
+    ``policies``, for the run's policies: another KP_SEEDS, taus, variants or folds is another product);
+    FileNotFoundError naming ``asset`` when it was never materialized, ``StalePairError`` when a policy's
+    predictions or margin backtests were re-materialized since, or the run's grid changed."""
     folder = record.parent
     if not record.exists():
         raise FileNotFoundError(f"{folder} holds no {asset}: materialize {asset}")
-    recorded, now = json.loads(record.read_text())["inputs_digest"], evaluation_digest(wh)
+    pin = json.loads(record.read_text())
+    recorded, now = pin["inputs_digest"], evaluation_digest(wh)
     if recorded != now:
         raise StalePairError(
             f"{asset} in {folder} was computed from other predictions or margin backtests (digest {recorded[:16]}, "
             f"the warehouse's are {now[:16]}): {rematerialize(asset)}"
         )
+    if policies is not None and pin.get("policies") != policies:
+        raise StalePairError(
+            f"{asset} in {folder} was computed for other policies than this run's (KP_SEEDS, the taus, variants or "
+            f"folds changed since): {rematerialize(asset)}"
+        )
+
+
+# backtests: swept from one predictions file, whose sha256 their provenance records
+
+BACKTEST_KEYS = ("variant", "seed", "tau", "fold")  # a policy in the evaluation views (fold: Fold.label)
+
+
+def check_backtests_current(settings: Settings, frame: pl.DataFrame) -> None:
+    """Each policy of ``frame`` (rows of a backtests view) was backtested from the predictions file on disk now: its
+    provenance records the file's sha256 when it was swept; ``StalePairError`` naming the file and the partition to
+    re-materialize otherwise (predictions re-materialized alone: the per-fold tables must not read old backtests)."""
+    wh = settings.warehouse
+    keys = frame.filter(pl.col("variant") != BENCHMARK).select(BACKTEST_KEYS).unique()
+    if keys.is_empty():
+        return
+    pinned = wh.query("SELECT DISTINCT variant, seed, tau, fold, sha256 FROM provenance WHERE link = 'predictions'")
+    pinned = keys.join(pinned, on=list(BACKTEST_KEYS), how="left", nulls_equal=True).sort(BACKTEST_KEYS)
+    for row in pinned.iter_rows(named=True):
+        policy = Policy(row["variant"], row["seed"], row["tau"], None if row["fold"] == "all" else row["fold"])
+        path = wh.evaluation_file(PREDICTIONS, policy)
+        now = sha256_by_stat(path) if path.exists() else "missing"
+        if row["sha256"] != now:
+            raise StalePairError(
+                f"the backtests of {policy} were swept from predictions sha256 {(row['sha256'] or '-')[:16]}; "
+                f"{path} is now {now[:16]} (re-materialized since): re-materialize {policy.variant}_backtests "
+                f"partition {policy.key}"
+            )

@@ -177,6 +177,11 @@ class Warehouse:
         """``features/<tokenization>/inputs.parquet``: the store and test shards the features were built from."""
         return self.root / layout.FEATURES_DIR / tokenization / "inputs.parquet"
 
+    def features_days_file(self, tokenization: str) -> Path:
+        """``features/<tokenization>/days.parquet``: the content hash of every token and raw_ohlcv day the features
+        were built from (look-back and next session included); a reader refuses them once one changed."""
+        return self.root / layout.FEATURES_DIR / tokenization / "days.parquet"
+
     def features_cut_file(self, tokenization: str) -> Path:
         """``features/<tokenization>/cut.json``: the walk-forward folds (training ends, test periods) the features
         were split for; a reader under other folds refuses them (``stages.features.check_features_cut``)."""

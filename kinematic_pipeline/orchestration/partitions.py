@@ -16,10 +16,10 @@ import dagster as dg
 
 from kinematic_pipeline.calendar import calendar_end, trading_day_on_or_after, trading_days, weekday_closures
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.folds import evaluated_folds, fold_names
+from kinematic_pipeline.folds import fold_names
 from kinematic_pipeline.nightly import EXCHANGE_TIMEZONE
-from kinematic_pipeline.policy import KEY_SEPARATOR, Policy, format_fit_key, format_policy_key
-from kinematic_pipeline.variants import variant as lookup_variant
+from kinematic_pipeline.policy import KEY_SEPARATOR, Policy, format_fit_key
+from kinematic_pipeline.run_keys import policy_keys, policy_seeds  # the run's grid (no dagster there)
 
 PARTITION_FORMAT = "%Y-%m-%d"
 PARTITION_TAG = "dagster/partition"
@@ -77,40 +77,11 @@ def fit_partitions(settings: Settings, variant: str | None = None) -> dg.StaticP
     )
 
 
-def policy_keys(settings: Settings, variant: str | None = None) -> list[str]:
-    """The run's grid of fine-tuned policies, keys ``2019@1234|0.01`` by fold, seed, then tau: every seed
-    (``policy_seeds``) and tau (``policy_taus``) on every fold, but with ``tau_sweep_folds`` = "last" a tau other
-    than the report's on the last fold only (``folds.evaluated_folds``)."""
-    seeds, taus = policy_seeds(settings, variant), policy_taus(settings, variant)
-    folds = {tau: evaluated_folds(settings, tau) for tau in taus}
-    return [
-        format_policy_key(fold, seed, tau)
-        for fold in fold_names(settings)
-        for seed in seeds
-        for tau in taus
-        if fold in folds[tau]
-    ]
-
-
 def policy_partitions(settings: Settings, variant: str | None = None) -> dg.StaticPartitionsDefinition:
     """One partition per fine-tuned policy of the grid (``policy_keys``): an adapter and its evaluation assets.
     The grid is not a product of folds, seeds and taus (the tau sweep may run on the last fold only), so the
     keys are listed, not two dimensions: the UI shows no (fold, tau) pair that is never meant to exist."""
     return dg.StaticPartitionsDefinition(policy_keys(settings, variant))
-
-
-def policy_seeds(settings: Settings, variant: str | None = None) -> tuple[int, ...]:
-    """The seeds of ``variant``'s policies: the training seeds, or (0,) when its result depends on none."""
-    if variant is None or lookup_variant(variant).seeded:
-        return settings.train.seeds
-    return (0,)
-
-
-def policy_taus(settings: Settings, variant: str | None = None) -> tuple[float, ...]:
-    """The taus of ``variant``'s policies: every tokenize.taus, or a baseline's ``evaluate.baseline_taus``."""
-    if variant is None or lookup_variant(variant).every_tau or settings.evaluate.baseline_taus is None:
-        return settings.tokenize.taus
-    return settings.evaluate.baseline_taus
 
 
 def foundation_of_policy(settings: Settings) -> dg.StaticPartitionMapping:

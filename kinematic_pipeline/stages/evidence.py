@@ -203,6 +203,9 @@ def universe_predictions(settings: Settings, variants: tuple[str, ...], kind: st
     folder = settings.warehouse.predictions_folder(kind)
     files = sorted(folder.glob("*.parquet")) if folder.exists() else []
     frames = [f for f in (exact.read_parquet(p) for p in files) if f.height and f["variant"][0] in set(variants)]
+    from kinematic_pipeline.run_keys import one_universe  # the run's policies, under one membership file (or refused)
+
+    frames = one_universe(settings, frames)
     if not frames:
         raise FileNotFoundError(f"no universe predictions under {folder}: materialize the predictions assets")
     frame = pl.concat(frames, how="vertical").filter(at_tau(settings.evaluate.report_tau))

@@ -16,8 +16,11 @@ per window; a probe pins the training file's hash, so new test days never make a
 Beside them ``features/<tokenization>/inputs.parquet`` lists what it was built from (the store's tokens file and
 every test-period token and raw_ohlcv shard, with hashes): the test shards of every probe's provenance; and
 ``cut.json`` the walk-forward folds the files were split for: a reader under other folds (a new ``KP_TRAIN_END``,
-``KP_FOLDS``) refuses them, naming the asset to re-materialize (``check_features_cut``).
-No dagster here.
+``KP_FOLDS``) refuses them, naming the asset to re-materialize (``check_features_cut``); and ``days.parquet`` the
+content hash of every token and raw_ohlcv day behind the rows (the training rows' store days and the test days, the
+64-session look-back and the next session their labels read): a reader refuses the files once one of those days was
+re-materialized (a restated bar re-ingested, its tokens and labels rebuilt; ``check_features_inputs``), so the probes
+never keep trading an old bar. No dagster here.
 """
 
 from __future__ import annotations
@@ -34,16 +37,24 @@ from tqdm import tqdm
 
 from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.atomic_files import write_bytes_atomic
+from kinematic_pipeline.calendar import session_before
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import evaluation_days, fold_of, split_days
 from kinematic_pipeline.label_rules import tau_column
-from kinematic_pipeline.pins import check_token_inputs, features_path, verified_labels
+from kinematic_pipeline.pins import (
+    StalePairError,
+    check_token_inputs,
+    current_hashes,
+    features_path,
+    rematerialize,
+    verified_labels,
+)
 from kinematic_pipeline.probe_features import RAW_EXTRAS, TOKEN_FEATURES, raw_extras, token_features
 from kinematic_pipeline.token_kinds import token_kind
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
 from kinematic_pipeline.window_store import fold_split, open_store
-from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
+from kinematic_pipeline.windows import LOOKBACK, N_CHANNELS, N_TOKENS
 
 CHUNK_WINDOWS = 131_072  # store rows turned into features at a time (~300 MB of tokens)
 TEST_DAYS_PER_READ = 64
@@ -133,6 +144,7 @@ def read_features(
         asset = f"{path.parent.name}_features"
         raise FileNotFoundError(f"{path} is missing: materialize {asset} (what {variant} reads)")
     check_features_cut(settings, path.parent.name)  # split for this run's folds, or refused
+    check_features_inputs(settings, path)  # built from the token and raw days on disk now, or refused
     columns = spec.feature_columns
     scope = fold_of(settings, fold)
     scan = exact.scan_parquet(path)
@@ -215,6 +227,39 @@ def check_features_cut(settings: Settings, tokenization: str) -> None:
         )
 
 
+def _days_built_from(settings: Settings, asset: str, days: list[dt.date]) -> pl.DataFrame:
+    """asset, date, content_hash of every ``asset`` and raw_ohlcv day the rows of ``days`` read: their windows'
+    look-back and the session after the last (its labels' next day), as the manifests hold them now."""
+    wh, rows = settings.warehouse, []
+    first = max(settings.data.start_date, session_before(min(days), LOOKBACK))
+    for name in (asset, RAW_OHLCV):
+        have = wh.manifest_days(name)
+        read = [d for d in have if first <= d <= max(days)] + [d for d in have if d > max(days)][:1]
+        rows += [{"asset": name, "date": d, "content_hash": h} for d, h in zip(read, current_hashes(wh, name, read))]
+    return pl.DataFrame(rows, schema={"asset": pl.String, "date": pl.Date, "content_hash": pl.String})
+
+
+def check_features_inputs(settings: Settings, path: Path) -> None:
+    """``StalePairError`` in one line naming the features file ``path``, the first token or raw day re-materialized
+    since it was built and the fix (re-materialize ``<tokenization>_features``); a ValueError when it records none."""
+    wh, tokenization = settings.warehouse, path.parent.name
+    record, fix = wh.features_days_file(tokenization), rematerialize(f"{tokenization}_features")
+    if not record.exists():
+        raise ValueError(f"{record} is missing (features built by an older version): {fix}")
+    built = exact.read_parquet(record)
+    for name in built["asset"].unique(maintain_order=True).to_list():
+        rows = built.filter(pl.col("asset") == name)
+        days = rows["date"].to_list()
+        stale = [(d, a, b) for d, a, b in zip(days, rows["content_hash"], current_hashes(wh, name, days)) if a != b]
+        if stale:
+            day, was, now = stale[0]
+            more = f" (and {len(stale) - 1} more day(s) through {stale[-1][0]})" if len(stale) > 1 else ""
+            raise StalePairError(
+                f"{path} was built from the {name} shard of {day}{more} sha256 {was[:16]}, now {now[:16] or 'missing'} "
+                f"(re-materialized since: a restated bar, re-tokenized days): {fix}"
+            )
+
+
 def materialize_features(settings: Settings, asset: str, progress: bool = True) -> FeaturesSummary:
     """Write the features file of ``asset``'s tokenization and the list of its inputs."""
 
@@ -243,6 +288,7 @@ def materialize_features(settings: Settings, asset: str, progress: bool = True) 
         for d, h in zip(test_days, wh.content_hashes(a, test_days))
     ]
     wh.write(pl.DataFrame(inputs, schema=INPUTS_SCHEMA), wh.features_inputs_file(tokenization))
+    wh.write(_days_built_from(settings, asset, frame["date"].unique().to_list()), wh.features_days_file(tokenization))
     write_bytes_atomic(wh.features_cut_file(tokenization), json.dumps(features_cut(settings), indent=1).encode())
     rows = {s: int((frame["split"] == s).sum()) for s in SPLITS}
     return FeaturesSummary(tokenization, path, rows, time.perf_counter() - started)

@@ -30,8 +30,9 @@ from kinematic_pipeline.backtest.sweep import paper_rule, run_sweep
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import at_tau
 from kinematic_pipeline.layout import POOLED_ASSET, POOLED_PIN_FILE
-from kinematic_pipeline.pins import check_evaluation, evaluation_digest, pin_evaluation
+from kinematic_pipeline.pins import check_backtests_current, check_evaluation, evaluation_digest, pin_evaluation
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.run_keys import keep_run_policies, run_keys_digest
 from kinematic_pipeline.stages.predict import check_predictions_model
 from kinematic_pipeline.variants import BENCHMARK
 from kinematic_pipeline.warehouse import BACKTESTS, EQUITY_CURVES, MARGIN_BACKTESTS, PREDICTIONS
@@ -45,11 +46,19 @@ VIEWS = (BACKTESTS, EQUITY_CURVES, MARGIN_BACKTESTS)  # a single fold's pooled r
 
 
 def read_view(settings: Settings, view: str) -> pl.DataFrame:
-    """Every row of an asset's catalog view; FileNotFoundError naming the asset when it has none yet."""
+    """The rows of an asset's catalog view that belong to the run's policies (``run_keys``: a seed, tau or variant
+    of an earlier run is left out; Buy & Hold stays); FileNotFoundError naming the asset when it has none yet. The
+    backtests' views are checked against the predictions they were swept from (``check_backtests_current``)."""
     frame = settings.warehouse.read_view(view) if settings.warehouse.catalog_path.exists() else pl.DataFrame()
+    frame = keep_run_policies(settings, frame)
     if frame.height == 0:
         raise FileNotFoundError(f"no {view} rows in {settings.warehouse.catalog_path}: materialize {view} first")
+    if view in SWEPT:
+        check_backtests_current(settings, frame)
     return frame
+
+
+SWEPT = (BACKTESTS, EQUITY_CURVES, MARGIN_BACKTESTS)  # the views materialize_backtests sweeps from the predictions
 
 
 def margin_metrics(settings: Settings) -> pl.DataFrame:
@@ -106,7 +115,7 @@ def check_inputs_current(settings: Settings) -> None:
     partition to re-materialize otherwise: a report rebuilt after a foundation or adapter was replaced must not
     present the old backtests as current."""
     rows = settings.warehouse.query("SELECT DISTINCT variant, tau, seed, fold FROM predictions ORDER BY ALL")
-    for row in rows.iter_rows(named=True):
+    for row in keep_run_policies(settings, rows).iter_rows(named=True):  # the run's policies only
         fold = None if row["fold"] in (None, "all") else row["fold"]
         check_predictions_model(settings, Policy(row["variant"], row["seed"], row["tau"], fold))
 
@@ -124,6 +133,7 @@ def pooled_evaluation(settings: Settings) -> dict[str, pl.DataFrame]:
     rule's equity curves (no view holds them). Written under ``reports/pooled/``, with the digest of the evaluation
     files they were pooled from (taken before they are read)."""
     folder, inputs = settings.warehouse.pooled_dir, evaluation_digest(settings.warehouse)
+    policies = run_keys_digest(settings)
     if not walk_forward_run(settings):
         frames = {BACKTESTS: read_view(settings, BACKTESTS), EQUITY_CURVES: read_view(settings, EQUITY_CURVES)}
         frames[MARGIN_BACKTESTS] = margins = margin_metrics(settings)
@@ -136,7 +146,7 @@ def pooled_evaluation(settings: Settings) -> dict[str, pl.DataFrame]:
         frames[PAPER_EQUITY_CURVES] = pl.concat([s.equity for s in paper])
         for name in (MARGIN_EQUITY_CURVES, PAPER_BACKTESTS, PAPER_EQUITY_CURVES):
             settings.warehouse.write(frames[name], folder / f"{name}.parquet")
-        pin_evaluation(settings.warehouse, folder / POOLED_PIN_FILE, inputs)
+        pin_evaluation(settings.warehouse, folder / POOLED_PIN_FILE, inputs, policies)
         return frames
     predictions = read_view(settings, PREDICTIONS)
     counts = _fold_counts(predictions)
@@ -169,7 +179,7 @@ def pooled_evaluation(settings: Settings) -> dict[str, pl.DataFrame]:
     frames[PAPER_EQUITY_CURVES] = with_folds(pl.concat([s.equity for s in paper]))
     for name, frame in frames.items():
         settings.warehouse.write(frame, folder / f"{name}.parquet")
-    pin_evaluation(settings.warehouse, folder / POOLED_PIN_FILE, inputs)
+    pin_evaluation(settings.warehouse, folder / POOLED_PIN_FILE, inputs, policies)
     return frames
 
 
@@ -179,7 +189,7 @@ def read_pooled(settings: Settings, name: str) -> pl.DataFrame:
     if not walk_forward_run(settings) and name in VIEWS:
         return margin_metrics(settings) if name == MARGIN_BACKTESTS else read_view(settings, name)
     folder = settings.warehouse.pooled_dir
-    check_evaluation(settings.warehouse, folder / POOLED_PIN_FILE, POOLED_ASSET)
+    check_evaluation(settings.warehouse, folder / POOLED_PIN_FILE, POOLED_ASSET, run_keys_digest(settings))
     return exact.read_parquet(folder / f"{name}.parquet")
 
 

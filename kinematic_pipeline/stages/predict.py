@@ -28,6 +28,7 @@ from kinematic_pipeline.label_rules import same_tau, tau_column
 from kinematic_pipeline.pins import StalePairError, check_token_inputs, fold_stats, probe_files, verified_labels
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report.markdown import Markdown, markdown_table
+from kinematic_pipeline.run_keys import membership_columns
 from kinematic_pipeline.sources.membership import require_members
 from kinematic_pipeline.variants import UNKNOWN_LABEL
 from kinematic_pipeline.warehouse import LABELS, PREDICTIONS, RAW_OHLCV, Warehouse
@@ -292,9 +293,10 @@ def _write(
     if result.calibration is not None:
         row = result.calibration.to_frame(policy.variant, policy.tau, policy.seed, label)
         wh.write(row, wh.predictions_extra("calibration", policy))
-    if universe is not None and raw_universe is not None:
-        wh.write(universe.with_columns(fold), wh.predictions_extra("universe", policy))
-        wh.write(raw_universe.with_columns(fold), wh.predictions_extra("universe_raw", policy))
+    if universe is not None and raw_universe is not None:  # with the membership file drawn under (run_keys)
+        member = membership_columns(settings)
+        wh.write(universe.with_columns(fold, *member), wh.predictions_extra("universe", policy))
+        wh.write(raw_universe.with_columns(fold, *member), wh.predictions_extra("universe_raw", policy))
     wh.refresh_view(PREDICTIONS, FOLD_PREDICTIONS_SCHEMA)
     return path
 

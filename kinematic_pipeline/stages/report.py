@@ -18,9 +18,12 @@ from kinematic_pipeline.backtest.metrics import conventions
 from kinematic_pipeline.backtest.portfolio import CONVENTION as PORTFOLIO_CONVENTION
 from kinematic_pipeline.config import EvalConfig, Settings
 from kinematic_pipeline.label_rules import at_tau
+from kinematic_pipeline.layout import TABLES_ASSET, TABLES_PIN_FILE
+from kinematic_pipeline.pins import check_evaluation, evaluation_digest, pin_evaluation
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report import document, figures, kinematic_figures, paper, tables
 from kinematic_pipeline.report.markdown import markdown_table
+from kinematic_pipeline.run_keys import run_keys_digest
 from kinematic_pipeline.stages.evidence import evidence_tables
 from kinematic_pipeline.stages.oracle_control import RULE_LABELS, oracle_rule_table
 from kinematic_pipeline.stages.pooled import (
@@ -197,7 +200,9 @@ def _universe_line(settings: Settings) -> str:
 
 def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame], Path, pl.DataFrame]:
     """Write every table (``tables/<name>.md|.parquet``), their context and ``tables.md``; returns the
-    tables, the path of ``tables.md`` and the metrics they were built from."""
+    tables, the path of ``tables.md`` and the metrics they were built from. Pinned, last, to the evaluation files'
+    digest taken before any is read and to the run's policies: ``report`` reads the tables only while both hold."""
+    inputs = evaluation_digest(settings.warehouse)
     check_inputs_current(settings)  # no table of backtests whose model was replaced since
     built = {"verdict": read_verdict(settings)}
     paper_tables, metrics = rule_tables(settings)  # the pooled records, checked against their inputs
@@ -222,6 +227,7 @@ def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame
     lines = "\n".join(f"- {k}: {v}" for k, v in context.items())
     path = settings.warehouse.tables_file
     path.write_text(f"## The paper's tables ({settings.profile} profile)\n\n{lines}\n\n" + "\n".join(sections))
+    pin_evaluation(settings.warehouse, out / TABLES_PIN_FILE, inputs, run_keys_digest(settings))
     return built, path, metrics
 
 
@@ -321,11 +327,14 @@ def materialize_figures(settings: Settings) -> dict[str, Path]:
 
 
 def materialize_report(settings: Settings, extra_context: dict[str, str] | None = None) -> Path:
-    """``report.md`` from what ``paper_tables`` and ``figures`` wrote (nothing is recomputed)."""
+    """``report.md`` from what ``paper_tables`` and ``figures`` wrote (nothing is recomputed), once the tables are
+    checked against the evaluation files and the run's policies they were built from (``StalePairError`` naming
+    ``paper_tables`` otherwise: a report is never rewritten from old tables)."""
     wh = settings.warehouse
     tables_dir = wh.report_tables_dir
     if not (tables_dir / CONTEXT_FILE).exists():
         raise FileNotFoundError(f"no tables under {tables_dir}: materialize paper_tables first")
+    check_evaluation(wh, tables_dir / TABLES_PIN_FILE, TABLES_ASSET, run_keys_digest(settings))
     titles = all_titles(settings)
     built = {
         titles[name]: exact.read_parquet(tables_dir / f"{name}.parquet")

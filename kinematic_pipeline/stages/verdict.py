@@ -45,6 +45,7 @@ from kinematic_pipeline.config import Settings
 from kinematic_pipeline.layout import VERDICT_FILE, VERDICT_PIN_FILE
 from kinematic_pipeline.pins import StalePairError, check_evaluation, evaluation_digest, pin_evaluation
 from kinematic_pipeline.report.markdown import markdown_table
+from kinematic_pipeline.run_keys import run_keys_digest
 from kinematic_pipeline.stages.strategies import RULES, Strategies, count_trials, strategy_returns
 from kinematic_pipeline.stages.verdict_ablations import (
     spline_vs_fd,
@@ -212,12 +213,12 @@ def materialize_verdict(settings: Settings) -> pl.DataFrame:
     out.mkdir(parents=True, exist_ok=True)
     (out / "verdict.md").write_text(markdown_table(table) + "\n")
     wh.write(table, out / VERDICT_FILE)
-    pin_evaluation(wh, out / VERDICT_PIN_FILE, inputs)
+    pin_evaluation(wh, out / VERDICT_PIN_FILE, inputs, run_keys_digest(settings))  # and the run's policies
     return table
 
 
 def read_verdict(settings: Settings) -> pl.DataFrame:
     """The ``verdict`` asset's table, once checked against the evaluation files it was computed from."""
     out = settings.warehouse.report_tables_dir
-    check_evaluation(settings.warehouse, out / VERDICT_PIN_FILE, "verdict")
+    check_evaluation(settings.warehouse, out / VERDICT_PIN_FILE, "verdict", run_keys_digest(settings))
     return exact.read_parquet(out / VERDICT_FILE)

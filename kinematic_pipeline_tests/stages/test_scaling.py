@@ -219,16 +219,21 @@ def test_the_whole_dag_leaves_the_scaling_curves_out_unless_told(ci_settings):
 
 def test_the_report_shows_the_section_only_when_the_table_exists(tmp_path):
     from kinematic_pipeline.config import load_settings
+    from kinematic_pipeline.layout import TABLES_PIN_FILE
+    from kinematic_pipeline.pins import evaluation_digest, pin_evaluation
+    from kinematic_pipeline.run_keys import run_keys_digest
     from kinematic_pipeline.stages.report import CONTEXT_FILE, materialize_report
     from kinematic_pipeline.stages.report_titles import ALL_TITLES, OPTIONAL_TABLES
 
     settings = load_settings("ci", warehouse=tmp_path / "wh", env={})
-    tables = settings.warehouse.report_tables_dir
+    wh = settings.warehouse
+    tables = wh.report_tables_dir
     tables.mkdir(parents=True)
     for name in ALL_TITLES:
         if name not in OPTIONAL_TABLES:
             pl.DataFrame({"x": [1]}).write_parquet(tables / f"{name}.parquet")
     (tables / CONTEXT_FILE).write_text(json.dumps({"profile": "ci"}))
+    pin_evaluation(wh, tables / TABLES_PIN_FILE, evaluation_digest(wh), run_keys_digest(settings))  # paper_tables'
     title = ALL_TITLES["scaling_curves"]
     assert title.startswith("Would more data help? Test skill and rank IC against the windows a fine-tuning saw")
     assert title not in materialize_report(settings).read_text()

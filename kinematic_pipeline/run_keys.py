@@ -1,0 +1,125 @@
+"""The run's policy keys: the grid of (variant, seed, tau, fold) the settings evaluate, and the rows of a view that
+belong to it.
+
+A warehouse keeps every policy it ever evaluated (a run with two seeds leaves seed 1235's predictions behind when
+the next run sets ``KP_SEEDS=1234``). What pools, tests and traces the run's records reads only the run's own
+policies: ``keep_run_policies`` drops the rows of any other (Buy & Hold rows stay, on the run's folds), and
+``run_keys_digest`` is what the report group's pins record of the grid they were computed for. The grid is the one
+the Dagster partitions list (``orchestration.partitions.policy_keys``). No dagster here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from kinematic_pipeline.atomic_files import digest, file_sha256
+from kinematic_pipeline.config import Settings
+from kinematic_pipeline.folds import evaluated_folds, fold_names, fold_of
+from kinematic_pipeline.label_rules import same_tau
+from kinematic_pipeline.pins import BACKTEST_KEYS, StalePairError
+from kinematic_pipeline.policy import Policy, format_policy_key
+from kinematic_pipeline.variants import BENCHMARK
+from kinematic_pipeline.variants import variant as lookup_variant
+
+KEY_COLUMNS = BACKTEST_KEYS  # a policy as every evaluation view holds it (fold: Fold.label)
+
+
+def policy_seeds(settings: Settings, variant: str | None = None) -> tuple[int, ...]:
+    """The seeds of ``variant``'s policies: the training seeds, or (0,) when its result depends on none."""
+    if variant is None or lookup_variant(variant).seeded:
+        return settings.train.seeds
+    return (0,)
+
+
+def policy_taus(settings: Settings, variant: str | None = None) -> tuple[float, ...]:
+    """The taus of ``variant``'s policies: every tokenize.taus, or a baseline's ``evaluate.baseline_taus``."""
+    if variant is None or lookup_variant(variant).every_tau or settings.evaluate.baseline_taus is None:
+        return settings.tokenize.taus
+    return settings.evaluate.baseline_taus
+
+
+def policy_keys(settings: Settings, variant: str | None = None) -> list[str]:
+    """The run's grid of policies of ``variant``, keys ``2019@1234|0.01`` by fold, seed, then tau: every seed and tau
+    on every fold, but with ``tau_sweep_folds`` = "last" a tau other than the report's on the last fold only."""
+    seeds, taus = policy_seeds(settings, variant), policy_taus(settings, variant)
+    folds = {tau: evaluated_folds(settings, tau) for tau in taus}
+    return [
+        format_policy_key(fold, seed, tau)
+        for fold in fold_names(settings)
+        for seed in seeds
+        for tau in taus
+        if fold in folds[tau]
+    ]
+
+
+def run_policies(settings: Settings) -> list[Policy]:
+    """Every evaluated variant's policies of the run (``settings.evaluated_variants`` x ``policy_keys``)."""
+    return [Policy.from_key(v, key) for v in settings.evaluated_variants for key in policy_keys(settings, v)]
+
+
+def run_keys_digest(settings: Settings) -> str:
+    """sha256 over the run's policies (variant and key, in order): what a report-group pin records of its grid."""
+    return digest([f"{p.variant}:{p.key}" for p in run_policies(settings)])
+
+
+def _in_run(settings: Settings, grid: dict, row: dict) -> bool:
+    if row["variant"] == BENCHMARK:
+        return row["fold"] in {f.label for f in settings.folds}
+    taus = grid.get((row["variant"], row["seed"], row["fold"]), ())
+    return row["tau"] is not None and any(same_tau(row["tau"], t) for t in taus)
+
+
+def keep_run_policies(settings: Settings, frame: pl.DataFrame) -> pl.DataFrame:
+    """The rows of ``frame`` (an evaluation view, a universe file: columns ``KEY_COLUMNS``) that belong to the run's
+    policies, and Buy & Hold's of the run's folds; a frame without those columns is returned as it is."""
+    if frame.is_empty() or not set(KEY_COLUMNS) <= set(frame.columns):
+        return frame
+    grid: dict[tuple, list[float]] = {}
+    for p in run_policies(settings):
+        grid.setdefault((p.variant, p.seed, fold_of(settings, p.fold).label), []).append(p.tau)
+    keys = frame.select(KEY_COLUMNS).unique()
+    keep = keys.filter(
+        pl.Series([_in_run(settings, grid, row) for row in keys.iter_rows(named=True)], dtype=pl.Boolean)
+    )
+    if keep.height == keys.height:
+        return frame
+    return frame.join(keep, on=list(KEY_COLUMNS), how="semi", nulls_equal=True)
+
+
+# universes: each policy's universe predictions record the membership file they were drawn under
+
+MEMBERSHIP_COLUMNS = ("membership_file", "membership_sha256")  # in predictions/universe*/: "" without a file
+
+
+def membership_columns(settings: Settings) -> list[pl.Expr]:
+    """The universe files' record of ``evaluate.membership_file``: its path and sha256 ("" without one)."""
+    path = settings.evaluate.membership_file
+    sha = file_sha256(Path(path)) if path else ""
+    return [pl.lit(path or "").alias(MEMBERSHIP_COLUMNS[0]), pl.lit(sha).alias(MEMBERSHIP_COLUMNS[1])]
+
+
+def one_universe(settings: Settings, frames: list[pl.DataFrame]) -> list[pl.DataFrame]:
+    """The universe files of the run's policies (``keep_run_policies``; empty ones dropped), once they are checked to
+    be drawn under one membership file: ``StalePairError`` naming both files and hashes and the predictions to
+    re-materialize when two policies' universes were not (a comparison of variants on different names). The
+    membership columns are dropped (an older file without them counts as "unrecorded")."""
+    kept = [f for f in (keep_run_policies(settings, f) for f in frames) if f.height]
+    seen: dict[tuple[str, str], pl.DataFrame] = {}
+    for frame in kept:
+        member = tuple(str(frame[c][0]) if c in frame.columns else "unrecorded" for c in MEMBERSHIP_COLUMNS)
+        seen.setdefault(member, frame)
+    if len(seen) > 1:
+        now = membership_columns(settings)
+        current = pl.select(now[1])[MEMBERSHIP_COLUMNS[1]][0]
+        (a, first), (b, second) = sorted(seen.items(), key=lambda kv: kv[0][1] == current, reverse=True)[:2]
+        row = second.row(0, named=True)
+        policy = Policy(row["variant"], row["seed"], row["tau"], None if row["fold"] == "all" else row["fold"])
+        raise StalePairError(
+            f"the universes compared were drawn under different membership files: {first['variant'][0]}'s under "
+            f"{a[0] or '(none)'} sha256 {a[1][:16] or '-'}, {policy.variant}'s under {b[0] or '(none)'} sha256 "
+            f"{b[1][:16] or '-'}: re-materialize {policy.variant}_predictions partition {policy.key} (and every "
+            "policy drawn under it) with one KP_MEMBERSHIP_FILE"
+        )
+    return [f.drop(c for c in MEMBERSHIP_COLUMNS if c in f.columns) for f in kept]
