@@ -21,6 +21,10 @@ from kinematic_pipeline.stages.verdict import materialize_verdict
 from kinematic_pipeline.training.run import finetune, pretrain
 from kinematic_pipeline_tests.conftest import copy_warehouse, record_in_manifest
 
+# slow: the module trains a foundation and an adapter and runs the whole evaluation on them (about a minute of the
+# fast lane); the nightly lane runs it, and the DAG lane traces lineage on the ci warehouse itself
+pytestmark = pytest.mark.slow
+
 POLICY = Policy("splinegpt", 1234, 0.01)
 
 
