@@ -18,8 +18,9 @@ A positive control (``planted_ic``, ``KP_PLANTED_IC``): each ticker's next log r
 drift plus noise, r_{t+1} = mu_t + e_{t+1}, with mu an AR(1) (``planted_persistence``) independent across
 tickers and e ~ N(0, 1.5%). Its stationary std is set so that the oracle's daily cross-sectional IC,
 corr(mu_t, r_{t+1}), equals ``planted_ic``: sd(mu) = ic sd(e) / sqrt(1 - ic^2). Prices observe mu only through
-past returns, so what a model can reach is below the oracle's IC (a causal EWMA of returns reaches about half of
-it at 0.1, three quarters at 0.2); at 0 the prices are a random walk and nothing is predictable. The ground truth
+past returns, so what a model can reach is below the oracle's IC (a causal EWMA of returns reached 47% of its
+Spearman IC at 0.1 and 64% at 0.2 on 40 names over 2021-2022, science-5 section 4); at 0 the prices are a random walk
+and nothing is predictable. The ground truth
 holds mu as the velocity, its daily change as the acceleration, and the regime "planted".
 """
 
