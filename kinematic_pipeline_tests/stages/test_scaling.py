@@ -41,6 +41,10 @@ from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.window_store import validation_days
 from kinematic_pipeline_tests.conftest import _bars, _run_all, _settings, _training_inputs
 
+# slow: the module fine-tunes both transformers at several n and fits the probes (about a minute of the fast lane);
+# the nightly lane runs it
+pytestmark = pytest.mark.slow
+
 VARIANTS = ("splinegpt", "rawgpt_fd")
 SIZES = (64, 192)  # batch 64: budgets of 1 and 3 steps; the fold has ~240 labelled training rows, so 192 is a sample
 

@@ -32,6 +32,10 @@ from kinematic_pipeline.training.run import build_classifier, finetune, load_cla
 from kinematic_pipeline.verified import MODEL_MANIFEST
 from kinematic_pipeline_tests.conftest import single_cut
 
+# slow: the module builds the ci history and trains foundations and adapters on it (about a minute of the fast
+# lane); the nightly lane runs it, and the DAG lane trains every ci model
+pytestmark = pytest.mark.slow
+
 TAU = 0.01
 SEED = 1234  # the ci profile's first seed
 
