@@ -21,6 +21,7 @@ from kinematic_pipeline.warehouse import PREDICTIONS
 from kinematic_pipeline_tests.conftest import cli, golden_ci_settings
 
 FOLD, TAU = "2022H1", 0.01
+BACKTESTING = "splinegpt_backtests,splinegpt_margin_backtests"  # one multi-asset: the Dagster CLI selects it whole
 
 
 def _damaged(data: bytes) -> list[tuple[str, bytes]]:
@@ -89,7 +90,7 @@ def test_a_copied_warehouse_whose_model_was_replaced_is_refused_while_the_origin
     wh = load_settings("ci", warehouse=copy).warehouse
     weights = wh.adapter_dir(policy) / "adapter" / "adapter_model.safetensors"
     weights.write_bytes(weights.read_bytes()[::-1])  # replaced in the copy only
-    args = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline", "--select", "splinegpt_backtests"]
+    args = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline", "--select", BACKTESTING]
     args += ["--partition", policy.key]
     env = {**os.environ, "KP_PROFILE": "ci", "KP_WAREHOUSE": str(copy), "DAGSTER_HOME": str(home)}
     proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
@@ -97,4 +98,4 @@ def test_a_copied_warehouse_whose_model_was_replaced_is_refused_while_the_origin
     assert proc.returncode != 0, output[-3000:]
     for fragment in (f"made by {weights}", f"re-materialize splinegpt_predictions partition {policy.key}"):
         assert fragment in output, (fragment, output[-3000:])
-    assert _materialize("splinegpt_backtests", policy.key).returncode == 0  # the original still passes
+    assert _materialize(BACKTESTING, policy.key).returncode == 0  # the original still passes
