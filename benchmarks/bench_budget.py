@@ -1,0 +1,148 @@
+"""Is the step budget the answer, and does pretraining help? For each family, on one walk-forward fold of a materialized warehouse, the best
+validation loss a foundation and an adapter reach at the profile's budget against what twice the budget reaches
+(the cosine schedule stretched to the longer run: under a schedule that anneals to zero the best step is nearly
+always the last, so only more budget tells a sufficient budget from a short one).
+
+    KP_PROFILE=real KP_SOURCE=parquet KP_SOURCE_PATH=... KP_WAREHOUSE=warehouse/real \\
+        python benchmarks/bench_budget.py [--fold 2019] [--seed 1234] [--tau 0.01] [--variants ...] [--json PATH]
+
+The foundation runs train from scratch (the first fold has no parent; a later fold's ``--fold`` is trained from
+scratch as well, at the from-scratch budget) into a temporary folder, never the warehouse's; both adapters are
+fine-tuned from the warehouse's foundation of that fold (materialize it first). A family passes when the 2x run's
+best validation loss is within 1% of the 1x run's (``--tolerance``): pretraining loss is the family's own objective,
+the adapters' the de-weighted log loss they stop on.
+
+The second table is the pretraining ablation: each family's adapter fine-tuned from its foundation (the 1x run
+above) against the same fine-tuning, seed and budget from a randomly initialized backbone (the foundation's own
+initialization: the seed's draw before any pretraining step). A family whose pretraining helps reaches a lower
+validation loss from its foundation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from kinematic_pipeline.config import load_settings  # noqa: E402
+from kinematic_pipeline.folds import fold_names  # noqa: E402
+from kinematic_pipeline.layout import MODEL_FILE  # noqa: E402
+from kinematic_pipeline.models import build_model  # noqa: E402
+from kinematic_pipeline.policy import Policy  # noqa: E402
+from kinematic_pipeline.training.run import finetune, pretrain  # noqa: E402
+from kinematic_pipeline.verified import write_model_manifest  # noqa: E402
+
+
+def scaled(settings, factor: int, stage: str):
+    """The settings with ``stage``'s step budget (``pretrain`` or ``finetune``) times ``factor``; warm starts off."""
+    train = settings.train
+    steps = {f"{stage}_steps": getattr(train, f"{stage}_steps") * factor}
+    return dataclasses.replace(settings, train=dataclasses.replace(train, warm_start=False, **steps))
+
+
+def random_foundation(settings, policy: Policy, folder: Path) -> Path:
+    """A foundation folder holding the backbone as ``pretrain`` initializes it (seeded, no step taken)."""
+    import lightning as L
+
+    folder.mkdir(parents=True)
+    L.seed_everything(policy.seed, workers=True, verbose=False)
+    model = build_model(policy.variant, settings.model)
+    path = folder / MODEL_FILE
+    config = dataclasses.asdict(settings.model)
+    torch.save({"variant": policy.variant, "model_config": config, "state_dict": model.state_dict()}, path)
+    write_model_manifest(folder, [path])
+    return path
+
+
+def run(settings, policy: Policy, stage: str, factor: int, out: Path, foundation: Path | None = None) -> dict:
+    s = scaled(settings, factor, stage)
+    if stage == "pretrain":
+        result = pretrain(s, policy, out_dir=out, progress=False)
+    else:  # from the warehouse's foundation of the fold, or the one given
+        result = finetune(s, policy, out_dir=out, foundation=foundation, progress=False)
+    return {
+        "budget": result.budget_steps,
+        "steps": result.steps,
+        "best_step": result.best_step,
+        "best_val_loss": result.best_val_loss,
+        "seconds": result.seconds,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fold", help="a walk-forward fold (default: the first)")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--tau", type=float, default=0.01)
+    parser.add_argument("--variants", nargs="+")
+    parser.add_argument("--stages", nargs="+", default=["pretrain", "finetune"], choices=["pretrain", "finetune"])
+    parser.add_argument("--tolerance", type=float, default=0.01)
+    parser.add_argument("--no-ablation", action="store_true", help="skip fine-tuning from a random backbone")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    settings = load_settings()
+    fold = args.fold or fold_names(settings)[0]
+    seed = args.seed if args.seed is not None else settings.train.seeds[0]
+    variants = args.variants or list(settings.train.variants)
+    print(f"profile {settings.profile}, warehouse {settings.warehouse}, fold {fold}, seed {seed}, tau {args.tau}")
+    print(
+        "| family | stage | budget 1x: steps (best) | best val loss 1x | budget 2x: steps (best) | best val loss 2x | "
+        "2x better by | passes |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    rows, ablation = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for variant in variants:
+            for stage in args.stages:
+                policy = Policy(variant, seed, None if stage == "pretrain" else args.tau, fold)
+                one, two = (run(settings, policy, stage, k, Path(tmp) / f"{variant}_{stage}_{k}x") for k in (1, 2))
+                gain = (one["best_val_loss"] - two["best_val_loss"]) / abs(one["best_val_loss"])
+                row = {
+                    "variant": variant,
+                    "stage": stage,
+                    "1x": one,
+                    "2x": two,
+                    "gain": gain,
+                    "passes": gain <= args.tolerance,
+                }
+                rows.append(row)
+                print(
+                    f"| {variant} | {stage} | {one['budget']}: {one['steps']} ({one['best_step']}) | "
+                    f"{one['best_val_loss']:.5f} | {two['budget']}: {two['steps']} ({two['best_step']}) | "
+                    f"{two['best_val_loss']:.5f} | {100 * gain:+.2f}% | {'yes' if row['passes'] else 'no'} |",
+                    flush=True,
+                )
+                if stage == "finetune" and not args.no_ablation:
+                    backbone = random_foundation(settings, policy, Path(tmp) / f"{variant}_random_backbone")
+                    cold = run(settings, policy, stage, 1, Path(tmp) / f"{variant}_from_random", backbone)
+                    ablation.append({"variant": variant, "from foundation": one, "from random": cold})
+        print()
+        print(
+            "Does pretraining help? The adapter from its foundation against the same fine-tuning from a random backbone"
+        )
+        print(
+            "| family | from the foundation: best val loss (best step) | from a random backbone | pretraining lowers it by |"
+        )
+        print("| --- | --- | --- | --- |")
+        for row in ablation:
+            warm, cold = row["from foundation"], row["from random"]
+            gain = (cold["best_val_loss"] - warm["best_val_loss"]) / abs(cold["best_val_loss"])
+            row["gain"] = gain
+            print(
+                f"| {row['variant']} | {warm['best_val_loss']:.5f} ({warm['best_step']}) | "
+                f"{cold['best_val_loss']:.5f} ({cold['best_step']}) | {100 * gain:+.2f}% |"
+            )
+    if args.json:
+        args.json.write_text(json.dumps({"budget": rows, "pretraining": ablation}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
