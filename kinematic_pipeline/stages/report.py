@@ -20,7 +20,6 @@ from kinematic_pipeline.config import EvalConfig, Settings
 from kinematic_pipeline.label_rules import at_tau
 from kinematic_pipeline.layout import TABLES_ASSET, TABLES_PIN_FILE
 from kinematic_pipeline.pins import check_evaluation, evaluation_digest, pin_evaluation
-from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report import document, figures, kinematic_figures, paper, tables
 from kinematic_pipeline.report.markdown import markdown_table
 from kinematic_pipeline.run_keys import run_keys_digest
@@ -43,6 +42,7 @@ from kinematic_pipeline.stages.report_titles import (
     VERDICT_TITLE,
     all_titles,
 )
+from kinematic_pipeline.stages.training_table import TRAINING_TABLE, model_runs, training_table
 from kinematic_pipeline.stages.verdict import read_verdict
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS
 from kinematic_pipeline.variants import BENCHMARK, FOCUS_VARIANT
@@ -211,6 +211,9 @@ def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame
     if oracle is not None:
         built["oracle_rules"] = oracle
     built |= evidence_tables(settings, metrics)
+    training = training_table(settings)
+    if training is not None:
+        built[TRAINING_TABLE] = training
     if walk_forward_run(settings):
         built["per_fold"] = per_fold_table(settings)
     titles = all_titles(settings)
@@ -266,18 +269,11 @@ def training_curves(settings: Settings) -> dict[tuple[str, str], list[list[dict]
     variant and stage, over the folds and seeds (those trained so far)."""
     from kinematic_pipeline.training.trainer import read_curves
 
-    wh, out = settings.warehouse, {}
-    for variant in settings.train.variants:
-        for fold in settings.folds:
-            for seed in settings.train.seeds:
-                policy = Policy(variant, seed, settings.evaluate.report_tau, fold.name)
-                for stage, folder in (
-                    ("pretraining", wh.foundation_dir(policy)),
-                    ("fine-tuning", wh.adapter_dir(policy)),
-                ):
-                    rows = read_curves(folder)
-                    if rows:
-                        out.setdefault((variant, stage), []).append(rows)
+    out = {}
+    for variant, stage, _, folder in model_runs(settings):
+        rows = read_curves(folder)
+        if rows:
+            out.setdefault((variant, stage), []).append(rows)
     return out
 
 

@@ -93,6 +93,14 @@ ORACLE_TITLE = (
 OPTIONAL_TABLES = ("per_fold", "information_uncalibrated", "scaling_curves", "oracle_rules")
 
 
+TRAINING_TITLE = (
+    "How far each transformer trained: every foundation's and every adapter's (at the report's tau) step budget "
+    "(rounded up to whole validation intervals), the steps it ran, its best step (the state kept: 0 is the initial "
+    "state) and best validation loss (pretraining: the family's own objective; fine-tuning: the de-weighted log "
+    "loss it stops on); 'best at the last step' marks a model the budget stopped while it was still improving "
+    "(whether twice the budget helps: benchmarks/bench_budget.py) (not in the paper)"
+)
+
 ALL_TITLES = {
     "verdict": VERDICT_TITLE,
     **TABLE_TITLES,
@@ -100,6 +108,7 @@ ALL_TITLES = {
     "per_fold": PER_FOLD_TITLE,
     **EVIDENCE_TITLES,
     "scaling_curves": SCALING_TITLE,
+    "training": TRAINING_TITLE,
 }
 
 

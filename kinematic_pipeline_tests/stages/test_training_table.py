@@ -1,0 +1,57 @@
+"""The report's training table: each model's budget, steps run and best step, read from the curves its run wrote."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+from kinematic_pipeline.config import load_settings
+from kinematic_pipeline.stages.training_table import training_table
+from kinematic_pipeline.training.trainer import CURVE_COLUMNS, CURVES_FILE
+
+
+def _write_curves(folder, rows):
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / CURVES_FILE, "w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=CURVE_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        for step, val, best in rows:
+            writer.writerow(
+                {
+                    **dict.fromkeys(CURVE_COLUMNS, math.nan),
+                    "step": step,
+                    "epoch": 0,
+                    "windows": step,
+                    "val_loss": val,
+                    "best": best,
+                }
+            )
+
+
+def test_a_model_stopped_while_improving_and_one_stopped_early_read_as_such(tmp_path):
+    from kinematic_pipeline.policy import Policy
+
+    settings = load_settings("ci", warehouse=tmp_path / "warehouse", env={})
+    fold, seed, tau = settings.folds[0].name, settings.train.seeds[0], settings.evaluate.report_tau
+    policy = Policy("splinegpt", seed, tau, fold)
+    wh = settings.warehouse
+    _write_curves(wh.foundation_dir(policy), [(0, 0.9, False), (20, 0.5, False), (40, 0.3, True)])
+    _write_curves(wh.adapter_dir(policy), [(0, 0.8, False), (20, 0.7, True), (40, 0.75, False), (60, 0.76, False)])
+
+    table = training_table(settings)
+
+    assert table.height == 2  # only the models that trained: no curves, no row
+    foundation, adapter = table.rows(named=True)
+    assert (foundation["Stage"], foundation["Fold"], foundation["Seed"]) == ("pretraining", fold, seed)
+    assert (foundation["Steps run"], foundation["Best step"], foundation["Best val loss"]) == (40, 40, 0.3)
+    assert foundation["Best at the last step"] == "yes"
+    assert (
+        foundation["Budget"] >= settings.train.pretrain_steps and foundation["Budget"] % settings.train.eval_every == 0
+    )
+    assert (adapter["Stage"], adapter["Steps run"], adapter["Best step"]) == ("fine-tuning", 60, 20)
+    assert adapter["Best at the last step"] == "no"
+    assert adapter["Budget"] >= settings.train.finetune_steps
+
+
+def test_no_trained_model_gives_no_table(tmp_path):
+    assert training_table(load_settings("ci", warehouse=tmp_path / "warehouse", env={})) is None
