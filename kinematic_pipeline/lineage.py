@@ -41,8 +41,8 @@ CODE_VERSIONS = {  # each stage's code version: a new one marks its assets (and 
     "features": "features-2",  # 2: the token and raw days each features file was built from, checked on read
     "probes": "probes-2",  # 2: saved as data (coefficients, LightGBM's text model), not a pickle (issue 30)
     "evaluate": "evaluate-3",  # 3: universes record their membership file; backtests read only beside their predictions
-    "report": "report-3",  # 3: the run's policies only; the tables pinned to the evaluation digest (issue 40)
-    "scaling": "scaling-1",
+    "report": "report-4",  # 4: the training table (each model's budget, steps run, best step; issue 39)
+    "scaling": "scaling-2",  # n distinct windows under one step cap, and a 2x-steps row
 }
 LINK_ORDER = (
     "backtests",

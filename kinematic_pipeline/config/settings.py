@@ -198,6 +198,9 @@ class TrainConfig:
     # longer than an epoch draws the next epoch's sample
     max_windows_per_epoch: int | None = None
     finetune_max_windows_per_epoch: int | None = None  # fine-tuning's cap (None: max_windows_per_epoch)
+    # fine-tuning draws its epochs from a fixed sample (seeded by the policy's seed) of this many distinct labelled
+    # training windows (None: every one); the data-scaling curves set it, so that n is data and steps are steps
+    finetune_windows: int | None = None
     # validation windows at most (a sample fixed per seed; None: every validation window)
     max_val_windows: int | None = 20_000
     accelerator: str = "auto"  # "auto" uses a GPU (and DDP over several) when present
@@ -226,6 +229,8 @@ class TrainConfig:
         for name in ("pretrain_steps", "finetune_steps", "eval_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name}={getattr(self, name)!r}: expected a positive number of steps")
+        if self.finetune_windows is not None and self.finetune_windows < 1:
+            raise ValueError(f"train.finetune_windows={self.finetune_windows!r}: expected a positive window count")
         if self.warm_start_steps is not None and self.warm_start_steps < 1:
             raise ValueError(
                 f"train.warm_start_steps={self.warm_start_steps!r}: expected a positive number of steps (None: "

@@ -54,8 +54,9 @@ def scaling_curves_asset(settings: Settings) -> dg.AssetsDefinition:
         deps=scaling_deps(settings),
         kinds={"pytorch", "matplotlib"},
         description="Would more data help? On the first fold and seed at the report's tau: SplineGPT and RawGPT-FD "
-        "fine-tuned from their foundations on each of evaluate.scaling_windows training windows (scratch adapters "
-        "under $KP_WAREHOUSE/scaling/), their tokens' LR probe on as many rows and on every row; the test period's "
+        "fine-tuned from their foundations on exactly n distinct training windows for each n of "
+        "evaluate.scaling_windows, under one step cap for every n (train.finetune_steps; the largest n once more at "
+        "twice it), each to its best validation loss (scratch adapters under $KP_WAREHOUSE/scaling/), their tokens' LR probe on as many rows and on every row; the test period's "
         "rank IC and log-loss skill on the universe (calibrated on validation days). Not in the whole-DAG "
         "materialize unless evaluate.scaling_in_dag: `materialize --select scaling_curves`. "
         "$KP_WAREHOUSE/reports/tables/scaling_curves.parquet, reports/figures/scaling_curves.png.",

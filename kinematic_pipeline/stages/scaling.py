@@ -1,14 +1,16 @@
-"""Would more data help? Test skill and rank IC against the training windows a fine-tuning saw (issue 28, item 5).
+"""Would more data help? Test skill and rank IC against the distinct training windows a fine-tuning learned from.
 
 On the first walk-forward fold, the first training seed and the report's tau, each of SplineGPT and RawGPT-FD (those
-of ``train.variants``) is fine-tuned from its existing foundation once per size n of ``evaluate.scaling_windows``,
-with a budget of ceil(n / ``train.batch_size``) optimizer steps (so the steps serve n windows; an epoch is still a
-uniform sample of the fold's training windows, a budget past one epoch draws the next), warmup and cosine decay over
-that budget, ~8 validations, no early stop (patience 0: every budgeted window is seen) and the best validation state
-kept, as every fine-tuning does. Each adapter goes to a scratch folder (``<warehouse>/scaling/<variant>/n=<n>/``),
-never over the pipeline's own adapters. Beside each transformer, the logistic-regression probe on its tokens'
-window features (``lr_spline`` / ``lr_fd``) is fitted on a seeded sample of n labelled training rows (matched data)
-and on every labelled training row (the reference line). Beside them, the trailing-volatility forecaster
+of ``train.variants``) is fine-tuned from its existing foundation once per size n of ``evaluate.scaling_windows``, on
+exactly n distinct labelled training windows (``train.finetune_windows``: a sample fixed by the seed, which every
+epoch draws from) under one step cap for every n (the profile's ``train.finetune_steps``, its schedule and early
+stopping), to its own best validation loss: n is data, never steps. One more row per variant, at the largest n, runs
+twice the step cap (``TRANSFORMER_LONG``): whether more steps on the same data would move the point. Each row records
+the windows its optimizer was served up to the state it kept (``windows_seen``; the curves' ``windows`` at the best
+validation). Each adapter goes to a scratch folder (``<warehouse>/scaling/<variant>/n=<n>/``), never over the
+pipeline's own adapters. Beside each transformer, the logistic-regression probe on its tokens' window features
+(``lr_spline`` / ``lr_fd``) is fitted on a seeded sample of n labelled training rows (matched data) and on every
+labelled training row (the reference line). Beside them, the trailing-volatility forecaster
 (``backtest.volatility_reference``: p from N(0, vol20^2) at tau, nothing fitted) on the every-row probe's rows: what
 knowing only each ticker's recent volatility scores (its rank IC is undefined: its score p_buy - p_sell is 0).
 
@@ -26,7 +28,6 @@ them when they exist. No dagster here.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,19 +46,20 @@ from kinematic_pipeline.warehouse import LABELS
 
 SCALED_MODELS = ("splinegpt", "rawgpt_fd")  # the tokenizations the curves compare
 TRANSFORMER, LR_MATCHED, LR_ALL = "transformer", "lr_matched", "lr_all"
+TRANSFORMER_LONG = "transformer_2x_steps"  # the largest n again, at twice the step cap
 VOL_REFERENCE = "trailing_vol20"  # the learner of the reference row: nothing learned (volatility_reference.REFERENCE)
-LEARNERS = (TRANSFORMER, LR_MATCHED, LR_ALL, VOL_REFERENCE)
+LEARNERS = (TRANSFORMER, TRANSFORMER_LONG, LR_MATCHED, LR_ALL, VOL_REFERENCE)
 TABLE_NAME = "scaling_curves"  # reports/tables/<name>.parquet|.md and reports/figures/<name>.png
 SCRATCH = "scaling"  # <warehouse>/scaling/<variant>/n=<n>/: the adapters these curves fine-tune
-VALIDATIONS = 8  # validations per fine-tuning (besides the one at step 0), about
 SCALING_SCHEMA: dict[str, pl.DataType] = {
     "variant": pl.String,  # the transformer whose tokens the row is about: splinegpt | rawgpt_fd
-    "learner": pl.String,  # transformer | lr_matched (the probe on n rows) | lr_all (the probe on every row) |
-    # trailing_vol20 (the trailing-volatility reference on lr_all's rows; its n_windows, windows_seen, steps: null)
+    "learner": pl.String,  # transformer | transformer_2x_steps (the largest n at twice the step cap) | lr_matched
+    # (the probe on n rows) | lr_all (the probe on every row) | trailing_vol20 (the trailing-volatility reference on
+    # lr_all's rows; its n_windows, windows_seen, steps: null)
     "model": pl.String,  # the variant that learned: the transformer, or its tokens' probe (lr_spline | lr_fd)
-    "n_windows": pl.Int64,  # the training windows asked for (lr_all: every labelled training row)
-    "windows_seen": pl.Int64,  # windows the optimizer steps were served (repeats past an epoch); rows a probe fitted
-    "train_rows": pl.Int64,  # distinct labelled training windows: those the fine-tuning drew from; a probe's rows
+    "n_windows": pl.Int64,  # the distinct training windows asked for (lr_all: every labelled training row)
+    "windows_seen": pl.Int64,  # windows served up to the kept state (repeats past an epoch); rows a probe fitted
+    "train_rows": pl.Int64,  # distinct labelled training windows the fine-tuning drew from (<= n); a probe's rows
     "steps": pl.Int64,  # optimizer steps run (a probe: L-BFGS iterations)
     "best_step": pl.Int64,  # the step whose state was kept (null for a probe)
     "rank_ic": pl.Float64,  # mean daily cross-sectional rank IC of s = p_buy - p_sell against r_close
@@ -118,15 +120,10 @@ def scratch_dir(settings: Settings, variant: str, n: int) -> Path:
     return settings.warehouse / SCRATCH / variant / f"n={n}"
 
 
-def scaling_budget(cfg: TrainConfig, n: int) -> TrainConfig:
-    """``cfg`` with a budget of ceil(n / batch_size) steps, validated about ``VALIDATIONS`` times (every k steps, k a
-    divisor of the budget when one is near, so that ``trainer.budget_steps`` does not round the budget up), run to
-    its end (patience 0; the best validation state is still the one kept)."""
-    steps = max(1, math.ceil(n / cfg.batch_size))
-    target = max(1, math.ceil(steps / VALIDATIONS))
-    every = max(d for d in range(1, target + 1) if steps % d == 0)
-    every = every if 2 * every >= target else target  # a budget with no divisor near: rounded up a little
-    return dataclasses.replace(cfg, finetune_steps=steps, eval_every=every, patience=0)
+def scaling_budget(cfg: TrainConfig, n: int, long: bool = False) -> TrainConfig:
+    """``cfg`` fine-tuning on n distinct windows under the profile's step cap (twice it when ``long``), its schedule
+    and early stopping as every fine-tuning has them."""
+    return dataclasses.replace(cfg, finetune_windows=n, finetune_steps=cfg.finetune_steps * (2 if long else 1))
 
 
 def check_foundations(settings: Settings, variants: tuple[str, ...]) -> dict[str, Path]:
@@ -189,27 +186,35 @@ def score_universe(settings: Settings, universe: pl.DataFrame, rates: dict) -> d
 
 
 def transformer_row(
-    settings: Settings, variant: str, n: int, foundation: Path, days: list, rates: dict, progress: bool = False
+    settings: Settings,
+    variant: str,
+    n: int,
+    foundation: Path,
+    days: list,
+    rates: dict,
+    progress: bool = False,
+    long: bool = False,
 ) -> dict:
-    """Fine-tune ``variant`` from ``foundation`` on n windows into its scratch folder and score it."""
+    """Fine-tune ``variant`` from ``foundation`` on n distinct windows (``long``: at twice the step cap) into its
+    scratch folder and score it."""
     from kinematic_pipeline.models import HEADS
     from kinematic_pipeline.stages.predict import model_predictions
     from kinematic_pipeline.training.run import finetune, load_foundation
 
     started = time.perf_counter()
     policy = scaling_policy(settings, variant)
-    scaled = dataclasses.replace(settings, train=scaling_budget(settings.train, n))
-    out = scratch_dir(settings, variant, n)
+    scaled = dataclasses.replace(settings, train=scaling_budget(settings.train, n, long))
+    out = scratch_dir(settings, variant, n) / "2x_steps" if long else scratch_dir(settings, variant, n)
     result = finetune(scaled, policy, out_dir=out, foundation=foundation, progress=progress)
     head = HEADS[lookup_variant(variant).head.kind]
     classifier = head.load(load_foundation(settings, policy, foundation), out).eval()
     _, _, universe, _ = model_predictions(settings, policy, classifier, days, at_report_tau=True)
     return {
         "variant": variant,
-        "learner": TRANSFORMER,
+        "learner": TRANSFORMER_LONG if long else TRANSFORMER,
         "model": variant,
         "n_windows": n,
-        "windows_seen": result.windows_seen,
+        "windows_seen": next((r["windows"] for r in result.curves if r["best"]), 0),  # up to the kept state
         "train_rows": sum(result.class_counts.values()),
         "steps": result.steps,
         "best_step": result.best_step,
@@ -295,8 +300,8 @@ def materialize_scaling_curves(settings: Settings, progress: bool = False, log=N
         days = evaluation_days(settings, lookup_variant(variant).token_asset, fold)
         if not days:
             raise ValueError(f"no {variant} test day in fold {fold.label} ({fold.describe()}): nothing to score")
-        for n in sizes:
-            rows.append(transformer_row(settings, variant, n, foundations[variant], days, rates, progress))
+        for n, long in [*((n, False) for n in sizes), (sizes[-1], True)]:
+            rows.append(transformer_row(settings, variant, n, foundations[variant], days, rates, progress, long))
             _log(log, rows[-1])
         every_row: list[pl.DataFrame] = []
         for n in [*sizes, None]:
@@ -325,10 +330,11 @@ def _log(log, row: dict) -> None:
 
 
 def scaling_png(frame: pl.DataFrame, subtitle: str, path: Path) -> Path:
-    """Two panels against the training windows seen (log x): (A) rank IC, (B) log-loss skill; per tokenization the
-    transformer (solid), its LR probe on as many rows (dashed: the rows it fitted, at most every row) and on every row
-    (dotted, a diamond at the corpus's size). A fine-tuning that kept its initial state (best step 0: the head at the
-    prior, the same p for every window) ranks nothing: its rank IC (NaN in the table) is drawn as 0, hollow."""
+    """Two panels against the distinct training windows a fit learned from (log x): (A) rank IC, (B) log-loss skill;
+    per tokenization the transformer (solid; a star: the largest n at twice the step cap), its LR probe on as many
+    rows (dashed: the rows it fitted, at most every row) and on every row (dotted, a diamond at the corpus's size). A
+    fine-tuning that kept its initial state (best step 0: the head at the prior, the same p for every window) ranks
+    nothing: its rank IC (NaN in the table) is drawn as 0, hollow."""
     from matplotlib.figure import Figure
 
     from kinematic_pipeline.report.figures import save_figure
@@ -340,13 +346,21 @@ def scaling_png(frame: pl.DataFrame, subtitle: str, path: Path) -> Path:
         for variant in dict.fromkeys(frame["variant"].to_list()):
             rows = frame.filter(pl.col("variant") == variant)
             colour, probe = color(variant), display_name(probe_of(variant))
-            model = rows.filter(pl.col("learner") == TRANSFORMER).sort("windows_seen")
-            prior = (model["best_step"] == 0).to_numpy() & ~np.isfinite(model[column].to_numpy())
-            y = np.where(prior, 0.0, model[column].to_numpy())
-            x = model["windows_seen"].to_numpy()
-            ax.plot(x, y, "o-", color=colour, label=display_name(variant))
-            if prior.any():
-                ax.plot(x[prior], y[prior], "o", color="white", mec=colour, zorder=3)
+            for learner, style, label in ((TRANSFORMER, "o-", ""), (TRANSFORMER_LONG, "*", ", 2x steps")):
+                model = rows.filter(pl.col("learner") == learner).sort("n_windows")
+                prior = (model["best_step"] == 0).to_numpy() & ~np.isfinite(model[column].to_numpy())
+                y = np.where(prior, 0.0, model[column].to_numpy())
+                x = np.minimum(model["n_windows"].to_numpy(), model["train_rows"].to_numpy())
+                ax.plot(
+                    x,
+                    y,
+                    style,
+                    color=colour,
+                    ms=10 if learner == TRANSFORMER_LONG else 6,
+                    label=display_name(variant) + label,
+                )
+                if prior.any():
+                    ax.plot(x[prior], y[prior], "o", color="white", mec=colour, zorder=3)
             matched = rows.filter(pl.col("learner") == LR_MATCHED).unique("windows_seen").sort("windows_seen")
             ax.plot(matched["windows_seen"], matched[column], "s--", color=colour, alpha=0.7, label=f"{probe}, same n")
             for n, value in rows.filter(pl.col("learner") == LR_ALL).select("windows_seen", column).rows():
@@ -359,7 +373,7 @@ def scaling_png(frame: pl.DataFrame, subtitle: str, path: Path) -> Path:
                     )
         ax.axhline(0.0, color="black", lw=0.6)
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("training windows seen (fine-tuning) / rows fitted (probe)")
+        ax.set_xlabel("distinct training windows (fine-tuning) / rows fitted (probe)")
         ax.set_ylabel("daily rank IC vs r_close" if column == "rank_ic" else "log-loss skill vs base rates (close)")
         ax.set_title(label, fontsize=10)
         ax.grid(alpha=0.3)

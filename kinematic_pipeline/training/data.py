@@ -166,6 +166,15 @@ def store_labels(
     return joined[col].fill_null(UNKNOWN_LABEL).to_numpy().astype(np.int64), hashes
 
 
+def distinct_sample(rows: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """``n`` of ``rows`` drawn without replacement, seeded by ``seed`` and ``n`` (in store order; every row when
+    there are no more than ``n``): the fixed set of distinct windows a fine-tuning's epochs draw from."""
+    if len(rows) <= n:
+        return rows
+    rng = np.random.default_rng([seed, n])
+    return np.sort(rng.choice(rows, size=n, replace=False))
+
+
 class WindowDataModule(L.LightningDataModule):
     """Train/validation windows of one policy's token asset (and the variant's input channels) in the training
     period, drawn from its window store; with the labels of the policy's tau when it has one (fine-tuning:
@@ -216,6 +225,8 @@ class WindowDataModule(L.LightningDataModule):
         )
         for split, mask in (("train", usable & ~is_val), ("val", usable & is_val)):
             rows = np.flatnonzero(mask)
+            if split == "train" and self.tau is not None and cfg.finetune_windows is not None:
+                rows = distinct_sample(rows, cfg.finetune_windows, self.policy.seed)
             labels = None if self._labels is None else self._labels[rows]
             cap = common["cap"] if split == "train" else cfg.max_val_windows
             stream = SampledWindows(rows=rows, split=split, labels=labels, **{**common, "cap": cap})
