@@ -132,20 +132,29 @@ class BatchedWrites:
             conn.execute(AssetCheckExecutionsTable.insert(), rows)
 
 
-def instance_path(base_dir: str) -> str:
-    """A relative ``base_dir`` is a folder of ``$DAGSTER_HOME`` (the instance's own, wherever the command runs), not of
-    the working directory; an absolute one is kept."""
-    home = os.environ.get("DAGSTER_HOME")
-    return base_dir if os.path.isabs(base_dir) or not home else os.path.join(home, base_dir)
-
-
 class BatchedSqliteEventLogStorage(BatchedWrites, ConsolidatedSqliteEventLogStorage):
-    """:class:`ConsolidatedSqliteEventLogStorage` that writes a batch of events in one transaction."""
+    """:class:`ConsolidatedSqliteEventLogStorage` that writes a batch of events in one transaction.
+
+    A relative ``base_dir`` is a folder of the instance's own home (``instance.root_directory``: the folder whose
+    ``dagster.yaml`` was read), never of the working directory nor of whatever ``$DAGSTER_HOME`` the opening process
+    has: ``DagsterInstance.from_config(other_home)`` reads ``other_home``'s runs *and* events. The database is opened
+    when the instance registers the storage (Dagster sets the instance's artifact storage, its root, first).
+    """
 
     def __init__(self, base_dir, inst_data=None):
         self._engine_pid: int | None = None
         self._engine: db.engine.Engine | None = None
-        super().__init__(instance_path(base_dir), inst_data=inst_data)
+        self._relative_base_dir = None if os.path.isabs(base_dir) else base_dir
+        if self._relative_base_dir is None:
+            super().__init__(base_dir, inst_data=inst_data)
+        else:
+            self._inst_data = inst_data  # the database is opened in register_instance, under the instance's home
+
+    def register_instance(self, instance) -> None:
+        if self._relative_base_dir is not None and not hasattr(self, "_conn_string"):
+            home = os.path.abspath(instance.root_directory)
+            super().__init__(os.path.join(home, self._relative_base_dir), inst_data=self._inst_data)
+        super().register_instance(instance)
 
     def _get_engine(self) -> db.engine.Engine:
         if self._engine is None or self._engine_pid != os.getpid():  # a forked child opens its own

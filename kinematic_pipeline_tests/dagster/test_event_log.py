@@ -7,6 +7,7 @@ and so is what the UI asks: materialized, failed and in-progress partitions, and
 """
 
 import os
+import shutil
 import sqlite3
 from collections import Counter
 from pathlib import Path
@@ -135,3 +136,20 @@ def test_the_repository_instances_use_the_batched_storage():
     import kinematic_pipeline.definitions  # noqa: F401  (sets the batch size for the processes that run steps)
 
     assert int(os.environ["DAGSTER_EVENT_BATCH_SIZE"]) > 0
+
+
+def test_a_relative_base_dir_is_the_opened_instances_own_whatever_dagster_home_says(tmp_path, monkeypatch):
+    """``DagsterInstance.from_config(home)`` from a process whose ``$DAGSTER_HOME`` is another instance (a test, a
+    tool reading a warehouse's instance) reads and writes ``home``'s event log, not the other one's."""
+    ours, other = tmp_path / "ours", tmp_path / "other"
+    other.mkdir()
+    monkeypatch.setenv("DAGSTER_HOME", str(other))
+    ours.mkdir()
+    shutil.copy(ROOT / "dagster.yaml", ours / "dagster.yaml")  # base_dir: history/event_log (relative)
+    with dg.DagsterInstance.from_config(str(ours)) as instance:
+        _backfill(instance, "2024-01-01", "2024-01-03")
+        assert len(instance.fetch_materializations(daily.key, limit=10).records) == 3
+    assert (ours / "history" / "event_log" / "event_log.db").exists()
+    assert not (other / "history").exists()
+    with dg.DagsterInstance.from_config(str(other)) as instance:  # the other home: its own, empty, event log
+        assert instance.fetch_materializations(daily.key, limit=10).records == []

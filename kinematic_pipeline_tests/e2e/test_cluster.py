@@ -201,8 +201,7 @@ def _busy_pool_process(cluster: dict, since: dict[str, int]) -> tuple[str, psuti
 def _in_process(home: Path, warehouse: Path, select: str, end: str | None = LAST) -> None:
     """The default path: `python -m kinematic_pipeline materialize`, in-process runs, SQLite instance."""
     home.mkdir()
-    text = (ROOT / "dagster.yaml").read_text().replace("base_dir: warehouse/", f"base_dir: {home}/")
-    (home / "dagster.yaml").write_text(text)
+    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")  # its storages live under home, whatever the cwd
     env = _base_env(warehouse, home, end)
     cmd = [sys.executable, "-m", "kinematic_pipeline", "materialize", "--select", select]
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

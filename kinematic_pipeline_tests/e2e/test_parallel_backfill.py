@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import shutil
 import subprocess
 import threading
 import time
@@ -34,8 +35,7 @@ def _instance_home(tmp_path: Path) -> Path:
     """The repository's dagster.yaml (consolidated SQLite event log), storing under a temporary folder."""
     home = tmp_path / "dagster_home"
     home.mkdir()
-    text = (ROOT / "dagster.yaml").read_text().replace("base_dir: warehouse/", f"base_dir: {home}/")
-    (home / "dagster.yaml").write_text(text)
+    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")  # its storages live under home, whatever the cwd
     # Create the storages once: two processes that both find a fresh SQLite instance race in its schema
     # migration (alembic "more than one head"), an instance set-up issue that a deployed instance never has.
     with dg.DagsterInstance.from_config(str(home)) as instance:
