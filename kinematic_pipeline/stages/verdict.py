@@ -30,7 +30,8 @@
    difference under each rule, with both sides' days in the market. Paired Newey-West tests use a lag of at least
    ``verdict_signal.HAC_LAG`` days. An ablation that cannot be computed gets a row saying why; an undefined
    statistic answers "undefined".
-Beside them the model confidence set across the strategies. Every answer is a template filled with the
+Beside them the model confidence set across the strategies. On real data the Test of every strategies' row (SPA,
+the deflated Sharpe ratios, the model confidence set) names the basket's survivorship and hindsight. Every answer is a template filled with the
 numbers (``multiple_testing``: arch's SPA, StepM, MCS, StationaryBootstrap). No dagster here.
 """
 
@@ -106,11 +107,6 @@ def beat_buy_and_hold(settings: Settings, strategies: Strategies) -> list[dict]:
         "(strategies pay on realised gains; Buy & Hold never realises)?"
     )
     period = f"{days[0]} .. {days[-1]}, {len(days)} days, {len(names)} strategies, rules {', '.join(RULES)}"
-    if settings.data.source != "synthetic":  # the basket's own bias, in the row that tests it
-        period += (
-            "; the backtested tickers are today's index members (survivors) chosen with hindsight, in every fold "
-            "whether or not they were members then"
-        )
     rows = []
     if np.isfinite(sharpes).any():
         best = int(np.nanargmax(sharpes))
@@ -147,7 +143,21 @@ def beat_buy_and_hold(settings: Settings, strategies: Strategies) -> list[dict]:
             "Detectable at 80% power": "- (a set, not one effect)",
         }
     )
-    return rows
+    return with_survivorship(settings, rows)
+
+
+SURVIVORSHIP = (
+    "the backtested tickers are today's index members (survivors) chosen with hindsight, in every fold whether or "
+    "not they were members then"
+)
+
+
+def with_survivorship(settings: Settings, rows: list[dict]) -> list[dict]:
+    """``rows`` (the strategies' rows: SPA, the deflated Sharpe ratios, the model confidence set), each Test naming
+    the basket's own bias (``SURVIVORSHIP``) on real data; unchanged on a synthetic source (no name delisted)."""
+    if settings.data.source == "synthetic":
+        return rows
+    return [row | {"Test": f"{row['Test']}; {SURVIVORSHIP}"} for row in rows]
 
 
 def verdict_table(

@@ -12,7 +12,7 @@ import polars as pl
 from kinematic_pipeline.backtest import multiple_testing as mt
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.stages.strategies import RULES, count_trials, strategy_name, strategy_returns
-from kinematic_pipeline.stages.verdict import spa_answer
+from kinematic_pipeline.stages.verdict import SURVIVORSHIP, beat_buy_and_hold, spa_answer
 from kinematic_pipeline.stages.verdict_ablations import (
     CALIBRATION,
     INFORMATION,
@@ -187,6 +187,13 @@ def test_a_probe_ablation_flat_under_argmax_is_tested_under_the_margin_rule_and_
     assert {r["Question"] for r in table} == {INFORMATION, CALIBRATION, TIMING}
     assert "SplineGPT - RawGPT (spline vs raw values)" in " ".join(rows)  # RawGPT reads raw values, not differences
     assert "SplineGPT - RawGPT-FD (spline vs finite differences)" in " ".join(rows)
+    # every strategies' row (SPA, both deflated Sharpe ratios, the model confidence set) names the basket's
+    # survivorship and hindsight on real data; none does on a synthetic source, whose names are never delisted
+    real = load_settings("ci", warehouse=tmp_path, source="parquet", source_path=str(tmp_path / "x.parquet"), env={})
+    strategy_rows = beat_buy_and_hold(real, strategies)
+    assert len(strategy_rows) == 4 and all(r["Test"].endswith(f"; {SURVIVORSHIP}") for r in strategy_rows)
+    assert {r["Question"].split(" ")[0] for r in strategy_rows} == {"Does", "Is", "Which"}
+    assert not any(SURVIVORSHIP in r["Test"] for r in beat_buy_and_hold(settings, strategies))
 
 
 def test_effective_trials_counts_clusters_of_correlated_strategies():
