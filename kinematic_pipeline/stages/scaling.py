@@ -11,8 +11,11 @@ validation). Each adapter goes to a scratch folder (``<warehouse>/scaling/<varia
 pipeline's own adapters. Beside each transformer, the logistic-regression probe on its tokens' window features
 (``lr_spline`` / ``lr_fd``) is fitted on a seeded sample of n labelled training rows (matched data) and on every
 labelled training row (the reference line). Beside them, the trailing-volatility forecaster
-(``backtest.volatility_reference``: p from N(0, vol20^2) at tau, nothing fitted) on the every-row probe's rows: what
-knowing only each ticker's recent volatility scores (its rank IC is undefined: its score p_buy - p_sell is 0).
+(``backtest.volatility_reference``: p from N(0, vol20^2) at tau, nothing fitted): what knowing only each ticker's
+recent volatility scores (its rank IC is undefined: its score p_buy - p_sell is 0). Its row is scored on the
+ticker-days every learner of the variant scored; each learner's own row carries its log-loss skill beyond it, paired
+on exactly the ticker-days that learner scored (those with a vol20), with a block-bootstrap interval
+(``policy_frames.skill_beyond_reference_frame``, as the information table's).
 
 Every learner is scored as the report scores the universe: its predictions on the fold's test days over the
 universe tickers (``predict.universe_tickers``), calibrated on the fold's validation days exactly as
@@ -20,9 +23,9 @@ universe tickers (``predict.universe_tickers``), calibrated on the fold's valida
 cross-sectional rank IC of s = p_buy - p_sell of the de-weighted p against the next day's close-to-close return
 (``r_close`` of the labels shards) with its Newey-West t, and the log-loss skill of p on close-to-close labels
 against the fold's training base rates (``evidence.train_base_rates``, ``policy_frames.skill_frame``) with its
-bootstrap interval over blocks of ``evaluate.skill_bootstrap_block_days`` test days. Written:
-``reports/tables/scaling_curves.parquet`` (and ``.md``) and ``reports/figures/scaling_curves.png``; the report shows
-them when they exist. No dagster here.
+bootstrap interval over blocks of ``evaluate.skill_bootstrap_block_days`` test days (the table's
+``ci_block_days``). Written: ``reports/tables/scaling_curves.parquet`` (and ``.md``) and
+``reports/figures/scaling_curves.png``; the report shows them when they exist. No dagster here.
 """
 
 from __future__ import annotations
@@ -49,13 +52,14 @@ TRANSFORMER, LR_MATCHED, LR_ALL = "transformer", "lr_matched", "lr_all"
 TRANSFORMER_LONG = "transformer_2x_steps"  # the largest n again, at twice the step cap
 VOL_REFERENCE = "trailing_vol20"  # the learner of the reference row: nothing learned (volatility_reference.REFERENCE)
 LEARNERS = (TRANSFORMER, TRANSFORMER_LONG, LR_MATCHED, LR_ALL, VOL_REFERENCE)
+BEYOND_VOL20 = "logloss_skill_beyond_vol20"  # the paired column (and _ci_low, _ci_high)
 TABLE_NAME = "scaling_curves"  # reports/tables/<name>.parquet|.md and reports/figures/<name>.png
 SCRATCH = "scaling"  # <warehouse>/scaling/<variant>/n=<n>/: the adapters these curves fine-tune
 SCALING_SCHEMA: dict[str, pl.DataType] = {
     "variant": pl.String,  # the transformer whose tokens the row is about: splinegpt | rawgpt_fd
     "learner": pl.String,  # transformer | transformer_2x_steps (the largest n at twice the step cap) | lr_matched
     # (the probe on n rows) | lr_all (the probe on every row) | trailing_vol20 (the trailing-volatility reference on
-    # lr_all's rows; its n_windows, windows_seen, steps: null)
+    # the ticker-days every learner of the variant scored; its n_windows, windows_seen, steps: null)
     "model": pl.String,  # the variant that learned: the transformer, or its tokens' probe (lr_spline | lr_fd)
     "n_windows": pl.Int64,  # the distinct training windows asked for (lr_all: every labelled training row)
     "windows_seen": pl.Int64,  # windows served up to the kept state (repeats past an epoch); rows a probe fitted
@@ -67,6 +71,13 @@ SCALING_SCHEMA: dict[str, pl.DataType] = {
     "logloss_skill": pl.Float64,  # 1 - log loss / log loss of the fold's training base rates, close-to-close labels
     "logloss_skill_ci_low": pl.Float64,  # 95% bootstrap interval (blocks of evaluate.skill_bootstrap_block_days days)
     "logloss_skill_ci_high": pl.Float64,
+    # logloss_skill minus trailing_vol20's, paired on this row's own ticker-days that have a vol20 (null on the
+    # reference's row): what the learner knows beyond recent volatility
+    "logloss_skill_beyond_vol20": pl.Float64,
+    "logloss_skill_beyond_vol20_ci_low": pl.Float64,  # 95% paired bootstrap interval (blocks of ci_block_days days)
+    "logloss_skill_beyond_vol20_ci_high": pl.Float64,
+    "beyond_vol20_rows": pl.Int64,  # labelled ticker-days paired with the reference (null on the reference's row)
+    "ci_block_days": pl.Int64,  # the intervals' block: evaluate.skill_bootstrap_block_days consecutive test days
     "test_rows": pl.Int64,  # labelled universe ticker-days scored
     "seconds": pl.Float64,  # fitting and scoring
 }
@@ -178,8 +189,51 @@ def score_universe(settings: Settings, universe: pl.DataFrame, rates: dict) -> d
         "logloss_skill": skill["log_loss_skill"],
         "logloss_skill_ci_low": skill["log_loss_skill_ci_low"],
         "logloss_skill_ci_high": skill["log_loss_skill_ci_high"],
+        "ci_block_days": ev.skill_bootstrap_block_days,
         "test_rows": skill["n_rows"],
     }
+
+
+def skill_beyond_vol20(
+    settings: Settings, universe: pl.DataFrame, reference: pl.DataFrame, returns: pl.DataFrame, rates: dict
+) -> dict:
+    """The log-loss skill of one learner's calibrated ``universe`` predictions minus the trailing-volatility
+    reference's, paired on the ticker-days of ``universe`` that ``reference`` (``volatility_reference`` rows, p
+    itself) forecasts, on close-to-close labels from ``returns`` (ticker, date, r_close) against ``rates``, with the
+    block-bootstrap interval of ``evaluate.skill_bootstrap_*``: the information table's
+    ``skill_beyond_reference_frame``. Null, with 0 rows, where no ticker-day pairs."""
+    from kinematic_pipeline.backtest.policy_frames import BEYOND, skill_beyond_reference_frame
+    from kinematic_pipeline.backtest.volatility_reference import REFERENCE_CLASS_WEIGHTS
+    from kinematic_pipeline.stages.evidence import CLOSE_LABEL, skill_options, with_close_labels
+
+    ev = settings.evaluate
+    beyond = skill_beyond_reference_frame(
+        with_close_labels(universe, returns),
+        reference,
+        rates,
+        settings.train.class_weights,
+        REFERENCE_CLASS_WEIGHTS,
+        skill_options(ev, CLOSE_LABEL),
+    )
+    if beyond.height > 1:
+        raise ValueError(f"one learner's universe holds {beyond.height} policies: {beyond['variant'].to_list()}")
+    row = beyond.row(0, named=True) if beyond.height else {}
+    return {
+        BEYOND_VOL20: row.get(BEYOND),
+        f"{BEYOND_VOL20}_ci_low": row.get(f"{BEYOND}_ci_low"),
+        f"{BEYOND_VOL20}_ci_high": row.get(f"{BEYOND}_ci_high"),
+        "beyond_vol20_rows": row.get("paired_rows", 0),
+    }
+
+
+def shared_ticker_days(universes: list[pl.DataFrame]) -> pl.DataFrame:
+    """ticker, date of the ticker-days every one of ``universes`` scored: the reference row's rows."""
+    if not universes:
+        raise ValueError("no learner's universe: no ticker-day to score the reference on")
+    shared = universes[0].select("ticker", "date").unique()
+    for universe in universes[1:]:
+        shared = shared.join(universe.select("ticker", "date"), on=["ticker", "date"], how="semi")
+    return shared.sort("ticker", "date")
 
 
 # --- the learners ----------------------------------------------------------------------------------------------
@@ -194,9 +248,10 @@ def transformer_row(
     rates: dict,
     progress: bool = False,
     long: bool = False,
+    universe_out: list | None = None,
 ) -> dict:
     """Fine-tune ``variant`` from ``foundation`` on n distinct windows (``long``: at twice the step cap) into its
-    scratch folder and score it."""
+    scratch folder and score it; ``universe_out``, when given, receives the universe predictions it was scored on."""
     from kinematic_pipeline.models import HEADS
     from kinematic_pipeline.stages.predict import model_predictions
     from kinematic_pipeline.training.run import finetune, load_foundation
@@ -209,6 +264,8 @@ def transformer_row(
     head = HEADS[lookup_variant(variant).head.kind]
     classifier = head.load(load_foundation(settings, policy, foundation), out).eval()
     _, _, universe, _ = model_predictions(settings, policy, classifier, days, at_report_tau=True)
+    if universe_out is not None:
+        universe_out.append(universe)
     return {
         "variant": variant,
         "learner": TRANSFORMER_LONG if long else TRANSFORMER,
@@ -253,15 +310,15 @@ def probe_row(
     }
 
 
-def reference_row(settings: Settings, variant: str, universe: pl.DataFrame, rates: dict) -> dict:
-    """The trailing-volatility reference (``stages.evidence.volatility_reference``) on the ticker-days of
-    ``universe`` (the probe's), scored as the learners are, with its own class weights (1, 1, 1: it stores p
-    itself). Nothing is fitted: no windows, rows or steps."""
+def reference_row(settings: Settings, variant: str, forecast: pl.DataFrame, rows: pl.DataFrame, rates: dict) -> dict:
+    """The trailing-volatility reference's row: its ``forecast`` (``stages.reference_rows.volatility_reference``) on
+    the ticker-days of ``rows`` (``shared_ticker_days``: those every learner scored), scored as the learners are,
+    with its own class weights (1, 1, 1: it stores p itself). Nothing is fitted: no windows, rows or steps; nothing
+    beyond itself."""
     from kinematic_pipeline.backtest.volatility_reference import REFERENCE, REFERENCE_CLASS_WEIGHTS
-    from kinematic_pipeline.stages.reference_rows import volatility_reference
 
     started = time.perf_counter()
-    forecast = volatility_reference(settings, universe, settings.evaluate.report_tau)
+    on_rows = forecast.join(rows.select("ticker", "date"), on=["ticker", "date"], how="semi")
     unweighted = dataclasses.replace(
         settings, train=dataclasses.replace(settings.train, class_weights=REFERENCE_CLASS_WEIGHTS)
     )
@@ -274,9 +331,37 @@ def reference_row(settings: Settings, variant: str, universe: pl.DataFrame, rate
         "train_rows": 0,
         "steps": None,
         "best_step": None,
-        **score_universe(unweighted, forecast, rates),
+        **score_universe(unweighted, on_rows, rates),
+        BEYOND_VOL20: None,
+        f"{BEYOND_VOL20}_ci_low": None,
+        f"{BEYOND_VOL20}_ci_high": None,
+        "beyond_vol20_rows": None,
         "seconds": time.perf_counter() - started,
     }
+
+
+def with_vol20(
+    settings: Settings, variant: str, learned: list[tuple[dict, pl.DataFrame]], rates: dict, log=None
+) -> list[dict]:
+    """The ``learned`` rows (each with the universe it was scored on), each with its skill beyond the
+    trailing-volatility reference paired on its own ticker-days, then the reference's row on the ticker-days every
+    one of them scored. The reference is forecast once on every ticker-day any learner scored: a day's forecast
+    reads only the bars up to it, never which other rows were asked."""
+    from kinematic_pipeline.stages.reference_rows import volatility_reference
+
+    universes = [universe for _, universe in learned]
+    every = pl.concat([u.select("ticker", "date", "label") for u in universes]).unique(
+        ["ticker", "date"], keep="first", maintain_order=True
+    )
+    forecast = volatility_reference(settings, every.sort("ticker", "date"), settings.evaluate.report_tau)
+    returns = _returns(settings, sorted(every["date"].unique().to_list()))
+    rows = []
+    for row, universe in learned:
+        rows.append(row | skill_beyond_vol20(settings, universe, forecast, returns, rates))
+        _log(log, rows[-1])
+    rows.append(reference_row(settings, variant, forecast, shared_ticker_days(universes), rates))
+    _log(log, rows[-1])
+    return rows
 
 
 # --- the asset -------------------------------------------------------------------------------------------------
@@ -300,15 +385,17 @@ def materialize_scaling_curves(settings: Settings, progress: bool = False, log=N
         days = evaluation_days(settings, lookup_variant(variant).token_asset, fold)
         if not days:
             raise ValueError(f"no {variant} test day in fold {fold.label} ({fold.describe()}): nothing to score")
+        learned: list[tuple[dict, pl.DataFrame]] = []  # (row, the universe it was scored on)
         for n, long in [*((n, False) for n in sizes), (sizes[-1], True)]:
-            rows.append(transformer_row(settings, variant, n, foundations[variant], days, rates, progress, long))
-            _log(log, rows[-1])
-        every_row: list[pl.DataFrame] = []
+            universe: list[pl.DataFrame] = []
+            row = transformer_row(settings, variant, n, foundations[variant], days, rates, progress, long, universe)
+            learned.append((row, universe[0]))
+            _log(log, row)
         for n in [*sizes, None]:
-            rows.append(probe_row(settings, variant, n, days, rates, every_row if n is None else None))
-            _log(log, rows[-1])
-        rows.append(reference_row(settings, variant, every_row[-1], rates))
-        _log(log, rows[-1])
+            universe = []
+            learned.append((probe_row(settings, variant, n, days, rates, universe), universe[0]))
+            _log(log, learned[-1][0])
+        rows += with_vol20(settings, variant, learned, rates, log)
     frame = pl.DataFrame(rows, schema=SCALING_SCHEMA)
     wh = settings.warehouse
     tables, figures = wh.report_tables_dir, wh.figures_dir
@@ -322,11 +409,15 @@ def materialize_scaling_curves(settings: Settings, progress: bool = False, log=N
 
 
 def _log(log, row: dict) -> None:
-    if log is not None:
-        log(
-            f"{row['model']} ({row['learner']}) n={row['n_windows']}: rank IC {row['rank_ic']:+.3f} "
-            f"(t {row['rank_ic_t_nw']:+.1f}), skill {row['logloss_skill']:+.3f}, {row['seconds']:.0f} s"
-        )
+    if log is None:
+        return
+    beyond = row.get(BEYOND_VOL20)
+    log(
+        f"{row['model']} ({row['learner']}) n={row['n_windows']}: rank IC {row['rank_ic']:+.3f} "
+        f"(t {row['rank_ic_t_nw']:+.1f}), skill {row['logloss_skill']:+.3f}"
+        + ("" if beyond is None else f", beyond vol20 {beyond:+.3f} on {row['beyond_vol20_rows']} rows")
+        + f", {row['seconds']:.0f} s"
+    )
 
 
 def scaling_png(frame: pl.DataFrame, subtitle: str, path: Path) -> Path:
@@ -368,9 +459,8 @@ def scaling_png(frame: pl.DataFrame, subtitle: str, path: Path) -> Path:
                 ax.plot([n], [value], "D", color=colour, ms=5)
             for (value,) in rows.filter(pl.col("learner") == VOL_REFERENCE).select(column).rows():
                 if value is not None and np.isfinite(value):  # its rank IC is undefined (a score of 0)
-                    ax.axhline(
-                        value, color=colour, ls="-.", lw=1.0, alpha=0.8, label=f"trailing vol20 ({probe}'s rows)"
-                    )
+                    name = f"trailing vol20 ({display_name(variant)}'s rows)"
+                    ax.axhline(value, color=colour, ls="-.", lw=1.0, alpha=0.8, label=name)
         ax.axhline(0.0, color="black", lw=0.6)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("distinct training windows (fine-tuning) / rows fitted (probe)")

@@ -26,6 +26,7 @@ from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.probe_features import feature_columns
 from kinematic_pipeline.stages.features import materialize_features
 from kinematic_pipeline.stages.scaling import (
+    BEYOND_VOL20,
     LR_ALL,
     LR_MATCHED,
     SCALING_SCHEMA,
@@ -109,6 +110,16 @@ def test_one_row_per_variant_learner_and_n_and_the_budgets_serve_n_windows(built
     assert (frame["logloss_skill"] <= frame["logloss_skill_ci_high"]).all()
     assert frame["test_rows"].n_unique() == 1 and frame["test_rows"][0] > 100  # every learner on the same rows
     assert (reference["logloss_skill"].is_finite()).all()
+    # each learner's skill beyond the reference, paired on its own rows (here every one of them has a vol20), is its
+    # skill minus the reference row's (on the same rows); the reference has none beyond itself
+    assert reference[BEYOND_VOL20].is_null().all() and reference["beyond_vol20_rows"].is_null().all()
+    assert (frame["ci_block_days"] == settings.evaluate.skill_bootstrap_block_days).all()
+    for row in frame.filter(pl.col("learner") != VOL_REFERENCE).iter_rows(named=True):
+        own = reference.filter(pl.col("variant") == row["variant"]).row(0, named=True)
+        assert row["beyond_vol20_rows"] == row["test_rows"] == own["test_rows"]
+        expected = row["logloss_skill"] - own["logloss_skill"]
+        assert row[BEYOND_VOL20] == pytest.approx(expected, rel=1e-6, abs=1e-9)
+        assert row[f"{BEYOND_VOL20}_ci_low"] <= row[BEYOND_VOL20] <= row[f"{BEYOND_VOL20}_ci_high"]
     assert pl.read_parquet(summary.table_path).equals(frame)
     assert summary.figure_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     meta = summary.metadata()
@@ -259,10 +270,10 @@ def test_the_report_shows_the_section_only_when_the_table_exists(tmp_path):
     assert title in materialize_report(settings).read_text()
 
 
-def test_the_reference_row_is_the_trailing_volatility_forecast_of_the_probes_rows_scored_by_hand(built):
+def test_the_reference_row_is_the_trailing_volatility_forecast_of_the_learners_rows_scored_by_hand(built):
     """The reference line by hand: vol20 of each ticker's last 20 close-to-close log returns up to the day (from the
     raw bars), p from N(0, vol20^2) at tau, the log loss of close-to-close labels against the fold's training base
-    rates."""
+    rates, on the probe's test rows (here every learner scored the same ones)."""
     settings, summary = built
     tau = settings.evaluate.report_tau
     fold = walk_forward(settings)[0]
