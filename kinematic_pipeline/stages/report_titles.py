@@ -74,8 +74,11 @@ SCALING_TITLE = (
     "Would more data help? Test skill and rank IC against the windows a fine-tuning saw: SplineGPT and RawGPT-FD "
     "fine-tuned from their foundations on n training windows (one fold and seed, the report's tau), their tokens' "
     "logistic-regression probe fitted on n rows (lr_matched) and on every row (lr_all), and the trailing-volatility "
-    "reference on the probe's rows (trailing_vol20: p from N(0, vol20²), nothing fitted, no rank IC); rank IC "
-    "against r_close and log-loss skill on close-to-close labels on the universe's test days, calibrated, with 95% "
+    "reference (trailing_vol20: p from N(0, vol20²), nothing fitted, no rank IC) on the ticker-days every learner "
+    "scored; rank IC against r_close and log-loss skill on close-to-close labels on the universe's test days, "
+    "calibrated, and each learner's log-loss skill beyond trailing_vol20 (logloss_skill_beyond_vol20: its skill "
+    "minus the reference's, paired on exactly the ticker-days that learner scored, beyond_vol20_rows of them; "
+    "ci_block_days: the block), with 95% "
     "intervals from a bootstrap of 20-trading-day blocks (not in the paper)"
 )
 
