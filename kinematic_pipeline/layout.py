@@ -42,7 +42,7 @@ PREDICTIONS, BACKTESTS, EQUITY_CURVES, TRADES, PROVENANCE = (
     "trades",
     "provenance",
 )
-MARGIN_BACKTESTS = "margin_backtests"  # the second decision rule's backtests (beside the paper's argmax)
+MARGIN_BACKTESTS = "margin_backtests"  # the margin rule's backtests (beside the calibrated argmax's)
 
 # Assets whose trading day is one unit: a folder ``<asset>/<day>/`` holding the shard (``bars.parquet``,
 # ``tokens.parquet``), its companions (the quarantine) and its manifest, swapped in whole by one atomic rename:

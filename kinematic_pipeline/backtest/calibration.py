@@ -6,7 +6,7 @@ under-confident on top of that. The calibration rescales the weighted logits ln 
 
     z' = ln q / T + b,   q' = softmax(z'),   p' = softmax(ln q / T + b - ln w) = the de-weighted q'
 
-so that everything downstream (the paper's argmax of q, the de-weighted p of the margin rule, the skill and
+so that everything downstream (the calibrated argmax of q', the de-weighted p of the margin rule, the skill and
 IC tables) reads calibrated numbers the same way it read the raw ones. (ln T, b_buy, b_sell) minimise the
 UNWEIGHTED mean NLL of p' on the labelled validation rows (b_hold = 0: softmax is shift-invariant), plus a
 small ridge penalty towards the identity. Fitted only on validation days, never on test days.

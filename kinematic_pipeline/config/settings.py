@@ -28,6 +28,9 @@ ALPHA_MLE_SCOPES = ("corpus", "ticker")
 TIME_UNITS = ("session", "calendar")
 FOLD_PERIODS = ("year", "half", "quarter")
 TAU_SWEEP_FOLDS = ("all", "last")
+# the skill intervals' block, in trading days: long enough to keep the scores' autocorrelation (volatility clusters),
+# short enough to leave a test period of a few hundred days many blocks
+SKILL_BLOCK_DAYS_RANGE = (20, 60)
 
 
 def check_choice(field_name: str, value, choices: tuple) -> None:
@@ -261,7 +264,8 @@ class EvalConfig:
     figure_days: int = 120  # sessions shown in the manifold and responsiveness figures (the test period's last)
     skill_bootstrap_resamples: int = 1000  # resamples of test days behind the skill scores' intervals
     # consecutive test days per resampled block of those intervals (circular blocks, every ticker of a day together):
-    # the days' scores are autocorrelated (volatility clusters), and single days gave intervals 2.4-3x too narrow
+    # the days' scores are autocorrelated (volatility clusters), and single days gave intervals 2.4-3x too narrow;
+    # SKILL_BLOCK_DAYS_RANGE bounds it (issue 38: 20-60 trading days)
     skill_bootstrap_block_days: int = 20
     predict_batch_size: int = 512  # windows per forward pass
     # The simple baselines evaluated beside the models (variants.BASELINES: rules and probes), and their taus
@@ -291,9 +295,11 @@ class EvalConfig:
     scaling_in_dag: bool = False
 
     def __post_init__(self) -> None:
-        if int(self.skill_bootstrap_block_days) < 1:
+        low, high = SKILL_BLOCK_DAYS_RANGE
+        if not low <= int(self.skill_bootstrap_block_days) <= high:
             raise ValueError(
-                f"evaluate.skill_bootstrap_block_days={self.skill_bootstrap_block_days}: expected >= 1 day"
+                f"evaluate.skill_bootstrap_block_days={self.skill_bootstrap_block_days}: expected {low}-{high} "
+                "trading days (shorter blocks break the days' autocorrelation and narrow the skill intervals)"
             )
         if not self.scaling_windows or any(int(n) < 1 for n in self.scaling_windows):
             raise ValueError(f"evaluate.scaling_windows={self.scaling_windows!r}: expected positive window counts")

@@ -93,8 +93,10 @@ def backtests_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
                 group_name=evaluation_group(variant),
                 code_version=CODE_VERSIONS["evaluate"],
                 kinds={"numba", "parquet", "duckdb"},
-                description=f"{spec.display_name}: tax-aware long/cash backtests of the predictions (the paper's "
-                "weighted argmax) at every cost in evaluate.backtest.costs_bps, with Buy & Hold, "
+                description=f"{spec.display_name}: tax-aware long/cash backtests of the predictions (the "
+                "calibrated argmax: the argmax of the calibrated class-weighted probabilities, the predictions' "
+                "action; the paper's rule, the argmax of the network's own softmax, is backtested in the pooled "
+                "records) at every cost in evaluate.backtest.costs_bps, with Buy & Hold, "
                 "metrics and bootstrap Sharpe "
                 "intervals; equity curves and trades; and the provenance of every row (adapter, foundation, window "
                 "store, served training shards and test shards with hashes, code versions). Views: backtests, "

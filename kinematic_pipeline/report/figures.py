@@ -255,7 +255,8 @@ def sweeps_png(metrics: pl.DataFrame, ticker: str, path: Path) -> bytes:
 
 
 def decision_rules_png(metrics: pl.DataFrame, margin: pl.DataFrame, tau: float, cost_bps: float, path: Path) -> bytes:
-    """The paper's weighted argmax next to the margin rule, models, rules and probes: (A) mean Sharpe over tickers
+    """The calibrated argmax (the argmax of the calibrated class-weighted probabilities, ``metrics``; not the paper's
+    rule, the argmax of the network's own softmax) next to the margin rule, models, rules and probes: (A) mean Sharpe over tickers
     and seeds per variant, (B) mean action rate (a policy at 0% never trades: the Liquidation Equilibrium)."""
     argmax = runs_at(metrics, tau, cost_bps)
     second = runs_at(margin, tau, cost_bps) if margin.height else margin
@@ -265,7 +266,7 @@ def decision_rules_png(metrics: pl.DataFrame, margin: pl.DataFrame, tau: float, 
     fig = Figure(figsize=(max(10, 0.9 * len(variants)), 4.2), layout="constrained")
     ax_a, ax_b = fig.subplots(1, 2)
     x, width = np.arange(len(variants)), 0.38
-    for offset, (rule, rows) in zip((-width / 2, width / 2), (("argmax (paper)", argmax), ("margin rule", second))):
+    for offset, (rule, rows) in zip((-width / 2, width / 2), (("calibrated argmax", argmax), ("margin rule", second))):
         sharpe, rate = [], []
         for v in variants:
             r = rows.filter(pl.col("variant") == v) if rows.height else rows

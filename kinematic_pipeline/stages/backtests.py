@@ -1,9 +1,10 @@
 """backtests and margin_backtests: one policy's stored predictions swept over every cost, under both rules.
 
-The paper's rule (the weighted argmax, the ``action`` column of the predictions) and the margin rule (undo
-the weights, trade beyond a margin m chosen on validation days) are backtested with the run's costs, tax and
-bootstrap; Buy & Hold rides along. Every output row's provenance is written beside it (``lineage.py``).
-No dagster here.
+The calibrated argmax (the argmax of the calibrated class-weighted probabilities, the ``action`` column of the
+predictions) and the margin rule (undo the weights, trade beyond a margin m chosen on validation days) are
+backtested with the run's costs, tax and bootstrap; Buy & Hold rides along. The paper's rule (the argmax of the
+network's own softmax) is backtested on the pooled records (``stages.pooled``). Every output row's provenance is
+written beside it (``lineage.py``). No dagster here.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ MAIN_METRICS = (  # the columns the backtests asset shows at the report's cost
 
 
 def margin_rule_backtests(settings: Settings, predictions: pl.DataFrame, validation: pl.DataFrame) -> pl.DataFrame:
-    """The second decision rule, backtested like the paper's: undo the class weighting (p = q / w) and Buy /
+    """The margin rule, backtested like the calibrated argmax: undo the class weighting (p = q / w) and Buy /
     Sell when p_buy - p_sell exceeds +m / falls below -m, m chosen on the ``validation``-day predictions only
     (``decisions.choose_margin``: balanced accuracy over a fixed grid). Metrics rows with ``m`` beside."""
     ev, weights = settings.evaluate, settings.train.class_weights
@@ -87,7 +88,7 @@ def margin_rule_backtests(settings: Settings, predictions: pl.DataFrame, validat
 @dataclass(frozen=True)
 class Backtests:
     policy: Policy
-    sweep: SweepResult  # the paper's rule, with Buy & Hold
+    sweep: SweepResult  # the calibrated argmax, with Buy & Hold
     margin: pl.DataFrame  # MARGIN_METRICS_SCHEMA
     paths: dict[str, Path]  # asset -> the file written
 

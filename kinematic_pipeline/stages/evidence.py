@@ -22,10 +22,12 @@ test period (or the seeded sample ``evaluate.universe_tickers``), the same rows 
 - ``information_uncalibrated``: the same table of the probabilities before calibration, when every policy wrote
   them.
 - ``time_series_ic``: per backtested ticker, the rank IC over time of the score against r_close.
-- ``decisions``: per policy, why it trades or liquidates under the paper's weighted argmax
-  (``backtest.decisions``): base rates, the no-information action, the Buy/Sell margin against ln 5.
-- ``decision_rules``: the paper's argmax next to the second rule (undo the weights, trade beyond a margin m
-  chosen on validation days), as backtested by ``stages.backtests``, with each rule's equal-weight portfolio.
+- ``decisions``: per policy, why it trades or liquidates under the calibrated argmax (the argmax of the calibrated
+  class-weighted probabilities, the predictions' action; ``backtest.decisions``): base rates, the no-information
+  action, the Buy/Sell margin against ln(w_sell/w_buy).
+- ``decision_rules``: the three rules side by side: the paper's (the argmax of the network's own softmax), the
+  calibrated argmax and the margin rule (undo the weights, trade beyond a margin m chosen on validation days), as
+  pooled by ``stages.pooled``, with each rule's equal-weight portfolio.
 - ``data_seen``: the dates each variant's fit, validation and normalization saw, per fold (contamination).
 
 Everything reads shards of the warehouse; training statistics come from days on or before the cut only.

@@ -9,6 +9,9 @@ from kinematic_pipeline.backtest.oracle import least_buying_drift
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.stages.oracle_control import RULE_LABELS
 
+# where a title states the skill intervals' block: ``all_titles`` puts evaluate.skill_bootstrap_block_days there
+BLOCK_DAYS = "<block_days>"
+
 VERDICT_TITLE = (
     "Verdict: the report's questions answered with tests that survive multiple testing (SPA, StepM, MCS, "
     "deflated Sharpe, Holm; computed, not written by hand)"
@@ -52,8 +55,8 @@ EVIDENCE_TITLES = {
     "probabilities p = (q/w)/Σ(q/w) on "
     "every scored ticker-day of the test period (the universe, see the signal table), on the trained-on labels "
     "and on close-to-close labels (what the backtest trades): mean over seeds [95% interval of the seed mean: a "
-    "bootstrap of 20-trading-day blocks of test days, every ticker of a day together] ± std over seeds; beside "
-    "them the trailing-volatility reference (p of each class from N(0, vol20²) at tau, vol20 of the 20 daily returns "
+    f"bootstrap of {BLOCK_DAYS}-trading-day blocks of test days, every ticker of a day together] ± std over "
+    "seeds; beside them the trailing-volatility reference (p of each class from N(0, vol20²) at tau, vol20 of the 20 daily returns "
     "up to the day, nothing fitted) and each model's log-loss skill beyond it on the same ticker-days "
     "(not in the paper)",
     "information_uncalibrated": "Appendix: the same skill before calibration (the probabilities as the models "
@@ -61,9 +64,13 @@ EVIDENCE_TITLES = {
     "log loss on each fold's validation days, never on a test day) (not in the paper)",
     "time_series_ic": "Time-series rank IC of the score against the next day's close-to-close return, per "
     "backtested ticker (not in the paper)",
-    "decisions": "Why each policy trades or liquidates under the paper's weighted argmax (not in the paper)",
-    "decision_rules": "The paper's argmax next to the margin rule (weights undone, m chosen on validation days), "
-    "models, rules and probes side by side: the Sharpe of each rule's equal-weight portfolio of the test tickers "
+    "decisions": "Why each policy trades or liquidates under the calibrated argmax (the argmax of the calibrated "
+    "class-weighted probabilities, the predictions' action; not the paper's rule, the argmax of the network's own "
+    "softmax) (not in the paper)",
+    "decision_rules": "The three decision rules side by side: the paper's (the argmax of the network's own softmax), "
+    "the calibrated argmax (the argmax of the calibrated class-weighted probabilities) and the margin rule (weights "
+    "undone, m chosen on validation days), models, rules and probes: the Sharpe of each rule's equal-weight "
+    "portfolio of the test tickers "
     "(cash credited with the risk-free rate, seeds averaged) with its days in the market (not in the paper)",
     "data_seen": "Which dates each variant's fit, validation and normalization saw (not in the paper)",
 }
@@ -79,7 +86,7 @@ SCALING_TITLE = (
     "calibrated, and each learner's log-loss skill beyond trailing_vol20 (logloss_skill_beyond_vol20: its skill "
     "minus the reference's, paired on exactly the ticker-days that learner scored, beyond_vol20_rows of them; "
     "ci_block_days: the block), with 95% "
-    "intervals from a bootstrap of 20-trading-day blocks (not in the paper)"
+    f"intervals from a bootstrap of {BLOCK_DAYS}-trading-day blocks (not in the paper)"
 )
 
 
@@ -141,6 +148,10 @@ def rule_caption(settings: Settings) -> str:
 
 
 def all_titles(settings: Settings) -> dict[str, str]:
-    """``ALL_TITLES`` with the paper's tables' titles naming both rules and the run's Buy threshold."""
-    caption = rule_caption(settings)
-    return {name: f"{title}. {caption}" if name in RULE_TABLES else title for name, title in ALL_TITLES.items()}
+    """``ALL_TITLES`` with the paper's tables' titles naming both rules and the run's Buy threshold, and the skill
+    intervals' block (``BLOCK_DAYS``) the run's ``evaluate.skill_bootstrap_block_days``."""
+    caption, block = rule_caption(settings), str(settings.evaluate.skill_bootstrap_block_days)
+    return {
+        name: (f"{title}. {caption}" if name in RULE_TABLES else title).replace(BLOCK_DAYS, block)
+        for name, title in ALL_TITLES.items()
+    }

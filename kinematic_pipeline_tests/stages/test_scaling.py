@@ -252,7 +252,7 @@ def test_the_report_shows_the_section_only_when_the_table_exists(tmp_path):
     from kinematic_pipeline.pins import evaluation_digest, pin_evaluation
     from kinematic_pipeline.run_keys import run_keys_digest
     from kinematic_pipeline.stages.report import CONTEXT_FILE, materialize_report
-    from kinematic_pipeline.stages.report_titles import ALL_TITLES, OPTIONAL_TABLES
+    from kinematic_pipeline.stages.report_titles import ALL_TITLES, OPTIONAL_TABLES, all_titles
 
     settings = load_settings("ci", warehouse=tmp_path / "wh", env={})
     wh = settings.warehouse
@@ -263,7 +263,7 @@ def test_the_report_shows_the_section_only_when_the_table_exists(tmp_path):
             pl.DataFrame({"x": [1]}).write_parquet(tables / f"{name}.parquet")
     (tables / CONTEXT_FILE).write_text(json.dumps({"profile": "ci"}))
     pin_evaluation(wh, tables / TABLES_PIN_FILE, evaluation_digest(wh), run_keys_digest(settings))  # paper_tables'
-    title = ALL_TITLES["scaling_curves"]
+    title = all_titles(settings)["scaling_curves"]  # the skill intervals' block filled in from the settings
     assert title.startswith("Would more data help? Test skill and rank IC against the windows a fine-tuning saw")
     assert title not in materialize_report(settings).read_text()
     pl.DataFrame(schema=SCALING_SCHEMA).write_parquet(tables / "scaling_curves.parquet")
