@@ -14,6 +14,10 @@ import pytest
 from kinematic_pipeline.backtest.oracle import ORACLE
 from kinematic_pipeline.backtest.policy_frames import (
     BEYOND,
+    PRIOR,
+    PRIOR_DATA_SEEN,
+    PRIOR_DISPLAY_NAME,
+    FoldRates,
     SkillOptions,
     seed_mean_skill_frame,
     skill_beyond_reference_frame,
@@ -363,6 +367,35 @@ def test_the_information_table_scores_the_reference_and_each_models_skill_beyond
     assert ev.information_skill(settings, predictions, rates, TAU)[names[ev.TRAINED]]["variant"].to_list() == [
         "splinegpt"
     ]
+
+
+def test_the_information_table_prints_the_calibrated_priors_row_scored_by_hand(warehouse):
+    """The calibrated prior (each fold's validation-day base rates, what a model that learned nothing is calibrated
+    to) is its own column of the information table, on both outcomes: every trained-on test label is Buy, so its log
+    loss is -ln of its Buy rate, by hand, and its log-loss skill against the training base rates is not 0."""
+    settings, predictions = warehouse
+    rates = ev.train_base_rates(settings)
+    validation = {ev.TRAINED: np.array([0.4, 0.1, 0.5]), ev.CLOSE: np.array([0.3, 0.3, 0.4])}
+    prior = {o: {TAU: FoldRates((TEST_DAYS[0],), (p,))} for o, p in validation.items()}
+    skill = ev.information_skill(settings, predictions, rates, TAU, prior=prior)
+    names = ev.outcome_names("spline")
+    for outcome in names.values():
+        assert sorted(skill[outcome]["variant"].to_list()) == sorted(["splinegpt", PRIOR]), outcome
+    own = skill[names[ev.TRAINED]].filter(variant=PRIOR).row(0, named=True)
+    assert own["log_loss"] == pytest.approx(-np.log(0.4), rel=1e-5)
+    train_buy = rates[ev.TRAINED][TAU].rates[0][0]
+    assert own["log_loss_skill"] == pytest.approx(1 - np.log(0.4) / np.log(train_buy), rel=1e-5)
+    assert abs(own["log_loss_skill"]) > 0.1
+    table = tables.information_table(skill, TAU, {"splinegpt": "fit 2023"})
+    assert table.columns == ["Outcome", "Metric", "SplineGPT", PRIOR_DISPLAY_NAME]
+    first = table.row(0, named=True)
+    assert first[PRIOR_DISPLAY_NAME].startswith(f"{own['log_loss_skill']:.3f}")
+    assert table.filter(pl.col("Metric") == "Data seen")[PRIOR_DISPLAY_NAME].item() == PRIOR_DATA_SEEN
+    # without the validation rates, no such column
+    assert (
+        PRIOR_DISPLAY_NAME
+        not in tables.information_table(ev.information_skill(settings, predictions, rates, TAU), TAU).columns
+    )
 
 
 def test_the_reference_has_a_constant_score_and_so_no_ic_in_the_signal_table(warehouse):
