@@ -339,12 +339,17 @@ class Settings:
             check_membership(self.evaluate.membership_file, self._known_tickers(), f"the {self.data.source} source")
 
     def _known_tickers(self) -> tuple[str, ...] | None:
-        """The source's tickers when known without reading it (``data.tickers``, the synthetic source's names);
-        None otherwise (the membership file is then matched where the universe is built)."""
+        """The source's tickers when known without reading its bars (``data.tickers``, the synthetic source's names,
+        a Parquet or CSV source's ticker column); None otherwise (the membership file is then matched where the
+        universe is built)."""
         if self.data.tickers is not None:
             return tuple(self.data.tickers)
         if self.data.source == "synthetic":
             return tuple(SYNTHETIC_TICKER.format(k) for k in range(self.synthetic.n_tickers))
+        if self.data.source in ("parquet", "csv") and self.data.source_path:
+            from kinematic_pipeline.sources.files import source_tickers
+
+            return source_tickers(self.data.source_path, self.data.source)
         return None
 
     @property

@@ -17,6 +17,7 @@ A file that cannot be read at all raises a ValueError naming it and saying what 
 from __future__ import annotations
 
 import csv
+import functools
 from pathlib import Path
 
 import polars as pl
@@ -56,6 +57,45 @@ class FileSource(LoadedOnce):
     def read_all(self) -> pl.DataFrame:
         """Every row of the files (a run counts what it does not read against it)."""
         return self._all()
+
+
+def source_tickers(path: str | Path, fmt: str) -> tuple[str, ...] | None:
+    """The tickers of a Parquet or CSV source read cheaply, without its bars: each Parquet file's ``ticker`` (or
+    ``symbol``) column alone, a CSV file's likewise, or the file's stem where it has none (yfinance-style files).
+    the ticker of yfinance's multi-level CSV header (``Price,...`` then ``Ticker,NVDA,...``, as ``_read_csv`` reads it). None where that cannot be told
+    so (a missing or unreadable file): the ingest reports such files, and a membership file is then matched where the universe is built. Read once per
+    process while the path's size and mtime stay (0.3 s for the 458 names' 2.35 M bars)."""
+    try:
+        st = Path(path).expanduser().stat()
+    except OSError:
+        return None
+    return _source_tickers(str(path), fmt, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _source_tickers(path: str, fmt: str, _size: int, _mtime_ns: int) -> tuple[str, ...] | None:
+    try:
+        source = FileSource(path, fmt)
+        found: set[str] = set()
+        for file in source.files():
+            lazy = pl.scan_parquet(file) if fmt == "parquet" else pl.scan_csv(file, infer_schema=False)
+            header = lazy.collect_schema().names()
+            names = {_ALIASES.get(c.strip().lower(), c.strip().lower()): c for c in header}
+            if fmt == "csv" and header and header[0].strip().lower() == "price" and "ticker" not in names:
+                head = lazy.head(1).collect()
+                first = [str(v or "") for v in head.row(0)] if head.height else []
+                if first and first[0].strip().lower() == "ticker":  # yfinance's multi-level header (_read_csv)
+                    named = next((v for v in first[1:] if v), None)
+                    found.add((named or file.stem).upper())
+                    continue
+            if "ticker" not in names:
+                found.add(file.stem.upper())
+                continue
+            column = pl.col(names["ticker"]).cast(pl.String)
+            found.update(t for t in lazy.select(column.unique()).collect().to_series().to_list() if t)
+        return tuple(sorted(found))
+    except (OSError, ValueError, pl.exceptions.PolarsError):
+        return None
 
 
 def _normalize_names(frame: pl.DataFrame, path: Path) -> pl.DataFrame:

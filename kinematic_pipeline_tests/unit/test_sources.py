@@ -132,3 +132,24 @@ def test_yfinance_without_the_extra_says_how_to_install(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_yfinance)
     with pytest.raises(RuntimeError, match=r"kinematic_pipeline\[yfinance\]"):
         make_source(load_settings("ci", source="yfinance", env={}))
+
+
+def test_source_tickers_reads_the_ticker_column_or_the_file_names_without_the_bars(tmp_path):
+    from kinematic_pipeline.sources.files import source_tickers
+
+    long = tmp_path / "long.csv"
+    long.write_text("symbol,date,open,high,low,close,volume\nMSFT,2021-01-04,1,1,1,1,1\nAAPL,2021-01-04,1,1,1,1,1\n")
+    assert source_tickers(long, "csv") == ("AAPL", "MSFT")
+    folder = tmp_path / "per_ticker"
+    folder.mkdir()
+    for name in ("nvda", "ibm"):  # yfinance-style: the ticker is the file's stem
+        (folder / f"{name}.csv").write_text("Date,Open,High,Low,Close,Adj Close,Volume\n2021-01-04,1,1,1,1,1,1\n")
+    assert source_tickers(folder, "csv") == ("IBM", "NVDA")
+    headed = tmp_path / "prices.csv"  # yfinance's multi-level header: the ticker in the row under the header
+    headed.write_text(
+        "Price,Close,High,Low,Open,Volume\nTicker,nvda,nvda,nvda,nvda,nvda\nDate,,,,,\n2021-01-04,1,1,1,1,1\n"
+    )
+    assert source_tickers(headed, "csv") == ("NVDA",)
+    garbage = tmp_path / "garbage.parquet"
+    garbage.write_bytes(b"\x00\x01not parquet")
+    assert source_tickers(garbage, "parquet") is None and source_tickers(tmp_path / "gone.parquet", "parquet") is None

@@ -118,3 +118,25 @@ def test_a_bad_membership_file_is_refused_in_one_line_when_the_settings_load(tmp
         args = [sys.executable, "-m", "kinematic_pipeline", "info"]
         proc = subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True)
         assert "membership file" not in proc.stderr and "existing warehouse" in proc.stderr  # on to the next check
+
+
+def test_a_membership_file_matching_no_ticker_of_a_parquet_source_is_refused_when_the_settings_load(tmp_path):
+    """A file source's tickers are its ticker column, read without its bars: a membership file of another index is
+    refused by ``info`` (the settings alone), not first where a universe is built after the tokens."""
+    import polars as pl
+
+    bars = tmp_path / "bars.parquet"
+    day = dt.date(2021, 1, 4)
+    pl.DataFrame(
+        {"Symbol": ["NVDA", "AAPL"], "date": [day, day], **{c: [1.0, 2.0] for c in ("open", "high", "low", "close")}}
+    ).with_columns(volume=pl.lit(100.0)).write_parquet(bars)
+    path = tmp_path / "members.csv"
+    path.write_text("Symbol,Date added\nZZA,2000-01-03\nZZB,2000-01-03\n")
+    env = {**cli_env(tmp_path, "parquet", bars), "KP_MEMBERSHIP_FILE": str(path)}
+    args = [sys.executable, "-m", "kinematic_pipeline", "info"]
+    proc = subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert_one_line_error(proc, f"membership file {path}", "matches none of the 2 tickers of the parquet source")
+    assert "ZZA, ZZB" in proc.stderr and "AAPL" in proc.stderr
+    path.write_text("Symbol,Date added\nZZA,2000-01-03\nNVDA,2000-01-03\n")  # one name of the source: taken
+    proc = subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert "membership file" not in proc.stderr, proc.stderr
