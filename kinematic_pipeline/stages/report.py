@@ -325,12 +325,15 @@ def materialize_figures(settings: Settings) -> dict[str, Path]:
 def materialize_report(settings: Settings, extra_context: dict[str, str] | None = None) -> Path:
     """``report.md`` from what ``paper_tables`` and ``figures`` wrote (nothing is recomputed), once the tables are
     checked against the evaluation files and the run's policies they were built from (``StalePairError`` naming
-    ``paper_tables`` otherwise: a report is never rewritten from old tables)."""
+    ``paper_tables`` otherwise: a report is never rewritten from old tables), and the evaluation files against the
+    model files on disk now, as ``paper_tables`` checks them (``StalePairError`` naming the replaced model file and
+    the predictions to re-make: a model replaced since its predictions were made leaves the tables' pin intact)."""
     wh = settings.warehouse
     tables_dir = wh.report_tables_dir
     if not (tables_dir / CONTEXT_FILE).exists():
         raise FileNotFoundError(f"no tables under {tables_dir}: materialize paper_tables first")
     check_evaluation(wh, tables_dir / TABLES_PIN_FILE, TABLES_ASSET, run_keys_digest(settings))
+    check_inputs_current(settings)  # no report of backtests whose model was replaced since
     titles = all_titles(settings)
     built = {
         titles[name]: exact.read_parquet(tables_dir / f"{name}.parquet")

@@ -5,7 +5,9 @@ failure it was, then the refusal or the right result:
   rules' and probes' predictions, refuse until the features are re-materialized;
 - predictions re-materialized alone: the backtests' views (the per-fold tables, a single fold's record, lineage's)
   refuse the backtests swept from the old predictions;
-- a report from stale tables: ``report`` refuses, naming ``paper_tables``;
+- a report from stale tables: ``report`` refuses, naming ``paper_tables``; a report over predictions whose model was
+  replaced since they were made (the tables' pin still holds): ``report`` refuses, naming the model file and the
+  predictions to re-make, as ``paper_tables`` does;
 - a dropped seed (``KP_SEEDS=1234`` after a two-seed run): neither pooled nor in the universe reads, records pooled
   for the other grid refused, and ``lineage`` traces the run's seed (or says that none matches) instead of crashing;
 - universes drawn under two membership files: refused, naming both.
@@ -158,21 +160,28 @@ def test_backtests_are_read_only_beside_the_predictions_they_were_swept_from(eva
 # --- a report from stale tables -------------------------------------------------------------------------------
 
 
-def test_the_report_is_never_rewritten_from_tables_older_than_the_evaluation_files(evaluated, tmp_path):
-    from kinematic_pipeline.layout import TABLES_PIN_FILE
-    from kinematic_pipeline.pins import evaluation_digest, pin_evaluation
-    from kinematic_pipeline.run_keys import run_keys_digest
+def _placeholder_tables(settings):
+    """One-cell files for every table the report reads and the tables' context, not yet pinned; their folder."""
     from kinematic_pipeline.stages.report import CONTEXT_FILE
     from kinematic_pipeline.stages.report_titles import ALL_TITLES, OPTIONAL_TABLES
 
-    settings = _copy(evaluated, tmp_path)
-    wh = settings.warehouse
-    tables = wh.report_tables_dir
+    tables = settings.warehouse.report_tables_dir
     tables.mkdir(parents=True)
     for name in ALL_TITLES:
         if name not in OPTIONAL_TABLES:
             pl.DataFrame({"x": [1]}).write_parquet(tables / f"{name}.parquet")
     (tables / CONTEXT_FILE).write_text('{"profile": "ci"}')
+    return tables
+
+
+def test_the_report_is_never_rewritten_from_tables_older_than_the_evaluation_files(evaluated, tmp_path):
+    from kinematic_pipeline.layout import TABLES_PIN_FILE
+    from kinematic_pipeline.pins import evaluation_digest, pin_evaluation
+    from kinematic_pipeline.run_keys import run_keys_digest
+
+    settings = _copy(evaluated, tmp_path)
+    wh = settings.warehouse
+    tables = _placeholder_tables(settings)
     with pytest.raises(FileNotFoundError, match="materialize paper_tables"):
         materialize_report(settings)  # tables without their pin: never materialized by this version
     pin_evaluation(wh, tables / TABLES_PIN_FILE, evaluation_digest(wh), run_keys_digest(settings))
@@ -188,6 +197,38 @@ def test_the_report_is_never_rewritten_from_tables_older_than_the_evaluation_fil
     materialize_report(settings)
     with pytest.raises(StalePairError, match="for other policies than this run's.*re-materialize paper_tables"):
         materialize_report(_with(settings, seeds=(1234,)))  # the tables of another grid of policies
+
+
+def test_the_report_refuses_while_a_model_was_replaced_since_its_predictions_were_made(evaluated, tmp_path):
+    from kinematic_pipeline.layout import TABLES_PIN_FILE
+    from kinematic_pipeline.pins import evaluation_digest, pin_evaluation
+    from kinematic_pipeline.run_keys import run_keys_digest
+    from kinematic_pipeline.stages.baselines import materialize_probe
+
+    settings = _copy(evaluated, tmp_path)
+    wh, probe = settings.warehouse, Policy("lr_raw", 0, TAU)
+    materialize_probe(settings, probe)
+    materialize_predictions(settings, probe)
+    materialize_backtests(settings, probe, CODE)
+    tables = _placeholder_tables(settings)
+    pin_evaluation(wh, tables / TABLES_PIN_FILE, evaluation_digest(wh), run_keys_digest(settings))
+    materialize_report(settings)  # the tables of the evaluation files on disk, made by the models on disk
+    refit = dataclasses.replace(settings.evaluate, probe_max_train_rows=50)
+    materialize_probe(dataclasses.replace(settings, evaluate=refit), probe)  # the model replaced, not its predictions
+    wh.report_file.write_text("the last report\n")
+    with pytest.raises(StalePairError) as refused:
+        materialize_report(settings)  # `materialize --select report` alone: the tables' pin still holds
+    message = str(refused.value)
+    assert "\n" not in message and str(wh.probe_dir(probe)) in message, message
+    assert message.endswith(f"re-materialize lr_raw_predictions partition {probe.key}"), message
+    assert wh.report_file.read_text() == "the last report\n"  # not rewritten
+    materialize_predictions(settings, probe)  # the fix, then the backtests and tables after it
+    materialize_backtests(settings, probe, CODE)
+    with pytest.raises(StalePairError, match="re-materialize paper_tables"):
+        materialize_report(settings)
+    pin_evaluation(wh, tables / TABLES_PIN_FILE, evaluation_digest(wh), run_keys_digest(settings))
+    materialize_report(settings)
+    assert wh.report_file.read_text() != "the last report\n"
 
 
 # --- a dropped seed -------------------------------------------------------------------------------------------
