@@ -26,12 +26,12 @@ from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import fold_of
 from kinematic_pipeline.label_rules import TAU_SQL
 from kinematic_pipeline.layout import POOLED_ASSET, POOLED_PIN_FILE
-from kinematic_pipeline.model_pins import check_pair
+from kinematic_pipeline.model_pins import check_pair, resolve_pinned, warehouse_path
 from kinematic_pipeline.pins import check_backtests_current, check_evaluation, probe_files, stale_token_days
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report.tables import runs_at, sharpe_cell, with_days_in_market
 from kinematic_pipeline.variants import variant as lookup_variant
-from kinematic_pipeline.window_store import STORE_CODE_VERSION
+from kinematic_pipeline.window_store import STORE_CODE_VERSION, TOKENS_FILE
 
 CODE_VERSIONS = {  # each stage's code version: a new one marks its assets (and everything after) stale
     "ingest": "ingest-1",
@@ -112,13 +112,11 @@ def provenance_frame(settings: Settings, policy: Policy, *, outputs: dict[str, P
     wh, variant = settings.warehouse, policy.variant
     rows: list[dict] = []
 
-    root = wh.root.resolve()
-
     def add(link: str, asset: str, path: Path, sha: str | None = None, **extra) -> None:
         # relative to the warehouse: `lineage` in a copied warehouse checks the copy's files, not the original's
-        resolved = Path(path).resolve()
-        name = str(resolved.relative_to(root)) if resolved.is_relative_to(root) else str(path)
-        rows.append(dict(link=link, asset=asset, path=name, sha256=sha or file_sha256(Path(path)), **extra))
+        rows.append(
+            dict(link=link, asset=asset, path=warehouse_path(wh, path), sha256=sha or file_sha256(Path(path)), **extra)
+        )
 
     inputs = wh.predictions_extra("inputs", policy)
     files = {
@@ -140,7 +138,7 @@ def provenance_frame(settings: Settings, policy: Policy, *, outputs: dict[str, P
         add(
             _input_link(shard["asset"]),
             shard["asset"],
-            shard["path"],
+            recorded_file(wh, shard["asset"], shard["date"], shard["path"]),
             shard["content_hash"],
             date=shard["date"] or None,
         )
@@ -171,7 +169,29 @@ def _model_provenance(wh, policy: Policy, add) -> None:
         for row in used.filter(pl.col("served") > 0).iter_rows(named=True):  # what the model was served
             link = "window_store" if row["split"] == "store" else "training_shard"
             date = None if link == "window_store" else row["date"]
-            add(link, row["asset"], row["path"], row["content_hash"], date=date, split=f"{prefix}_{row['split']}")
+            path = recorded_file(wh, row["asset"], row["date"], row["path"])
+            add(link, row["asset"], path, row["content_hash"], date=date, split=f"{prefix}_{row['split']}")
+
+
+def _expected_files(wh, asset: str, date: str | None) -> list[Path]:
+    """Where the file an input record names by ``asset`` and ``date`` lies in this warehouse: a window store's
+    tokens, a features file (either part), a day's shard."""
+    if asset.endswith("_window_store"):
+        return [wh.window_store_dir(asset.removesuffix("_window_store") + "_tokens") / TOKENS_FILE]
+    if asset.endswith("_features"):
+        return [wh.features_file(asset.removesuffix("_features"), part) for part in ("training", "test")]
+    return [wh.shard(asset, date)] if date else []
+
+
+def recorded_file(wh, asset: str, date: str | None, recorded: str) -> Path:
+    """The file an input record (a row of the features' or the predictions' ``inputs``, of a ``shards_used.parquet``
+    or of a provenance) names in this warehouse, as ``model_pins.resolve_pinned`` reads a model pin: a relative path
+    under its root; an absolute one an older version wrote by its part under the warehouse it was written in (the
+    file ``asset`` and ``date`` name); the recorded path itself when it names none of this warehouse's files."""
+    path = resolve_pinned(wh, recorded)
+    if path is None:
+        path = resolve_pinned(wh, recorded, _expected_files(wh, asset, date))
+    return Path(recorded) if path is None else path
 
 
 def _input_link(asset: str) -> str:
@@ -226,13 +246,13 @@ def _fmt(x) -> str:
     return "N/A" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
 
 
-def _check(rows: pl.DataFrame, report: LineageReport, root: Path) -> int:
-    """Re-hash each file (a relative path is under the warehouse being traced: a copy checks its own files);
-    record missing files and hash mismatches. Returns the number that match."""
+def _check(rows: pl.DataFrame, report: LineageReport, wh) -> int:
+    """Re-hash each file (``recorded_file``: a path is under the warehouse being traced, so a copy checks its own
+    files); record missing files and hash mismatches. Returns the number that match."""
     good = 0
-    for name, sha, date in rows.select("path", "sha256", "date").iter_rows():
+    for asset, name, sha, date in rows.select("asset", "path", "sha256", "date").iter_rows():
         report.checked += 1
-        path = Path(name) if Path(name).is_absolute() else Path(root) / name
+        path = recorded_file(wh, asset, date, name)
         where = f"{path}" + (f" (partition {date})" if date else "")
         if not path.exists():
             report.problems.append(f"missing: {where}")
@@ -291,7 +311,7 @@ def _chain(settings: Settings, policy: Policy, ticker: str, cost_bps: float | No
         rows = prov.filter(pl.col("link") == link)
         if rows.height == 0:
             continue
-        good = _check(rows, report, wh.root)
+        good = _check(rows, report, wh)
         status = "ok" if good == rows.height else f"{rows.height - good} PROBLEM(S)"
         if rows.height == 1:
             report.lines.append(f"  {link:<18} {rows['path'][0]}  sha256 {rows['sha256'][0][:16]}  {status}")

@@ -14,7 +14,8 @@ per window; a probe pins the training file's hash, so new test days never make a
   tau with ``r_close`` and ``r_spline`` (evaluation only: no feature reads them).
 
 Beside them ``features/<tokenization>/inputs.parquet`` lists what it was built from (the store's tokens file and
-every test-period token and raw_ohlcv shard, with hashes): the test shards of every probe's provenance; and
+every test-period token and raw_ohlcv shard, with hashes; each path relative to the warehouse root, so a copied or
+moved warehouse traces its own files): the test shards of every probe's provenance; and
 ``cut.json`` the walk-forward folds the files were split for: a reader under other folds (a new ``KP_TRAIN_END``,
 ``KP_FOLDS``) refuses them, naming the asset to re-materialize (``check_features_cut``); and ``days.parquet`` the
 content hash of every token and raw_ohlcv day behind the rows (the training rows' store days and the test days, the
@@ -41,6 +42,7 @@ from kinematic_pipeline.calendar import session_before
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import evaluation_days, fold_of, split_days
 from kinematic_pipeline.label_rules import tau_column
+from kinematic_pipeline.model_pins import warehouse_path
 from kinematic_pipeline.pins import (
     StalePairError,
     check_token_inputs,
@@ -104,7 +106,7 @@ def _store_rows(settings: Settings, asset: str, progress: bool) -> tuple[pl.Data
     store_input = {
         "asset": f"{token_kind(asset).tokenization}_window_store",
         "date": "",
-        "path": str(store.path),
+        "path": warehouse_path(settings.warehouse, store.path),
         "content_hash": store.manifest["tokens_sha256"],
     }
     return frame, store_input
@@ -283,7 +285,7 @@ def materialize_features(settings: Settings, asset: str, progress: bool = True) 
     wh.write(frame.filter(pl.col("split") != "test"), path)
     wh.write(frame.filter(pl.col("split") == "test"), wh.features_file(tokenization, "test"))
     inputs = [store_input] + [
-        {"asset": a, "date": str(d), "path": str(wh.shard(a, d)), "content_hash": h}
+        {"asset": a, "date": str(d), "path": warehouse_path(wh, wh.shard(a, d)), "content_hash": h}
         for a in (asset, RAW_OHLCV)
         for d, h in zip(test_days, wh.content_hashes(a, test_days))
     ]

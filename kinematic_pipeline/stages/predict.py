@@ -215,8 +215,13 @@ def check_predictions_model(settings: Settings, policy: Policy) -> None:
             )
 
 
-def _shards_frame(shards: list[dict]) -> pl.DataFrame:
-    return pl.DataFrame([{**s, "date": str(s["date"]), "path": str(s["path"])} for s in shards], schema=INPUTS_SCHEMA)
+def _shards_frame(wh: Warehouse, shards: list[dict]) -> pl.DataFrame:
+    """The files a prediction read, each path relative to the warehouse root (``model_pins.warehouse_path``): a
+    copied or moved warehouse traces its own files."""
+    from kinematic_pipeline.model_pins import warehouse_path
+
+    rows = [{**s, "date": str(s["date"]), "path": warehouse_path(wh, s["path"])} for s in shards]
+    return pl.DataFrame(rows, schema=INPUTS_SCHEMA)
 
 
 def universe_tickers(settings: Settings, asset: str, days: list[dt.date]) -> list[str]:
@@ -288,7 +293,7 @@ def _write(
     fold = pl.lit(label).alias("fold")
     wh.write(result.frame.with_columns(fold), path)
     wh.write(validation.with_columns(fold), wh.predictions_extra("validation", policy))
-    wh.write(_shards_frame(result.shards), wh.predictions_extra("inputs", policy))
+    wh.write(_shards_frame(wh, result.shards), wh.predictions_extra("inputs", policy))
     wh.write(model_files_frame(settings, policy), wh.predictions_extra("model", policy))
     if result.calibration is not None:
         row = result.calibration.to_frame(policy.variant, policy.tau, policy.seed, label)
@@ -381,6 +386,7 @@ def baseline_policy_predictions(
 ) -> tuple[Predictions, pl.DataFrame, pl.DataFrame | None, pl.DataFrame | None]:
     """``model_predictions`` of a probe or a rule (from the features files): a probe's fit is ``probe`` (a
     ``(model, fit)`` pair as ``pins.load_probe`` returns it) or, when None, the one saved for ``policy``."""
+    from kinematic_pipeline.lineage import recorded_file
     from kinematic_pipeline.pins import features_path, load_probe
     from kinematic_pipeline.stages.baselines import baseline_predictions
 
@@ -397,7 +403,10 @@ def baseline_policy_predictions(
     tokenization = files[0].parent.name
     inputs = exact.read_parquet(wh.features_inputs_file(tokenization))
     shards = [dict(asset=f"{tokenization}_features", date="", path=f, content_hash=file_sha256(f)) for f in files]
-    shards += [{**row, "path": Path(row["path"])} for row in inputs.iter_rows(named=True)]
+    shards += [  # the features' inputs as files of this warehouse (recorded relative to the one they were built in)
+        {**row, "path": recorded_file(wh, row["asset"], row["date"], row["path"])}
+        for row in inputs.iter_rows(named=True)
+    ]
     result = Predictions(frame, shards, [t for t in tickers if t not in present])
     # a probe is calibrated on its validation days as a model is; a rule's one-hot action is not
     fitting, universe = (validation if spec.fitted else None), None

@@ -30,6 +30,7 @@ from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import fold_of, split_days
 from kinematic_pipeline.label_rules import same_tau, tau_column
 from kinematic_pipeline.layout import LABELS, SHARDS_USED_SCHEMA
+from kinematic_pipeline.model_pins import warehouse_path
 from kinematic_pipeline.pins import fold_stats, verified_labels
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.sampling import epoch_sample, part_of
@@ -282,7 +283,8 @@ class WindowDataModule(L.LightningDataModule):
         """Lineage: the store itself and every day shard of the training period, with its split and the windows
         of it served by ``steps`` optimizer steps per rank (whole epochs, then the first batches of the next) and
         ``evaluations`` validations (the one validation sample each time; 0: in the store, never drawn), and the
-        labels shards when fine-tuning."""
+        labels shards when fine-tuning. Each path relative to the warehouse root (``model_pins.warehouse_path``): a
+        copied or moved warehouse traces its own files."""
         self.setup()
         store, wh = self.store, self.settings.warehouse
         day_of_row = store.day_of_row
@@ -299,7 +301,7 @@ class WindowDataModule(L.LightningDataModule):
                 asset=window_store_asset(self.token_asset),
                 split="store",
                 date=store.manifest["last_day"].isoformat(),
-                path=str(store.folder / "tokens.npy"),
+                path=warehouse_path(wh, store.path),
                 content_hash=store.manifest["tokens_sha256"],
                 windows=store.manifest["windows"],
                 served=int(served.sum()),
@@ -311,14 +313,16 @@ class WindowDataModule(L.LightningDataModule):
             row = dict(
                 split=split,
                 date=day["date"].isoformat(),
-                path=str(wh.root / day["path"]),
+                path=warehouse_path(wh, wh.root / day["path"]),
                 content_hash=day["content_hash"],
                 windows=day["windows"],
                 served=int(served[k]),
             )
             rows.append({"asset": self.token_asset, **row})
             if self.tau is not None and day["date"] in self._label_hashes:
-                label = dict(path=str(wh.shard(LABELS, day["date"])), content_hash=self._label_hashes[day["date"]])
+                label = dict(
+                    path=warehouse_path(wh, wh.shard(LABELS, day["date"])), content_hash=self._label_hashes[day["date"]]
+                )
                 rows.append({"asset": LABELS, **row, **label})
         return rows
 
