@@ -246,8 +246,9 @@ def test_the_whole_dag_leaves_the_scaling_curves_out_unless_told(ci_settings):
     assert {"splinegpt_foundation", "rawgpt_fd_foundation", "spline_features", "fd_features", "labels"} <= parents
 
 
-def test_the_report_shows_the_section_only_when_the_table_exists(tmp_path):
+def test_the_report_shows_the_section_only_when_the_table_exists(tmp_path, monkeypatch):
     from kinematic_pipeline.config import load_settings
+    from kinematic_pipeline.stages import report
     from kinematic_pipeline.layout import TABLES_PIN_FILE
     from kinematic_pipeline.pins import evaluation_digest, pin_evaluation
     from kinematic_pipeline.run_keys import run_keys_digest
@@ -263,6 +264,7 @@ def test_the_report_shows_the_section_only_when_the_table_exists(tmp_path):
             pl.DataFrame({"x": [1]}).write_parquet(tables / f"{name}.parquet")
     (tables / CONTEXT_FILE).write_text(json.dumps({"profile": "ci"}))
     pin_evaluation(wh, tables / TABLES_PIN_FILE, evaluation_digest(wh), run_keys_digest(settings))  # paper_tables'
+    monkeypatch.setattr(report, "check_inputs_current", lambda settings: None)  # no predictions, no models to check
     title = all_titles(settings)["scaling_curves"]  # the skill intervals' block filled in from the settings
     assert title.startswith("Would more data help? Test skill and rank IC against the windows a fine-tuning saw")
     assert title not in materialize_report(settings).read_text()
