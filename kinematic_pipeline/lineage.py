@@ -26,12 +26,12 @@ from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import fold_of
 from kinematic_pipeline.label_rules import TAU_SQL
 from kinematic_pipeline.layout import POOLED_ASSET, POOLED_PIN_FILE
-from kinematic_pipeline.model_pins import check_pair, resolve_pinned, warehouse_path
+from kinematic_pipeline.model_pins import check_pair, recorded_file, warehouse_path
 from kinematic_pipeline.pins import check_backtests_current, check_evaluation, probe_files, stale_token_days
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report.tables import runs_at, sharpe_cell, with_days_in_market
 from kinematic_pipeline.variants import variant as lookup_variant
-from kinematic_pipeline.window_store import STORE_CODE_VERSION, TOKENS_FILE
+from kinematic_pipeline.window_store import STORE_CODE_VERSION
 
 CODE_VERSIONS = {  # each stage's code version: a new one marks its assets (and everything after) stale
     "ingest": "ingest-1",
@@ -171,27 +171,6 @@ def _model_provenance(wh, policy: Policy, add) -> None:
             date = None if link == "window_store" else row["date"]
             path = recorded_file(wh, row["asset"], row["date"], row["path"])
             add(link, row["asset"], path, row["content_hash"], date=date, split=f"{prefix}_{row['split']}")
-
-
-def _expected_files(wh, asset: str, date: str | None) -> list[Path]:
-    """Where the file an input record names by ``asset`` and ``date`` lies in this warehouse: a window store's
-    tokens, a features file (either part), a day's shard."""
-    if asset.endswith("_window_store"):
-        return [wh.window_store_dir(asset.removesuffix("_window_store") + "_tokens") / TOKENS_FILE]
-    if asset.endswith("_features"):
-        return [wh.features_file(asset.removesuffix("_features"), part) for part in ("training", "test")]
-    return [wh.shard(asset, date)] if date else []
-
-
-def recorded_file(wh, asset: str, date: str | None, recorded: str) -> Path:
-    """The file an input record (a row of the features' or the predictions' ``inputs``, of a ``shards_used.parquet``
-    or of a provenance) names in this warehouse, as ``model_pins.resolve_pinned`` reads a model pin: a relative path
-    under its root; an absolute one an older version wrote by its part under the warehouse it was written in (the
-    file ``asset`` and ``date`` name); the recorded path itself when it names none of this warehouse's files."""
-    path = resolve_pinned(wh, recorded)
-    if path is None:
-        path = resolve_pinned(wh, recorded, _expected_files(wh, asset, date))
-    return Path(recorded) if path is None else path
 
 
 def _input_link(asset: str) -> str:

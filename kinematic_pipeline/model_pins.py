@@ -1,6 +1,7 @@
 """Pins of the trained models: an adapter is loaded only beside the foundation it was fine-tuned from, a warm-started
-foundation only beside the parent it continued from, a foundation only with the bytes its own files.json records;
-every recorded path relative to the warehouse root, so a copied or moved warehouse checks its own files. No dagster.
+foundation only beside the parent it continued from, a foundation only with the bytes its own files.json records,
+predictions only beside the model files that made them; every recorded path relative to the warehouse root, so a
+copied or moved warehouse checks its own files. No dagster.
 """
 
 from __future__ import annotations
@@ -8,11 +9,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import polars as pl
+
+from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.atomic_files import file_sha256, write_bytes_atomic
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import fold_of
 from kinematic_pipeline.layout import PIN_FILE
-from kinematic_pipeline.pins import StalePairError, rematerialize
+from kinematic_pipeline.pins import StalePairError, probe_files, rematerialize
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.warehouse import Warehouse
 
@@ -40,6 +44,29 @@ def resolve_pinned(wh: Warehouse, recorded: str, expected: list[Path] | None = N
         if rel is not None and len(path.parts) > len(rel.parts) and path.parts[-len(rel.parts) :] == rel.parts:
             return wh.root / rel
     return None
+
+
+def _expected_files(wh, asset: str, date: str | None) -> list[Path]:
+    """Where the file an input record names by ``asset`` and ``date`` lies in this warehouse: a window store's
+    tokens, a features file (either part), a day's shard."""
+    from kinematic_pipeline.window_store import TOKENS_FILE
+
+    if asset.endswith("_window_store"):
+        return [wh.window_store_dir(asset.removesuffix("_window_store") + "_tokens") / TOKENS_FILE]
+    if asset.endswith("_features"):
+        return [wh.features_file(asset.removesuffix("_features"), part) for part in ("training", "test")]
+    return [wh.shard(asset, date)] if date else []
+
+
+def recorded_file(wh, asset: str, date: str | None, recorded: str) -> Path:
+    """The file an input record (a row of the features' or the predictions' ``inputs``, of a ``shards_used.parquet``
+    or of a provenance) names in this warehouse, as ``model_pins.resolve_pinned`` reads a model pin: a relative path
+    under its root; an absolute one an older version wrote by its part under the warehouse it was written in (the
+    file ``asset`` and ``date`` name); the recorded path itself when it names none of this warehouse's files."""
+    path = resolve_pinned(wh, recorded)
+    if path is None:
+        path = resolve_pinned(wh, recorded, _expected_files(wh, asset, date))
+    return Path(recorded) if path is None else path
 
 
 def foundation_damage(wh: Warehouse, policy: Policy, sha256: str) -> str | None:
@@ -168,3 +195,57 @@ def check_parent(settings: Settings, policy: Policy, foundation_dir: Path | None
         )
     check_parent(settings, expected)  # the parent's own parent, back to the first fold
     return now
+
+
+# --- the predictions' pin: the model files that made them -----------------------------------------------------
+
+
+MODEL_FILES_SCHEMA = {"path": pl.String, "sha256": pl.String}
+
+
+def model_files(settings: Settings, policy: Policy) -> list[Path]:
+    """The files that decide a policy's predictions: a model's foundation and adapter, a probe's fit (a rule: none)."""
+    spec, wh = policy.spec, settings.warehouse
+    if spec.fine_tuned:
+        return [wh.foundation_checkpoint(policy), *wh.adapter_files(policy)]
+    if spec.fitted:
+        return probe_files(settings, policy)
+    return []
+
+
+def model_files_frame(settings: Settings, policy: Policy) -> pl.DataFrame:
+    """The model files of ``policy`` and their sha256, each path relative to the warehouse root (``pins.
+    warehouse_path``): a copied or moved warehouse checks its own files, never the original's."""
+    wh = settings.warehouse
+    rows = [{"path": warehouse_path(wh, p), "sha256": file_sha256(p)} for p in model_files(settings, policy)]
+    return pl.DataFrame(rows, schema=MODEL_FILES_SCHEMA)
+
+
+def check_predictions_model(settings: Settings, policy: Policy) -> None:
+    """The predictions of ``policy`` were made by the model files on disk now, in this warehouse (a recorded path is
+    relative to its root; an absolute one an older version wrote is read by its part under the warehouse it was
+    written in); ``StalePairError`` naming the file, both hashes and the partition to re-materialize otherwise (a
+    re-fine-tuned adapter under old predictions, a model replaced in a copy of the warehouse)."""
+    wh = settings.warehouse
+    path = wh.predictions_extra("model", policy)
+    key = policy.key
+    fix = f"re-materialize {policy.variant}_predictions partition {key}"
+    if not path.exists():
+        raise StalePairError(f"the predictions of {policy} record no model files ({path} is missing): {fix}")
+    expected = None
+    for row in exact.read_parquet(path).iter_rows(named=True):
+        file = resolve_pinned(wh, row["path"])
+        if file is None:  # an absolute path of another warehouse: matched by its part relative to that one
+            expected = model_files(settings, policy) if expected is None else expected
+            file = resolve_pinned(wh, row["path"], expected)
+        if file is None:
+            raise StalePairError(
+                f"the predictions of {policy} record {row['path']}, outside this warehouse ({wh.root}) and none of "
+                f"its model files: {fix}"
+            )
+        now = file_sha256(file) if file.exists() else "missing"
+        if now != row["sha256"]:
+            raise StalePairError(
+                f"the predictions of {policy} were made by {file} sha256 {row['sha256'][:16]}, it is now "
+                f"{now[:16]}: {fix}"
+            )

@@ -28,9 +28,9 @@ from kinematic_pipeline.backtest.sweep import (
 from kinematic_pipeline.config import EvalConfig, Settings
 from kinematic_pipeline.folds import fold_of
 from kinematic_pipeline.lineage import PROVENANCE_SCHEMA, provenance_frame
+from kinematic_pipeline.model_pins import check_predictions_model
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report.markdown import Markdown, markdown_table
-from kinematic_pipeline.stages.predict import check_predictions_model
 from kinematic_pipeline.variants import BENCHMARK
 from kinematic_pipeline.warehouse import (
     BACKTESTS,

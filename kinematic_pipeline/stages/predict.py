@@ -25,7 +25,8 @@ from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA, predictions_fr
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import Fold, evaluation_days, fold_of
 from kinematic_pipeline.label_rules import same_tau, tau_column
-from kinematic_pipeline.pins import StalePairError, check_token_inputs, fold_stats, probe_files, verified_labels
+from kinematic_pipeline.model_pins import model_files_frame
+from kinematic_pipeline.pins import check_token_inputs, fold_stats, verified_labels
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report.markdown import Markdown, markdown_table
 from kinematic_pipeline.run_keys import membership_columns
@@ -158,61 +159,6 @@ def _test_windows(wh: Warehouse, asset: str, days: list[dt.date], tickers: list[
     # one order: the joins' row order varies from call to call, and with it the model's batches (and so the
     # float32 probabilities in their last bits)
     return frame.collect().sort("ticker", "date")
-
-
-MODEL_FILES_SCHEMA = {"path": pl.String, "sha256": pl.String}
-
-
-def model_files(settings: Settings, policy: Policy) -> list[Path]:
-    """The files that decide a policy's predictions: a model's foundation and adapter, a probe's fit (a rule: none)."""
-    spec, wh = policy.spec, settings.warehouse
-    if spec.fine_tuned:
-        return [wh.foundation_checkpoint(policy), *wh.adapter_files(policy)]
-    if spec.fitted:
-        return probe_files(settings, policy)
-    return []
-
-
-def model_files_frame(settings: Settings, policy: Policy) -> pl.DataFrame:
-    """The model files of ``policy`` and their sha256, each path relative to the warehouse root (``pins.
-    warehouse_path``): a copied or moved warehouse checks its own files, never the original's."""
-    from kinematic_pipeline.model_pins import warehouse_path
-
-    wh = settings.warehouse
-    rows = [{"path": warehouse_path(wh, p), "sha256": file_sha256(p)} for p in model_files(settings, policy)]
-    return pl.DataFrame(rows, schema=MODEL_FILES_SCHEMA)
-
-
-def check_predictions_model(settings: Settings, policy: Policy) -> None:
-    """The predictions of ``policy`` were made by the model files on disk now, in this warehouse (a recorded path is
-    relative to its root; an absolute one an older version wrote is read by its part under the warehouse it was
-    written in); ``StalePairError`` naming the file, both hashes and the partition to re-materialize otherwise (a
-    re-fine-tuned adapter under old predictions, a model replaced in a copy of the warehouse)."""
-    from kinematic_pipeline.model_pins import resolve_pinned
-
-    wh = settings.warehouse
-    path = wh.predictions_extra("model", policy)
-    key = policy.key
-    fix = f"re-materialize {policy.variant}_predictions partition {key}"
-    if not path.exists():
-        raise StalePairError(f"the predictions of {policy} record no model files ({path} is missing): {fix}")
-    expected = None
-    for row in exact.read_parquet(path).iter_rows(named=True):
-        file = resolve_pinned(wh, row["path"])
-        if file is None:  # an absolute path of another warehouse: matched by its part relative to that one
-            expected = model_files(settings, policy) if expected is None else expected
-            file = resolve_pinned(wh, row["path"], expected)
-        if file is None:
-            raise StalePairError(
-                f"the predictions of {policy} record {row['path']}, outside this warehouse ({wh.root}) and none of "
-                f"its model files: {fix}"
-            )
-        now = file_sha256(file) if file.exists() else "missing"
-        if now != row["sha256"]:
-            raise StalePairError(
-                f"the predictions of {policy} were made by {file} sha256 {row['sha256'][:16]}, it is now "
-                f"{now[:16]}: {fix}"
-            )
 
 
 def _shards_frame(wh: Warehouse, shards: list[dict]) -> pl.DataFrame:
@@ -386,7 +332,7 @@ def baseline_policy_predictions(
 ) -> tuple[Predictions, pl.DataFrame, pl.DataFrame | None, pl.DataFrame | None]:
     """``model_predictions`` of a probe or a rule (from the features files): a probe's fit is ``probe`` (a
     ``(model, fit)`` pair as ``pins.load_probe`` returns it) or, when None, the one saved for ``policy``."""
-    from kinematic_pipeline.lineage import recorded_file
+    from kinematic_pipeline.model_pins import recorded_file
     from kinematic_pipeline.pins import features_path, load_probe
     from kinematic_pipeline.stages.baselines import baseline_predictions
 

@@ -18,7 +18,8 @@ import pytest
 
 from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.catalog import query
-from kinematic_pipeline.lineage import recorded_file, trace
+from kinematic_pipeline.lineage import trace
+from kinematic_pipeline.model_pins import recorded_file
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.stages.backtests import EVALUATION_SCHEMAS, materialize_backtests
 from kinematic_pipeline.stages.features import materialize_features

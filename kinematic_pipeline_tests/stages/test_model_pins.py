@@ -12,10 +12,9 @@ import shutil
 import polars as pl
 import pytest
 
-from kinematic_pipeline.model_pins import check_pair
+from kinematic_pipeline.model_pins import check_pair, check_predictions_model, model_files, model_files_frame
 from kinematic_pipeline.pins import StalePairError
 from kinematic_pipeline.policy import Policy
-from kinematic_pipeline.stages.predict import check_predictions_model, model_files, model_files_frame
 from kinematic_pipeline.training.run import finetune, load_classifier, pretrain
 from kinematic_pipeline.verified import CorruptFileError
 from kinematic_pipeline_tests.conftest import copy_warehouse

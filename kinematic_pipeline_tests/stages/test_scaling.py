@@ -26,7 +26,6 @@ from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.probe_features import feature_columns
 from kinematic_pipeline.stages.features import materialize_features
 from kinematic_pipeline.stages.scaling import (
-    BEYOND_VOL20,
     LR_ALL,
     LR_MATCHED,
     SCALING_SCHEMA,
@@ -38,6 +37,7 @@ from kinematic_pipeline.stages.scaling import (
     scaling_policy,
     scratch_dir,
 )
+from kinematic_pipeline.stages.scaling_scores import BEYOND_VOL20
 from kinematic_pipeline.training.data import distinct_sample
 from kinematic_pipeline.training.trainer import budget_steps
 from kinematic_pipeline.variants import variant as lookup_variant
@@ -248,10 +248,10 @@ def test_the_whole_dag_leaves_the_scaling_curves_out_unless_told(ci_settings):
 
 def test_the_report_shows_the_section_only_when_the_table_exists(tmp_path, monkeypatch):
     from kinematic_pipeline.config import load_settings
-    from kinematic_pipeline.stages import report
     from kinematic_pipeline.layout import TABLES_PIN_FILE
     from kinematic_pipeline.pins import evaluation_digest, pin_evaluation
     from kinematic_pipeline.run_keys import run_keys_digest
+    from kinematic_pipeline.stages import report
     from kinematic_pipeline.stages.report import CONTEXT_FILE, materialize_report
     from kinematic_pipeline.stages.report_titles import ALL_TITLES, OPTIONAL_TABLES, all_titles
 

@@ -15,7 +15,7 @@ import pytest
 
 from kinematic_pipeline.backtest.sweep import predictions_frame
 from kinematic_pipeline.backtest.volatility_reference import REFERENCE, REFERENCE_SEED, normal_class_probabilities
-from kinematic_pipeline.stages.scaling import BEYOND_VOL20, shared_ticker_days, skill_beyond_vol20
+from kinematic_pipeline.stages.scaling_scores import BEYOND_VOL20, shared_ticker_days, skill_beyond_vol20
 
 TICKERS = ("AAA", "BBB", "CCC", "DDD", "EEE")
 DAYS = [dt.date(2022, 3, 1) + dt.timedelta(days=i) for i in range(80)]
