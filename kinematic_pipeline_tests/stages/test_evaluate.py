@@ -159,7 +159,9 @@ def test_written_predictions_are_calibrated_on_validation_days_only(warehouses, 
     base, _ = warehouses
     policy = Policy("splinegpt", 1234, 0.01)  # at the report's tau: the universe files too
     monkeypatch.setattr(run, "load_classifier", lambda settings, p: _classifier(settings, p.variant))
-    monkeypatch.setattr(stage, "model_files", lambda settings, p: [])  # no adapter on disk to hash
+    from kinematic_pipeline import model_pins
+
+    monkeypatch.setattr(model_pins, "model_files", lambda settings, p: [])  # no adapter on disk to hash
     result = stage.materialize_predictions(base, policy)
     path = result.path
 
