@@ -256,8 +256,9 @@ def sweeps_png(metrics: pl.DataFrame, ticker: str, path: Path) -> bytes:
 
 def decision_rules_png(metrics: pl.DataFrame, margin: pl.DataFrame, tau: float, cost_bps: float, path: Path) -> bytes:
     """The calibrated argmax (the argmax of the calibrated class-weighted probabilities, ``metrics``; not the paper's
-    rule, the argmax of the network's own softmax) next to the margin rule, models, rules and probes: (A) mean Sharpe over tickers
-    and seeds per variant, (B) mean action rate (a policy at 0% never trades: the Liquidation Equilibrium)."""
+    rule, the argmax of the network's own softmax) next to the margin rule, models, rules and probes: (A) mean Sharpe
+    over tickers and seeds per variant, (B) mean action rate (a policy at 0% never trades: the Liquidation
+    Equilibrium)."""
     argmax = runs_at(metrics, tau, cost_bps)
     second = runs_at(margin, tau, cost_bps) if margin.height else margin
     variants = [v for v in ALL_VARIANT_NAMES if argmax.height and v in set(argmax["variant"].to_list())]

@@ -56,8 +56,8 @@ EVIDENCE_TITLES = {
     "every scored ticker-day of the test period (the universe, see the signal table), on the trained-on labels "
     "and on close-to-close labels (what the backtest trades): mean over seeds [95% interval of the seed mean: a "
     f"bootstrap of {BLOCK_DAYS}-trading-day blocks of test days, every ticker of a day together] ± std over "
-    "seeds; beside them the trailing-volatility reference (p of each class from N(0, vol20²) at tau, vol20 of the 20 daily returns "
-    "up to the day, nothing fitted) and each model's log-loss skill beyond it on the same ticker-days "
+    "seeds; beside them the trailing-volatility reference (p of each class from N(0, vol20²) at tau, vol20 of "
+    "the 20 daily returns up to the day, nothing fitted) and each model's log-loss skill beyond it on the same ticker-days "
     "(not in the paper)",
     "information_uncalibrated": "Appendix: the same skill before calibration (the probabilities as the models "
     "and probes output them; every table above reads them calibrated: a temperature and class biases fitted by "

@@ -31,8 +31,9 @@
    ``verdict_signal.HAC_LAG`` days. An ablation that cannot be computed gets a row saying why; an undefined
    statistic answers "undefined".
 Beside them the model confidence set across the strategies. On real data the Test of every strategies' row (SPA,
-the deflated Sharpe ratios, the model confidence set) names the basket's survivorship and hindsight. Every answer is a template filled with the
-numbers (``multiple_testing``: arch's SPA, StepM, MCS, StationaryBootstrap). No dagster here.
+the deflated Sharpe ratios, the model confidence set) names the basket's survivorship and hindsight. Every answer is
+a template filled with the numbers (``multiple_testing``: arch's SPA, StepM, MCS, StationaryBootstrap). No dagster
+here.
 """
 
 from __future__ import annotations
