@@ -27,6 +27,8 @@ from kinematic_pipeline.stages.predict import materialize_predictions
 from kinematic_pipeline.warehouse import PROVENANCE, RAW_OHLCV
 from kinematic_pipeline_tests.conftest import copy_warehouse
 
+pytestmark = pytest.mark.slow  # ~40 s (a rule evaluated, copied and moved four times): the nightly lane
+
 RULE = Policy("momentum_1d", 0, 0.01)
 CODE = {"kinematic_pipeline": "test"}
 
