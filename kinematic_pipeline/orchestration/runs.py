@@ -98,18 +98,22 @@ def watch_parent(poll_seconds: float = 1.0) -> bool:
     ``poll_seconds`` of the parent's death; True when the watch was started (once per process)."""
     import multiprocessing
 
-    if multiprocessing.parent_process() is None or _WATCHING:
+    spawner = multiprocessing.parent_process()
+    if spawner is None or _WATCHING:
         return False
-    parent = os.getppid()
+    # The spawner's pid as multiprocessing recorded it, not os.getppid() now: a run killed while this step was still
+    # loading the definitions has already left it re-parented (to init or a subreaper), and a watch that took that
+    # pid as its parent would never see the run go.
+    parent = spawner.pid
     _WATCHING.append(parent)
 
     def watch() -> None:
         while True:
-            time.sleep(poll_seconds)
             if os.getppid() != parent:
                 print(f"step process {os.getpid()}: its run process {parent} is gone; exiting", file=sys.stderr)
                 sys.stderr.flush()
                 os._exit(70)
+            time.sleep(poll_seconds)
 
     threading.Thread(target=watch, name="kp-parent-watch", daemon=True).start()
     return True
