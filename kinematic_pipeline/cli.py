@@ -58,6 +58,7 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
     from kinematic_pipeline.orchestration.assets_scaling import off_dag_groups
     from kinematic_pipeline.orchestration.partitions import PARTITION_TAG, range_tags
     from kinematic_pipeline.orchestration.runs import fail_orphaned_runs, owner_tags
+    from kinematic_pipeline.orchestration.side_by_side import run_side_by_side
 
     home = _ensure_dagster_home(settings)
     defs = build_definitions(settings)
@@ -91,12 +92,24 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
             print(f"materialize {names} for partitions {', '.join(keys_all)}")
         else:
             print(f"materialize {names}")
+        run_config = DEBUG_RUN_CONFIG if debug else QUIET_RUN_CONFIG
+        work = _side_by_side(settings, graph, keys, runs)
+        if work:
+            print(f"  side by side: one chain per model and seed, {settings.train.side_by_side} processes at once")
+            failed = [o for o in run_side_by_side(settings, work, owner_tags(), run_config) if o.error]
+            if failed:
+                gc.collect()
+                first = failed[0]
+                assets = ", ".join(first.chain.assets)
+                print(f"FAILED: {assets} [{first.partition}] (run {first.run_id}): {first.error}", file=sys.stderr)
+                return 1
+            continue
         for tags in runs:
             partition_key = tags.pop(PARTITION_TAG, None)
             tags = {**tags, **owner_tags()}
             result = dg.materialize(
                 [*defs.assets, *defs.asset_checks],
-                run_config=DEBUG_RUN_CONFIG if debug else QUIET_RUN_CONFIG,
+                run_config=run_config,
                 selection=keys,
                 instance=instance,
                 resources=defs.resources,
@@ -106,7 +119,7 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
             )
             if not result.success:
                 gc.collect()  # close progress bars left open by the failed step first: the error is the last line
-                print(f"FAILED: {names} (run {result.run_id}): {_failure_line(result)}", file=sys.stderr)
+                print(f"FAILED: {names} (run {result.run_id}): {failure_line(result)}", file=sys.stderr)
                 return 1
             print(f"materialized {names} (run {result.run_id})")
             _print_ingest_totals(result, keys)
@@ -116,6 +129,19 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
         print()
         print_report(settings)
     return 0
+
+
+def _side_by_side(settings: Settings, graph, keys, runs: list[dict[str, str]]):
+    """The chains a planned group runs side by side in (orchestration/side_by_side.py), or None: a partitioned group
+    that trains (foundations; adapters with what is partitioned like them), split by model, with
+    ``train.side_by_side`` > 1."""
+    from kinematic_pipeline.orchestration.partitions import PARTITION_TAG
+    from kinematic_pipeline.orchestration.side_by_side import TRAINING_GROUPS, chains
+
+    trains = any(graph.get(k).group_name in TRAINING_GROUPS for k in keys)
+    if settings.train.side_by_side < 2 or not trains or not all(PARTITION_TAG in tags for tags in runs):
+        return None
+    return chains([k.to_user_string() for k in keys], [t[PARTITION_TAG] for t in runs], settings.train.variants)
 
 
 def _print_check_warnings(result) -> None:
@@ -133,7 +159,7 @@ def _print_check_warnings(result) -> None:
             print(f"warning: {where}: {line}", file=sys.stderr)
 
 
-def _failure_line(result) -> str:
+def failure_line(result) -> str:
     """The error of the first failed step, on one line (the traceback is in the instance's event log)."""
     for event in result.all_events:
         if event.event_type_value == "STEP_FAILURE" and event.step_failure_data is not None:

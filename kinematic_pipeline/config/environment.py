@@ -6,7 +6,8 @@ operator interface of DESIGN.md overrides fields from the environment: ``KP_SOUR
 cut: one fold unless ``KP_FOLDS`` says otherwise), ``KP_FOLDS`` (walk-forward folds after the cut),
 ``KP_TRAIN_ACCELERATOR`` / ``_DEVICES`` / ``_PRECISION`` / ``_STRATEGY`` (the Lightning Trainer),
 ``KP_TRAIN_SHARD_TRACE``, ``KP_WARM_START`` / ``KP_WARM_START_STEPS`` (rolling warm starts of the foundations over
-walk-forward folds), ``KP_DROP_DIR`` and ``KP_DURABLE_WRITES``. ``load_settings`` is the only reader of the
+walk-forward folds), ``KP_TRAIN_SIDE_BY_SIDE`` / ``KP_TRAIN_THREADS`` (training runs at once and their torch
+threads), ``KP_DROP_DIR`` and ``KP_DURABLE_WRITES``. ``load_settings`` is the only reader of the
 environment: it resolves them once, when the definitions load, and partitions, schedules, sensors and every
 asset body are built from that one ``Settings``. Nothing here imports dagster.
 """
@@ -62,6 +63,10 @@ TRAIN_BUDGET_ENV = {  # environment variable -> TrainConfig field (a longer budg
     "KP_FINETUNE_STEPS": "finetune_steps",
     "KP_EVAL_EVERY": "eval_every",
     "KP_WARM_START_STEPS": "warm_start_steps",  # the budget of a fold's foundation warm-started from the previous fold's
+}
+TRAIN_PROCESS_ENV = {  # environment variable -> TrainConfig field (how training uses the machine's cores)
+    "KP_TRAIN_SIDE_BY_SIDE": "side_by_side",  # training runs at once in materialize: one seed's chain per process
+    "KP_TRAIN_THREADS": "threads",  # torch's threads in a training step (a side-by-side worker sets its share)
 }
 
 
@@ -140,6 +145,11 @@ def load_settings(
         if env.get(var):
             if not env[var].isdigit() or int(env[var]) < 1:
                 raise ValueError(f"{var}={env[var]!r}: expected a positive number of optimizer steps")
+            budget[name] = int(env[var])
+    for var, name in TRAIN_PROCESS_ENV.items():
+        if env.get(var):
+            if not env[var].isdigit() or int(env[var]) < 1:
+                raise ValueError(f"{var}={env[var]!r}: expected a positive integer")
             budget[name] = int(env[var])
     if env.get("KP_SEEDS"):  # e.g. "1234,1235": one foundation, adapters and backtests per seed
         parts = [p.strip() for p in env["KP_SEEDS"].split(",")]

@@ -24,12 +24,17 @@ import time
 import dagster as dg
 
 PID_TAG, HOST_TAG = "kinematic_pipeline/pid", "kinematic_pipeline/host"
+# The pid of the ``materialize`` command whose run this is (its own, or that of the command whose side-by-side
+# training worker ran it: orchestration/side_by_side.py): what ``timings --invocation`` groups by.
+INVOCATION_TAG = "kinematic_pipeline/invocation"
 ORPHANED_RUNS_SENSOR = "orphaned_runs"
 
 
-def owner_tags() -> dict[str, str]:
-    """The tags of a run this process runs: which process to ask whether it still lives."""
-    return {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+def owner_tags(invocation: int | None = None) -> dict[str, str]:
+    """The tags of a run this process runs: which process to ask whether it still lives, and which ``materialize``
+    command started it (``invocation``: this process unless given)."""
+    pid = str(os.getpid())
+    return {PID_TAG: pid, HOST_TAG: socket.gethostname(), INVOCATION_TAG: str(invocation or pid)}
 
 
 def pid_alive(pid: int) -> bool:

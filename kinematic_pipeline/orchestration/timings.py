@@ -8,7 +8,8 @@ and end of a run, the planning between steps, the gaps between the runs of one `
 the four shares sum to 100%. A step's category comes from its name through ``CATEGORIES``, the one table.
 
 ``--invocation`` takes every run of the ``materialize`` command that started the chosen run (the runs carrying its
-pid and host tags, ``runs.owner_tags``): the whole DAG is one run per partitioning and per static partition.
+invocation and host tags, ``runs.owner_tags``, its side-by-side training workers' included): the whole DAG is one run
+per partitioning and per static partition.
 """
 
 from __future__ import annotations
@@ -186,7 +187,7 @@ def chosen_runs(instance, run_id: str | None = None, invocation: bool = False) -
     ``materialize`` command started (its pid and host tags), oldest first."""
     import dagster as dg
 
-    from kinematic_pipeline.orchestration.runs import HOST_TAG, PID_TAG
+    from kinematic_pipeline.orchestration.runs import HOST_TAG, INVOCATION_TAG, PID_TAG
 
     if run_id is None:
         latest = instance.get_runs(limit=1)
@@ -203,7 +204,8 @@ def chosen_runs(instance, run_id: str | None = None, invocation: bool = False) -
         raise LookupError(
             f"run {run.run_id} was not started by `python -m kinematic_pipeline materialize` (no pid tag)"
         )
-    tags = {PID_TAG: run.tags[PID_TAG], HOST_TAG: run.tags.get(HOST_TAG, "")}
+    by = INVOCATION_TAG if INVOCATION_TAG in run.tags else PID_TAG  # runs from before the invocation tag: the pid
+    tags = {by: run.tags[by], HOST_TAG: run.tags.get(HOST_TAG, "")}
     return [r.run_id for r in instance.get_runs(dg.RunsFilter(tags=tags), ascending=True)]
 
 

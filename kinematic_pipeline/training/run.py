@@ -248,7 +248,7 @@ def pretrain(
     policy = policy.foundation
     out_dir = Path(out_dir or settings.warehouse.foundation_dir(policy))
     started = time.perf_counter()
-    configure_threads()
+    configure_threads(settings.train)
     parent = _parent_state(settings, policy)  # before seeding: loading it draws nothing from this run's streams
     with quiet_lightning(progress):
         L.seed_everything(policy.seed, workers=True, verbose=False)
@@ -314,7 +314,7 @@ def finetune(
     foundation = Path(foundation or settings.warehouse.foundation_checkpoint(policy))
     head = HEADS[policy.spec.head.kind]
     started = time.perf_counter()
-    configure_threads()
+    configure_threads(settings.train)
     with quiet_lightning(progress):
         L.seed_everything(policy.seed, workers=True, verbose=False)
         data = _data(settings, policy, num_workers)

@@ -1,0 +1,126 @@
+"""Training runs side by side on one machine: ``materialize`` runs a group of per-model runs that trains (the
+foundations by fit; the adapters, with the predictions and backtests partitioned like them, by policy) as chains, one
+per model and seed, in ``train.side_by_side`` worker processes at once, each at ``cores // side_by_side`` torch
+threads (``training.trainer.training_threads``).
+
+On 2 cores, two one-thread training steps do 1.26x the windows per second of one two-thread step, and two two-thread
+steps 0.58x (oversubscribed): ``benchmarks/bench_step_parallelism.py``, docs/results/2026-11-27.md. A chain keeps its
+partitions' order (fold by fold), so a warm-started foundation always finds its parent (fold k-1, same model and
+seed) trained first; a chain reads no other chain's files (its model's assets only). Each worker runs its partitions
+as ordinary runs of the instance (``dg.materialize``), tagged with the worker's pid (a killed worker leaves an
+orphaned run like any other) and the invocation of the ``materialize`` that started it (``timings --invocation``).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kinematic_pipeline.config import Settings
+from kinematic_pipeline.policy import KEY_SEPARATOR, parse_fit_key
+
+TRAINING_GROUPS = frozenset({"pretrain", "finetune"})  # the groups whose steps claim the training pool
+
+
+@dataclass(frozen=True)
+class Chain:
+    """One model's assets of a group (``<variant>_...``) over one seed's partitions, fold by fold."""
+
+    variant: str
+    assets: tuple[str, ...]
+    partitions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """One partition's run as a worker ran it: its run id, and the failed step's error when it failed."""
+
+    chain: Chain
+    partition: str
+    run_id: str
+    error: str | None = None
+
+
+def model_of(asset: str, variants: Sequence[str]) -> str | None:
+    """The model whose asset ``asset`` is (the longest name it starts with: ``rawgpt_fd_adapter`` is RawGPT-FD's)."""
+    return max((v for v in variants if asset.startswith(f"{v}_")), key=len, default=None)
+
+
+def chains(assets: Sequence[str], partitions: Sequence[str], variants: Sequence[str]) -> list[Chain] | None:
+    """A group's work as chains, one per model and seed (partition keys ``<fold>@<seed>[|<tau>]``), each seed's
+    partitions in the order given (``fit_partitions`` and ``policy_partitions`` list them fold by fold); None when
+    an asset belongs to no model (its run cannot be split by model)."""
+    by_model: dict[str, list[str]] = {}
+    for asset in assets:
+        model = model_of(asset, variants)
+        if model is None:
+            return None
+        by_model.setdefault(model, []).append(asset)
+    by_seed: dict[int, list[str]] = {}
+    for key in partitions:
+        _, seed = parse_fit_key(key.split(KEY_SEPARATOR, 1)[0])
+        by_seed.setdefault(seed, []).append(key)
+    return [Chain(m, tuple(a), tuple(p)) for m, a in by_model.items() for p in by_seed.values()]
+
+
+_DEFINITIONS: list = []  # a worker's definitions, built once from the first chain's settings (all are the command's)
+
+
+def _definitions(settings: Settings):
+    from kinematic_pipeline.definitions import build_definitions
+
+    if not _DEFINITIONS:
+        _DEFINITIONS.append(build_definitions(settings))
+    return _DEFINITIONS[0]
+
+
+def _run_chain(settings: Settings, chain: Chain, tags: dict[str, str], run_config: dict) -> list[RunOutcome]:
+    """In a worker process: materialize the chain's assets for each of its partitions in order, stopping at a
+    failure. The settings are the command's, its flags included (``--warehouse`` and the like override ``KP_*``)."""
+    import dagster as dg
+    import torch
+
+    from kinematic_pipeline.cli import failure_line
+    from kinematic_pipeline.orchestration.partitions import PARTITION_TAG
+    from kinematic_pipeline.orchestration.runs import INVOCATION_TAG, owner_tags
+    from kinematic_pipeline.training.trainer import training_threads
+
+    torch.set_num_threads(training_threads(settings.train))  # the predictions too, not only the steps that train
+    defs = _definitions(settings)
+    names = ", ".join(chain.assets)
+    outcomes = []
+    with dg.DagsterInstance.get() as instance:
+        for partition in chain.partitions:
+            result = dg.materialize(
+                [*defs.assets, *defs.asset_checks],
+                run_config=run_config,
+                selection=[dg.AssetKey.from_user_string(a) for a in chain.assets],
+                instance=instance,
+                resources=defs.resources,
+                tags={**tags, **owner_tags(int(tags[INVOCATION_TAG])), PARTITION_TAG: partition},
+                partition_key=partition,
+                raise_on_error=False,
+            )
+            error = None if result.success else failure_line(result)
+            outcomes.append(RunOutcome(chain, partition, result.run_id, error))
+            print(f"{'FAILED' if error else 'materialized'} {names} [{partition}] (run {result.run_id})")
+            sys.stdout.flush()
+            if error:
+                break
+    return outcomes
+
+
+def run_side_by_side(
+    settings: Settings, work: Sequence[Chain], tags: dict[str, str], run_config: dict
+) -> list[RunOutcome]:
+    """Run the chains in up to ``train.side_by_side`` spawned processes at once, each taking the next chain when its
+    last is done; every partition's outcome, a failed chain's last."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")  # never fork a process holding Dagster's and torch's threads
+    workers = max(1, min(settings.train.side_by_side, len(work)))
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = [pool.submit(_run_chain, settings, chain, tags, run_config) for chain in work]
+        return [outcome for future in futures for outcome in future.result()]

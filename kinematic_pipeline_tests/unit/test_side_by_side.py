@@ -1,0 +1,43 @@
+"""Training side by side (orchestration/side_by_side.py): a training group's chains (one per model and seed, folds in
+order) and the torch threads of a step, which follow from the settings alone (a fit's bytes depend on them)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from kinematic_pipeline.config import load_settings
+from kinematic_pipeline.orchestration.side_by_side import Chain, chains, model_of
+from kinematic_pipeline.training.trainer import training_threads
+
+
+def test_a_chain_is_one_models_assets_over_one_seeds_folds_in_order():
+    fits = ["2021@1234", "2021@1235", "2022@1234", "2022@1235"]  # fit_partitions: fold by fold
+    variants = ("splinegpt", "rawgpt_fd", "rawgpt")
+    assert chains(["rawgpt_foundation", "rawgpt_fd_foundation"], fits, variants) == [
+        Chain("rawgpt", ("rawgpt_foundation",), ("2021@1234", "2022@1234")),
+        Chain("rawgpt", ("rawgpt_foundation",), ("2021@1235", "2022@1235")),
+        Chain("rawgpt_fd", ("rawgpt_fd_foundation",), ("2021@1234", "2022@1234")),
+        Chain("rawgpt_fd", ("rawgpt_fd_foundation",), ("2021@1235", "2022@1235")),
+    ]
+    policies = ["2021@7|0.01", "2021@7|0.02", "2022@7|0.01", "2022@7|0.02"]
+    group = ["splinegpt_adapter", "rawgpt_fd_predictions", "splinegpt_predictions", "rawgpt_fd_adapter"]
+    assert chains(group, policies, variants) == [  # one seed: a chain per model, its every tau in fold order
+        Chain("splinegpt", ("splinegpt_adapter", "splinegpt_predictions"), tuple(policies)),
+        Chain("rawgpt_fd", ("rawgpt_fd_predictions", "rawgpt_fd_adapter"), tuple(policies)),
+    ]
+    assert chains(["splinegpt_adapter", "pooled_backtests"], policies, variants) is None  # not one model's: no split
+    assert model_of("rawgpt_fd_margin_backtests", variants) == "rawgpt_fd" and model_of("verdict", variants) is None
+
+
+def test_the_threads_of_a_training_step_follow_from_the_settings_not_from_the_runs_at_hand():
+    cores = len(os.sched_getaffinity(0))
+    ci = load_settings("ci", env={})
+    assert ci.train.side_by_side == 1 and training_threads(ci.train) == cores
+    two = load_settings("ci", env={"KP_TRAIN_SIDE_BY_SIDE": "2"})
+    assert training_threads(two.train) == max(1, cores // 2)
+    assert training_threads(load_settings("ci", env={"KP_TRAIN_SIDE_BY_SIDE": "2", "KP_TRAIN_THREADS": "3"}).train) == 3
+    for var in ("KP_TRAIN_SIDE_BY_SIDE", "KP_TRAIN_THREADS"):
+        with pytest.raises(ValueError, match=f"{var}='0': expected a positive integer"):
+            load_settings("ci", env={var: "0"})
