@@ -42,7 +42,13 @@ from kinematic_pipeline.stages.report_titles import (
     VERDICT_TITLE,
     all_titles,
 )
-from kinematic_pipeline.stages.training_table import TRAINING_TABLE, model_runs, training_table
+from kinematic_pipeline.stages.training_table import (
+    LEARNABILITY_TABLE,
+    TRAINING_TABLE,
+    learnability_table,
+    model_runs,
+    training_table,
+)
 from kinematic_pipeline.stages.verdict import read_verdict
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS
 from kinematic_pipeline.variants import BENCHMARK, FOCUS_VARIANT
@@ -214,6 +220,9 @@ def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame
     training = training_table(settings)
     if training is not None:
         built[TRAINING_TABLE] = training
+    learnability = learnability_table(settings)
+    if learnability is not None:
+        built[LEARNABILITY_TABLE] = learnability
     if walk_forward_run(settings):
         built["per_fold"] = per_fold_table(settings)
     titles = all_titles(settings)

@@ -99,8 +99,8 @@ ORACLE_TITLE = (
 
 # tables only some runs have: the per-fold table (walk-forward runs), the uncalibrated skill (runs whose
 # predictions kept their raw probabilities), the scaling curves (once scaling_curves is materialized), the oracle
-# through the rules (synthetic runs)
-OPTIONAL_TABLES = ("per_fold", "information_uncalibrated", "scaling_curves", "oracle_rules")
+# through the rules (synthetic runs), learnability (runs whose adapters validated their prior at step 0)
+OPTIONAL_TABLES = ("per_fold", "information_uncalibrated", "scaling_curves", "oracle_rules", "learnability")
 
 
 TRAINING_TITLE = (
@@ -111,6 +111,14 @@ TRAINING_TITLE = (
     "(whether twice the budget helps: benchmarks/bench_budget.py) (not in the paper)"
 )
 
+LEARNABILITY_TITLE = (
+    "Learnability at matched compute: each family fine-tuned under the same step budget, schedule and labels; its "
+    "validation skill over the head's prior (1 - the best de-weighted validation log loss so far / the prior's, the "
+    "step-0 state) after a quarter, a half and all of the budget, and the training windows it had seen by then, the "
+    "mean over folds and seeds (pretraining losses are each family's own objective and not comparable) (not in the "
+    "paper)"
+)
+
 ALL_TITLES = {
     "verdict": VERDICT_TITLE,
     **TABLE_TITLES,
@@ -119,6 +127,7 @@ ALL_TITLES = {
     **EVIDENCE_TITLES,
     "scaling_curves": SCALING_TITLE,
     "training": TRAINING_TITLE,
+    "learnability": LEARNABILITY_TITLE,
 }
 
 

@@ -56,3 +56,38 @@ def training_table(settings: Settings) -> pl.DataFrame | None:
             }
         )
     return pl.DataFrame(rows) if rows else None
+
+
+LEARNABILITY_TABLE = "learnability"
+BUDGET_FRACTIONS = (0.25, 0.5, 1.0)
+
+
+def learnability_table(settings: Settings) -> pl.DataFrame | None:
+    """Fine-tuning at matched compute: every family under the same step budget, schedule and labels, its skill over
+    the head's prior (1 - the best de-weighted validation log loss so far / that of the step-0 state, which is the
+    prior) after a quarter, a half and all of the budget, and the windows it had seen then; the mean over folds and
+    seeds. Pretraining is left out: each family's own objective is not comparable across tokenizations. None when no
+    adapter has a learning curve."""
+    from kinematic_pipeline.training.trainer import budget_steps, read_curves
+
+    budget = budget_steps(settings.train, settings.train.finetune_steps)
+    runs: dict[str, list[list[dict]]] = {}
+    for variant, stage, _, folder in model_runs(settings):
+        curves = read_curves(folder)
+        if stage == "fine-tuning" and curves and curves[0]["step"] == 0 and curves[0]["val_loss"] > 0:
+            runs.setdefault(variant, []).append(curves)
+    rows = []
+    for variant, curves_of_runs in runs.items():
+        spec = lookup_variant(variant)
+        row = {"Model": spec.display_name, "Tokenization": spec.tokenization, "Runs": len(curves_of_runs)}
+        for fraction in BUDGET_FRACTIONS:
+            skills, windows = [], []
+            for curves in curves_of_runs:
+                seen = [r for r in curves if r["step"] <= fraction * budget]  # a run stopped early: its best stands
+                skills.append(1.0 - min(r["val_loss"] for r in seen) / curves[0]["val_loss"])
+                windows.append(seen[-1]["windows"])
+            label = f"{round(fraction * budget)} steps"
+            row[f"Skill at {label}"] = round(sum(skills) / len(skills), 5)
+            row[f"Windows seen at {label}"] = round(sum(windows) / len(windows))
+        rows.append(row)
+    return pl.DataFrame(rows) if rows else None

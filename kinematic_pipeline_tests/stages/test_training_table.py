@@ -1,4 +1,5 @@
-"""The report's training table: each model's budget, steps run and best step, read from the curves its run wrote."""
+"""The report's training tables, read from the curves each run wrote: each model's budget, steps run and best step;
+and each family's fine-tuning skill over its prior at a quarter, a half and all of one budget (matched compute)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import csv
 import math
 
 from kinematic_pipeline.config import load_settings
-from kinematic_pipeline.stages.training_table import training_table
+from kinematic_pipeline.stages.training_table import learnability_table, training_table
 from kinematic_pipeline.training.trainer import CURVE_COLUMNS, CURVES_FILE
 
 
@@ -55,3 +56,26 @@ def test_a_model_stopped_while_improving_and_one_stopped_early_read_as_such(tmp_
 
 def test_no_trained_model_gives_no_table(tmp_path):
     assert training_table(load_settings("ci", warehouse=tmp_path / "warehouse", env={})) is None
+
+
+def test_learnability_is_the_best_skill_over_the_prior_so_far_at_each_fraction_of_one_budget(tmp_path):
+    from kinematic_pipeline.policy import Policy
+
+    env = {"KP_FINETUNE_STEPS": "100", "KP_EVAL_EVERY": "25"}
+    settings = load_settings("ci", warehouse=tmp_path / "warehouse", env=env)
+    fold, seed, tau = settings.folds[0].name, settings.train.seeds[0], settings.evaluate.report_tau
+    wh = settings.warehouse
+    curve = [(0, 1.0, False), (25, 0.9, False), (50, 0.95, False), (75, 0.8, True), (100, 0.85, False)]
+    _write_curves(wh.adapter_dir(Policy("splinegpt", seed, tau, fold)), curve)
+    stopped = [(0, 1.0, True), (25, 1.01, False), (50, 0.98, False)]  # stopped early (patience) at step 50
+    _write_curves(wh.adapter_dir(Policy("rawgpt_fd", seed, tau, fold)), stopped)
+    _write_curves(wh.foundation_dir(Policy("patchtst", seed, tau, fold)), curve)  # pretraining: not compared
+
+    rows = {r["Tokenization"]: r for r in learnability_table(settings).rows(named=True)}
+
+    assert set(rows) == {"spline", "fd"} and rows["spline"]["Runs"] == 1
+    spline, fd = rows["spline"], rows["fd"]
+    assert [spline[f"Skill at {n} steps"] for n in (25, 50, 100)] == [0.1, 0.1, 0.2]  # the best so far, not the last
+    assert [fd[f"Skill at {n} steps"] for n in (25, 50, 100)] == [0.0, 0.02, 0.02]
+    assert (spline["Windows seen at 100 steps"], fd["Windows seen at 100 steps"]) == (100, 50)
+    assert learnability_table(load_settings("ci", warehouse=tmp_path / "empty", env=env)) is None
