@@ -73,6 +73,7 @@ def _snapshot(warehouse: Path) -> dict[str, tuple[int, str]]:
     return {str(p.relative_to(warehouse)): (p.stat().st_mtime_ns, file_sha256(p)) for p in warehouse.rglob("*.parquet")}
 
 
+@pytest.mark.slow  # ~30 s: the nightly lane (the fast lane's 8 minutes are spent)
 def test_three_nightly_ticks_add_one_shard_per_asset_and_a_rerun_changes_nothing(nightly_settings):
     settings, wh = nightly_settings, nightly_settings.warehouse.root
     defs = build_definitions(settings)
@@ -193,6 +194,7 @@ def _write_csv(frame: pl.DataFrame, path: Path) -> None:
     tmp.rename(path)
 
 
+@pytest.mark.slow  # ~30 s: the nightly lane (the fast lane's 8 minutes are spent)
 def test_the_drop_directory_sensor_ingests_and_tokenizes_the_days_of_new_files(tmp_path, monkeypatch):
     from kinematic_pipeline.sources.synthetic import SyntheticSource
 
