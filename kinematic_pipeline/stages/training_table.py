@@ -65,7 +65,7 @@ BUDGET_FRACTIONS = (0.25, 0.5, 1.0)
 def learnability_table(settings: Settings) -> pl.DataFrame | None:
     """Fine-tuning at matched compute: every family under the same step budget, schedule and labels, its skill over
     the head's prior (1 - the best de-weighted validation log loss so far / that of the step-0 state, which is the
-    prior) after a quarter, a half and all of the budget, and the windows it had seen then; the mean over folds and
+    prior) at the last validation within a quarter, a half and all of the budget, and the windows it had seen then; the mean over folds and
     seeds. Pretraining is left out: each family's own objective is not comparable across tokenizations. None when no
     adapter has a learning curve."""
     from kinematic_pipeline.training.trainer import budget_steps, read_curves
@@ -81,12 +81,13 @@ def learnability_table(settings: Settings) -> pl.DataFrame | None:
         spec = lookup_variant(variant)
         row = {"Model": spec.display_name, "Tokenization": spec.tokenization, "Runs": len(curves_of_runs)}
         for fraction in BUDGET_FRACTIONS:
+            step = int(fraction * budget) // settings.train.eval_every * settings.train.eval_every  # a validation
             skills, windows = [], []
             for curves in curves_of_runs:
-                seen = [r for r in curves if r["step"] <= fraction * budget]  # a run stopped early: its best stands
+                seen = [r for r in curves if r["step"] <= step]  # a run stopped early: its best stands
                 skills.append(1.0 - min(r["val_loss"] for r in seen) / curves[0]["val_loss"])
                 windows.append(seen[-1]["windows"])
-            label = f"{round(fraction * budget)} steps"
+            label = f"{step} steps"
             row[f"Skill at {label}"] = round(sum(skills) / len(skills), 5)
             row[f"Windows seen at {label}"] = round(sum(windows) / len(windows))
         rows.append(row)
