@@ -95,7 +95,8 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
         run_config = DEBUG_RUN_CONFIG if debug else QUIET_RUN_CONFIG
         work = _side_by_side(settings, graph, keys, runs)
         if work:
-            print(f"  side by side: one chain per model and seed, {settings.train.side_by_side} processes at once")
+            at_once = settings.train.side_by_side
+            print(f"  side by side: {len(work)} chains (a model, seed and tau each, folds in order), {at_once} at once")
             failed = [o for o in run_side_by_side(settings, work, owner_tags(), run_config) if o.error]
             if failed:
                 gc.collect()

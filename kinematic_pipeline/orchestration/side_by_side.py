@@ -1,6 +1,6 @@
 """Training runs side by side on one machine: ``materialize`` runs a group of per-model runs that trains (the
 foundations by fit; the adapters, with the predictions and backtests partitioned like them, by policy) as chains, one
-per model and seed, in ``train.side_by_side`` worker processes at once, each at ``cores // side_by_side`` torch
+per model, seed and tau, in ``train.side_by_side`` worker processes at once, each at ``cores // side_by_side`` torch
 threads (``training.trainer.training_threads``).
 
 On 2 cores, two one-thread training steps do 1.26x the windows per second of one two-thread step, and two two-thread
@@ -25,7 +25,7 @@ TRAINING_GROUPS = frozenset({"pretrain", "finetune"})  # the groups whose steps 
 
 @dataclass(frozen=True)
 class Chain:
-    """One model's assets of a group (``<variant>_...``) over one seed's partitions, fold by fold."""
+    """One model's assets of a group (``<variant>_...``) over one seed's (and tau's) partitions, fold by fold."""
 
     variant: str
     assets: tuple[str, ...]
@@ -48,20 +48,22 @@ def model_of(asset: str, variants: Sequence[str]) -> str | None:
 
 
 def chains(assets: Sequence[str], partitions: Sequence[str], variants: Sequence[str]) -> list[Chain] | None:
-    """A group's work as chains, one per model and seed (partition keys ``<fold>@<seed>[|<tau>]``), each seed's
-    partitions in the order given (``fit_partitions`` and ``policy_partitions`` list them fold by fold); None when
-    an asset belongs to no model (its run cannot be split by model)."""
+    """A group's work as chains, one per model, seed and tau (partition keys ``<fold>@<seed>[|<tau>]``), each with
+    its folds in the order given (``fit_partitions`` and ``policy_partitions`` list them fold by fold: a foundation
+    warm-starts from the previous fold's); None when an asset belongs to no model (its run cannot be split by
+    model). Chains of different taus are independent (an adapter starts from its fold's foundation), so the
+    adapters' work splits finely and two workers end together."""
     by_model: dict[str, list[str]] = {}
     for asset in assets:
         model = model_of(asset, variants)
         if model is None:
             return None
         by_model.setdefault(model, []).append(asset)
-    by_seed: dict[int, list[str]] = {}
+    by_seed_and_tau: dict[tuple[int, str], list[str]] = {}
     for key in partitions:
-        _, seed = parse_fit_key(key.split(KEY_SEPARATOR, 1)[0])
-        by_seed.setdefault(seed, []).append(key)
-    return [Chain(m, tuple(a), tuple(p)) for m, a in by_model.items() for p in by_seed.values()]
+        fit, _, tau = key.partition(KEY_SEPARATOR)
+        by_seed_and_tau.setdefault((parse_fit_key(fit)[1], tau), []).append(key)
+    return [Chain(m, tuple(a), tuple(p)) for m, a in by_model.items() for p in by_seed_and_tau.values()]
 
 
 _DEFINITIONS: list = []  # a worker's definitions, built once from the first chain's settings (all are the command's)

@@ -1,5 +1,5 @@
-"""Training side by side (orchestration/side_by_side.py): a training group's chains (one per model and seed, folds in
-order) and the torch threads of a step, which follow from the settings alone (a fit's bytes depend on them)."""
+"""Training side by side (orchestration/side_by_side.py): a training group's chains (one per model, seed and tau, folds
+in order) and the torch threads of a step, which follow from the settings alone (a fit's bytes depend on them)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from kinematic_pipeline.orchestration.side_by_side import Chain, chains, model_o
 from kinematic_pipeline.training.trainer import training_threads
 
 
-def test_a_chain_is_one_models_assets_over_one_seeds_folds_in_order():
+def test_a_chain_is_one_models_assets_over_one_seeds_and_taus_folds_in_order():
     fits = ["2021@1234", "2021@1235", "2022@1234", "2022@1235"]  # fit_partitions: fold by fold
     variants = ("splinegpt", "rawgpt_fd", "rawgpt")
     assert chains(["rawgpt_foundation", "rawgpt_fd_foundation"], fits, variants) == [
@@ -23,9 +23,12 @@ def test_a_chain_is_one_models_assets_over_one_seeds_folds_in_order():
     ]
     policies = ["2021@7|0.01", "2021@7|0.02", "2022@7|0.01", "2022@7|0.02"]
     group = ["splinegpt_adapter", "rawgpt_fd_predictions", "splinegpt_predictions", "rawgpt_fd_adapter"]
-    assert chains(group, policies, variants) == [  # one seed: a chain per model, its every tau in fold order
-        Chain("splinegpt", ("splinegpt_adapter", "splinegpt_predictions"), tuple(policies)),
-        Chain("rawgpt_fd", ("rawgpt_fd_predictions", "rawgpt_fd_adapter"), tuple(policies)),
+    spline, fd = ("splinegpt_adapter", "splinegpt_predictions"), ("rawgpt_fd_predictions", "rawgpt_fd_adapter")
+    assert chains(group, policies, variants) == [  # a chain per model and tau (one seed here), its folds in order
+        Chain("splinegpt", spline, ("2021@7|0.01", "2022@7|0.01")),
+        Chain("splinegpt", spline, ("2021@7|0.02", "2022@7|0.02")),
+        Chain("rawgpt_fd", fd, ("2021@7|0.01", "2022@7|0.01")),
+        Chain("rawgpt_fd", fd, ("2021@7|0.02", "2022@7|0.02")),
     ]
     assert chains(["splinegpt_adapter", "pooled_backtests"], policies, variants) is None  # not one model's: no split
     assert model_of("rawgpt_fd_margin_backtests", variants) == "rawgpt_fd" and model_of("verdict", variants) is None
