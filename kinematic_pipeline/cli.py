@@ -57,7 +57,7 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
     from kinematic_pipeline.definitions import build_definitions
     from kinematic_pipeline.orchestration.assets_scaling import off_dag_groups
     from kinematic_pipeline.orchestration.partitions import PARTITION_TAG, range_tags
-    from kinematic_pipeline.orchestration.runs import fail_orphaned_runs, owner_tags
+    from kinematic_pipeline.orchestration.runs import fail_orphaned_runs, failure_line, owner_tags
     from kinematic_pipeline.orchestration.side_by_side import run_side_by_side
 
     home = _ensure_dagster_home(settings)
@@ -158,18 +158,6 @@ def _print_check_warnings(result) -> None:
         where = f"{evaluation.asset_key.to_user_string()}.{evaluation.check_name}"
         for line in [line for line in str(text).split("\n") if line] or ["failed"]:
             print(f"warning: {where}: {line}", file=sys.stderr)
-
-
-def failure_line(result) -> str:
-    """The error of the first failed step, on one line (the traceback is in the instance's event log)."""
-    for event in result.all_events:
-        if event.event_type_value == "STEP_FAILURE" and event.step_failure_data is not None:
-            error = event.step_failure_data.error
-            while error is not None and error.cause is not None and error.cls_name.startswith("Dagster"):
-                error = error.cause
-            if error is not None:
-                return _one_line(error.message)
-    return "see `dagster dev` for the run's log"
 
 
 def _one_line(text: str) -> str:

@@ -11,6 +11,9 @@ in its own process). Two guards close that:
   minute under the daemon (``dagster dev``).
 - ``watch_parent``: a step subprocess of the multiprocess executor exits when the run process that spawned it
   is gone, instead of computing on as an orphan (started when the step process loads the definitions).
+
+``failure_line`` is what a failed run's first failed step says, on one line (the CLI's and its side-by-side
+workers' ``FAILED`` lines).
 """
 
 from __future__ import annotations
@@ -122,3 +125,15 @@ def watch_parent(poll_seconds: float = 1.0) -> bool:
 
     threading.Thread(target=watch, name="kp-parent-watch", daemon=True).start()
     return True
+
+
+def failure_line(result) -> str:
+    """The error of a run's first failed step, on one line (the traceback is in the instance's event log)."""
+    for event in result.all_events:
+        if event.event_type_value == "STEP_FAILURE" and event.step_failure_data is not None:
+            error = event.step_failure_data.error
+            while error is not None and error.cause is not None and error.cls_name.startswith("Dagster"):
+                error = error.cause
+            if error is not None:
+                return " ".join(str(error.message).split())
+    return "see `dagster dev` for the run's log"

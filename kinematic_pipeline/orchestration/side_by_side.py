@@ -83,9 +83,8 @@ def _run_chain(settings: Settings, chain: Chain, tags: dict[str, str], run_confi
     import dagster as dg
     import torch
 
-    from kinematic_pipeline.cli import failure_line
     from kinematic_pipeline.orchestration.partitions import PARTITION_TAG
-    from kinematic_pipeline.orchestration.runs import INVOCATION_TAG, owner_tags
+    from kinematic_pipeline.orchestration.runs import INVOCATION_TAG, failure_line, owner_tags
     from kinematic_pipeline.training.trainer import training_threads
 
     torch.set_num_threads(training_threads(settings.train))  # the predictions too, not only the steps that train
