@@ -68,6 +68,7 @@ def _check_hostile_run(proc, tmp_path: Path, file_rows: int) -> None:
     assert "future_date" in proc.stdout and "out of (ticker, date) order" in proc.stdout
 
 
+@pytest.mark.slow  # ~30 s: the nightly lane (the fast lane's 8 minutes are spent)
 def test_hostile_csv_every_row_is_kept_quarantined_or_reported(tmp_path):
     path = tmp_path / "bars.csv"
     frame = pl.DataFrame(hostile_rows())
@@ -76,7 +77,7 @@ def test_hostile_csv_every_row_is_kept_quarantined_or_reported(tmp_path):
     _check_hostile_run(proc, tmp_path, frame.height)
 
 
-@pytest.mark.slow  # ~30 s: the nightly lane (the CSV twin stays in the fast lane)
+@pytest.mark.slow  # ~30 s: the nightly lane (the fast lane's 8 minutes are spent)
 def test_hostile_parquet_with_text_dates_and_a_run_killed_before(tmp_path):
     import dagster as dg
     from dagster._core.storage.dagster_run import DagsterRun

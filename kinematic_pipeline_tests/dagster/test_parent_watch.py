@@ -38,10 +38,10 @@ def _computing(pid: int) -> bool:
 def test_a_step_whose_run_died_before_its_watch_started_exits_all_the_same(tmp_path):
     script = tmp_path / "run.py"
     script.write_text(STEP)
-    run = subprocess.Popen([sys.executable, str(script), "3.0"], stdout=subprocess.PIPE, text=True)
+    run = subprocess.Popen([sys.executable, str(script), "1.5"], stdout=subprocess.PIPE, text=True)
     step = int(run.stdout.readline())
     try:
-        run.send_signal(signal.SIGKILL)  # before the step's watch starts (it sleeps 3 s first)
+        run.send_signal(signal.SIGKILL)  # before the step's watch starts (it sleeps 1.5 s first)
         run.wait(timeout=30)
         deadline = time.monotonic() + 40
         while _computing(step):

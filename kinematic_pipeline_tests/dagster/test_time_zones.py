@@ -40,6 +40,7 @@ def _bars(name: str, zone: str, hour: int) -> pl.DataFrame:
     )
 
 
+@pytest.mark.slow  # ~8 s each through the CLI: the nightly lane (the fast lane's 8 minutes are spent)
 @pytest.mark.parametrize("kind", ["parquet", "csv"])
 def test_zone_aware_timestamps_land_on_their_own_calendar_date(tmp_path, capfd, kind):
     folder = tmp_path / "bars"
