@@ -26,9 +26,6 @@ PAPER_TEST_TICKERS = ("INTC", "NVDA", "JPM", "XOM", "PFE", "TSLA")  # the paper'
 # to memorise that dropout would guard, and early stopping on validation days keeps the best state. Its masks cost
 # a third of a step on 2 cores (bench_training.py: 175 -> 113 ms a pretraining step, 244 -> 148 ms fine-tuning).
 CPU_LORA_DROPOUT = 0.0
-# Two training runs at once, one torch thread each on 2 cores: 1.26x the windows per second of one run at two threads
-# (benchmarks/bench_step_parallelism.py). ci trains one at a time at every core (its golden numbers were made so).
-SIDE_BY_SIDE_ON_2_CORES = 2
 SMALL_CPU_MODEL = ModelConfig(
     d_model=64,
     n_layers=4,
@@ -97,7 +94,6 @@ def _profile_demo() -> Settings:
             finetune_max_windows_per_epoch=5000,
             max_val_windows=4096,
             lora_dropout=CPU_LORA_DROPOUT,
-            side_by_side=SIDE_BY_SIDE_ON_2_CORES,
         ),
     )
 
@@ -150,7 +146,6 @@ def _profile_real() -> Settings:
             max_val_windows=2048,
             lora_dropout=CPU_LORA_DROPOUT,
             seeds=(1234,),
-            side_by_side=SIDE_BY_SIDE_ON_2_CORES,
         ),
         # Within one hour on 2 cores: the probes at the report's tau only, and the universe tables on a fixed
         # sample of 50 tickers (every variant on the same ticker-days; the models' forward passes set the cost).

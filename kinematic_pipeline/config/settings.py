@@ -206,9 +206,11 @@ class TrainConfig:
     finetune_windows: int | None = None
     # validation windows at most (a sample fixed per seed; None: every validation window)
     max_val_windows: int | None = 20_000
-    # How many training runs ``materialize`` runs at once on this machine: the chains of partitions of different
-    # seeds side by side, each in its own process at cores // side_by_side torch threads (on 2 cores two one-thread
-    # steps do 1.26x the windows of one two-thread step: orchestration/side_by_side.py). 1: one at a time.
+    # How many training runs ``materialize`` runs at once on this machine (KP_TRAIN_SIDE_BY_SIDE): chains of one
+    # model, seed and tau side by side, each in its own process at cores // side_by_side torch threads
+    # (orchestration/side_by_side.py). 1 (every profile): one at a time at every core. On 2 cores two one-thread
+    # training steps do 1.26x the windows of one two-thread step (bench_step_parallelism.py); whether a whole
+    # demo or real run is faster so is not measured yet (its validations, data and evaluation steps included).
     side_by_side: int = 1
     threads: int | None = None  # torch's intra-op threads in a training step (None: one per usable core)
     accelerator: str = "auto"  # "auto" uses a GPU (and DDP over several) when present
