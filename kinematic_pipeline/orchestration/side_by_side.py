@@ -4,7 +4,9 @@ per model, seed and tau, in ``train.side_by_side`` worker processes at once, eac
 threads (``training.trainer.training_threads``).
 
 On 2 cores, two one-thread training steps do 1.26x the windows per second of one two-thread step, and two two-thread
-steps 0.58x (oversubscribed): ``benchmarks/bench_step_parallelism.py``, docs/results/2026-11-27.md. A chain keeps its
+steps 0.58x (oversubscribed): ``benchmarks/bench_step_parallelism.py``, docs/results/2026-11-27.md. A whole run so
+is not yet shown faster (validations, data and evaluation included: docs/results/2026-11-28.md), so it is opt-in
+(``KP_TRAIN_SIDE_BY_SIDE=2``; ``train.side_by_side`` is 1 in every profile). A chain keeps its
 partitions' order (fold by fold), so a warm-started foundation always finds its parent (fold k-1, same model and
 seed) trained first; a chain reads no other chain's files (its model's assets only). Each worker runs its partitions
 as ordinary runs of the instance (``dg.materialize``), tagged with the worker's pid (a killed worker leaves an
