@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -30,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import polars as pl  # noqa: E402
 import torch  # noqa: E402
 
 from kinematic_pipeline.config import load_settings  # noqa: E402
@@ -142,6 +144,42 @@ def main() -> None:
             )
     if args.json:
         args.json.write_text(json.dumps({"budget": rows, "pretraining": ablation}, indent=2))
+    path = write_budget_test(settings, fold, seed, args.tolerance, rows, ablation)
+    print(f"wrote {path}: the report shows it from its next materialize")
+
+
+def write_budget_test(settings, fold: str, seed: int, tolerance: float, rows: list, ablation: list) -> Path:
+    """``<warehouse>/reports/budget_test.parquet``, the report's budget-test table: one row per family and stage."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    cold = {row["variant"]: row for row in ablation}
+    records = []
+    for row in rows:
+        one, two = row["1x"], row["2x"]
+        random = cold.get(row["variant"]) if row["stage"] == "finetune" else None
+        records.append(
+            {
+                "variant": row["variant"],
+                "stage": row["stage"],
+                "fold": fold,
+                "seed": seed,
+                **{f"{k}_{x}": run[k] for x, run in (("1x", one), ("2x", two)) for k in RUN_FIELDS},
+                "gain": row["gain"],
+                "tolerance": tolerance,
+                "passes": row["passes"],
+                "random_best_val_loss": None if random is None else random["from random"]["best_val_loss"],
+                "pretraining_gain": None if random is None else random["gain"],
+                "commit": commit.stdout.strip() or "unknown",
+            }
+        )
+    path = settings.warehouse.budget_test_file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pl.DataFrame(
+        records, schema_overrides={"random_best_val_loss": pl.Float64, "pretraining_gain": pl.Float64}
+    ).write_parquet(path)
+    return path
+
+
+RUN_FIELDS = ("budget", "steps", "best_step", "best_val_loss", "seconds")
 
 
 if __name__ == "__main__":

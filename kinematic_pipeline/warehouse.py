@@ -282,6 +282,12 @@ class Warehouse:
         return self.reports_dir / layout.POOLED_DIR
 
     @property
+    def budget_test_file(self) -> Path:
+        """``reports/budget_test.parquet``: each family's best validation loss at its step budget and at twice it, and
+        its adapter fine-tuned from a random backbone, on one fold (written by ``benchmarks/bench_budget.py``)."""
+        return self.reports_dir / "budget_test.parquet"
+
+    @property
     def tables_file(self) -> Path:
         return self.reports_dir / layout.TABLES_FILE
 

@@ -43,8 +43,10 @@ from kinematic_pipeline.stages.report_titles import (
     all_titles,
 )
 from kinematic_pipeline.stages.training_table import (
+    BUDGET_TEST_TABLE,
     LEARNABILITY_TABLE,
     TRAINING_TABLE,
+    budget_test_table,
     learnability_table,
     model_runs,
     training_table,
@@ -223,6 +225,9 @@ def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame
     learnability = learnability_table(settings)
     if learnability is not None:
         built[LEARNABILITY_TABLE] = learnability
+    budget_test = budget_test_table(settings)
+    if budget_test is not None:
+        built[BUDGET_TEST_TABLE] = budget_test
     if walk_forward_run(settings):
         built["per_fold"] = per_fold_table(settings)
     titles = all_titles(settings)

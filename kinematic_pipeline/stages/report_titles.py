@@ -99,8 +99,16 @@ ORACLE_TITLE = (
 
 # tables only some runs have: the per-fold table (walk-forward runs), the uncalibrated skill (runs whose
 # predictions kept their raw probabilities), the scaling curves (once scaling_curves is materialized), the oracle
-# through the rules (synthetic runs), learnability (runs whose adapters validated their prior at step 0)
-OPTIONAL_TABLES = ("per_fold", "information_uncalibrated", "scaling_curves", "oracle_rules", "learnability")
+# through the rules (synthetic runs), learnability (runs whose adapters validated their prior at step 0), the budget
+# test (once benchmarks/bench_budget.py has run on the warehouse)
+OPTIONAL_TABLES = (
+    "per_fold",
+    "information_uncalibrated",
+    "scaling_curves",
+    "oracle_rules",
+    "learnability",
+    "budget_test",
+)
 
 
 TRAINING_TITLE = (
@@ -119,6 +127,14 @@ LEARNABILITY_TITLE = (
     "paper)"
 )
 
+BUDGET_TEST_TITLE = (
+    "Is the step budget the answer? Each family's best validation loss at its budget and at twice it (the cosine "
+    "schedule stretched to the longer run) on one fold, measured by benchmarks/bench_budget.py at the commit shown; "
+    "a family passes when twice the budget lowers it by no more than the tolerance. Adapters: the same fine-tuning "
+    "from a random backbone, and how much lower the loss from the foundation is (does pretraining help?) (not in "
+    "the paper)"
+)
+
 ALL_TITLES = {
     "verdict": VERDICT_TITLE,
     **TABLE_TITLES,
@@ -128,6 +144,7 @@ ALL_TITLES = {
     "scaling_curves": SCALING_TITLE,
     "training": TRAINING_TITLE,
     "learnability": LEARNABILITY_TITLE,
+    "budget_test": BUDGET_TEST_TITLE,
 }
 
 

@@ -92,3 +92,37 @@ def learnability_table(settings: Settings) -> pl.DataFrame | None:
             row[f"Windows seen at {label}"] = round(sum(windows) / len(windows))
         rows.append(row)
     return pl.DataFrame(rows) if rows else None
+
+
+BUDGET_TEST_TABLE = "budget_test"
+
+
+def budget_test_table(settings: Settings) -> pl.DataFrame | None:
+    """Whether each family's budget is the answer: the best validation loss at its step budget and at twice it on one
+    fold (``benchmarks/bench_budget.py`` measured it into ``reports/budget_test.parquet``), the family passing when
+    twice the budget lowers it by no more than the tolerance; for an adapter, beside it the same fine-tuning from a
+    random backbone (does pretraining help?). None until the benchmark has run on this warehouse."""
+    path = settings.warehouse.budget_test_file
+    if not path.exists():
+        return None
+    rows = []
+    for r in pl.read_parquet(path).iter_rows(named=True):
+        random = r["random_best_val_loss"]
+        rows.append(
+            {
+                "Model": lookup_variant(r["variant"]).display_name,
+                "Stage": "pretraining" if r["stage"] == "pretrain" else "fine-tuning",
+                "Fold": r["fold"],
+                "Seed": r["seed"],
+                "Budget: steps (best)": f"{r['budget_1x']}: {r['steps_1x']} ({r['best_step_1x']})",
+                "Best val loss": round(r["best_val_loss_1x"], 5),
+                "2x budget: steps (best)": f"{r['budget_2x']}: {r['steps_2x']} ({r['best_step_2x']})",
+                "Best val loss at 2x": round(r["best_val_loss_2x"], 5),
+                "2x lowers it by": f"{100 * r['gain']:+.2f}%",
+                "Passes": f"{'yes' if r['passes'] else 'no'} (within {100 * r['tolerance']:g}%)",
+                "From a random backbone": "-" if random is None else f"{random:.5f}",
+                "Pretraining lowers it by": "-" if random is None else f"{100 * r['pretraining_gain']:+.2f}%",
+                "Commit": r["commit"],
+            }
+        )
+    return pl.DataFrame(rows) if rows else None

@@ -79,3 +79,44 @@ def test_learnability_is_the_best_skill_over_the_prior_so_far_at_each_fraction_o
     assert [fd[f"Skill at {n} steps"] for n in (25, 50, 100)] == [0.0, 0.02, 0.02]
     assert (spline["Windows seen at 100 steps"], fd["Windows seen at 100 steps"]) == (100, 50)
     assert learnability_table(load_settings("ci", warehouse=tmp_path / "empty", env=env)) is None
+
+
+def _bench_budget():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_budget.py"
+    spec = importlib.util.spec_from_file_location("bench_budget", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_budget_test_the_benchmark_writes_reaches_the_report_table(tmp_path):
+    from kinematic_pipeline.stages.training_table import budget_test_table
+
+    settings = load_settings("ci", warehouse=tmp_path / "warehouse", env={})
+    assert budget_test_table(settings) is None  # until the benchmark has run
+
+    def run(budget, steps, best, loss):
+        return {"budget": budget, "steps": steps, "best_step": best, "best_val_loss": loss, "seconds": 1.0}
+
+    rows = [  # a foundation that twice the budget improves by 5%, an adapter it improves by 0.5%
+        {"variant": "splinegpt", "stage": "pretrain", "1x": run(300, 300, 300, 0.2), "2x": run(600, 600, 600, 0.19)},
+        {"variant": "splinegpt", "stage": "finetune", "1x": run(200, 200, 150, 1.0), "2x": run(400, 400, 300, 0.995)},
+    ]
+    for row in rows:
+        row["gain"] = (row["1x"]["best_val_loss"] - row["2x"]["best_val_loss"]) / row["1x"]["best_val_loss"]
+        row["passes"] = row["gain"] <= 0.01
+    ablation = [{"variant": "splinegpt", "from foundation": rows[1]["1x"], "from random": run(200, 200, 100, 1.02)}]
+    ablation[0]["gain"] = (1.02 - 1.0) / 1.02
+    path = _bench_budget().write_budget_test(settings, "2022H1", 1234, 0.01, rows, ablation)
+    assert path == settings.warehouse.budget_test_file
+
+    pretraining, finetuning = budget_test_table(settings).rows(named=True)
+    assert (pretraining["Stage"], pretraining["Fold"], pretraining["Seed"]) == ("pretraining", "2022H1", 1234)
+    assert pretraining["Budget: steps (best)"] == "300: 300 (300)" and pretraining["Best val loss at 2x"] == 0.19
+    assert pretraining["2x lowers it by"] == "+5.00%" and pretraining["Passes"] == "no (within 1%)"
+    assert pretraining["From a random backbone"] == "-" and pretraining["Pretraining lowers it by"] == "-"
+    assert finetuning["2x lowers it by"] == "+0.50%" and finetuning["Passes"] == "yes (within 1%)"
+    assert finetuning["From a random backbone"] == "1.02000" and finetuning["Pretraining lowers it by"] == "+1.96%"
