@@ -173,9 +173,8 @@ def write_budget_test(settings, fold: str, seed: int, tolerance: float, rows: li
         )
     path = settings.warehouse.budget_test_file
     path.parent.mkdir(parents=True, exist_ok=True)
-    pl.DataFrame(
-        records, schema_overrides={"random_best_val_loss": pl.Float64, "pretraining_gain": pl.Float64}
-    ).write_parquet(path)
+    frame = pl.DataFrame(records, schema_overrides={"random_best_val_loss": pl.Float64, "pretraining_gain": pl.Float64})
+    settings.warehouse.write(frame, path)  # atomic, as every warehouse file: a report never reads half of it
     return path
 
 
