@@ -42,15 +42,17 @@ def policy_taus(settings: Settings, variant: str | None = None) -> tuple[float, 
 
 def policy_keys(settings: Settings, variant: str | None = None) -> list[str]:
     """The run's grid of policies of ``variant``, keys ``2019@1234|0.01`` by fold, seed, then tau: every seed and tau
-    on every fold, but with ``tau_sweep_folds`` = "last" a tau other than the report's on the last fold only."""
+    on every fold, but with ``tau_sweep_folds`` = "last" a tau other than the report's on the last fold only, and
+    with ``tau_sweep_seeds`` = "first" with the first seed only."""
     seeds, taus = policy_seeds(settings, variant), policy_taus(settings, variant)
     folds = {tau: evaluated_folds(settings, tau) for tau in taus}
+    swept = seeds[:1] if settings.split.tau_sweep_seeds == "first" else seeds
     return [
         format_policy_key(fold, seed, tau)
         for fold in fold_names(settings)
         for seed in seeds
         for tau in taus
-        if fold in folds[tau]
+        if fold in folds[tau] and (seed in swept or same_tau(tau, settings.evaluate.report_tau))
     ]
 
 

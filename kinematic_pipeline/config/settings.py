@@ -28,6 +28,7 @@ ALPHA_MLE_SCOPES = ("corpus", "ticker")
 TIME_UNITS = ("session", "calendar")
 FOLD_PERIODS = ("year", "half", "quarter")
 TAU_SWEEP_FOLDS = ("all", "last")
+TAU_SWEEP_SEEDS = ("all", "first")
 # the skill intervals' block, in trading days: long enough to keep the scores' autocorrelation (volatility clusters),
 # short enough to leave a test period of a few hundred days many blocks
 SKILL_BLOCK_DAYS_RANGE = (20, 60)
@@ -96,10 +97,12 @@ class SplitConfig:
     embargo_sessions: int = 65
     label_horizon: int = 1
     tau_sweep_folds: str = "all"  # "last": taus other than report_tau are trained and evaluated on the last fold only
+    tau_sweep_seeds: str = "all"  # "first": taus other than report_tau are trained with the first seed only
 
     def __post_init__(self) -> None:
         check_choice("split.fold_period", self.fold_period, FOLD_PERIODS)
         check_choice("split.tau_sweep_folds", self.tau_sweep_folds, TAU_SWEEP_FOLDS)
+        check_choice("split.tau_sweep_seeds", self.tau_sweep_seeds, TAU_SWEEP_SEEDS)
         if self.folds < 1 or self.embargo_sessions < 0 or self.label_horizon < 1:
             raise ValueError(
                 f"split.folds={self.folds}, embargo_sessions={self.embargo_sessions}, label_horizon="

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pkgutil
 import subprocess
 import sys
@@ -193,6 +194,7 @@ def test_the_policy_partitions_are_exactly_the_runs_grid(tmp_path):
     from kinematic_pipeline.config import load_settings
     from kinematic_pipeline.label_rules import tau_key
     from kinematic_pipeline.policy import Policy
+    from kinematic_pipeline.run_keys import policy_keys
 
     settings = load_settings("ci", warehouse=tmp_path / "wh", env={})
     assert settings.split.tau_sweep_folds == "last" and [f.name for f in settings.folds] == ["2022H1", "2022H2"]
@@ -203,6 +205,11 @@ def test_the_policy_partitions_are_exactly_the_runs_grid(tmp_path):
     for asset in ("splinegpt_adapter", "splinegpt_predictions", "patchtst_backtests"):
         assert graph.get(dg.AssetKey(asset)).partitions_def.get_partition_keys() == expected, asset
     assert len(expected) == len(seeds) * (1 + len(taus)) < 2 * len(seeds) * len(taus)
+    # the sweep with the first seed only: the report's tau keeps every seed
+    first = dataclasses.replace(settings, split=dataclasses.replace(settings.split, tau_sweep_seeds="first"))
+    swept = [f"2022H2@{seeds[0]}|{tau_key(t)}" for t in taus if tau_key(t) != report]
+    assert policy_keys(first, "splinegpt") == [k for k in expected if "|" + report in k or k in swept]
+    assert len(policy_keys(first, "splinegpt")) == 2 * len(seeds) + len(swept) < len(expected)
     adapter, foundation = dg.AssetKey("splinegpt_adapter"), dg.AssetKey("splinegpt_foundation")
     for key in expected:  # a policy's adapter reads the foundation partition of its fit, and only that
         policy = Policy.from_key("splinegpt", key)
