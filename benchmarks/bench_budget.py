@@ -40,6 +40,7 @@ from kinematic_pipeline.layout import MODEL_FILE  # noqa: E402
 from kinematic_pipeline.models import build_model  # noqa: E402
 from kinematic_pipeline.policy import Policy  # noqa: E402
 from kinematic_pipeline.training.run import finetune, pretrain  # noqa: E402
+from kinematic_pipeline.variants import variant as lookup_variant  # noqa: E402
 from kinematic_pipeline.verified import write_model_manifest  # noqa: E402
 
 
@@ -62,6 +63,21 @@ def random_foundation(settings, policy: Policy, folder: Path) -> Path:
     torch.save({"variant": policy.variant, "model_config": config, "state_dict": model.state_dict()}, path)
     write_model_manifest(folder, [path])
     return path
+
+
+def from_horizon(settings, policy: Policy, horizon: int, tmp: Path) -> dict:
+    """Pretrain ``policy``'s foundation from scratch with the target ``horizon`` tokens ahead (the 1x budget), then
+    fine-tune from it at the 1x budget: both runs' rows (the foundation is pinned to that model config, so the
+    fine-tuning runs under it too; fine-tuning itself does not read the horizon)."""
+    far = dataclasses.replace(settings, model=dataclasses.replace(settings.model, pretrain_horizon=horizon))
+    folder = tmp / f"{policy.variant}_horizon{horizon}_pretrain"
+    foundation = Policy(policy.variant, policy.seed, None, policy.fold)
+    pretrained = run(far, foundation, "pretrain", 1, folder)
+    return {
+        "horizon": horizon,
+        "pretrain": pretrained,
+        "finetune": run(far, policy, "finetune", 1, tmp / f"{policy.variant}_horizon{horizon}", folder / MODEL_FILE),
+    }
 
 
 def run(settings, policy: Policy, stage: str, factor: int, out: Path, foundation: Path | None = None) -> dict:
@@ -88,6 +104,12 @@ def main() -> None:
     parser.add_argument("--stages", nargs="+", default=["pretrain", "finetune"], choices=["pretrain", "finetune"])
     parser.add_argument("--tolerance", type=float, default=0.01)
     parser.add_argument("--no-ablation", action="store_true", help="skip fine-tuning from a random backbone")
+    parser.add_argument(
+        "--pretrain-horizon",
+        type=int,
+        help="also pretrain each GPT family's foundation with the target h tokens ahead (model.pretrain_horizon) at "
+        "the 1x budget and fine-tune from it: the ablation's third column",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     settings = load_settings()
@@ -126,22 +148,33 @@ def main() -> None:
                     backbone = random_foundation(settings, policy, Path(tmp) / f"{variant}_random_backbone")
                     cold = run(settings, policy, stage, 1, Path(tmp) / f"{variant}_from_random", backbone)
                     ablation.append({"variant": variant, "from foundation": one, "from random": cold})
+                    if args.pretrain_horizon and lookup_variant(variant).backbone == "gpt":
+                        ablation[-1]["horizon"] = from_horizon(settings, policy, args.pretrain_horizon, Path(tmp))
         print()
         print(
             "Does pretraining help? The adapter from its foundation against the same fine-tuning from a random backbone"
         )
+        h = args.pretrain_horizon
         print(
             "| family | from the foundation: best val loss (best step) | from a random backbone | pretraining lowers it by |"
+            + (f" from a foundation pretrained {h} tokens ahead | which lowers it by |" if h else "")
         )
-        print("| --- | --- | --- | --- |")
+        print("| --- | --- | --- | --- |" + (" --- | --- |" if h else ""))
         for row in ablation:
             warm, cold = row["from foundation"], row["from random"]
             gain = (cold["best_val_loss"] - warm["best_val_loss"]) / abs(cold["best_val_loss"])
             row["gain"] = gain
-            print(
+            line = (
                 f"| {row['variant']} | {warm['best_val_loss']:.5f} ({warm['best_step']}) | "
                 f"{cold['best_val_loss']:.5f} ({cold['best_step']}) | {100 * gain:+.2f}% |"
             )
+            if "horizon" in row:
+                far = row["horizon"]["finetune"]
+                row["horizon_gain"] = (cold["best_val_loss"] - far["best_val_loss"]) / abs(cold["best_val_loss"])
+                line += f" {far['best_val_loss']:.5f} ({far['best_step']}) | {100 * row['horizon_gain']:+.2f}% |"
+            elif h:
+                line += " - | - |"
+            print(line)
     if args.json:
         args.json.write_text(json.dumps({"budget": rows, "pretraining": ablation}, indent=2))
     path = write_budget_test(settings, fold, seed, args.tolerance, rows, ablation)
@@ -168,12 +201,20 @@ def write_budget_test(settings, fold: str, seed: int, tolerance: float, rows: li
                 "passes": row["passes"],
                 "random_best_val_loss": None if random is None else random["from random"]["best_val_loss"],
                 "pretraining_gain": None if random is None else random["gain"],
+                "horizon": None if random is None or "horizon" not in random else random["horizon"]["horizon"],
+                "horizon_best_val_loss": (
+                    None
+                    if random is None or "horizon" not in random
+                    else random["horizon"]["finetune"]["best_val_loss"]
+                ),
+                "horizon_gain": None if random is None else random.get("horizon_gain"),
                 "commit": commit.stdout.strip() or "unknown",
             }
         )
     path = settings.warehouse.budget_test_file
     path.parent.mkdir(parents=True, exist_ok=True)
-    frame = pl.DataFrame(records, schema_overrides={"random_best_val_loss": pl.Float64, "pretraining_gain": pl.Float64})
+    nullable = ("random_best_val_loss", "pretraining_gain", "horizon_best_val_loss", "horizon_gain")
+    frame = pl.DataFrame(records, schema_overrides={**dict.fromkeys(nullable, pl.Float64), "horizon": pl.Int64})
     settings.warehouse.write(frame, path)  # atomic, as every warehouse file: a report never reads half of it
     return path
 

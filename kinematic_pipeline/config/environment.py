@@ -6,7 +6,7 @@ operator interface of DESIGN.md overrides fields from the environment: ``KP_SOUR
 cut: one fold unless ``KP_FOLDS`` says otherwise), ``KP_FOLDS`` (walk-forward folds after the cut),
 ``KP_TRAIN_ACCELERATOR`` / ``_DEVICES`` / ``_PRECISION`` / ``_STRATEGY`` (the Lightning Trainer),
 ``KP_TRAIN_SHARD_TRACE``, ``KP_WARM_START`` / ``KP_WARM_START_STEPS`` (rolling warm starts of the foundations over
-walk-forward folds), ``KP_TRAIN_SIDE_BY_SIDE`` / ``KP_TRAIN_THREADS`` (training runs at once and their torch
+walk-forward folds), ``KP_PRETRAIN_HORIZON`` (the GPTs' pretraining target), ``KP_TRAIN_SIDE_BY_SIDE`` / ``KP_TRAIN_THREADS`` (training runs at once and their torch
 threads), ``KP_DROP_DIR`` and ``KP_DURABLE_WRITES``. ``load_settings`` is the only reader of the
 environment: it resolves them once, when the definitions load, and partitions, schedules, sensors and every
 asset body are built from that one ``Settings``. Nothing here imports dagster.
@@ -160,6 +160,11 @@ def load_settings(
         if env["KP_WARM_START"] not in ("0", "1"):
             raise ValueError(f"KP_WARM_START={env['KP_WARM_START']!r}: expected 1 (warm starts) or 0 (from scratch)")
         budget["warm_start"] = env["KP_WARM_START"] == "1"
+    model = base.model
+    if env.get("KP_PRETRAIN_HORIZON"):  # the GPTs' pretraining target: token t + h (1: the paper's next token)
+        if not env["KP_PRETRAIN_HORIZON"].isdigit():
+            raise ValueError(f"KP_PRETRAIN_HORIZON={env['KP_PRETRAIN_HORIZON']!r}: expected a positive integer")
+        model = dataclasses.replace(model, pretrain_horizon=int(env["KP_PRETRAIN_HORIZON"]))
     train = dataclasses.replace(
         base.train,
         **{field: env[var] for var, field in TRAIN_ENV.items() if env.get(var)},
@@ -174,6 +179,7 @@ def load_settings(
         data=data,
         split=split,
         synthetic=synthetic,
+        model=model,
         train=train,
         evaluate=evaluate,
         drop_dir=drop,

@@ -145,7 +145,9 @@ class KinematicGPT(nn.Module):
         return self.head(self.hidden(x))  # (B, T, 9)
 
     def pretrain_loss(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Self-supervised objective: next-token MSE of the normalized token, output t vs input t+1
-        (``generator`` is unused: the objective draws nothing; PatchTST's masks do)."""
+        """Self-supervised objective: MSE of the normalized token ``pretrain_horizon`` ahead, output t vs input t+h
+        (h = 1, the paper's: the next token; ``generator`` is unused: the objective draws nothing; PatchTST's
+        masks do)."""
+        h = self.cfg.pretrain_horizon
         pred = self(x)  # (B, T, 9)
-        return F.mse_loss(pred[:, :-1], x[:, 1:])
+        return F.mse_loss(pred[:, :-h], x[:, h:])

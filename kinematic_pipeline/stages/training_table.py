@@ -122,6 +122,12 @@ def budget_test_table(settings: Settings) -> pl.DataFrame | None:
                 "Passes": f"{'yes' if r['passes'] else 'no'} (within {100 * r['tolerance']:g}%)",
                 "From a random backbone": "-" if random is None else f"{random:.5f}",
                 "Pretraining lowers it by": "-" if random is None else f"{100 * r['pretraining_gain']:+.2f}%",
+                # --pretrain-horizon h: fine-tuned from a foundation pretrained h tokens ahead, against the random one
+                "From a foundation pretrained h ahead": (
+                    "-"
+                    if r.get("horizon") is None
+                    else f"{r['horizon_best_val_loss']:.5f} (h={r['horizon']}: {100 * r['horizon_gain']:+.2f}%)"
+                ),
                 "Commit": r["commit"],
             }
         )

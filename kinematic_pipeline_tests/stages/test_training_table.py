@@ -110,6 +110,8 @@ def test_the_budget_test_the_benchmark_writes_reaches_the_report_table(tmp_path)
         row["passes"] = row["gain"] <= 0.01
     ablation = [{"variant": "splinegpt", "from foundation": rows[1]["1x"], "from random": run(200, 200, 100, 1.02)}]
     ablation[0]["gain"] = (1.02 - 1.0) / 1.02
+    ablation[0]["horizon"] = {"horizon": 5, "pretrain": run(300, 300, 300, 0.4), "finetune": run(200, 200, 200, 0.99)}
+    ablation[0]["horizon_gain"] = (1.02 - 0.99) / 1.02
     path = _bench_budget().write_budget_test(settings, "2022H1", 1234, 0.01, rows, ablation)
     assert path == settings.warehouse.budget_test_file
 
@@ -120,3 +122,5 @@ def test_the_budget_test_the_benchmark_writes_reaches_the_report_table(tmp_path)
     assert pretraining["From a random backbone"] == "-" and pretraining["Pretraining lowers it by"] == "-"
     assert finetuning["2x lowers it by"] == "+0.50%" and finetuning["Passes"] == "yes (within 1%)"
     assert finetuning["From a random backbone"] == "1.02000" and finetuning["Pretraining lowers it by"] == "+1.96%"
+    assert finetuning["From a foundation pretrained h ahead"] == "0.99000 (h=5: +2.94%)"
+    assert pretraining["From a foundation pretrained h ahead"] == "-"

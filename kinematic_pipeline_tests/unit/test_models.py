@@ -284,3 +284,23 @@ def test_build_model_rejects_an_unknown_variant():
     assert isinstance(build_model("rawgpt_fd", CI), KinematicGPT)
     with pytest.raises(ValueError, match="expected one of splinegpt, patchtst, rawgpt_fd, rawgpt"):
         build_model("lstm", CI)
+
+
+@pytest.mark.parametrize("horizon", [1, 5])
+def test_gpt_pretraining_target_is_the_token_horizon_ahead(horizon):
+    """The objective against its slow twin: every position t < T - h, every channel, squared error against token t + h,
+    averaged; h = 1 is the paper's next token."""
+    torch.manual_seed(0)
+    model = KinematicGPT(dataclasses.replace(CI, pretrain_horizon=horizon)).eval()
+    x = _tokens(3, 64)
+    with torch.no_grad():
+        pred = model(x)
+        errors = [
+            float((pred[b, t, c] - x[b, t + horizon, c]) ** 2)
+            for b in range(3)
+            for t in range(64 - horizon)
+            for c in range(9)
+        ]
+        assert model.pretrain_loss(x).item() == pytest.approx(sum(errors) / len(errors), rel=1e-5)
+    with pytest.raises(ValueError, match="pretrain_horizon"):
+        dataclasses.replace(CI, pretrain_horizon=64)
