@@ -144,6 +144,9 @@ def _profile_real() -> Settings:
         # (KP_SEEDS=1234,1235) adds 16 foundations and 16 adapters at the report's tau (the sweep: first seed only)
         train=TrainConfig(
             pretrain_steps=200,
+            # folds 2-4 continue from the previous fold's foundation: half the budget (of 2 seeds' first run, three of
+            # the warm-started RawGPT foundations never beat their parent's state and stopped at step 75)
+            warm_start_steps=100,
             finetune_steps=150,
             eval_every=25,
             patience=3,
