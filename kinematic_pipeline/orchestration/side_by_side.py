@@ -95,6 +95,8 @@ def _run_chain(settings: Settings, chain: Chain, tags: dict[str, str], run_confi
     outcomes = []
     with dg.DagsterInstance.get() as instance:
         for partition in chain.partitions:
+            if _stopped():  # interrupted: the next fold is not started
+                break
             result = dg.materialize(
                 [*defs.assets, *defs.asset_checks],
                 run_config=run_config,
@@ -115,15 +117,57 @@ def _run_chain(settings: Settings, chain: Chain, tags: dict[str, str], run_confi
 
 
 def run_side_by_side(
-    settings: Settings, work: Sequence[Chain], tags: dict[str, str], run_config: dict
+    settings: Settings, work: Sequence[Chain], tags: dict[str, str], run_config: dict, run=None
 ) -> list[RunOutcome]:
     """Run the chains in up to ``train.side_by_side`` spawned processes at once, each taking the next chain when its
-    last is done; every partition's outcome, a failed chain's last."""
+    last is done; every partition's outcome, a failed chain's last. ``run`` (a picklable function of the same
+    arguments as ``_run_chain``, the default) is what a worker runs for a chain.
+
+    Interrupted (Ctrl-C: the workers, in the same process group, get the signal too and fail their runs), nothing
+    more starts: the queue is cancelled, and a worker told to stop starts neither a chain already handed to it nor
+    its chain's next partition."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     context = multiprocessing.get_context("spawn")  # never fork a process holding Dagster's and torch's threads
     workers = max(1, min(settings.train.side_by_side, len(work)))
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        futures = [pool.submit(_run_chain, settings, chain, tags, run_config) for chain in work]
+    stop = context.Event()
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_keep_stop, initargs=(stop,))
+    try:
+        futures = [pool.submit(_chain_unless_stopped, run or _run_chain, settings, c, tags, run_config) for c in work]
         return [outcome for future in futures for outcome in future.result()]
+    except BaseException:
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+
+
+_WORKER: dict = {
+    "stop": None,
+    "interrupted": False,
+}  # a worker's stop event (set by run_side_by_side) and its own SIGINT
+
+
+def _keep_stop(event) -> None:
+    """A worker's initializer: keep the stop event, and note a SIGINT of its own (a Ctrl-C reaches the whole process
+    group, often before the parent has set the event) before raising it as usual."""
+    import signal
+
+    _WORKER["stop"] = event
+
+    def interrupted(signum, frame):
+        _WORKER["interrupted"] = True
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupted)
+
+
+def _stopped() -> bool:
+    stop = _WORKER["stop"]
+    return _WORKER["interrupted"] or (stop is not None and stop.is_set())
+
+
+def _chain_unless_stopped(run, settings: Settings, chain: Chain, tags: dict[str, str], run_config: dict):
+    return [] if _stopped() else run(settings, chain, tags, run_config)

@@ -4,6 +4,7 @@ in order) and the torch threads of a step, which follow from the settings alone 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -44,3 +45,44 @@ def test_the_threads_of_a_training_step_follow_from_the_settings_not_from_the_ru
     for var in ("KP_TRAIN_SIDE_BY_SIDE", "KP_TRAIN_THREADS"):
         with pytest.raises(ValueError, match=f"{var}='0': expected a positive integer"):
             load_settings("ci", env={var: "0"})
+
+
+def sleeping_chain(settings, chain, tags, run_config):
+    """A worker's chain for the test below: marks that it started, then takes a while (a fine-tuning run's stand-in)."""
+    import pathlib
+    import time
+
+    pathlib.Path(tags["out"], chain.partitions[0]).write_text("started")
+    time.sleep(3)
+    return []
+
+
+@pytest.mark.slow
+def test_an_interrupted_side_by_side_run_starts_no_further_chain(tmp_path):
+    """Ctrl-C on ``materialize`` reaches the whole process group: the workers' chains fail, and the chains still
+    queued are never started (before: the pool drained its queue, so the workers trained on after the interrupt)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+from kinematic_pipeline.config import load_settings
+from kinematic_pipeline.orchestration.side_by_side import Chain, run_side_by_side
+from kinematic_pipeline_tests.unit.test_side_by_side import sleeping_chain
+settings = load_settings("ci", env={{}})
+work = [Chain("rawgpt", ("rawgpt_adapter",), (f"chain{{i}}",)) for i in range(6)]
+run_side_by_side(settings, work, {{"out": {str(tmp_path)!r}}}, {{}}, run=sleeping_chain)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob("chain*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list(tmp_path.glob("chain*")), "no chain started"
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
+    proc.wait(timeout=30)
+    time.sleep(4)  # a chain started after the interrupt would have marked itself by now
+    started = sorted(p.name for p in tmp_path.glob("chain*"))
+    assert proc.returncode != 0 and started == ["chain0"], started
