@@ -38,6 +38,10 @@ def _classifier():
     torch.manual_seed(0)
     backbone = KinematicGPT(settings.model)
     model = inject_lora(SequenceClassifier(backbone), train.lora_rank, train.lora_alpha, 0.0, train.lora_layers)
+    with torch.no_grad():  # LoRA's B starts at zero: move it, so that merging it changes the weights it merges into
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(std=0.02)
     return model, train
 
 
