@@ -117,28 +117,22 @@ class KinematicGPT(nn.Module):
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
 
-    def hidden(self, x: torch.Tensor) -> torch.Tensor:
-        """Tokens (B, T, 9) -> final-norm hidden states (B, T, d_model); position t sees tokens <= t."""
-        B, T, C = x.shape
-        assert C == self.cfg.n_channels, f"expected {self.cfg.n_channels} channels per token, got {C}"
-        assert T <= self.cfg.context, f"sequence of {T} tokens exceeds the context of {self.cfg.context}"
-        cos, sin = self.rope_cos[:T], self.rope_sin[:T]  # (T, hd)
-        h = self.dropout(self.input_proj(x))  # (B, T, d_model)
-        for block in self.blocks:
-            h = block(h, cos, sin)  # (B, T, d_model)
-        return self.ln_f(h)
-
-    def last_hidden(self, x: torch.Tensor) -> torch.Tensor:
-        """The last position's final-norm hidden state (B, d_model): ``hidden(x)[:, -1]``, with the last block run
-        for that position alone (a classifier reads nothing else; ~20% of a forward pass saved, backward likewise)."""
+    def hidden(self, x: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """Tokens (B, T, 9) -> final-norm hidden states (B, T, d_model); position t sees tokens <= t. ``last_only``:
+        the last position's alone (B, d_model), with the last block run for that position only."""
         B, T, C = x.shape
         assert C == self.cfg.n_channels, f"expected {self.cfg.n_channels} channels per token, got {C}"
         assert T <= self.cfg.context, f"sequence of {T} tokens exceeds the context of {self.cfg.context}"
         cos, sin = self.rope_cos[:T], self.rope_sin[:T]  # (T, hd)
         h = self.dropout(self.input_proj(x))  # (B, T, d_model)
         for i, block in enumerate(self.blocks):
-            h = block(h, cos, sin, last_only=i == len(self.blocks) - 1)  # (B, T, d_model); the last: (B, 1, d_model)
-        return self.ln_f(h[:, -1])
+            h = block(h, cos, sin, last_only and i == len(self.blocks) - 1)  # (B, T, d_model); last_only's end: 1
+        return self.ln_f(h[:, -1]) if last_only else self.ln_f(h)
+
+    def last_hidden(self, x: torch.Tensor) -> torch.Tensor:
+        """``hidden(x)[:, -1]`` (B, d_model), the last block run for the last position alone (a classifier reads
+        nothing else; ~25% of a fine-tuning step saved, ``benchmarks/bench_classifier_path.py``)."""
+        return self.hidden(x, last_only=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Tokens (B, T, 9) -> predictions (B, T, 9); output t predicts token t+1."""
