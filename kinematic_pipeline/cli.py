@@ -96,13 +96,15 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
         work = _side_by_side(settings, graph, keys, runs)
         if work:
             at_once = settings.train.side_by_side
-            print(f"  side by side: {len(work)} chains (a model, seed and tau each, folds in order), {at_once} at once")
+            chain = "a model or tokenization, seed and tau each, folds in order"
+            print(f"  side by side: {len(work)} chains ({chain}), {at_once} at once")
             failed = [o for o in run_side_by_side(settings, work, owner_tags(), run_config) if o.error]
             if failed:
                 gc.collect()
                 first = failed[0]
                 assets = ", ".join(first.chain.assets)
-                print(f"FAILED: {assets} [{first.partition}] (run {first.run_id}): {first.error}", file=sys.stderr)
+                where = "" if first.partition is None else f" [{first.partition}]"
+                print(f"FAILED: {assets}{where} (run {first.run_id}): {first.error}", file=sys.stderr)
                 return 1
             continue
         for tags in runs:
@@ -133,16 +135,20 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
 
 
 def _side_by_side(settings: Settings, graph, keys, runs: list[dict[str, str]]):
-    """The chains a planned group runs side by side in (orchestration/side_by_side.py), or None: a partitioned group
-    that trains (foundations; adapters with what is partitioned like them), split by model, with
-    ``train.side_by_side`` > 1."""
+    """The chains a planned group runs side by side in (orchestration/side_by_side.py), or None: a group of
+    ``SIDE_BY_SIDE_GROUPS`` (foundations; adapters, probes and rules with what is partitioned like them; the corpus),
+    split by model or tokenization, with ``train.side_by_side`` > 1."""
     from kinematic_pipeline.orchestration.partitions import PARTITION_TAG
-    from kinematic_pipeline.orchestration.side_by_side import TRAINING_GROUPS, chains
+    from kinematic_pipeline.orchestration.side_by_side import SIDE_BY_SIDE_GROUPS, chains, owners
 
-    trains = any(graph.get(k).group_name in TRAINING_GROUPS for k in keys)
-    if settings.train.side_by_side < 2 or not trains or not all(PARTITION_TAG in tags for tags in runs):
+    splits = all(graph.get(k).group_name in SIDE_BY_SIDE_GROUPS for k in keys)
+    if settings.train.side_by_side < 2 or not splits:
         return None
-    return chains([k.to_user_string() for k in keys], [t[PARTITION_TAG] for t in runs], settings.train.variants)
+    if runs == [{}]:  # unpartitioned: one run a chain
+        return chains([k.to_user_string() for k in keys], [None], owners())
+    if not all(PARTITION_TAG in tags for tags in runs):
+        return None
+    return chains([k.to_user_string() for k in keys], [t[PARTITION_TAG] for t in runs], owners())
 
 
 def _print_check_warnings(result) -> None:

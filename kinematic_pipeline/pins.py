@@ -259,7 +259,7 @@ def load_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
         if fit["learner"] == "lr":
             model: ProbeModel = LinearProbeModel.from_bytes(data)
         else:
-            model = TreeProbeModel.from_bytes(data, fit["classes"], settings.evaluate.probe_threads)
+            model = TreeProbeModel.from_bytes(data, fit["classes"], settings.probe_threads)
     except Exception as exc:  # noqa: BLE001 - any parse failure is the same one line naming the file
         raise ValueError(f"{model_file} cannot be read as a probe ({type(exc).__name__}: {exc}): {fix}") from None
     return model, fit

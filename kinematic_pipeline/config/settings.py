@@ -221,11 +221,13 @@ class TrainConfig:
     finetune_windows: int | None = None
     # validation windows at most (a sample fixed per seed; None: every validation window)
     max_val_windows: int | None = 20_000
-    # How many training runs ``materialize`` runs at once on this machine (KP_TRAIN_SIDE_BY_SIDE): chains of one
-    # model, seed and tau side by side, each in its own process at cores // side_by_side torch threads
-    # (orchestration/side_by_side.py). 1 (every profile): one at a time at every core. On 2 cores two one-thread
-    # training steps do 1.26x the windows of one two-thread step (bench_step_parallelism.py); whether a whole
-    # demo or real run is faster so is not measured yet (its validations, data and evaluation steps included).
+    # How many runs ``materialize`` runs at once on this machine (KP_TRAIN_SIDE_BY_SIDE): chains of one model (or
+    # tokenization), seed and tau side by side, each in its own process at cores // side_by_side threads (torch,
+    # BLAS, LightGBM: process_threads) -- the corpus, the foundations, the probes and rules, the adapters, and the
+    # scaling curves' two variants (orchestration/side_by_side.py). 1 (every profile): one at a time at every core.
+    # On 2 cores two one-thread training steps do 1.26x the windows of one two-thread step
+    # (bench_step_parallelism.py); on `real` the corpus group ran 1.33x as fast and the probes and rules 1.29x
+    # (docs/results/2026-11-28.md).
     side_by_side: int = 1
     threads: int | None = None  # torch's intra-op threads in a training step (None: one per usable core)
     accelerator: str = "auto"  # "auto" uses a GPU (and DDP over several) when present
@@ -245,6 +247,16 @@ class TrainConfig:
     # order, splinegpt, patchtst, rawgpt_fd, rawgpt; this order is Settings.evaluated_variants')
     variants: tuple[str, ...] = ("splinegpt", "rawgpt_fd", "rawgpt", "patchtst")
     shard_trace: str | None = None  # KP_TRAIN_SHARD_TRACE: a folder where each rank records what it served
+
+    @property
+    def process_threads(self) -> int:
+        """The threads of one process that computes (a training step, a probe): ``threads``, else the usable cores
+        shared between the ``side_by_side`` processes that run at once (never more: 2 cores are easy to
+        oversubscribe)."""
+        import os
+
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return self.threads or max(1, cores // max(1, self.side_by_side))
 
     def __post_init__(self) -> None:
         for name in self.variants:
@@ -305,7 +317,9 @@ class EvalConfig:
     probe_lr_max_iter: int = 300  # lbfgs iterations of the logistic regressions
     probe_trees: int = 300  # LightGBM boosting rounds at most (early stopping on the validation days)
     probe_max_train_rows: int | None = None  # a probe fits on a seeded sample of this many training rows at most
-    probe_threads: int = 2  # LightGBM threads (fixed: its result is deterministic for a fixed thread count)
+    # LightGBM threads, at most a side-by-side process's share (Settings.probe_threads): its result is deterministic
+    # for a fixed thread count
+    probe_threads: int = 2
     verdict_cost_bps: float = 10.0  # the cost of the verdict's tests ("after costs"); one of costs_bps
     verdict_bootstrap_resamples: int = 1000  # SPA, StepM, MCS and the Sharpe-difference intervals
     verdict_seed: int = 0
@@ -386,6 +400,13 @@ class Settings:
         from kinematic_pipeline.folds import walk_forward  # folds.py is the home of the rule; imported lazily
 
         return walk_forward(self)
+
+    @property
+    def probe_threads(self) -> int:
+        """LightGBM's threads: ``evaluate.probe_threads``, at most a process's share of the cores
+        (``train.process_threads``). Two probes at two threads each on 2 cores (side by side) fitted 3-5x slower
+        than one: OpenMP's threads spin while they wait (docs/results/2026-11-28.md)."""
+        return min(self.evaluate.probe_threads, self.train.process_threads)
 
     @property
     def evaluated_variants(self) -> tuple[str, ...]:

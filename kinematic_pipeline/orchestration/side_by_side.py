@@ -1,16 +1,18 @@
-"""Training runs side by side on one machine: ``materialize`` runs a group of per-model runs that trains (the
-foundations by fit; the adapters, with the predictions and backtests partitioned like them, by policy) as chains, one
-per model, seed and tau, in ``train.side_by_side`` worker processes at once, each at ``cores // side_by_side`` torch
-threads (``training.trainer.training_threads``).
+"""Work run side by side on one machine: ``materialize`` runs a group of per-model (or per-tokenization) work as
+chains in ``train.side_by_side`` worker processes at once, each at ``cores // side_by_side`` torch threads
+(``training.trainer.training_threads``). The groups (``SIDE_BY_SIDE_GROUPS``): the foundations (by fit); the adapters
+and the probes and rules, with the predictions and backtests partitioned like them (by policy); and the corpus (a
+window store, its statistics and its features per tokenization, unpartitioned: one run a tokenization).
 
 On 2 cores, two one-thread training steps do 1.26x the windows per second of one two-thread step, and two two-thread
-steps 0.58x (oversubscribed): ``benchmarks/bench_step_parallelism.py``, docs/results/2026-11-27.md. A whole run so
-is not yet shown faster (validations, data and evaluation included: docs/results/2026-11-28.md), so it is opt-in
+steps 0.58x (oversubscribed): ``benchmarks/bench_step_parallelism.py``, docs/results/2026-11-27.md. The corpus and the
+probes run at ~1.1 cores each (their reads and Python), so two at once use the second core. It is opt-in
 (``KP_TRAIN_SIDE_BY_SIDE=2``; ``train.side_by_side`` is 1 in every profile). A chain keeps its
 partitions' order (fold by fold), so a warm-started foundation always finds its parent (fold k-1, same model and
-seed) trained first; a chain reads no other chain's files (its model's assets only). Each worker runs its partitions
-as ordinary runs of the instance (``dg.materialize``), tagged with the worker's pid (a killed worker leaves an
-orphaned run like any other) and the invocation of the ``materialize`` that started it (``timings --invocation``).
+seed) trained first; a chain reads no other chain's files (its model's or tokenization's assets only). Each worker
+runs its partitions as ordinary runs of the instance (``dg.materialize``), tagged with the worker's pid (a killed
+worker leaves an orphaned run like any other) and the invocation of the ``materialize`` that started it
+(``timings --invocation``).
 """
 
 from __future__ import annotations
@@ -23,15 +25,17 @@ from kinematic_pipeline.config import Settings
 from kinematic_pipeline.policy import KEY_SEPARATOR, parse_fit_key
 
 TRAINING_GROUPS = frozenset({"pretrain", "finetune"})  # the groups whose steps claim the training pool
+SIDE_BY_SIDE_GROUPS = TRAINING_GROUPS | {"baselines", "corpus"}  # the groups whose work splits into chains
 
 
 @dataclass(frozen=True)
 class Chain:
-    """One model's assets of a group (``<variant>_...``) over one seed's (and tau's) partitions, fold by fold."""
+    """One model's (or tokenization's) assets of a group (``<variant>_...``, ``<tokenization>_...``) over one seed's
+    (and tau's) partitions, fold by fold; ``(None,)`` for an unpartitioned group (one run)."""
 
     variant: str
     assets: tuple[str, ...]
-    partitions: tuple[str, ...]
+    partitions: tuple[str | None, ...]
 
 
 @dataclass(frozen=True)
@@ -39,33 +43,46 @@ class RunOutcome:
     """One partition's run as a worker ran it: its run id, and the failed step's error when it failed."""
 
     chain: Chain
-    partition: str
+    partition: str | None
     run_id: str
     error: str | None = None
 
 
 def model_of(asset: str, variants: Sequence[str]) -> str | None:
-    """The model whose asset ``asset`` is (the longest name it starts with: ``rawgpt_fd_adapter`` is RawGPT-FD's)."""
+    """The model (or tokenization) whose asset ``asset`` is (the longest name it starts with: ``rawgpt_fd_adapter``
+    is RawGPT-FD's, ``raw_features`` the raw tokenization's)."""
     return max((v for v in variants if asset.startswith(f"{v}_")), key=len, default=None)
 
 
-def chains(assets: Sequence[str], partitions: Sequence[str], variants: Sequence[str]) -> list[Chain] | None:
+def owners() -> tuple[str, ...]:
+    """What a chain can belong to: every model (transformers, rules, probes) and every tokenization."""
+    from kinematic_pipeline.token_kinds import TOKEN_KINDS
+    from kinematic_pipeline.variants import ALL_VARIANT_NAMES
+
+    return (*ALL_VARIANT_NAMES, *(kind.tokenization for kind in TOKEN_KINDS.values()))
+
+
+def chains(assets: Sequence[str], partitions: Sequence[str | None], variants: Sequence[str]) -> list[Chain] | None:
     """A group's work as chains, one per model, seed and tau (partition keys ``<fold>@<seed>[|<tau>]``), each with
     its folds in the order given (``fit_partitions`` and ``policy_partitions`` list them fold by fold: a foundation
-    warm-starts from the previous fold's); None when an asset belongs to no model (its run cannot be split by
-    model). Chains of different taus are independent (an adapter starts from its fold's foundation), so the
-    adapters' work splits finely and two workers end together."""
+    warm-starts from the previous fold's), or one per model for an unpartitioned group (``partitions`` ``[None]``);
+    None when an asset belongs to no model (its run cannot be split by model). Chains of different taus are
+    independent (an adapter starts from its fold's foundation), so the adapters' work splits finely; the chains of
+    most partitions come first (the tau sweep's single folds last), so that two workers end together."""
     by_model: dict[str, list[str]] = {}
     for asset in assets:
         model = model_of(asset, variants)
         if model is None:
             return None
         by_model.setdefault(model, []).append(asset)
+    if list(partitions) == [None]:
+        return [Chain(m, tuple(a), (None,)) for m, a in by_model.items()]
     by_seed_and_tau: dict[tuple[int, str], list[str]] = {}
     for key in partitions:
         fit, _, tau = key.partition(KEY_SEPARATOR)
         by_seed_and_tau.setdefault((parse_fit_key(fit)[1], tau), []).append(key)
-    return [Chain(m, tuple(a), tuple(p)) for m, a in by_model.items() for p in by_seed_and_tau.values()]
+    work = [Chain(m, tuple(a), tuple(p)) for m, a in by_model.items() for p in by_seed_and_tau.values()]
+    return sorted(work, key=lambda c: -len(c.partitions))  # the longest first: the short ones even out the end
 
 
 _DEFINITIONS: list = []  # a worker's definitions, built once from the first chain's settings (all are the command's)
@@ -83,13 +100,12 @@ def _run_chain(settings: Settings, chain: Chain, tags: dict[str, str], run_confi
     """In a worker process: materialize the chain's assets for each of its partitions in order, stopping at a
     failure. The settings are the command's, its flags included (``--warehouse`` and the like override ``KP_*``)."""
     import dagster as dg
-    import torch
 
     from kinematic_pipeline.orchestration.partitions import PARTITION_TAG
     from kinematic_pipeline.orchestration.runs import INVOCATION_TAG, failure_line, owner_tags
-    from kinematic_pipeline.training.trainer import training_threads
+    from kinematic_pipeline.training.trainer import configure_threads
 
-    torch.set_num_threads(training_threads(settings.train))  # the predictions too, not only the steps that train
+    configure_threads(settings.train)  # the predictions and probes too (BLAS, OpenMP), not only the steps that train
     defs = _definitions(settings)
     names = ", ".join(chain.assets)
     outcomes = []
@@ -97,19 +113,21 @@ def _run_chain(settings: Settings, chain: Chain, tags: dict[str, str], run_confi
         for partition in chain.partitions:
             if _stopped():  # interrupted: the next fold is not started
                 break
+            partition_tag = {} if partition is None else {PARTITION_TAG: partition}
             result = dg.materialize(
                 [*defs.assets, *defs.asset_checks],
                 run_config=run_config,
                 selection=[dg.AssetKey.from_user_string(a) for a in chain.assets],
                 instance=instance,
                 resources=defs.resources,
-                tags={**tags, **owner_tags(int(tags[INVOCATION_TAG])), PARTITION_TAG: partition},
+                tags={**tags, **owner_tags(int(tags[INVOCATION_TAG])), **partition_tag},
                 partition_key=partition,
                 raise_on_error=False,
             )
             error = None if result.success else failure_line(result)
             outcomes.append(RunOutcome(chain, partition, result.run_id, error))
-            print(f"{'FAILED' if error else 'materialized'} {names} [{partition}] (run {result.run_id})")
+            where = "" if partition is None else f" [{partition}]"
+            print(f"{'FAILED' if error else 'materialized'} {names}{where} (run {result.run_id})")
             sys.stdout.flush()
             if error:
                 break
@@ -147,15 +165,18 @@ def run_side_by_side(
 _WORKER: dict = {
     "stop": None,
     "interrupted": False,
-}  # a worker's stop event (set by run_side_by_side) and its own SIGINT
+    "parent": None,
+}  # a worker's stop event (set by run_side_by_side), its own SIGINT, and the pid of the process that started it
 
 
 def _keep_stop(event) -> None:
     """A worker's initializer: keep the stop event, and note a SIGINT of its own (a Ctrl-C reaches the whole process
     group, often before the parent has set the event) before raising it as usual."""
+    import os
     import signal
 
     _WORKER["stop"] = event
+    _WORKER["parent"] = os.getppid()
 
     def interrupted(signum, frame):
         _WORKER["interrupted"] = True
@@ -165,8 +186,13 @@ def _keep_stop(event) -> None:
 
 
 def _stopped() -> bool:
-    stop = _WORKER["stop"]
-    return _WORKER["interrupted"] or (stop is not None and stop.is_set())
+    """Told to stop, interrupted, or orphaned (the ``materialize`` that started the worker was killed: nothing would
+    read what it does next)."""
+    import os
+
+    stop, parent = _WORKER["stop"], _WORKER["parent"]
+    orphaned = parent is not None and os.getppid() != parent
+    return _WORKER["interrupted"] or orphaned or (stop is not None and stop.is_set())
 
 
 def _chain_unless_stopped(run, settings: Settings, chain: Chain, tags: dict[str, str], run_config: dict):

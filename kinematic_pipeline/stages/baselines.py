@@ -134,7 +134,7 @@ def train_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
             colsample_bytree=0.8,
             max_bin=63,
             random_state=policy.seed,
-            n_jobs=ev.probe_threads,
+            n_jobs=settings.probe_threads,
             deterministic=True,
             force_row_wise=True,
             verbose=-1,
@@ -149,7 +149,7 @@ def train_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
             )
         model.fit(x_train, y_train, sample_weight=weights[y_train], **fit_kw)
         iterations = int(model.best_iteration_ or model.n_estimators)
-        model = TreeProbeModel.of(model, ev.probe_threads)
+        model = TreeProbeModel.of(model, settings.probe_threads)
     val_loss = float("nan")
     if val.height:
         q = _classes3(model, model.predict_proba(x_val))

@@ -225,9 +225,41 @@ def probe_row(
 # --- the asset -------------------------------------------------------------------------------------------------
 
 
+def variant_rows(
+    settings: Settings,
+    variant: str,
+    foundation: Path,
+    fold: Fold,
+    rates: dict,
+    sizes: list[int],
+    progress: bool,
+    log=None,
+) -> list[dict]:
+    """One variant's rows: its transformer at every n (and the largest n at twice the step cap), its tokens' LR probe
+    at every n and on every row, then the trailing-volatility reference (``with_vol20``). The variants are
+    independent: with ``train.side_by_side`` > 1 each runs in its own process at its share of the cores."""
+    from kinematic_pipeline.folds import evaluation_days
+    from kinematic_pipeline.training.trainer import configure_threads
+
+    configure_threads(settings.train)
+    days = evaluation_days(settings, lookup_variant(variant).token_asset, fold)
+    if not days:
+        raise ValueError(f"no {variant} test day in fold {fold.label} ({fold.describe()}): nothing to score")
+    learned: list[tuple[dict, pl.DataFrame]] = []  # (row, the universe it was scored on)
+    for n, long in [*((n, False) for n in sizes), (sizes[-1], True)]:
+        universe: list[pl.DataFrame] = []
+        row = transformer_row(settings, variant, n, foundation, days, rates, progress, long, universe)
+        learned.append((row, universe[0]))
+        log_row(log, row)
+    for n in [*sizes, None]:
+        universe = []
+        learned.append((probe_row(settings, variant, n, days, rates, universe), universe[0]))
+        log_row(log, learned[-1][0])
+    return with_vol20(settings, variant, learned, rates, log)
+
+
 def materialize_scaling_curves(settings: Settings, progress: bool = False, log=None) -> ScalingSummary:
     """Every (variant, learner, n) row (see the module docstring), the table and the figure."""
-    from kinematic_pipeline.folds import evaluation_days
     from kinematic_pipeline.stages.base_rates import CLOSE, train_base_rates
 
     started = time.perf_counter()
@@ -238,22 +270,20 @@ def materialize_scaling_curves(settings: Settings, progress: bool = False, log=N
     fold, tau = scaling_fold(settings), settings.evaluate.report_tau
     rates = train_base_rates(settings)[CLOSE]
     sizes = sorted({int(n) for n in settings.evaluate.scaling_windows})
-    rows = []
-    for variant in variants:
-        days = evaluation_days(settings, lookup_variant(variant).token_asset, fold)
-        if not days:
-            raise ValueError(f"no {variant} test day in fold {fold.label} ({fold.describe()}): nothing to score")
-        learned: list[tuple[dict, pl.DataFrame]] = []  # (row, the universe it was scored on)
-        for n, long in [*((n, False) for n in sizes), (sizes[-1], True)]:
-            universe: list[pl.DataFrame] = []
-            row = transformer_row(settings, variant, n, foundations[variant], days, rates, progress, long, universe)
-            learned.append((row, universe[0]))
+    work = [(settings, v, foundations[v], fold, rates, sizes, progress) for v in variants]
+    if settings.train.side_by_side > 1 and len(variants) > 1:  # a process a variant, as training side by side
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        workers = min(settings.train.side_by_side, len(variants))
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            per_variant = list(pool.map(variant_rows, *zip(*work)))
+        for row in (r for part in per_variant for r in part):
             log_row(log, row)
-        for n in [*sizes, None]:
-            universe = []
-            learned.append((probe_row(settings, variant, n, days, rates, universe), universe[0]))
-            log_row(log, learned[-1][0])
-        rows += with_vol20(settings, variant, learned, rates, log)
+    else:
+        per_variant = [variant_rows(*args, log=log) for args in work]
+    rows = [row for part in per_variant for row in part]
     frame = pl.DataFrame(rows, schema=SCALING_SCHEMA)
     wh = settings.warehouse
     tables, figures = wh.report_tables_dir, wh.figures_dir

@@ -119,14 +119,18 @@ def training_threads(train=None) -> int:
     """Torch's intra-op threads in a training step: ``train.threads``, else the usable cores shared between the
     ``train.side_by_side`` steps that run at once (never more: 2 cores are easy to oversubscribe). A fit's bytes
     depend on it (a reduction's order), so it follows from the settings alone, never from how many fits a run has."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if train is None:  # a benchmark's process: every core
-        return max(1, cores)
-    return train.threads or max(1, cores // max(1, train.side_by_side))
+        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    return train.process_threads
 
 
 def configure_threads(train=None) -> None:
-    torch.set_num_threads(training_threads(train))
+    """Torch's threads, and the BLAS and OpenMP pools' (a probe's lbfgs, scikit-learn), at ``training_threads``."""
+    from threadpoolctl import threadpool_limits
+
+    threads = training_threads(train)
+    torch.set_num_threads(threads)
+    threadpool_limits(threads)
 
 
 @contextlib.contextmanager

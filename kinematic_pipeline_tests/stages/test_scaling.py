@@ -309,3 +309,18 @@ def test_the_reference_row_is_the_trailing_volatility_forecast_of_the_learners_r
     )
     assert row["test_rows"] == n
     assert row["logloss_skill"] == pytest.approx(1 - loss / reference, rel=1e-5)
+
+
+def test_the_variants_side_by_side_give_the_rows_of_one_process(built, tmp_path):
+    """With ``train.side_by_side`` > 1 each variant's rows come from its own process: the same rows (at the same
+    torch threads), only the seconds differ."""
+    import shutil
+
+    from kinematic_pipeline.training.trainer import training_threads
+
+    settings, summary = built
+    shutil.copytree(settings.warehouse.root, tmp_path / "wh")
+    train = dataclasses.replace(settings.train, side_by_side=2, threads=training_threads(settings.train))
+    two = dataclasses.replace(settings, warehouse=tmp_path / "wh", train=train)
+    frame = materialize_scaling_curves(two).frame
+    assert frame.drop("seconds").equals(summary.frame.drop("seconds"))

@@ -1,5 +1,5 @@
-"""Training side by side (orchestration/side_by_side.py): a training group's chains (one per model, seed and tau, folds
-in order) and the torch threads of a step, which follow from the settings alone (a fit's bytes depend on them)."""
+"""Work side by side (orchestration/side_by_side.py): a group's chains (one per model or tokenization, seed and tau,
+folds in order) and the torch threads of a step, which follow from the settings alone (a fit's bytes depend on them)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kinematic_pipeline.config import load_settings
-from kinematic_pipeline.orchestration.side_by_side import Chain, chains, model_of
+from kinematic_pipeline.orchestration.side_by_side import SIDE_BY_SIDE_GROUPS, Chain, chains, model_of, owners
 from kinematic_pipeline.training.trainer import training_threads
 
 
@@ -31,8 +31,39 @@ def test_a_chain_is_one_models_assets_over_one_seeds_and_taus_folds_in_order():
         Chain("rawgpt_fd", fd, ("2021@7|0.01", "2022@7|0.01")),
         Chain("rawgpt_fd", fd, ("2021@7|0.02", "2022@7|0.02")),
     ]
+    sweep = ["2021@7|0.01", "2022@7|0.01", "2022@7|0.02"]  # a tau swept on the last fold only
+    assert [c.partitions for c in chains(["splinegpt_adapter"], sweep, variants)] == [
+        tuple(sweep[:2]),
+        tuple(sweep[2:]),
+    ]
+    assert [len(c.partitions) for c in chains(["splinegpt_adapter"], sweep[::-1], variants)] == [2, 1]  # long first
     assert chains(["splinegpt_adapter", "pooled_backtests"], policies, variants) is None  # not one model's: no split
     assert model_of("rawgpt_fd_margin_backtests", variants) == "rawgpt_fd" and model_of("verdict", variants) is None
+
+
+def test_an_unpartitioned_group_is_one_run_a_tokenization():
+    corpus = ["fd_window_store", "spline_window_store", "fd_corpus_stats", "spline_features", "raw_features"]
+    assert chains(corpus, [None], owners()) == [
+        Chain("fd", ("fd_window_store", "fd_corpus_stats"), (None,)),
+        Chain("spline", ("spline_window_store", "spline_features"), (None,)),
+        Chain("raw", ("raw_features",), (None,)),
+    ]
+    assert model_of("rawgpt_fd_adapter", owners()) == "rawgpt_fd" and model_of("lr_raw_probe", owners()) == "lr_raw"
+
+
+def test_every_group_that_runs_side_by_side_splits_whole_into_chains():
+    """An asset of such a group that belonged to no model or tokenization would run the whole group one at a time."""
+    from kinematic_pipeline.definitions import build_definitions
+
+    graph = build_definitions(load_settings("ci", env={})).resolve_asset_graph()
+    groups: dict[str, list[str]] = {}
+    for key in graph.get_all_asset_keys():
+        groups.setdefault(graph.get(key).group_name, []).append(key.to_user_string())
+    assert SIDE_BY_SIDE_GROUPS <= set(groups)
+    for group in sorted(SIDE_BY_SIDE_GROUPS):
+        work = chains(sorted(groups[group]), [None], owners())
+        assert work is not None and len(work) > 1, group
+        assert sorted(a for c in work for a in c.assets) == sorted(groups[group])
 
 
 def test_the_threads_of_a_training_step_follow_from_the_settings_not_from_the_runs_at_hand():
@@ -86,3 +117,14 @@ run_side_by_side(settings, work, {{"out": {str(tmp_path)!r}}}, {{}}, run=sleepin
     time.sleep(4)  # a chain started after the interrupt would have marked itself by now
     started = sorted(p.name for p in tmp_path.glob("chain*"))
     assert proc.returncode != 0 and started == ["chain0"], started
+
+
+def test_a_worker_whose_materialize_was_killed_starts_nothing_more(monkeypatch):
+    """A worker outliving its ``materialize`` (killed, not interrupted: no stop event is set) starts no further
+    partition: its parent is no longer the process that started it."""
+    from kinematic_pipeline.orchestration import side_by_side
+
+    monkeypatch.setitem(side_by_side._WORKER, "parent", os.getppid())
+    assert not side_by_side._stopped()
+    monkeypatch.setitem(side_by_side._WORKER, "parent", os.getppid() + 1)  # reparented: the starter is gone
+    assert side_by_side._stopped()
