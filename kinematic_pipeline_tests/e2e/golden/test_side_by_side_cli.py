@@ -59,7 +59,9 @@ def _weights(copy: Path) -> dict[tuple[str, int], dict[str, torch.Tensor]]:
 def test_two_seeds_train_side_by_side_in_a_worker_each_and_make_the_one_thread_foundations(tmp_path):
     side = _copy(tmp_path / "side")
     proc = _kp(side, "materialize", "--select", "splinegpt_foundation", KP_TRAIN_SIDE_BY_SIDE="2")
-    assert "side by side: 2 chains (a model or tokenization, seed and tau each, folds in order), 2 at once" in proc.stdout, proc.stdout
+    assert (
+        "side by side: 2 chains (a model or tokenization, seed and tau each, folds in order), 2 at once" in proc.stdout
+    ), proc.stdout
 
     with dg.DagsterInstance.from_config(str(side.parent / "home")) as instance:
         runs = instance.get_runs(ascending=True)
