@@ -288,6 +288,12 @@ class Warehouse:
         return self.reports_dir / "budget_test.parquet"
 
     @property
+    def learnability_test_file(self) -> Path:
+        """``reports/learnability_test.parquet``: each family's validated fine-tuning states on one fold and the test
+        scores of each (written by ``benchmarks/bench_learnability.py``)."""
+        return self.reports_dir / "learnability_test.parquet"
+
+    @property
     def tables_file(self) -> Path:
         return self.reports_dir / layout.TABLES_FILE
 

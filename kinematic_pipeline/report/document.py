@@ -69,6 +69,14 @@ FIGURE_CAPTIONS = {
         "logistic-regression probe fitted on as many rows (dashed) and on every training row (dotted line); a curve "
         "still rising at its right end says more data or compute would help (our addition to the paper).",
     ),
+    "learnability_test": (
+        "Learnability at matched compute, on test days",
+        "Each family's one fine-tuning under the shared budget and schedule, at every state it validated: (A) its "
+        "validation skill over the prior, (B) the test-period rank IC and (C) the log-loss skill that state scores "
+        "on the universe; a large dot marks the state kept (the best validation loss: the test days chose nothing), "
+        "a dashed line its tokens' logistic-regression probe on the same days (benchmarks/bench_learnability.py; our "
+        "addition to the paper).",
+    ),
     "equity_curves": (
         "Cross-Sector Performance Validation",
         f"Under the calibrated argmax only ({CALIBRATED_RULE}). Left: equity curves of SplineGPT (thick) and the "

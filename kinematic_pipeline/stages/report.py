@@ -45,9 +45,11 @@ from kinematic_pipeline.stages.report_titles import (
 from kinematic_pipeline.stages.training_table import (
     BUDGET_TEST_TABLE,
     LEARNABILITY_TABLE,
+    LEARNABILITY_TEST_TABLE,
     TRAINING_TABLE,
     budget_test_table,
     learnability_table,
+    learnability_test_table,
     model_runs,
     training_table,
 )
@@ -228,6 +230,9 @@ def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame
     budget_test = budget_test_table(settings)
     if budget_test is not None:
         built[BUDGET_TEST_TABLE] = budget_test
+    on_test_days = learnability_test_table(settings)
+    if on_test_days is not None:
+        built[LEARNABILITY_TEST_TABLE] = on_test_days
     if walk_forward_run(settings):
         built["per_fold"] = per_fold_table(settings)
     titles = all_titles(settings)

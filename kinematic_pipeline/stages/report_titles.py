@@ -100,7 +100,7 @@ ORACLE_TITLE = (
 # tables only some runs have: the per-fold table (walk-forward runs), the uncalibrated skill (runs whose
 # predictions kept their raw probabilities), the scaling curves (once scaling_curves is materialized), the oracle
 # through the rules (synthetic runs), learnability (runs whose adapters validated their prior at step 0), the budget
-# test (once benchmarks/bench_budget.py has run on the warehouse)
+# test and learnability on test days (once benchmarks/bench_budget.py, bench_learnability.py have run on the warehouse)
 OPTIONAL_TABLES = (
     "per_fold",
     "information_uncalibrated",
@@ -108,6 +108,7 @@ OPTIONAL_TABLES = (
     "oracle_rules",
     "learnability",
     "budget_test",
+    "learnability_test",
 )
 
 
@@ -135,6 +136,14 @@ BUDGET_TEST_TITLE = (
     "the paper)"
 )
 
+LEARNABILITY_TEST_TITLE = (
+    "Learnability at matched compute, on test days: each family fine-tuned once under the same step budget, schedule "
+    "and labels on one fold, and every state it validated scored on the fold's test days over the universe (the "
+    "test days chose nothing: the state kept is the best validation one); its validation skill over the prior beside "
+    "the test rank IC and log-loss skill, and its tokens' logistic-regression probe on the same days, measured by "
+    "benchmarks/bench_learnability.py at the commit shown (not in the paper)"
+)
+
 ALL_TITLES = {
     "verdict": VERDICT_TITLE,
     **TABLE_TITLES,
@@ -145,6 +154,7 @@ ALL_TITLES = {
     "training": TRAINING_TITLE,
     "learnability": LEARNABILITY_TITLE,
     "budget_test": BUDGET_TEST_TITLE,
+    "learnability_test": LEARNABILITY_TEST_TITLE,
 }
 
 

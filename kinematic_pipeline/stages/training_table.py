@@ -132,3 +132,112 @@ def budget_test_table(settings: Settings) -> pl.DataFrame | None:
             }
         )
     return pl.DataFrame(rows) if rows else None
+
+
+LEARNABILITY_TEST_TABLE = "learnability_test"
+LEARNABILITY_TEST_SCHEMA: dict[str, pl.DataType] = {
+    "variant": pl.String,  # the transformer whose tokenization the row is about
+    "learner": pl.String,  # transformer (one row per validated state) | lr_<tokenization> (its tokens' probe)
+    "fold": pl.String,
+    "seed": pl.Int64,
+    "tau": pl.Float64,
+    "commit": pl.String,  # the commit benchmarks/bench_learnability.py ran at
+    "budget": pl.Int64,  # the fine-tuning's step budget (probe: null)
+    "step": pl.Int64,  # the validated state's optimizer step (0: the head at the prior; probe: null)
+    "windows": pl.Int64,  # training windows served up to that step (probe: the rows it fitted)
+    "val_loss": pl.Float64,  # the de-weighted validation log loss the run stops on (probe: null)
+    "val_skill": pl.Float64,  # 1 - val_loss / the step-0 state's (probe: null)
+    "kept": pl.Boolean,  # the state the fine-tuning kept: its best validation loss (probe: null)
+    "rank_ic": pl.Float64,  # test days, universe: mean daily rank IC of p_buy - p_sell against r_close
+    "rank_ic_t_nw": pl.Float64,
+    "logloss_skill": pl.Float64,  # test days, universe: log-loss skill on close-to-close labels over base rates
+    "logloss_skill_ci_low": pl.Float64,
+    "logloss_skill_ci_high": pl.Float64,
+    "ci_block_days": pl.Int64,
+    "test_rows": pl.Int64,
+}
+
+
+def learnability_test_table(settings: Settings) -> pl.DataFrame | None:
+    """Learnability at matched compute on test days: each family's fine-tuning under the one budget and schedule, at
+    every validated state, its validation skill over the prior beside the test rank IC and log-loss skill that state
+    scores on the universe (``benchmarks/bench_learnability.py`` measured them into
+    ``reports/learnability_test.parquet``; the test days chose nothing), and its tokens' LR probe on the same days.
+    None until the benchmark has run on this warehouse."""
+    path = settings.warehouse.learnability_test_file
+    if not path.exists():
+        return None
+    rows = []
+    for r in pl.read_parquet(path).iter_rows(named=True):
+        spec = lookup_variant(r["variant"])
+        probe = r["learner"] != "transformer"
+        rows.append(
+            {
+                "Model": lookup_variant(r["learner"]).display_name if probe else spec.display_name,
+                "Tokenization": spec.tokenization,
+                "Fold": r["fold"],
+                "Seed": r["seed"],
+                "Step (budget)": "fitted" if probe else f"{r['step']} ({r['budget']})",
+                "Windows seen": r["windows"],
+                "Validation skill over the prior": None if probe else round(r["val_skill"], 5),
+                "Kept": "-" if probe else ("yes" if r["kept"] else "no"),
+                "Test rank IC (t, Newey-West)": _value_t(r["rank_ic"], r["rank_ic_t_nw"]),
+                "Test log-loss skill [95% CI]": (
+                    f"{r['logloss_skill']:+.5f} [{r['logloss_skill_ci_low']:+.5f}, {r['logloss_skill_ci_high']:+.5f}]"
+                ),
+                "Commit": r["commit"],
+            }
+        )
+    return pl.DataFrame(rows) if rows else None
+
+
+def _value_t(value: float | None, t: float | None) -> str:
+    if value is None or value != value:  # a state at the prior ranks nothing (the same p for every window)
+        return "- (no ranking)"
+    return f"{value:+.4f} ({t:+.2f})"
+
+
+def learnability_test_png(frame: pl.DataFrame, path):
+    """Three panels against the fine-tuning's optimizer steps: (A) validation skill over the prior, (B) test rank IC,
+    (C) test log-loss skill; one line per family (a larger dot: the state it kept), its tokens' LR probe dashed in
+    its colour. A state at the prior ranks nothing: its rank IC is drawn as 0, hollow."""
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from kinematic_pipeline.report.figures import save_figure
+    from kinematic_pipeline.variants import color, display_name
+
+    fig = Figure(figsize=(13, 4.2), layout="constrained")
+    axes = fig.subplots(1, 3)
+    panels = (
+        ("val_skill", "(A) validation skill over the prior"),
+        ("rank_ic", "(B) test rank IC vs r_close"),
+        ("logloss_skill", "(C) test log-loss skill vs base rates"),
+    )
+    for ax, (column, title) in zip(axes, panels):
+        for variant in dict.fromkeys(frame["variant"].to_list()):
+            rows = frame.filter(pl.col("variant") == variant)
+            model = rows.filter(pl.col("learner") == "transformer").sort("step")
+            values = model[column].to_numpy().astype(float)
+            undefined = ~np.isfinite(values)
+            y = np.where(undefined, 0.0, values)
+            ax.plot(model["step"], y, "o-", color=color(variant), ms=4, label=display_name(variant))
+            kept = model["kept"].to_numpy()
+            ax.plot(model["step"].to_numpy()[kept], y[kept], "o", color=color(variant), ms=9)
+            if undefined.any():
+                ax.plot(model["step"].to_numpy()[undefined], y[undefined], "o", color="white", mec=color(variant))
+            for learner, value in rows.filter(pl.col("learner") != "transformer").select("learner", column).rows():
+                if value is not None and np.isfinite(value):
+                    ax.axhline(value, color=color(variant), ls="--", lw=1.0, label=display_name(learner))
+        ax.axhline(0.0, color="black", lw=0.6)
+        ax.set_xlabel("fine-tuning optimizer steps")
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    first = frame.row(0, named=True)
+    fig.suptitle(
+        f"Learnability at matched compute (fold {first['fold']}, seed {first['seed']}, tau = {first['tau']:g})",
+        fontsize=10,
+    )
+    save_figure(fig, path)
+    return path

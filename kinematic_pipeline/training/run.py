@@ -153,14 +153,17 @@ class TrainingResult:
         return values
 
 
-def _fit(settings: Settings, module_for, out_dir: Path, data: WindowDataModule, budget: int, progress: bool):
+def _fit(
+    settings: Settings, module_for, out_dir: Path, data: WindowDataModule, budget: int, progress: bool, callbacks=()
+):
     """Fit ``module_for(total_steps)`` (the caller seeded and built the model first) on ``data`` for at most
     ``budget`` optimizer steps, to the best validation loss; (data, window counter, metrics CSV, steps, budget)."""
     cfg = settings.train
     out_dir.mkdir(parents=True, exist_ok=True)
     total = budget_steps(cfg, budget)
     module = module_for(total)
-    trainer, counter, metrics_csv = build_trainer(cfg, out_dir, total, data.has_validation, progress, cfg.patience)
+    has_val = data.has_validation
+    trainer, counter, metrics_csv = build_trainer(cfg, out_dir, total, has_val, progress, cfg.patience, callbacks)
     trainer.fit(module, datamodule=data)
     return data, counter, metrics_csv, trainer.global_step, total
 
@@ -308,8 +311,10 @@ def finetune(
     foundation: Path | None = None,
     progress: bool = True,
     num_workers: int = 0,
+    callbacks=(),
 ) -> TrainingResult:
-    """Buy/Sell/Hold fine-tuning of ``policy`` (its tau) from its foundation, into its adapter folder."""
+    """Buy/Sell/Hold fine-tuning of ``policy`` (its tau) from its foundation, into its adapter folder (``callbacks``:
+    Lightning callbacks run beside the run's own, e.g. a benchmark's snapshot of every validated state)."""
     out_dir = Path(out_dir or settings.warehouse.adapter_dir(policy))
     foundation = Path(foundation or settings.warehouse.foundation_checkpoint(policy))
     head = HEADS[policy.spec.head.kind]
@@ -324,7 +329,7 @@ def finetune(
         def module_for(total_steps: int) -> FinetuneModule:
             return FinetuneModule(classifier, settings.train, total_steps)
 
-        fitted = _fit(settings, module_for, out_dir, data, settings.train.finetune_steps, progress)
+        fitted = _fit(settings, module_for, out_dir, data, settings.train.finetune_steps, progress, callbacks)
         classifier.eval()
         files = head.save(classifier, out_dir, policy.variant, policy.tau)
     extra = {"foundation_sha256": file_sha256(foundation), "class_counts": counts}

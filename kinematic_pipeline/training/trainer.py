@@ -152,10 +152,13 @@ def quiet_lightning(progress: bool):
             torch.use_deterministic_algorithms(deterministic)  # the Trainer sets it process-wide
 
 
-def build_trainer(cfg: TrainConfig, out_dir: Path, max_steps: int, has_val: bool, progress: bool, patience: int):
+def build_trainer(
+    cfg: TrainConfig, out_dir: Path, max_steps: int, has_val: bool, progress: bool, patience: int, callbacks=()
+):
     """A Trainer for ``max_steps`` optimizer steps (epochs follow: each draws a new sample), validating every
     ``cfg.eval_every`` steps and before the first (the initial state is a candidate) when there are validation
-    windows, stopping after ``patience`` validations without improvement and restoring the best state."""
+    windows, stopping after ``patience`` validations without improvement and restoring the best state; ``callbacks``
+    run after the run's own (a benchmark's probes: ``benchmarks/bench_learnability.py``)."""
     for sub in ("checkpoints", "logs"):  # a re-run starts clean: no stale checkpoints or curves
         shutil.rmtree(out_dir / sub, ignore_errors=True)
     (out_dir / CURVES_FILE).unlink(missing_ok=True)
@@ -194,7 +197,7 @@ def build_trainer(cfg: TrainConfig, out_dir: Path, max_steps: int, has_val: bool
         gradient_clip_val=cfg.grad_clip,
         deterministic="warn" if on_gpu else True,  # some CUDA kernels have no deterministic twin
         logger=loggers,
-        callbacks=[checkpoint, EpochSeed(), counter, best],
+        callbacks=[checkpoint, EpochSeed(), counter, best, *callbacks],
         enable_progress_bar=progress,
         enable_model_summary=progress,
         log_every_n_steps=max(1, min(50, cfg.eval_every // 2)),

@@ -324,3 +324,60 @@ def test_the_variants_side_by_side_give_the_rows_of_one_process(built, tmp_path)
     two = dataclasses.replace(settings, warehouse=tmp_path / "wh", train=train)
     frame = materialize_scaling_curves(two).frame
     assert frame.drop("seconds").equals(summary.frame.drop("seconds"))
+
+
+def _benchmark(name: str):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_learnability_on_test_days_scores_every_validated_state_and_the_kept_one_is_the_adapter(built, tmp_path):
+    """``benchmarks/bench_learnability.py`` (issue 39, item 5): one fine-tuning, a row per validated state in the
+    curve's order; the states differ; the kept state's test scores are the saved adapter's scored directly; its tokens'
+    probe beside it; the report table and figure read the rows."""
+    from kinematic_pipeline.folds import evaluation_days
+    from kinematic_pipeline.models import HEADS
+    from kinematic_pipeline.stages.base_rates import CLOSE, train_base_rates
+    from kinematic_pipeline.stages.predict import model_predictions
+    from kinematic_pipeline.stages.scaling_scores import score_universe
+    from kinematic_pipeline.stages.training_table import (
+        LEARNABILITY_TEST_SCHEMA,
+        learnability_test_png,
+        learnability_test_table,
+    )
+    from kinematic_pipeline.training.run import load_foundation
+    from kinematic_pipeline.training.trainer import read_curves
+
+    bench = _benchmark("bench_learnability")
+    settings, _ = built
+    fold, policy = settings.folds[0], scaling_policy(settings, "splinegpt")
+    days, rates = evaluation_days(settings, "spline_tokens", fold), train_base_rates(settings)[CLOSE]
+    out = tmp_path / "adapter"
+    rows = bench.transformer_rows(settings, policy, fold, days, rates, out, "abc1234")
+    curves = read_curves(out)
+    assert [r["step"] for r in rows] == [c["step"] for c in curves] and rows[0]["step"] == 0 and len(rows) > 2
+    assert [r["kept"] for r in rows] == [bool(c["best"]) for c in curves] and sum(r["kept"] for r in rows) == 1
+    assert rows[0]["val_skill"] == 0.0 and rows[0]["windows"] == 0
+    assert len({round(r["logloss_skill"], 9) for r in rows}) > 1  # each state is scored, not one model again
+
+    saved = HEADS[policy.spec.head.kind].load(load_foundation(settings, policy), out).eval()
+    _, _, universe, _ = model_predictions(settings, policy, saved, days, at_report_tau=True)
+    direct, kept = score_universe(settings, universe, rates), next(r for r in rows if r["kept"])
+    assert kept["logloss_skill"] == pytest.approx(direct["logloss_skill"], abs=1e-9)
+    assert kept["rank_ic"] == pytest.approx(direct["rank_ic"], abs=1e-9, nan_ok=True)
+
+    probe = bench.probe_row(settings, policy, fold, days, rates, "abc1234")
+    assert probe["learner"] == "lr_spline" and probe["windows"] > 0
+    frame = pl.DataFrame([*rows, probe], schema=LEARNABILITY_TEST_SCHEMA)
+    settings.warehouse.learnability_test_file.parent.mkdir(parents=True, exist_ok=True)
+    frame.write_parquet(settings.warehouse.learnability_test_file)
+    table = learnability_test_table(settings)
+    assert table.height == len(rows) + 1 and table["Kept"].to_list().count("yes") == 1
+    assert table["Step (budget)"][0] == f"0 ({rows[0]['budget']})" and table["Step (budget)"][-1] == "fitted"
+    assert learnability_test_png(frame, tmp_path / "learnability_test.png").stat().st_size > 0

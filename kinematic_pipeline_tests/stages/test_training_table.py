@@ -124,3 +124,40 @@ def test_the_budget_test_the_benchmark_writes_reaches_the_report_table(tmp_path)
     assert finetuning["From a random backbone"] == "1.02000" and finetuning["Pretraining lowers it by"] == "+1.96%"
     assert finetuning["From a foundation pretrained h ahead"] == "0.99000 (h=5: +2.94%)"
     assert pretraining["From a foundation pretrained h ahead"] == "-"
+
+
+def test_learnability_on_test_days_reaches_the_report_table_once_the_benchmark_wrote_it(tmp_path):
+    import polars as pl
+
+    from kinematic_pipeline.stages.training_table import LEARNABILITY_TEST_SCHEMA, learnability_test_table
+
+    settings = load_settings("ci", warehouse=tmp_path / "warehouse", env={})
+    assert learnability_test_table(settings) is None  # until benchmarks/bench_learnability.py has run
+    keys = {"variant": "splinegpt", "fold": "2022H1", "seed": 1234, "tau": 0.01, "commit": "abc1234"}
+    scores = {"logloss_skill_ci_low": -0.01, "logloss_skill_ci_high": 0.03, "ci_block_days": 20, "test_rows": 900}
+    rows = [
+        {**keys, **scores, "learner": "transformer", "budget": 50, "step": 0, "windows": 0, "val_loss": 1.0,
+         "val_skill": 0.0, "kept": False, "rank_ic": float("nan"), "rank_ic_t_nw": float("nan"), "logloss_skill": 0.0},
+        {**keys, **scores, "learner": "transformer", "budget": 50, "step": 25, "windows": 3200, "val_loss": 0.98,
+         "val_skill": 0.02, "kept": True, "rank_ic": 0.031, "rank_ic_t_nw": 2.5, "logloss_skill": 0.012},
+        {**keys, **scores, "learner": "lr_spline", "windows": 150000, "rank_ic": 0.02, "rank_ic_t_nw": 1.9,
+         "logloss_skill": 0.008},
+    ]  # fmt: skip
+    path = settings.warehouse.learnability_test_file
+    path.parent.mkdir(parents=True)
+    pl.DataFrame(rows, schema=LEARNABILITY_TEST_SCHEMA).write_parquet(path)
+    prior, kept, probe = learnability_test_table(settings).rows(named=True)
+    assert (prior["Step (budget)"], prior["Kept"], prior["Test rank IC (t, Newey-West)"]) == (
+        "0 (50)",
+        "no",
+        "- (no ranking)",
+    )
+    assert (kept["Kept"], kept["Test rank IC (t, Newey-West)"], kept["Windows seen"]) == (
+        "yes",
+        "+0.0310 (+2.50)",
+        3200,
+    )
+    assert kept["Test log-loss skill [95% CI]"] == "+0.01200 [-0.01000, +0.03000]"
+    assert (probe["Model"], probe["Step (budget)"], probe["Validation skill over the prior"]) == (
+        "Logistic regression (Spline)", "fitted", None,
+    )  # fmt: skip
