@@ -137,11 +137,13 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
 def _side_by_side(settings: Settings, graph, keys, runs: list[dict[str, str]]):
     """The chains a planned group runs side by side in (orchestration/side_by_side.py), or None: a group of
     ``SIDE_BY_SIDE_GROUPS`` (foundations; adapters, probes and rules with what is partitioned like them; the corpus),
-    split by model or tokenization, with ``train.side_by_side`` > 1."""
+    split by model or tokenization, with ``train.side_by_side`` > 1. A planned group holding such assets splits with
+    the assets planned beside them (the adapters' predictions and backtests, of the evaluation group): ``chains``
+    refuses a group whose assets do not all belong to a model or tokenization."""
     from kinematic_pipeline.orchestration.partitions import PARTITION_TAG
     from kinematic_pipeline.orchestration.side_by_side import SIDE_BY_SIDE_GROUPS, chains, owners
 
-    splits = all(graph.get(k).group_name in SIDE_BY_SIDE_GROUPS for k in keys)
+    splits = any(graph.get(k).group_name in SIDE_BY_SIDE_GROUPS for k in keys)
     if settings.train.side_by_side < 2 or not splits:
         return None
     if runs == [{}]:  # unpartitioned: one run a chain

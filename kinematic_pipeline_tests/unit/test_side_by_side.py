@@ -128,3 +128,33 @@ def test_a_worker_whose_materialize_was_killed_starts_nothing_more(monkeypatch):
     assert not side_by_side._stopped()
     monkeypatch.setitem(side_by_side._WORKER, "parent", os.getppid() + 1)  # reparented: the starter is gone
     assert side_by_side._stopped()
+
+
+def test_every_planned_run_of_the_whole_dag_that_holds_a_side_by_side_group_splits():
+    """What ``materialize`` plans, not the groups alone: the adapters' run also holds their predictions and backtests
+    (the evaluation group), and it must split all the same (a run at 5c02da5 trained every adapter one at a time)."""
+    import dagster as dg
+
+    from kinematic_pipeline.cli import _side_by_side
+    from kinematic_pipeline.definitions import build_definitions
+    from kinematic_pipeline.orchestration.assets_scaling import off_dag_groups
+    from kinematic_pipeline.orchestration.partitions import PARTITION_TAG
+    from kinematic_pipeline.orchestration.plan import plan_runs
+
+    settings = load_settings("ci", env={"KP_TRAIN_SIDE_BY_SIDE": "2"})
+    defs = build_definitions(settings)
+    graph = defs.resolve_asset_graph()
+    split = set()
+    for keys in plan_runs(defs, None, None, off_dag_groups(settings)):
+        if not any(graph.get(k).group_name in SIDE_BY_SIDE_GROUPS for k in keys):
+            continue
+        partitions = graph.get(keys[0]).partitions_def
+        assert not isinstance(partitions, dg.TimeWindowPartitionsDefinition)
+        runs = [{}] if partitions is None else [{PARTITION_TAG: k} for k in partitions.get_partition_keys()]
+        work = _side_by_side(settings, graph, keys, runs)
+        names = [k.to_user_string() for k in keys]
+        assert work is not None and len(work) > 1, names
+        assert {a for c in work for a in c.assets} == set(names)
+        split |= set(names)
+    assert {"splinegpt_adapter", "splinegpt_predictions", "splinegpt_backtests", "splinegpt_foundation"} <= split
+    assert {"lr_spline_probe", "spline_window_store"} <= split
