@@ -233,7 +233,7 @@ def learnability_test_png(frame: pl.DataFrame, path):
         ax.set_xlabel("fine-tuning optimizer steps")
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+    axes[-1].legend(fontsize=7)  # the panel that holds every line: the families and their probes
     first = frame.row(0, named=True)
     fig.suptitle(
         f"Learnability at matched compute (fold {first['fold']}, seed {first['seed']}, tau = {first['tau']:g})",
