@@ -9,6 +9,7 @@ import sys
 
 import dagster as dg
 import polars as pl
+import pytest
 
 from kinematic_pipeline.catalog import query
 from kinematic_pipeline.definitions import build_definitions
@@ -81,6 +82,7 @@ def test_raw_ohlcv_materializes_in_process_over_a_range_of_days(ci_settings):
     assert isinstance(days, pl.Series)
 
 
+@pytest.mark.slow  # 34 s: the nightly lane runs it (the fast lane's 8 minutes include the install)
 def test_the_tokenize_and_corpus_stages_materialize_in_process(tmp_path):
     from kinematic_pipeline.config import load_settings
 
