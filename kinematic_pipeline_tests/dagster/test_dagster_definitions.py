@@ -52,6 +52,7 @@ def test_the_package_module_exposes_the_definitions_lazily():
     assert isinstance(kinematic_pipeline.defs, dg.Definitions)
 
 
+@pytest.mark.slow
 def test_pure_modules_never_import_dagster():
     modules = pure_modules()
     assert "kinematic_pipeline.stages.predict" in modules and len(modules) > 30

@@ -167,6 +167,7 @@ def test_debug_shows_the_traceback(tmp_path):
     assert proc.returncode != 0 and "Traceback" in proc.stderr and "empty.csv" in proc.stderr
 
 
+@pytest.mark.slow
 def test_an_unknown_asset_in_select_is_one_line(tmp_path):
     """Through the real entry point, after a cold Dagster load: the error is all stderr holds."""
     path = _write(tmp_path, "ok.csv", HEADER + GOOD)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -139,18 +137,3 @@ def test_bad_inputs_raise():
     log_volume[1, 5] = -np.inf
     with pytest.raises(ValueError, match="log_volume: infinite value in window 1"):
         raw_tokens(log_price, log_volume)
-
-
-@pytest.mark.slow
-def test_speed_over_a_million_windows_per_second_scale():
-    log_price, log_volume = random_windows(200_000, seed=0, missing=0.01)
-    out = np.empty((200_000, 64, 9))
-    fd_tokens(log_price[:10], log_volume[:10])  # compile
-    best = min(_timed(lambda: fd_tokens(log_price, log_volume, out=out)) for _ in range(3))
-    assert 200_000 / best > 3e5  # measured ~1e6 windows/s on 2 busy cores
-
-
-def _timed(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0

@@ -172,6 +172,7 @@ def test_a_folds_statistics_thresholds_and_weights_ignore_its_test_period_and_la
     assert days[0] == first.test_start and days[-1] <= first.test_end
 
 
+@pytest.mark.slow
 def test_the_purge_keeps_the_label_that_reads_the_first_test_bar_out_of_a_single_cuts_training(tmp_path):
     """With one cut (no embargo) the last training day's label needs the first test day's close: it changes when
     that bar does, and the fine-tuning rows never hold it."""

@@ -12,6 +12,7 @@ interpolation baseline (0.36-0.41 against 0.32-0.37) after 600.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from kinematic_pipeline.config import profile_settings
@@ -68,6 +69,7 @@ def _pretrain(model: PatchTST, steps: int, lr: float, seed: int) -> None:
     model.eval()
 
 
+@pytest.mark.slow
 def test_masked_patch_pretraining_learns_from_the_seen_patches():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

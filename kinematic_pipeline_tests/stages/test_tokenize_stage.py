@@ -25,6 +25,7 @@ from kinematic_pipeline.windows import normalize_windows
 from kinematic_pipeline_tests.conftest import CUT, END, START, _bars, _perturb_after, _run_all, _settings
 
 
+@pytest.mark.slow
 def test_tokens_and_labels_do_not_change_when_future_bars_change(tmp_path):
     bars = _bars()
     base = _settings(tmp_path, "base", bars)
@@ -52,6 +53,7 @@ def test_tokens_and_labels_do_not_change_when_future_bars_change(tmp_path):
     assert file_sha256(base.warehouse.shard("labels", CUT)) != file_sha256(other.warehouse.shard("labels", CUT))
 
 
+@pytest.mark.slow
 def test_rematerializing_a_day_gives_a_byte_identical_shard(tmp_path):
     settings = _settings(tmp_path, "wh", _bars())
     days = _run_all(settings)
@@ -62,6 +64,7 @@ def test_rematerializing_a_day_gives_a_byte_identical_shard(tmp_path):
     assert {a: file_sha256(settings.warehouse.shard(a, day)) for a in before} == before
 
 
+@pytest.mark.slow
 def test_a_zero_volume_day_is_a_missing_measurement_and_tokens_stay_finite(tmp_path):
     bars = _bars(2)
     zero_day = dt.date(2021, 5, 12)
@@ -163,6 +166,7 @@ def test_numba_kernels_use_a_threading_layer_that_does_not_starve_torch():
     assert out.stdout.strip() == "workqueue"  # OpenMP here + torch's OpenMP slowed training 30-75x
 
 
+@pytest.mark.slow
 def test_token_days_are_pinned_to_the_raw_days_behind_their_windows(tmp_path):
     """A bar corrected and re-ingested on day d makes exactly the token days whose windows read d (d and the 64
     sessions after it) stale; every reader refuses them naming both digests; re-tokenizing them restores the pin."""

@@ -28,6 +28,7 @@ def _settings(source, warehouse, cut: str):
     return load_settings("ci", source="parquet", source_path=str(source), warehouse=warehouse, env=env)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cut", ["2021-05-28", "2021-06-30"])
 def test_the_test_period_corpus_statistics_and_training_shards_follow_the_cut(source, tmp_path, cut):
     settings = _settings(source, tmp_path / "wh", cut)

@@ -64,6 +64,7 @@ def test_a_rebuild_from_the_same_shards_is_byte_identical_and_an_unchanged_store
     assert _files(copy.warehouse.window_store_dir(ASSET)) == before
 
 
+@pytest.mark.slow
 def test_the_store_does_not_change_when_bars_after_the_cut_change(built, tmp_path):
     other = _settings(tmp_path, "perturbed", _perturb_after(_bars(), CUT), taus=(0.01,))
     _run_all(other)
