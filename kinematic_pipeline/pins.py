@@ -39,6 +39,7 @@ from kinematic_pipeline.probe_models import (
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS, TOKEN_ASSETS, token_kind
 from kinematic_pipeline.variants import BENCHMARK
 from kinematic_pipeline.variants import variant as lookup_variant
+from kinematic_pipeline.verified import process_sha256
 from kinematic_pipeline.warehouse import LABELS, MARGIN_BACKTESTS, PREDICTIONS, RAW_OHLCV, Warehouse
 from kinematic_pipeline.windows import LOOKBACK
 
@@ -277,20 +278,7 @@ def evaluation_digest(wh: Warehouse) -> str:
     """sha256 over the paths and bytes of every evaluation file pooling and the verdict read (each policy's
     predictions with its validation and universe files, and its margin backtests), in path order."""
     files = sorted(f for asset in EVALUATION_INPUTS for f in (wh.root / asset).rglob("*.parquet") if f.is_file())
-    return digest([f"{f.relative_to(wh.root)}:{sha256_by_stat(f)}" for f in files])
-
-
-_SHA256: dict[str, tuple[tuple[int, int, int], str]] = {}  # path -> ((inode, size, mtime_ns), sha256)
-
-
-def sha256_by_stat(path: Path) -> str:
-    """A file's sha256, re-hashed only when its stat changed (a report run reads the pooled records several times;
-    every writer here renames a new file into place, so a rewrite is a new inode)."""
-    st = path.stat()
-    stamp, hit = (st.st_ino, st.st_size, st.st_mtime_ns), _SHA256.get(str(path))
-    if hit is None or hit[0] != stamp:
-        hit = _SHA256[str(path)] = (stamp, file_sha256(path))
-    return hit[1]
+    return digest([f"{f.relative_to(wh.root)}:{process_sha256(f)}" for f in files])
 
 
 def pin_evaluation(wh: Warehouse, record: Path, inputs_digest: str, policies: str = "") -> None:
@@ -340,7 +328,7 @@ def check_backtests_current(settings: Settings, frame: pl.DataFrame) -> None:
     for row in pinned.iter_rows(named=True):
         policy = Policy(row["variant"], row["seed"], row["tau"], None if row["fold"] == "all" else row["fold"])
         path = wh.evaluation_file(PREDICTIONS, policy)
-        now = sha256_by_stat(path) if path.exists() else "missing"
+        now = process_sha256(path) if path.exists() else "missing"
         if row["sha256"] != now:
             raise StalePairError(
                 f"the backtests of {policy} were swept from predictions sha256 {(row['sha256'] or '-')[:16]}; "

@@ -6,13 +6,21 @@ a model folder's ``files.json``, a probe's ``fit.json``). ``verify_file`` compar
 record and raises ``CorruptFileError`` (one line: the file, both hashes, the fix) when they differ: one flipped bit,
 an edit, a truncation.
 
-No stat is taken as proof. Real disks corrupt bytes without touching a file's mtime, and ``cp -p``, ``rsync -a``
-and ``tar x`` put the mtime back after a damaged copy, so a (size, mtime_ns) record would pass a damaged file.
-Small files (a model folder's files, a store's row and day index: up to a few hundred MB) are hashed on every
-load. A large file is checked by blocks (``BLOCK_BYTES``, 64 MB, as HDFS and ZFS do): its writer records the sha256
-of every block (``BlockHasher``) and a reader verifies the blocks it is about to read (``verify_blocks``: several
-in flight, each once per open), which names the damaged block, not just the file. ``<file>.verified`` sidecars
-written by older versions are ignored (and skipped by the listings of a model's files).
+No stat is taken as proof that a file is the one its manifest records. Real disks corrupt bytes without touching a
+file's mtime, and ``cp -p``, ``rsync -a`` and ``tar x`` put the mtime back after a damaged copy, so a (size, mtime_ns)
+record would pass a damaged file. Small files (a model folder's files, a store's row and day index: up to a few
+hundred MB) are hashed on every load. A large file is checked by blocks (``BLOCK_BYTES``, 64 MB, as HDFS and ZFS do):
+its writer records the sha256 of every block (``BlockHasher``) and a reader verifies the blocks it is about to read
+(``verify_blocks``: several in flight, each once per open), which names the damaged block, not just the file.
+``<file>.verified`` sidecars written by older versions are ignored (and skipped by the listings of a model's files).
+
+What one process has hashed it does not hash again while the file is the same file (``process_sha256``,
+``verify_blocks``): same device, inode, size, mtime and ctime, its last change at least ``RACY_NS`` older than the
+hash. Any write to a file, and putting its mtime back, moves its ctime, which no user-space tool can set back; a copy
+or a re-materialized file is a new inode. A worker that opens the same 5 GB store for 20 adapters thus hashes it once,
+and a flipped byte with the mtime put back is still refused at the next open. What a new process reads it hashes
+again (each ``materialize`` starts new workers). What this does not see is a byte the disk changes by itself while
+one process runs, which re-hashing would not see either while the page cache serves the file.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,6 +39,8 @@ SIDECAR_SUFFIX = ".verified"  # older versions' (size, mtime_ns, sha256) record 
 BLOCK_BYTES = 64 << 20  # a large file's checksum block (the last one is shorter)
 VERIFY_THREADS = 8  # blocks hashed at once (hashlib releases the GIL: a cached file verifies at several GB/s)
 _READ_BYTES = 4 << 20  # what one read of a block asks for (bounds the memory of a verification)
+RACY_NS = 2_000_000_000  # a file changed less than this before it was hashed is hashed again at its next read
+_HASHED: dict[tuple, str] = {}  # (path, part, identity) -> the sha256 this process computed of those bytes
 
 
 class CorruptFileError(ValueError):
@@ -52,12 +63,43 @@ def _mismatch(path: Path, size: int, actual: str, sha256: str, fix: str) -> Corr
     )
 
 
+def _identity(st: os.stat_result) -> tuple | None:
+    """A file's (device, inode, size, mtime, ctime); None while its last change is less than ``RACY_NS`` old (a
+    write in the same timestamp tick would leave them as they are: git's "racy" entries)."""
+    if time.time_ns() - st.st_ctime_ns < RACY_NS:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def hashed_once(path: Path, part: object, st: os.stat_result, compute: Callable[[], str]) -> str:
+    """``compute()`` (the sha256 of ``part`` of ``path``: None for the whole file, a block's index), or what this
+    process computed for the same part of the same file (``st``, taken before the hash: a change while it runs is
+    a new identity next time)."""
+    identity = _identity(st)
+    if identity is None:
+        return compute()
+    key = (str(path), part, identity)
+    if key not in _HASHED:
+        _HASHED[key] = compute()
+    return _HASHED[key]
+
+
+def forget_hashes() -> None:
+    """Forget what this process hashed: the next verification of every file hashes it (benchmarks)."""
+    _HASHED.clear()
+
+
+def process_sha256(path: Path) -> str:
+    """``file_sha256(path)``, hashed once per process while the file stays the same file (``hashed_once``)."""
+    return hashed_once(Path(path), None, os.stat(path), lambda: file_sha256(path))
+
+
 def verify_file(path: Path, sha256: str, fix: str) -> Path:
     """``path`` once its bytes, hashed now, are those of ``sha256``; ``CorruptFileError`` naming the file, both hashes
     and ``fix`` (what to re-materialize) otherwise."""
     path = Path(path)
     try:
-        actual, size = file_sha256(path), path.stat().st_size
+        actual, size = process_sha256(path), path.stat().st_size
     except FileNotFoundError:
         raise _missing(path, sha256, fix) from None
     if actual != sha256:
@@ -181,8 +223,13 @@ def verify_blocks(
         except FileNotFoundError:
             raise CorruptFileError(f"{path} is missing: {fix}") from None
     try:
+        st = os.fstat(fd)
+
+        def block(k: int) -> str:
+            return hashed_once(path, (block_bytes, k), st, lambda: block_sha256(fd, k, block_bytes))
+
         with ThreadPoolExecutor(min(VERIFY_THREADS, len(blocks)), thread_name_prefix="verify") as pool:
-            actual = list(pool.map(lambda k: block_sha256(fd, k, block_bytes), blocks))
+            actual = list(pool.map(block, blocks))
     finally:
         if own:
             os.close(fd)

@@ -18,7 +18,7 @@ import polars as pl
 
 from kinematic_pipeline import day_units, layout
 from kinematic_pipeline import exact_paths as exact
-from kinematic_pipeline.atomic_files import PARQUET_COMPRESSION, file_sha256, write_parquet_atomic
+from kinematic_pipeline.atomic_files import PARQUET_COMPRESSION, write_parquet_atomic
 from kinematic_pipeline.catalog import catalog_file, query, refresh_view
 from kinematic_pipeline.layout import (  # noqa: F401 (re-exported: the stages import the asset names from here)
     ALPHA_ESTIMATES,
@@ -34,6 +34,7 @@ from kinematic_pipeline.layout import (  # noqa: F401 (re-exported: the stages i
     TRADES,
 )
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.verified import process_sha256
 from kinematic_pipeline.warehouse_repair import REPAIR, upgrade_flat_days_once
 
 
@@ -129,15 +130,16 @@ class Warehouse:
         return [by_day[d] for d in days]
 
     def verified_shards(self, asset: str, days: list[dt.date]) -> list[Path]:
-        """The shards of ``asset`` on ``days``, each re-hashed and compared with its manifest's sha256 before it is
-        read (threads: hashing releases the GIL); ``CorruptShardError`` naming the file, both hashes and the
+        """The shards of ``asset`` on ``days``, each hashed and compared with its manifest's sha256 before it is read
+        (once per process while a shard stays the same file: ``verified.process_sha256``; threads: hashing releases
+        the GIL); ``CorruptShardError`` naming the file, both hashes and the
         partition to re-materialize for the first whose bytes differ (a flipped bit, an edit, a truncation)."""
         from concurrent.futures import ThreadPoolExecutor
 
         paths = [self.shard(asset, d) for d in days]
         recorded = self.content_hashes(asset, days)
         with ThreadPoolExecutor(max_workers=4) as pool:
-            actual = list(pool.map(lambda p: file_sha256(p) if p.exists() else "", paths))
+            actual = list(pool.map(lambda p: process_sha256(p) if p.exists() else "", paths))
         for day, path, want, got in zip(days, paths, recorded, actual):
             if want != got:
                 size = f"{path.stat().st_size:,} bytes" if path.exists() else "missing"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import time
 
 import pytest
 
@@ -100,3 +101,52 @@ def test_block_hashes_are_each_blocks_sha256_and_a_damaged_block_is_named(tmp_pa
     path.write_bytes(data[:6000])  # truncated: the blocks past its end hash short
     with pytest.raises(CorruptFileError, match=r"block 1 .*\(and 1 more block\(s\)\).*: materialize it$"):
         verify_blocks(path, blocks, 4096, range(3), "materialize it")
+
+
+def test_a_process_hashes_an_unchanged_file_once_and_any_write_since_again(tmp_path, monkeypatch):
+    """Within one process a file already hashed is not hashed again while it is the same file (device, inode, size,
+    mtime, ctime); a byte flipped with the mtime put back moves the ctime, so the next verification hashes and
+    refuses it. Files changed less than ``RACY_NS`` before (here: all, by default) are hashed every time."""
+    from kinematic_pipeline import verified
+
+    hashed = {"files": 0, "blocks": 0}
+    real_file, real_block = verified.file_sha256, verified.block_sha256
+
+    def count(kind, fn):
+        def counted(*args):
+            hashed[kind] += 1
+            return fn(*args)
+
+        return counted
+
+    monkeypatch.setattr(verified, "file_sha256", count("files", real_file))
+    monkeypatch.setattr(verified, "block_sha256", count("blocks", real_block))
+    path, store = tmp_path / "model.pt", tmp_path / "tokens.npy"
+    path.write_bytes(os.urandom(4096))
+    store.write_bytes(os.urandom(3 * 4096))
+    sha = file_sha256(path)
+    blocks = [hashlib.sha256(store.read_bytes()[k : k + 4096]).hexdigest() for k in range(0, 3 * 4096, 4096)]
+    for _ in range(2):  # just written: racy, hashed on every verification
+        verify_file(path, sha, "fix it")
+        verify_blocks(store, blocks, 4096, range(3), "fix it")
+    assert hashed == {"files": 2, "blocks": 6}
+
+    monkeypatch.setattr(verified, "RACY_NS", 0)  # as if written long ago
+    for _ in range(3):
+        verify_file(path, sha, "fix it")
+        verify_blocks(store, blocks, 4096, range(3), "fix it")
+    assert hashed == {"files": 3, "blocks": 9}  # once each, then remembered
+    time.sleep(0.05)  # past the kernel's timestamp tick
+    flip_keeping_mtime(path)
+    flip_keeping_mtime(store, offset=5000)  # in block 1
+    with pytest.raises(CorruptFileError, match="model.pt .* is not the file its manifest records"):
+        verify_file(path, sha, "fix it")
+    with pytest.raises(CorruptFileError, match=r"block 1 \(bytes 4,096..8,192\)"):
+        verify_blocks(store, blocks, 4096, range(3), "fix it")
+    assert hashed == {"files": 4, "blocks": 12}
+    copy = tmp_path / "copy.pt"  # a copy is a new inode: hashed, whatever its stat says
+    copy.write_bytes(path.read_bytes())
+    os.utime(copy, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns))
+    with pytest.raises(CorruptFileError, match="copy.pt"):
+        verify_file(copy, sha, "fix it")
+    assert hashed["files"] == 5
