@@ -9,7 +9,7 @@ an edit, a truncation.
 No stat is taken as proof that a file is the one its manifest records. Real disks corrupt bytes without touching a
 file's mtime, and ``cp -p``, ``rsync -a`` and ``tar x`` put the mtime back after a damaged copy, so a (size, mtime_ns)
 record would pass a damaged file. Small files (a model folder's files, a store's row and day index: up to a few
-hundred MB) are hashed on every load. A large file is checked by blocks (``BLOCK_BYTES``, 64 MB, as HDFS and ZFS do):
+hundred MB) are hashed whole at a load. A large file is checked by blocks (``BLOCK_BYTES``, 64 MB, as HDFS and ZFS do):
 its writer records the sha256 of every block (``BlockHasher``) and a reader verifies the blocks it is about to read
 (``verify_blocks``: several in flight, each once per open), which names the damaged block, not just the file.
 ``<file>.verified`` sidecars written by older versions are ignored (and skipped by the listings of a model's files).
@@ -79,9 +79,10 @@ def hashed_once(path: Path, part: object, st: os.stat_result, compute: Callable[
     if identity is None:
         return compute()
     key = (str(path), part, identity)
-    if key not in _HASHED:
-        _HASHED[key] = compute()
-    return _HASHED[key]
+    sha = _HASHED.get(key)
+    if sha is None:
+        sha = _HASHED[key] = compute()
+    return sha
 
 
 def forget_hashes() -> None:
@@ -95,8 +96,8 @@ def process_sha256(path: Path) -> str:
 
 
 def verify_file(path: Path, sha256: str, fix: str) -> Path:
-    """``path`` once its bytes, hashed now, are those of ``sha256``; ``CorruptFileError`` naming the file, both hashes
-    and ``fix`` (what to re-materialize) otherwise."""
+    """``path`` once its bytes are those of ``sha256`` (hashed now, or earlier by this process while it stays the same
+    file: ``process_sha256``); ``CorruptFileError`` naming the file, both hashes and ``fix`` otherwise."""
     path = Path(path)
     try:
         actual, size = process_sha256(path), path.stat().st_size

@@ -132,8 +132,8 @@ class Warehouse:
     def verified_shards(self, asset: str, days: list[dt.date]) -> list[Path]:
         """The shards of ``asset`` on ``days``, each hashed and compared with its manifest's sha256 before it is read
         (once per process while a shard stays the same file: ``verified.process_sha256``; threads: hashing releases
-        the GIL); ``CorruptShardError`` naming the file, both hashes and the
-        partition to re-materialize for the first whose bytes differ (a flipped bit, an edit, a truncation)."""
+        the GIL); ``CorruptShardError`` naming the file, both hashes and the partition to re-materialize for the
+        first whose bytes differ (a flipped bit, an edit, a truncation)."""
         from concurrent.futures import ThreadPoolExecutor
 
         paths = [self.shard(asset, d) for d in days]
