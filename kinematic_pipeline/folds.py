@@ -131,14 +131,14 @@ def fold_names(settings) -> tuple[str | None, ...]:
 
 
 def evaluated_folds(settings, tau: float) -> tuple[str | None, ...]:
-    """The folds a policy at ``tau`` is trained and evaluated on: every fold, or with ``tau_sweep_folds`` =
-    "last" the last fold only for the taus other than the report's."""
+    """The folds a policy at ``tau`` is trained and evaluated on: every fold, or for the taus other than the
+    report's, with ``tau_sweep_folds`` = "last" the last fold only and with "none" no fold (no sweep)."""
     from kinematic_pipeline.label_rules import same_tau
 
-    names = fold_names(settings)
-    if settings.split.tau_sweep_folds == "last" and not same_tau(tau, settings.evaluate.report_tau):
-        return names[-1:]
-    return names
+    names, sweep = fold_names(settings), settings.split.tau_sweep_folds
+    if sweep == "all" or same_tau(tau, settings.evaluate.report_tau):
+        return names
+    return names[-1:] if sweep == "last" else ()
 
 
 def split_days(days: list[dt.date], val_fraction: float) -> tuple[list[dt.date], list[dt.date]]:

@@ -4,6 +4,7 @@ A profile (``ci``, ``demo``, ``real``, ``paper``) is a named set of values, sele
 operator interface of DESIGN.md overrides fields from the environment: ``KP_SOURCE``, ``KP_SOURCE_PATH``,
 ``KP_WAREHOUSE``, ``KP_START_DATE`` / ``KP_END_DATE`` (narrow the history), ``KP_TRAIN_END`` (the training
 cut: one fold unless ``KP_FOLDS`` says otherwise), ``KP_FOLDS`` (walk-forward folds after the cut),
+``KP_TAU_SWEEP_FOLDS`` (the folds of the taus other than the report's: ``all``, ``last`` or ``none``),
 ``KP_TRAIN_ACCELERATOR`` / ``_DEVICES`` / ``_PRECISION`` / ``_STRATEGY`` (the Lightning Trainer),
 ``KP_TRAIN_SHARD_TRACE``, ``KP_WARM_START`` / ``KP_WARM_START_STEPS`` (rolling warm starts of the foundations over
 walk-forward folds), ``KP_PRETRAIN_HORIZON`` (the GPTs' pretraining target), ``KP_TRAIN_SIDE_BY_SIDE`` / ``KP_TRAIN_THREADS`` (training runs at once and their torch
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from kinematic_pipeline.calendar import CALENDAR_START, calendar_end, trading_days
 from kinematic_pipeline.config.profiles import profile_settings
-from kinematic_pipeline.config.settings import SOURCES, DataConfig, Settings
+from kinematic_pipeline.config.settings import SOURCES, TAU_SWEEP_FOLDS, DataConfig, Settings
 
 
 def check_training_cut(data: DataConfig, train_end: dt.date) -> None:
@@ -118,6 +119,11 @@ def load_settings(
         if not text.isdigit() or int(text) < 1:
             raise ValueError(f"KP_FOLDS={text!r}: expected a positive integer (1: the single cut KP_TRAIN_END)")
         split = dataclasses.replace(split, folds=int(text))
+    if env.get("KP_TAU_SWEEP_FOLDS"):
+        sweep = env["KP_TAU_SWEEP_FOLDS"]
+        if sweep not in TAU_SWEEP_FOLDS:
+            raise ValueError(f"KP_TAU_SWEEP_FOLDS={sweep!r}: expected one of {', '.join(TAU_SWEEP_FOLDS)}")
+        split = dataclasses.replace(split, tau_sweep_folds=sweep)
     evaluate = base.evaluate
 
     synthetic = base.synthetic

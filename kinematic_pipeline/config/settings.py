@@ -27,7 +27,7 @@ HL_POLICIES = ("quarantine", "flag")
 ALPHA_MLE_SCOPES = ("corpus", "ticker")
 TIME_UNITS = ("session", "calendar")
 FOLD_PERIODS = ("year", "half", "quarter")
-TAU_SWEEP_FOLDS = ("all", "last")
+TAU_SWEEP_FOLDS = ("all", "last", "none")
 TAU_SWEEP_SEEDS = ("all", "first")
 # the skill intervals' block, in trading days: long enough to keep the scores' autocorrelation (volatility clusters),
 # short enough to leave a test period of a few hundred days many blocks
@@ -96,7 +96,7 @@ class SplitConfig:
     fold_period: str = "year"  # year | half | quarter
     embargo_sessions: int = 65
     label_horizon: int = 1
-    tau_sweep_folds: str = "all"  # "last": taus other than report_tau are trained and evaluated on the last fold only
+    tau_sweep_folds: str = "all"  # "last": taus other than report_tau on the last fold only; "none": report_tau only
     tau_sweep_seeds: str = "all"  # "first": taus other than report_tau are trained with the first seed only
 
     def __post_init__(self) -> None:

@@ -17,7 +17,7 @@ from kinematic_pipeline.backtest.decisions import buy_threshold
 from kinematic_pipeline.backtest.metrics import conventions
 from kinematic_pipeline.backtest.portfolio import CONVENTION as PORTFOLIO_CONVENTION
 from kinematic_pipeline.config import EvalConfig, Settings
-from kinematic_pipeline.label_rules import at_tau
+from kinematic_pipeline.label_rules import at_tau, same_tau
 from kinematic_pipeline.layout import TABLES_ASSET, TABLES_PIN_FILE
 from kinematic_pipeline.pins import check_evaluation, evaluation_digest, pin_evaluation
 from kinematic_pipeline.report import document, figures, kinematic_figures, paper, tables
@@ -178,6 +178,7 @@ def _context(settings: Settings, metrics: pl.DataFrame) -> dict[str, str]:
         "focus ticker (single-ticker tables)": focus_ticker(settings, metrics),
         "universe": _universe_line(settings),
         "main tables": f"tau = {ev.report_tau:g}, costs = {ev.report_cost_bps:g} bps per trade",
+        "tau sweep": _tau_sweep_line(settings),
         "decision rules": f"the paper's tables under the paper's rule ({RULE_LABELS['paper']}) and the "
         f"{RULE_LABELS['calibrated']}, each Buy needing {buy_threshold(settings.train.class_weights)}; the margin "
         "rule in the decision-rules table and the verdict",
@@ -191,6 +192,18 @@ def _context(settings: Settings, metrics: pl.DataFrame) -> dict[str, str]:
         ),
         "paper's published numbers": _paper_comparison(metrics)[1],
     }
+
+
+def _tau_sweep_line(settings: Settings) -> str:
+    """Which policies the tau sweep table holds: the run's grid (``split.tau_sweep_folds`` / ``_seeds``)."""
+    split, others = (
+        settings.split,
+        [f"{t:g}" for t in settings.tokenize.taus if not same_tau(t, settings.evaluate.report_tau)],
+    )
+    if split.tau_sweep_folds == "none" or not others:
+        return "not run: the report's tau only (KP_TAU_SWEEP_FOLDS=last adds the other taus on the last fold)"
+    where = "every fold" if split.tau_sweep_folds == "all" else "the last fold"
+    return f"tau = {', '.join(others)} on {where}" + (", first seed only" if split.tau_sweep_seeds == "first" else "")
 
 
 def _universe_line(settings: Settings) -> str:

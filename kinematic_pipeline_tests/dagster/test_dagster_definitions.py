@@ -213,6 +213,12 @@ def test_the_policy_partitions_are_exactly_the_runs_grid(tmp_path):
     swept = [f"2022H2@{seeds[0]}|{tau_key(t)}" for t in taus if tau_key(t) != report]
     assert policy_keys(first, "splinegpt") == [k for k in expected if "|" + report in k or k in swept]
     assert len(policy_keys(first, "splinegpt")) == 2 * len(seeds) + len(swept) < len(expected)
+    # no sweep (real's whole-DAG run): the report's tau on every fold and seed, nothing else; KP_TAU_SWEEP_FOLDS
+    # sets it, and refuses what is not a choice
+    none = load_settings("ci", warehouse=tmp_path / "wh", env={"KP_TAU_SWEEP_FOLDS": "none"})
+    assert policy_keys(none, "splinegpt") == [f"{f}@{s}|{report}" for f in ("2022H1", "2022H2") for s in seeds]
+    with pytest.raises(ValueError, match="KP_TAU_SWEEP_FOLDS='some': expected one of all, last, none"):
+        load_settings("ci", warehouse=tmp_path / "wh", env={"KP_TAU_SWEEP_FOLDS": "some"})
     adapter, foundation = dg.AssetKey("splinegpt_adapter"), dg.AssetKey("splinegpt_foundation")
     for key in expected:  # a policy's adapter reads the foundation partition of its fit, and only that
         policy = Policy.from_key("splinegpt", key)
