@@ -110,13 +110,25 @@ def main() -> None:
         help="also pretrain each GPT family's foundation with the target h tokens ahead (model.pretrain_horizon) at "
         "the 1x budget and fine-tune from it: the ablation's third column",
     )
+    parser.add_argument(
+        "--finetune-lr",
+        type=float,
+        help="LoRA's learning rate (train.finetune_lr) for this run only: a run at another rate than the profile's "
+        "does not write the report's table",
+    )
+    parser.add_argument("--head-lr", type=float, help="the head's learning rate (train.head_lr) for this run only")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     settings = load_settings()
+    rates = {k: v for k, v in (("finetune_lr", args.finetune_lr), ("head_lr", args.head_lr)) if v is not None}
+    settings = dataclasses.replace(settings, train=dataclasses.replace(settings.train, **rates))
     fold = args.fold or fold_names(settings)[0]
     seed = args.seed if args.seed is not None else settings.train.seeds[0]
     variants = args.variants or list(settings.train.variants)
-    print(f"profile {settings.profile}, warehouse {settings.warehouse}, fold {fold}, seed {seed}, tau {args.tau}")
+    print(
+        f"profile {settings.profile}, warehouse {settings.warehouse}, fold {fold}, seed {seed}, tau {args.tau}, "
+        f"finetune_lr {settings.train.finetune_lr:g}, head_lr {settings.train.head_lr:g}"
+    )
     print(
         "| family | stage | budget 1x: steps (best) | best val loss 1x | budget 2x: steps (best) | best val loss 2x | "
         "2x better by | passes |"
@@ -177,6 +189,9 @@ def main() -> None:
             print(line)
     if args.json:
         args.json.write_text(json.dumps({"budget": rows, "pretraining": ablation}, indent=2))
+    if rates:
+        print("learning rates other than the profile's: the report's budget table is left as it was")
+        return
     path = write_budget_test(settings, fold, seed, args.tolerance, rows, ablation)
     print(f"wrote {path}: the report shows it from its next materialize")
 
