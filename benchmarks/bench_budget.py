@@ -117,17 +117,19 @@ def main() -> None:
         "does not write the report's table",
     )
     parser.add_argument("--head-lr", type=float, help="the head's learning rate (train.head_lr) for this run only")
+    parser.add_argument("--lr", type=float, help="pretraining's learning rate (train.lr) for this run only")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     settings = load_settings()
-    rates = {k: v for k, v in (("finetune_lr", args.finetune_lr), ("head_lr", args.head_lr)) if v is not None}
+    given = (("lr", args.lr), ("finetune_lr", args.finetune_lr), ("head_lr", args.head_lr))
+    rates = {k: v for k, v in given if v is not None}
     settings = dataclasses.replace(settings, train=dataclasses.replace(settings.train, **rates))
     fold = args.fold or fold_names(settings)[0]
     seed = args.seed if args.seed is not None else settings.train.seeds[0]
     variants = args.variants or list(settings.train.variants)
     print(
         f"profile {settings.profile}, warehouse {settings.warehouse}, fold {fold}, seed {seed}, tau {args.tau}, "
-        f"finetune_lr {settings.train.finetune_lr:g}, head_lr {settings.train.head_lr:g}"
+        f"lr {settings.train.lr:g}, finetune_lr {settings.train.finetune_lr:g}, head_lr {settings.train.head_lr:g}"
     )
     print(
         "| family | stage | budget 1x: steps (best) | best val loss 1x | budget 2x: steps (best) | best val loss 2x | "
