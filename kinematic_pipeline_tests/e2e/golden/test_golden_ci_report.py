@@ -5,7 +5,8 @@ the golden file (``golden/ci_backtests.csv``), so a change in any metric is noti
 
     KP_GOLDEN_WAREHOUSE=warehouse/ci pytest -m e2e kinematic_pipeline_tests/e2e/golden/test_golden_ci_report.py
 
-A deliberate change regenerates the file with ``python -m kinematic_pipeline_tests.golden_ci write WAREHOUSE``.
+A deliberate change regenerates the file with ``python -m kinematic_pipeline_tests.golden_ci write WAREHOUSE``, on
+each platform that has its own (``golden_ci.golden_path``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from kinematic_pipeline_tests.golden_ci import GOLDEN, backtest_rows, compare
+from kinematic_pipeline_tests.golden_ci import backtest_rows, compare, golden_path, platform_key
 
 pytestmark = pytest.mark.e2e
 
@@ -33,14 +34,14 @@ def materialized() -> Path:
 
 def test_every_backtest_metric_of_the_ci_profile_equals_the_golden_file(materialized):
     actual = backtest_rows(materialized)
-    golden = pl.read_csv(GOLDEN, schema=actual.schema)
+    golden = pl.read_csv(golden_path(), schema=actual.schema)
     assert actual.height == golden.height > 0
-    assert compare(actual, golden) == []
+    assert compare(actual, golden) == [], f"compared with {golden_path().name} on {platform_key()}"
 
 
 def test_the_comparison_notices_a_changed_metric(materialized):
     actual = backtest_rows(materialized)
-    golden = pl.read_csv(GOLDEN, schema=actual.schema)
+    golden = pl.read_csv(golden_path(), schema=actual.schema)
     row = actual.with_row_index().filter(pl.col("sharpe").is_finite())["index"][3]  # a defined Sharpe (not N/A)
     moved = actual.with_columns(pl.col("sharpe") + pl.when(pl.int_range(pl.len()) == row).then(1e-6).otherwise(0.0))
     problems = compare(moved, golden)
@@ -49,7 +50,7 @@ def test_the_comparison_notices_a_changed_metric(materialized):
 
 def test_probability_metrics_allow_float32_last_bits_and_nothing_more(materialized):
     actual = backtest_rows(materialized)
-    golden = pl.read_csv(GOLDEN, schema=actual.schema)
+    golden = pl.read_csv(golden_path(), schema=actual.schema)
     row = actual.with_row_index().filter(pl.col("brier").is_finite())["index"][0]
     for scale, noticed in ((1 + 2e-7, False), (1 + 1e-4, True)):
         at_row = pl.int_range(pl.len()) == row
