@@ -108,11 +108,20 @@ def test_the_cli_prints_each_step_by_time_and_shares_summing_to_100(tmp_path, mo
     out = capsys.readouterr().out
     steps, shares = _table(out)
     assert out.startswith(f"run {result.run_id}: SUCCESS")
-    assert [s[0] for s in steps] == ["splinegpt_foundation", "raw_ohlcv", "splinegpt_predictions", "report"]
-    assert [s[2] for s in steps] == [TRAINING, DATA, EVALUATION, BOOKKEEPING]
-    assert steps[0][1] >= 0.6 and steps[1][1] >= 0.3
+    # each step once, in its category, longest first; no order of the steps' times is asserted (a busy machine adds
+    # its own delays to a step's sleep), only that each took at least its sleep
+    by_name = {name: (seconds, cat) for name, seconds, cat in steps}
+    assert len(steps) == len(by_name) == 4
+    assert {name: cat for name, (_, cat) in by_name.items()} == {
+        "splinegpt_foundation": TRAINING,
+        "raw_ohlcv": DATA,
+        "splinegpt_predictions": EVALUATION,
+        "report": BOOKKEEPING,
+    }
+    assert [s[1] for s in steps] == sorted((s[1] for s in steps), reverse=True)
+    assert by_name["splinegpt_foundation"][0] >= 0.6 and by_name["raw_ohlcv"][0] >= 0.3
     assert sum(v for k, v in shares.items() if k != "total") == pytest.approx(100.0) and shares["total"] == 100.0
-    assert shares["training"] > shares["data preparation"] > shares["evaluation"] > 0
+    assert min(shares[c] for c in (TRAINING, DATA, EVALUATION, BOOKKEEPING)) > 0
 
     assert main(["timings", "--run-id", again.run_id, "--invocation"]) == 0
     out = capsys.readouterr().out
