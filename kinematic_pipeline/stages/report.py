@@ -196,10 +196,8 @@ def _context(settings: Settings, metrics: pl.DataFrame) -> dict[str, str]:
 
 def _tau_sweep_line(settings: Settings) -> str:
     """Which policies the tau sweep table holds: the run's grid (``split.tau_sweep_folds`` / ``_seeds``)."""
-    split, others = (
-        settings.split,
-        [f"{t:g}" for t in settings.tokenize.taus if not same_tau(t, settings.evaluate.report_tau)],
-    )
+    split = settings.split
+    others = [f"{t:g}" for t in settings.tokenize.taus if not same_tau(t, settings.evaluate.report_tau)]
     if split.tau_sweep_folds == "none" or not others:
         return "not run: the report's tau only (KP_TAU_SWEEP_FOLDS=last adds the other taus on the last fold)"
     where = "every fold" if split.tau_sweep_folds == "all" else "the last fold"
