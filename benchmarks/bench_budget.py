@@ -8,7 +8,8 @@ always the last, so only more budget tells a sufficient budget from a short one)
 
 The foundation runs train from scratch (the first fold has no parent; a later fold's ``--fold`` is trained from
 scratch as well, at the from-scratch budget) into a temporary folder, never the warehouse's; both adapters are
-fine-tuned from the warehouse's foundation of that fold (materialize it first). A family passes when the 2x run's
+fine-tuned from the warehouse's foundation of that fold (materialize it first), and the next fold's foundation
+continues from it (the warm start, ``train.warm_start_steps`` against twice that). A family passes when the 2x run's
 best validation loss is within 1% of the 1x run's (``--tolerance``): pretraining loss is the family's own objective,
 the adapters' the de-weighted log loss they stop on.
 
@@ -43,10 +44,16 @@ from kinematic_pipeline.training.run import finetune, pretrain  # noqa: E402
 from kinematic_pipeline.variants import variant as lookup_variant  # noqa: E402
 from kinematic_pipeline.verified import write_model_manifest  # noqa: E402
 
+STAGES = ("pretrain", "finetune", "warm_start")
+
 
 def scaled(settings, factor: int, stage: str):
-    """The settings with ``stage``'s step budget (``pretrain`` or ``finetune``) times ``factor``; warm starts off."""
+    """The settings with ``stage``'s step budget (``pretrain``, ``finetune`` or ``warm_start``) times ``factor``; warm
+    starts off except in ``warm_start``, a later fold's foundation continuing from the warehouse's previous fold's."""
     train = settings.train
+    if stage == "warm_start":
+        steps = (train.warm_start_steps or train.pretrain_steps) * factor
+        return dataclasses.replace(settings, train=dataclasses.replace(train, warm_start=True, warm_start_steps=steps))
     steps = {f"{stage}_steps": getattr(train, f"{stage}_steps") * factor}
     return dataclasses.replace(settings, train=dataclasses.replace(train, warm_start=False, **steps))
 
@@ -82,7 +89,7 @@ def from_horizon(settings, policy: Policy, horizon: int, tmp: Path) -> dict:
 
 def run(settings, policy: Policy, stage: str, factor: int, out: Path, foundation: Path | None = None) -> dict:
     s = scaled(settings, factor, stage)
-    if stage == "pretrain":
+    if stage != "finetune":  # warm_start: from the warehouse's foundation of the previous fold
         result = pretrain(s, policy, out_dir=out, progress=False)
     else:  # from the warehouse's foundation of the fold, or the one given
         result = finetune(s, policy, out_dir=out, foundation=foundation, progress=False)
@@ -101,7 +108,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int)
     parser.add_argument("--tau", type=float, default=0.01)
     parser.add_argument("--variants", nargs="+")
-    parser.add_argument("--stages", nargs="+", default=["pretrain", "finetune"], choices=["pretrain", "finetune"])
+    parser.add_argument(
+        "--stages",
+        nargs="+",
+        default=list(STAGES),
+        choices=STAGES,
+        help="warm_start: the fold after --fold, continuing from the warehouse's --fold foundation (materialize it "
+        "first) for train.warm_start_steps against twice that",
+    )
     parser.add_argument("--tolerance", type=float, default=0.01)
     parser.add_argument("--no-ablation", action="store_true", help="skip fine-tuning from a random backbone")
     parser.add_argument(
@@ -124,7 +138,12 @@ def main() -> None:
     given = (("lr", args.lr), ("finetune_lr", args.finetune_lr), ("head_lr", args.head_lr))
     rates = {k: v for k, v in given if v is not None}
     settings = dataclasses.replace(settings, train=dataclasses.replace(settings.train, **rates))
-    fold = args.fold or fold_names(settings)[0]
+    folds = fold_names(settings)
+    fold = args.fold or folds[0]
+    later = folds[folds.index(fold) + 1 :] if fold in folds else []
+    if "warm_start" in args.stages and not later:
+        print(f"no fold after {fold}: the warm-start budget is not tested")
+        args.stages = [stage for stage in args.stages if stage != "warm_start"]
     seed = args.seed if args.seed is not None else settings.train.seeds[0]
     variants = args.variants or list(settings.train.variants)
     print(
@@ -140,12 +159,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for variant in variants:
             for stage in args.stages:
-                policy = Policy(variant, seed, None if stage == "pretrain" else args.tau, fold)
+                on = later[0] if stage == "warm_start" else fold
+                policy = Policy(variant, seed, args.tau if stage == "finetune" else None, on)
                 one, two = (run(settings, policy, stage, k, Path(tmp) / f"{variant}_{stage}_{k}x") for k in (1, 2))
                 gain = (one["best_val_loss"] - two["best_val_loss"]) / abs(one["best_val_loss"])
                 row = {
                     "variant": variant,
                     "stage": stage,
+                    "fold": on,
                     "1x": one,
                     "2x": two,
                     "gain": gain,
@@ -153,7 +174,7 @@ def main() -> None:
                 }
                 rows.append(row)
                 print(
-                    f"| {variant} | {stage} | {one['budget']}: {one['steps']} ({one['best_step']}) | "
+                    f"| {variant} | {stage} {on} | {one['budget']}: {one['steps']} ({one['best_step']}) | "
                     f"{one['best_val_loss']:.5f} | {two['budget']}: {two['steps']} ({two['best_step']}) | "
                     f"{two['best_val_loss']:.5f} | {100 * gain:+.2f}% | {'yes' if row['passes'] else 'no'} |",
                     flush=True,
@@ -210,7 +231,7 @@ def write_budget_test(settings, fold: str, seed: int, tolerance: float, rows: li
             {
                 "variant": row["variant"],
                 "stage": row["stage"],
-                "fold": fold,
+                "fold": row.get("fold", fold),
                 "seed": seed,
                 **{f"{k}_{x}": run[k] for x, run in (("1x", one), ("2x", two)) for k in RUN_FIELDS},
                 "gain": row["gain"],

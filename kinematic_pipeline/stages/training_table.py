@@ -95,6 +95,8 @@ def learnability_table(settings: Settings) -> pl.DataFrame | None:
 
 
 BUDGET_TEST_TABLE = "budget_test"
+# bench_budget's stages: from scratch on the first fold, an adapter, a later fold continuing from the one before
+STAGE_NAMES = {"pretrain": "pretraining", "finetune": "fine-tuning", "warm_start": "pretraining, warm-started"}
 
 
 def budget_test_table(settings: Settings) -> pl.DataFrame | None:
@@ -111,7 +113,7 @@ def budget_test_table(settings: Settings) -> pl.DataFrame | None:
         rows.append(
             {
                 "Model": lookup_variant(r["variant"]).display_name,
-                "Stage": "pretraining" if r["stage"] == "pretrain" else "fine-tuning",
+                "Stage": STAGE_NAMES[r["stage"]],
                 "Fold": r["fold"],
                 "Seed": r["seed"],
                 "Budget: steps (best)": f"{r['budget_1x']}: {r['steps_1x']} ({r['best_step_1x']})",

@@ -104,6 +104,13 @@ def test_the_budget_test_the_benchmark_writes_reaches_the_report_table(tmp_path)
     rows = [  # a foundation that twice the budget improves by 5%, an adapter it improves by 0.5%
         {"variant": "splinegpt", "stage": "pretrain", "1x": run(300, 300, 300, 0.2), "2x": run(600, 600, 600, 0.19)},
         {"variant": "splinegpt", "stage": "finetune", "1x": run(200, 200, 150, 1.0), "2x": run(400, 400, 300, 0.995)},
+        {  # the next fold's foundation, continuing from this fold's
+            "variant": "splinegpt",
+            "stage": "warm_start",
+            "fold": "2022H2",
+            "1x": run(100, 100, 100, 0.2),
+            "2x": run(200, 150, 75, 0.21),
+        },
     ]
     for row in rows:
         row["gain"] = (row["1x"]["best_val_loss"] - row["2x"]["best_val_loss"]) / row["1x"]["best_val_loss"]
@@ -115,7 +122,8 @@ def test_the_budget_test_the_benchmark_writes_reaches_the_report_table(tmp_path)
     path = _bench_budget().write_budget_test(settings, "2022H1", 1234, 0.01, rows, ablation)
     assert path == settings.warehouse.budget_test_file
 
-    pretraining, finetuning = budget_test_table(settings).rows(named=True)
+    pretraining, finetuning, warm = budget_test_table(settings).rows(named=True)
+    assert (warm["Stage"], warm["Fold"], warm["2x lowers it by"]) == ("pretraining, warm-started", "2022H2", "-5.00%")
     assert (pretraining["Stage"], pretraining["Fold"], pretraining["Seed"]) == ("pretraining", "2022H1", 1234)
     assert pretraining["Budget: steps (best)"] == "300: 300 (300)" and pretraining["Best val loss at 2x"] == 0.19
     assert pretraining["2x lowers it by"] == "+5.00%" and pretraining["Passes"] == "no (within 1%)"
