@@ -35,7 +35,7 @@ from kinematic_pipeline.layout import (  # noqa: F401 (re-exported: the stages i
 )
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.verified import process_sha256
-from kinematic_pipeline.warehouse_repair import REPAIR, upgrade_flat_days_once
+from kinematic_pipeline.warehouse_repair import REPAIR
 
 
 class CorruptShardError(ValueError):
@@ -44,10 +44,10 @@ class CorruptShardError(ValueError):
 
 @dataclass(frozen=True)
 class Warehouse:
-    """``$KP_WAREHOUSE``, every file in it by name (the tree: ``layout.py``). Built, it moves the days of an older
-    warehouse's flat layout into day units, once per process (``warehouse_repair.upgrade_flat_days_once``); its
-    path getters only compute paths. It reads as its root path where a path is expected (``os.fspath``, ``/``,
-    ``str``)."""
+    """``$KP_WAREHOUSE``, every file in it by name (the tree: ``layout.py``). Building one touches no file: its path
+    getters only compute paths, and ``load_settings`` moves the days of an older warehouse's flat layout into day
+    units once per process (``warehouse_repair.upgrade_flat_days_once``). It reads as its root path where a path is
+    expected (``os.fspath``, ``/``, ``str``)."""
 
     root: Path
     durable: bool = False  # fsync every file before its rename (KP_DURABLE_WRITES=1)
@@ -55,7 +55,6 @@ class Warehouse:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", Path(self.root))
-        upgrade_flat_days_once(self)
 
     def __fspath__(self) -> str:
         return os.fspath(self.root)

@@ -23,6 +23,7 @@ from pathlib import Path
 from kinematic_pipeline.calendar import CALENDAR_START, calendar_end, trading_days
 from kinematic_pipeline.config.profiles import profile_settings
 from kinematic_pipeline.config.settings import SOURCES, TAU_SWEEP_FOLDS, DataConfig, Settings
+from kinematic_pipeline.warehouse_repair import upgrade_flat_days_once
 
 
 def check_training_cut(data: DataConfig, train_end: dt.date) -> None:
@@ -179,7 +180,7 @@ def load_settings(
     )
     drop = Path(env["KP_DROP_DIR"]).expanduser().resolve() if env.get("KP_DROP_DIR") else None
     durable = env.get("KP_DURABLE_WRITES", "0") == "1"
-    return dataclasses.replace(
+    settings = dataclasses.replace(
         base,
         warehouse=wh,
         data=data,
@@ -191,3 +192,5 @@ def load_settings(
         drop_dir=drop,
         durable_writes=durable,
     )
+    upgrade_flat_days_once(settings.warehouse)  # an older warehouse's flat days into day units, here and nowhere else
+    return settings

@@ -354,7 +354,7 @@ class Settings:
 
     profile: str = "ci"
     # the layout of $KP_WAREHOUSE (a path given here becomes a Warehouse; it reads as its root path)
-    warehouse: Warehouse = Warehouse(Path("warehouse"))
+    warehouse: Warehouse = field(default=Path("warehouse"))
     durable_writes: bool = False  # KP_DURABLE_WRITES=1: fsync every file before its rename (power loss)
     drop_dir: Path | None = None  # KP_DROP_DIR: what the drop_directory sensor watches (None: $KP_WAREHOUSE/drop)
     data: DataConfig = field(default_factory=DataConfig)

@@ -127,8 +127,9 @@ def test_two_processes_writing_the_same_day_never_break_each_others_unit(tmp_pat
 
 def test_token_days_of_an_older_warehouse_move_into_day_units(tmp_path, capsys):
     """A warehouse written before the token assets became day units (``<asset>/<day>.parquet`` beside
-    ``manifests/<asset>/<day>.parquet``) is read as units after one move, made when a ``Warehouse`` of it is built
-    (path getters never move files); a shard without a manifest stays out."""
+    ``manifests/<asset>/<day>.parquet``) is read as units after one move, made when the settings load (building a
+    ``Warehouse`` and its path getters never move files); a shard without a manifest stays out."""
+    from kinematic_pipeline.config import load_settings
     from kinematic_pipeline.warehouse import Warehouse
     from kinematic_pipeline.warehouse_repair import upgrade_flat_days
 
@@ -143,7 +144,10 @@ def test_token_days_of_an_older_warehouse_move_into_day_units(tmp_path, capsys):
     orphan = tmp_path / "spline_tokens" / "2021-03-03.parquet"
     pl.DataFrame({"x": [9]}).write_parquet(orphan)  # its manifest was never written (a crash of the old layout)
 
-    wh = Warehouse(tmp_path)
+    flat = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert Warehouse(tmp_path).shard_days("spline_tokens") == []  # built: nothing moved
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == flat
+    wh = load_settings("ci", warehouse=tmp_path, env={}).warehouse
     assert wh.shard_days("spline_tokens") == days
     assert "moved 2 spline_tokens day(s) into day units" in capsys.readouterr().err
     for day in days:
@@ -153,6 +157,28 @@ def test_token_days_of_an_older_warehouse_move_into_day_units(tmp_path, capsys):
     assert wh.query("SELECT sum(x) AS x, count(*) AS n FROM spline_tokens").row(0) == (1, 2)  # views over the units
     assert wh.query("SELECT count(*) FROM spline_tokens_manifest").item() == 2
     assert upgrade_flat_days(wh, "spline_tokens") == 0  # done once
+
+
+def test_importing_the_settings_beside_an_old_flat_warehouse_changes_nothing_on_disk(tmp_path):
+    """The class-level default warehouse (``./warehouse``) is a path, not an act: importing the package in a folder
+    holding an older flat-layout warehouse moves no file (the repair runs when the settings load)."""
+    import os
+    import subprocess
+    import sys
+
+    shard = tmp_path / "warehouse" / "spline_tokens" / "2021-03-01.parquet"
+    shard.parent.mkdir(parents=True)
+    pl.DataFrame({"x": [1]}).write_parquet(shard)
+    manifest = tmp_path / "warehouse" / "manifests" / "spline_tokens" / "2021-03-01.parquet"
+    manifest.parent.mkdir(parents=True)
+    pl.DataFrame({"partition_date": [dt.date(2021, 3, 1)], "content_hash": [file_sha256(shard)]}).write_parquet(
+        manifest
+    )
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    code = "import kinematic_pipeline.config, kinematic_pipeline.warehouse; kinematic_pipeline.config.Settings()"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KP_")}
+    subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=True)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
 def test_files_are_written_with_the_users_umask_not_0600(tmp_path):
