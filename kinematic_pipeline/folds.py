@@ -72,20 +72,20 @@ def _purged(train_end: dt.date, test_start: dt.date, start: dt.date, horizon: in
 
 def walk_forward(settings) -> tuple[Fold, ...]:
     """The run's folds, in time order (``settings.split``; see the module docstring)."""
-    ev = settings.split
-    start, cut = settings.data.start_date, ev.train_end
-    horizon = ev.label_horizon
+    split = settings.split
+    start, cut = settings.data.start_date, split.train_end
+    horizon = split.label_horizon
     first_test = trading_days(cut + dt.timedelta(days=1), calendar_end())[0]
-    if ev.folds == 1:
+    if split.folds == 1:
         return (Fold(None, cut, _purged(cut, first_test, start, horizon), first_test, None),)
     folds, day = [], first_test
-    for k in range(ev.folds):
-        name, _, last = _period(day, ev.fold_period)
+    for k in range(split.folds):
+        name, _, last = _period(day, split.fold_period)
         sessions = _sessions_before(day, start)
-        if len(sessions) <= ev.embargo_sessions:
+        if len(sessions) <= split.embargo_sessions:
             raise ValueError(f"fold {name}: no training day before its test period {day} less the embargo")
-        train_end = sessions[-1 - ev.embargo_sessions]
-        test_end = None if k == ev.folds - 1 else last
+        train_end = sessions[-1 - split.embargo_sessions]
+        test_end = None if k == split.folds - 1 else last
         folds.append(Fold(name, train_end, _purged(train_end, day, start, horizon), day, test_end))
         day = trading_days(last + dt.timedelta(days=1), calendar_end())[0]
     return tuple(folds)

@@ -107,8 +107,8 @@ def corpus_stats_assets(settings: Settings) -> dg.AssetsDefinition:
         specs=[
             dg.AssetSpec(
                 token_kind(kind).corpus_stats_asset,
-                description=f"Mean/std of the 7 z-scored channels of {kind} over the training period only "
-                "(its window store: shards dated <= split.train_end), with the fit window and a digest of the shards.",
+                description=f"Mean/std of the 7 z-scored channels of {kind}, one row per fold over that fold's "
+                "training days only (read from its window store), with the fit window and a digest of the shards.",
                 group_name="corpus",
                 code_version=TOKENIZE_CODE_VERSION,
                 deps=[dg.AssetDep(window_store_asset(kind))],  # the training period's windows, read in order
@@ -136,8 +136,9 @@ def window_store_assets(settings: Settings) -> dg.AssetsDefinition:
         specs=[
             dg.AssetSpec(
                 window_store_asset(kind),
-                description=f"The training-period windows of {kind} (days <= split.train_end) in one memory-mapped "
-                "file indexed by row, built from the day shards: every training epoch is a uniform sample of it. "
+                description=f"The training-period windows of {kind} (days <= the last fold's training cut, "
+                "folds.store_cut: each fold reads its own prefix) in one memory-mapped file indexed by row, built "
+                "from the day shards: every training epoch is a uniform sample of it. "
                 f"$KP_WAREHOUSE/window_store/{kind}/ (tokens.npy, rows, days, manifest with sha256s).",
                 group_name="corpus",
                 code_version=CODE_VERSIONS["window_store"],
