@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline.backtest.decisions import _weights
+from kinematic_pipeline.backtest.decisions import class_weight_vector
 from kinematic_pipeline.backtest.skill import _labels, _probs
 from kinematic_pipeline.backtest.sweep import PROB_COLUMNS
 
@@ -117,7 +117,7 @@ def fit_calibration(q, labels, class_weights, ridge: float = RIDGE, min_rows: in
 
     labels = _labels(labels)
     q = _probs(q, labels.size)
-    w = _weights(class_weights)
+    w = class_weight_vector(class_weights)
     known = labels >= 0
     y, log_q = labels[known], _log_q(q[known])
     log_w = np.log(w)

@@ -35,7 +35,8 @@ CAUSE_NO_SEPARATION = "no_separation"  # the policy departs from the prior, but 
 CAUSE_HOLD_DOMINATES = "hold_dominates"  # Buy outranks Sell on some rows, but Hold outranks Buy there
 
 
-def _weights(class_weights) -> np.ndarray:
+def class_weight_vector(class_weights) -> np.ndarray:
+    """The class weights [Buy, Sell, Hold] as a float array, checked: three positive finite numbers."""
     w = np.asarray(class_weights, dtype=np.float64)
     if w.shape != (3,) or not (np.isfinite(w).all() and (w > 0).all()):
         raise ValueError(f"class_weights must be 3 positive numbers [Buy, Sell, Hold], got {class_weights}")
@@ -45,7 +46,7 @@ def _weights(class_weights) -> np.ndarray:
 def unweighted_probabilities(q, class_weights) -> np.ndarray:
     """p = (q / w) / sum(q / w) per row: the weighted-CE softmax q (n, 3) turned back into probabilities."""
     q = _probs(q)
-    p = q / _weights(class_weights)
+    p = q / class_weight_vector(class_weights)
     total = p.sum(axis=1, keepdims=True)
     if (total <= 0).any():
         raise ValueError(f"row {int(np.argmax(total[:, 0] <= 0))} of q is all zero")
@@ -97,13 +98,13 @@ def no_information_action(base_rates, class_weights) -> int:
     rates = np.asarray(base_rates, dtype=np.float64)
     if rates.shape != (3,):
         raise ValueError(f"base_rates must have 3 entries, got {rates.shape}")
-    return int(np.argmax(_weights(class_weights) * rates))
+    return int(np.argmax(class_weight_vector(class_weights) * rates))
 
 
 def buy_sell_margin(q, class_weights) -> np.ndarray:
     """ln(p_buy / p_sell) of the unweighted probabilities = ln(q_buy / q_sell) + ln(w_sell / w_buy), (n,)."""
     q = _probs(q)
-    w = _weights(class_weights)
+    w = class_weight_vector(class_weights)
     return np.log(np.maximum(q[:, BUY], _TINY) / w[BUY]) - np.log(np.maximum(q[:, SELL], _TINY) / w[SELL])
 
 
@@ -120,7 +121,7 @@ def decision_diagnostics(q, actions, train_base_rates, class_weights) -> dict:
     actions = np.asarray(actions).astype(np.int64)
     if actions.shape != (q.shape[0],) or actions.size == 0:
         raise ValueError(f"actions must have shape ({q.shape[0]},) with n >= 1, got {actions.shape}")
-    w = _weights(class_weights)
+    w = class_weight_vector(class_weights)
     rates = np.asarray(train_base_rates, dtype=np.float64)
     if rates.shape != (3,) or not (np.isfinite(rates).all() and (rates >= 0).all()):
         raise ValueError(f"train_base_rates must be 3 non-negative shares, got {train_base_rates}")
@@ -207,7 +208,7 @@ def liquidation_cause(diagnostics: dict) -> str:
 def buy_threshold(class_weights) -> str:
     """What the class-weighted argmax demands of Buy, in the probabilities p the weighted softmax q ∝ w ⊙ p stands
     for: ln(p_buy / p_sell) > ln(w_sell / w_buy) and ln(p_buy / p_hold) > ln(w_hold / w_buy), with the run's w."""
-    w = _weights(class_weights)
+    w = class_weight_vector(class_weights)
     return (
         f"ln(p_buy/p_sell) > ln(w_sell/w_buy) = ln({w[SELL]:g}/{w[BUY]:g}) = {np.log(w[SELL] / w[BUY]):.2f} and "
         f"ln(p_buy/p_hold) > ln(w_hold/w_buy) = {np.log(w[HOLD] / w[BUY]):.2f}"

@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 
 from kinematic_pipeline.backtest import metrics as m
-from kinematic_pipeline.backtest.decisions import _weights, unweighted_probabilities
+from kinematic_pipeline.backtest.decisions import class_weight_vector, unweighted_probabilities
 from kinematic_pipeline.backtest.engine import run_backtest
 from kinematic_pipeline.paper_conventions import PAPER, BacktestConfig
 from kinematic_pipeline.variants import BENCHMARK, BUY, HOLD, SELL, UNKNOWN_LABEL
@@ -328,7 +328,7 @@ def run_sweep(
     None: the stored probabilities are plain probabilities. Raises ValueError on bad input."""
     costs = sorted(config.costs_bps)
     n_boot, block_days, rf_annual = config.bootstrap_resamples, config.bootstrap_block_days, config.rf_annual
-    weights = None if class_weights is None else _weights(class_weights)
+    weights = None if class_weights is None else class_weight_vector(class_weights)
     series = _split_series(_validate(predictions))
     if benchmark:
         series = series + _benchmark_series(series)

@@ -83,9 +83,9 @@ def calibrated_prior_rows(rows: pl.DataFrame, rates: FoldRates, tau: float, clas
     ticker-day): each day its fold's validation-day base rates p, stored as a weighted-CE model's softmax q ∝ w ⊙ p
     (so the skill tables de-weight them back to p, as they do a model's). A model at its prior scores this row's
     skill after calibration, not 0."""
-    from kinematic_pipeline.backtest.decisions import _weights
+    from kinematic_pipeline.backtest.decisions import class_weight_vector
     from kinematic_pipeline.backtest.sweep import predictions_frame
 
     days = rows.unique(subset=["ticker", "date"], keep="first", maintain_order=True).sort("ticker", "date")
-    q = rates.rows(days["date"]) * _weights(class_weights)
+    q = rates.rows(days["date"]) * class_weight_vector(class_weights)
     return predictions_frame(days, (PRIOR, float(tau), 0), q / q.sum(axis=1, keepdims=True), label)

@@ -96,7 +96,7 @@ def _train_folds(settings) -> list:
     return [pretrain(settings, Policy(VARIANT, SEED, None, f.name), progress=False) for f in walk_forward(settings)]
 
 
-def _weights(result) -> dict[str, torch.Tensor]:
+def class_weight_vector(result) -> dict[str, torch.Tensor]:
     return torch.load(result.checkpoint_path, weights_only=True)["state_dict"]
 
 
@@ -137,7 +137,7 @@ def test_a_fold_after_the_first_continues_from_its_parent_and_pins_it(trained, t
     cold = pretrain(scratch, second.policy, tmp_path / "cold", progress=False)
     assert cold.budget_steps == 8 and not (tmp_path / "cold" / PARENT_FILE).exists()
     assert second.curves[0]["val_loss"] != cold.curves[0]["val_loss"]
-    assert not _same(_weights(second), _weights(cold))
+    assert not _same(class_weight_vector(second), class_weight_vector(cold))
     load_foundation(settings, second.policy)  # the pair holds: it loads
 
 
@@ -149,7 +149,7 @@ def test_no_fold_sees_a_day_after_its_cut_even_warm_started(trained, tmp_path):
     first, second = walk_forward(settings)
     for day, moves in ((first.train_end, [False, True]), (second.train_end, [False, False])):
         moved = _train_folds(_warehouse(tmp_path, f"after{day}", _perturb_after(_bars(), day)))
-        assert [not _same(_weights(a), _weights(b)) for a, b in zip(base, moved)] == moves, day
+        assert [not _same(class_weight_vector(a), class_weight_vector(b)) for a, b in zip(base, moved)] == moves, day
         served = [(f, r) for f, m in zip((first, second), moved) for r in m.shards_used if r["split"] != "store"]
         assert served and all(r["date"] <= f.train_end.isoformat() for f, r in served)
 

@@ -47,7 +47,7 @@ def _kp(copy: Path, *args: str, **extra: str) -> subprocess.CompletedProcess:
     return proc
 
 
-def _weights(copy: Path) -> dict[tuple[str, int], dict[str, torch.Tensor]]:
+def class_weight_vector(copy: Path) -> dict[tuple[str, int], dict[str, torch.Tensor]]:
     wh = load_settings("ci", warehouse=copy, env={}).warehouse
     out = {}
     for fold, seed in FITS:
@@ -89,7 +89,7 @@ def test_two_seeds_train_side_by_side_in_a_worker_each_and_make_the_one_thread_f
 
     alone = _copy(tmp_path / "alone")
     _kp(alone, "materialize", "--select", "splinegpt_foundation", KP_TRAIN_SIDE_BY_SIDE="1", KP_TRAIN_THREADS="1")
-    ours, theirs = _weights(side), _weights(alone)
+    ours, theirs = class_weight_vector(side), class_weight_vector(alone)
     for fit in FITS:
         assert ours[fit].keys() == theirs[fit].keys()
         for name, tensor in ours[fit].items():
