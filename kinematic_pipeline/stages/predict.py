@@ -28,6 +28,7 @@ from kinematic_pipeline.label_rules import same_tau, tau_column
 from kinematic_pipeline.model_pins import model_files_frame
 from kinematic_pipeline.pins import check_token_inputs, fold_stats, verified_labels
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.probe_features import features_tokenization
 from kinematic_pipeline.report.markdown import Markdown, markdown_table
 from kinematic_pipeline.run_keys import membership_columns
 from kinematic_pipeline.sources.membership import require_members
@@ -352,7 +353,7 @@ def baseline_policy_predictions(
     fold = fold_of(settings, policy.fold)
     validation = purge_labels(baseline_predictions(settings, policy, "validation", sorted(present), probe), fold)
     files = [features_path(settings, policy.variant, part) for part in ("training", "test")]
-    tokenization = files[0].parent.name
+    tokenization = features_tokenization(spec.feature_set)
     inputs = exact.read_parquet(wh.features_inputs_file(tokenization))
     shards = [dict(asset=f"{tokenization}_features", date="", path=f, content_hash=file_sha256(f)) for f in files]
     shards += [  # the features' inputs as files of this warehouse (recorded relative to the one they were built in)
