@@ -37,12 +37,12 @@ import torch  # noqa: E402
 
 from kinematic_pipeline.config import load_settings  # noqa: E402
 from kinematic_pipeline.folds import fold_names  # noqa: E402
-from kinematic_pipeline.layout import MODEL_FILE  # noqa: E402
 from kinematic_pipeline.models import build_model  # noqa: E402
 from kinematic_pipeline.policy import Policy  # noqa: E402
 from kinematic_pipeline.training.run import finetune, pretrain  # noqa: E402
 from kinematic_pipeline.variants import variant as lookup_variant  # noqa: E402
-from kinematic_pipeline.verified import write_model_manifest  # noqa: E402
+from kinematic_pipeline.warehouse.layout import MODEL_FILE  # noqa: E402
+from kinematic_pipeline.warehouse.verified import write_model_manifest  # noqa: E402
 
 STAGES = ("pretrain", "finetune", "warm_start")
 

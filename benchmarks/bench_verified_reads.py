@@ -19,8 +19,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from kinematic_pipeline.atomic_files import file_sha256
-from kinematic_pipeline.verified import BLOCK_BYTES, RACY_NS, BlockHasher, forget_hashes, verify_blocks, verify_file
+from kinematic_pipeline.warehouse.atomic import file_sha256
+from kinematic_pipeline.warehouse.verified import (
+    BLOCK_BYTES,
+    RACY_NS,
+    BlockHasher,
+    forget_hashes,
+    verify_blocks,
+    verify_file,
+)
 
 CHUNK = 16 << 20
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from kinematic_pipeline.config import PROFILES, SOURCES, Settings, load_settings
 from kinematic_pipeline.folds import check_folds_have_test_days
-from kinematic_pipeline.layout import MODELS_DIR
 from kinematic_pipeline.orchestration.plan import FOLD_GROUPS, normalize_selection, partition_range, plan_runs
+from kinematic_pipeline.warehouse.layout import MODELS_DIR
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 # Dagster logs one DEBUG line per event (thousands in a backfill) and a step's failure with its stack

@@ -20,17 +20,17 @@ from pathlib import Path
 import polars as pl
 
 from kinematic_pipeline import __version__
-from kinematic_pipeline import exact_paths as exact
-from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import fold_of
 from kinematic_pipeline.label_rules import TAU_SQL
-from kinematic_pipeline.layout import POOLED_ASSET, POOLED_PIN_FILE
 from kinematic_pipeline.model_pins import check_pair, recorded_file, warehouse_path
 from kinematic_pipeline.pins import check_backtests_current, check_evaluation, probe_files, stale_token_days
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report.tables import runs_at, sharpe_cell, with_days_in_market
 from kinematic_pipeline.variants import variant as lookup_variant
+from kinematic_pipeline.warehouse import exact_paths as exact
+from kinematic_pipeline.warehouse.atomic import file_sha256
+from kinematic_pipeline.warehouse.layout import POOLED_ASSET, POOLED_PIN_FILE
 from kinematic_pipeline.window_store import STORE_CODE_VERSION
 
 CODE_VERSIONS = {  # each stage's code version: a new one marks its assets (and everything after) stale

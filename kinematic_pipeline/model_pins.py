@@ -11,14 +11,14 @@ from pathlib import Path
 
 import polars as pl
 
-from kinematic_pipeline import exact_paths as exact
-from kinematic_pipeline.atomic_files import file_sha256, write_bytes_atomic
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import fold_of
-from kinematic_pipeline.layout import PIN_FILE
 from kinematic_pipeline.pins import StalePairError, probe_files, rematerialize
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.warehouse import Warehouse
+from kinematic_pipeline.warehouse import exact_paths as exact
+from kinematic_pipeline.warehouse.atomic import file_sha256, write_bytes_atomic
+from kinematic_pipeline.warehouse.layout import PIN_FILE
 
 
 def warehouse_path(wh: Warehouse, path: Path) -> str:
@@ -73,7 +73,7 @@ def foundation_damage(wh: Warehouse, policy: Policy, sha256: str) -> str | None:
     """The one-line refusal when the foundation of ``policy`` no longer holds the bytes its own ``files.json``
     records (damaged since it was written: not a retrained foundation), None when it holds them (or records
     nothing to compare with)."""
-    from kinematic_pipeline.verified import MODEL_MANIFEST
+    from kinematic_pipeline.warehouse.verified import MODEL_MANIFEST
 
     foundation = wh.foundation_checkpoint(policy)
     try:
@@ -104,7 +104,7 @@ def check_pair(wh: Warehouse, policy: Policy) -> str:
     under an old adapter, or an adapter with no record of its foundation). A foundation whose bytes differ from
     its own ``files.json`` is damaged, not retrained: ``CorruptFileError`` naming it and the foundation to
     re-materialize (re-fine-tuning the adapters on it would bake the damage in)."""
-    from kinematic_pipeline.verified import CorruptFileError
+    from kinematic_pipeline.warehouse.verified import CorruptFileError
 
     foundation, adapter = wh.policy_files(policy)
     fix = rematerialize(f"{policy.variant}_adapter", policy.key)
@@ -157,8 +157,8 @@ def check_parent(settings: Settings, policy: Policy, foundation_dir: Path | None
     warm-started from, when that parent on disk now is the one it recorded, and so on back to the first fold (None for
     a foundation trained from scratch, as the settings say it should be). ``StalePairError`` naming both files and the
     fix otherwise: a retrained parent, a missing one, or a record that disagrees with ``train.warm_start``."""
-    from kinematic_pipeline.layout import MODEL_FILE
-    from kinematic_pipeline.verified import verify_model_folder
+    from kinematic_pipeline.warehouse.layout import MODEL_FILE
+    from kinematic_pipeline.warehouse.verified import verify_model_folder
 
     wh, policy = settings.warehouse, policy.foundation
     folder = Path(foundation_dir or wh.foundation_dir(policy))

@@ -21,8 +21,6 @@ from pathlib import Path
 
 import polars as pl
 
-from kinematic_pipeline import exact_paths as exact
-from kinematic_pipeline.atomic_files import digest, file_sha256, write_bytes_atomic
 from kinematic_pipeline.calendar import session_before, trading_days
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import fold_of
@@ -39,8 +37,10 @@ from kinematic_pipeline.probe_models import (
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS, TOKEN_ASSETS, token_kind
 from kinematic_pipeline.variants import BENCHMARK
 from kinematic_pipeline.variants import variant as lookup_variant
-from kinematic_pipeline.verified import process_sha256
 from kinematic_pipeline.warehouse import LABELS, MARGIN_BACKTESTS, PREDICTIONS, RAW_OHLCV, Warehouse
+from kinematic_pipeline.warehouse import exact_paths as exact
+from kinematic_pipeline.warehouse.atomic import digest, file_sha256, write_bytes_atomic
+from kinematic_pipeline.warehouse.verified import process_sha256
 from kinematic_pipeline.windows import LOOKBACK
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import polars as pl
 
-from kinematic_pipeline.atomic_files import digest, file_sha256
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import evaluated_folds, fold_names, fold_of
 from kinematic_pipeline.label_rules import same_tau
@@ -22,6 +21,7 @@ from kinematic_pipeline.pins import BACKTEST_KEYS, StalePairError
 from kinematic_pipeline.policy import Policy, format_policy_key
 from kinematic_pipeline.variants import BENCHMARK
 from kinematic_pipeline.variants import variant as lookup_variant
+from kinematic_pipeline.warehouse.atomic import digest, file_sha256
 
 KEY_COLUMNS = BACKTEST_KEYS  # a policy as every evaluation view holds it (fold: Fold.label)
 

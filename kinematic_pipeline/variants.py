@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from kinematic_pipeline.verified import SIDECAR_SUFFIX
-
 # Buy/Sell/Hold: the class index of the classifier, the label code and the action code of the backtest.
 BUY, SELL, HOLD = 0, 1, 2
 UNKNOWN_LABEL = -1  # a label whose next-day return does not exist yet
@@ -52,12 +50,12 @@ class HeadLayout:
         return (path / self.marker).is_file() if self.is_folder else path.is_file()
 
     def files(self, adapter_dir: Path) -> list[Path]:
-        """The files that define the head, sorted (not the ``verified`` sidecars: a cache, rewritten when a file's
-        mtime changes, never part of a model's identity)."""
+        """The files under the head's path, sorted (the warehouse leaves out its own records among them:
+        ``warehouse.verified.without_sidecars``)."""
         path = self.path(adapter_dir)
         if not self.is_folder:
             return [path]
-        return sorted(p for p in path.rglob("*") if p.is_file() and not p.name.endswith(SIDECAR_SUFFIX))
+        return sorted(p for p in path.rglob("*") if p.is_file())
 
 
 LORA_HEAD = HeadLayout("lora", "adapter", True, "adapter_config.json", "PEFT LoRA on layers 1, 2 and 4")

@@ -38,12 +38,12 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline import exact_paths as exact
-from kinematic_pipeline.atomic_files import digest
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import Fold, split_days, store_cut
 from kinematic_pipeline.pins import StalePairError
-from kinematic_pipeline.verified import CorruptFileError, verify_blocks, verify_file
+from kinematic_pipeline.warehouse import exact_paths as exact
+from kinematic_pipeline.warehouse.atomic import digest
+from kinematic_pipeline.warehouse.verified import CorruptFileError, verify_blocks, verify_file
 from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
 
 STORE_CODE_VERSION = "window-store-2"  # 2: per-block sha256 of tokens.npy in the manifest (issue 40)

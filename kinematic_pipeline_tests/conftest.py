@@ -172,7 +172,7 @@ def execute_run_requests(
 def record_in_manifest(wh, asset: str, day) -> None:
     """Make ``asset``'s manifest of ``day`` record the bytes its shard holds now (a test that edits a shard as an
     older writer would have written it; a minimal manifest when there is none), so that verified reads take it."""
-    from kinematic_pipeline.atomic_files import file_sha256
+    from kinematic_pipeline.warehouse.atomic import file_sha256
 
     sha, path = file_sha256(wh.shard(asset, day)), wh.manifest(asset, day)
     if path.exists():

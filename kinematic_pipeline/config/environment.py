@@ -23,7 +23,7 @@ from pathlib import Path
 from kinematic_pipeline.calendar import CALENDAR_START, calendar_end, trading_days
 from kinematic_pipeline.config.profiles import profile_settings
 from kinematic_pipeline.config.settings import SOURCES, TAU_SWEEP_FOLDS, DataConfig, Settings
-from kinematic_pipeline.warehouse_repair import upgrade_flat_days_once
+from kinematic_pipeline.warehouse.repair import upgrade_flat_days_once
 
 
 def check_training_cut(data: DataConfig, train_end: dt.date) -> None:

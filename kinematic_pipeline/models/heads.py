@@ -25,6 +25,7 @@ from kinematic_pipeline.config import ModelConfig, TrainConfig
 from kinematic_pipeline.models.gpt import KinematicGPT
 from kinematic_pipeline.models.patchtst import PatchTST
 from kinematic_pipeline.variants import LORA_HEAD, PROBE_HEAD
+from kinematic_pipeline.warehouse.verified import without_sidecars
 
 if TYPE_CHECKING:
     import peft
@@ -148,7 +149,7 @@ class LoraHead:
         shutil.rmtree(path, ignore_errors=True)
         classifier.save_pretrained(path)
         _sort_target_modules(path / "adapter_config.json")
-        return self.layout.files(adapter_dir)
+        return without_sidecars(self.layout.files(adapter_dir))
 
     def load(self, backbone: KinematicGPT, adapter_dir: Path) -> nn.Module:
         import peft
@@ -184,7 +185,7 @@ class ProbeHead:
     def save(self, classifier: nn.Module, adapter_dir: Path, variant: str, tau: float) -> list[Path]:
         head = {n: p.detach().cpu() for n, p in classifier.named_parameters() if p.requires_grad}
         torch.save({"variant": variant, "tau": tau, "state_dict": head}, self.layout.path(adapter_dir))
-        return self.layout.files(adapter_dir)
+        return without_sidecars(self.layout.files(adapter_dir))
 
     def load(self, backbone: PatchTST, adapter_dir: Path) -> nn.Module:
         path = self.layout.path(adapter_dir)

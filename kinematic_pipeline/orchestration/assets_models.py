@@ -30,7 +30,7 @@ TRAINING_POOL = "kinematic_pipeline/training"
 def data_version(result) -> dg.DataVersion:
     """A trained model's Dagster data version: the sha256 of its files. A retrained foundation with other bytes
     marks its adapters (and their evaluation) stale in the UI; loading refuses the pair (``model_pins.check_pair``)."""
-    from kinematic_pipeline.atomic_files import digest
+    from kinematic_pipeline.warehouse.atomic import digest
 
     return dg.DataVersion(digest([result.files_sha256[k] for k in sorted(result.files_sha256)]))
 

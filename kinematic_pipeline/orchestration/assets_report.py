@@ -6,9 +6,7 @@ The stage module is imported inside the bodies: loading the definitions stays li
 
 import dagster as dg
 
-from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.layout import POOLED_ASSET, VERDICT_ASSET, VERDICT_FILE
 from kinematic_pipeline.lineage import CODE_VERSIONS
 from kinematic_pipeline.orchestration.assets_baselines import baseline_inputs
 from kinematic_pipeline.orchestration.assets_evaluate import evaluation_asset
@@ -17,6 +15,8 @@ from kinematic_pipeline.orchestration.metadata import embedded_image, markdown_t
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS
 from kinematic_pipeline.variants import TRIVIAL_PROBE
 from kinematic_pipeline.warehouse import BACKTESTS, LABELS, MARGIN_BACKTESTS, PREDICTIONS, RAW_OHLCV
+from kinematic_pipeline.warehouse import exact_paths as exact
+from kinematic_pipeline.warehouse.layout import POOLED_ASSET, VERDICT_ASSET, VERDICT_FILE
 
 REPORT_CODE_VERSION = CODE_VERSIONS["report"]
 

@@ -30,9 +30,9 @@ from importlib import resources
 
 import polars as pl
 
-from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.report.tables import _percent, _ratio, format_percent, over_seeds, runs_at
 from kinematic_pipeline.variants import BENCHMARK, VARIANT_NAMES, display_name
+from kinematic_pipeline.warehouse import exact_paths as exact
 
 PAPER_RESULTS_FILE = "paper_results.csv"
 PAPER_TEST_PERIOD = (dt.date(2023, 1, 3), dt.date(2026, 1, 15))

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import polars as pl
 
-from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.sources.base import VALUE_COLUMNS, LoadedOnce, conform
+from kinematic_pipeline.warehouse import exact_paths as exact
 
 _ALIASES = {"symbol": "ticker", "adj_close": "adj_close", "adjclose": "adj_close", "timestamp": "date"}
 _NUMERIC = (*VALUE_COLUMNS, "adj_close")

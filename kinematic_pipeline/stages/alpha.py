@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import first_cut
 from kinematic_pipeline.report.markdown import Markdown, markdown_table
@@ -25,6 +24,7 @@ from kinematic_pipeline.tokenize import (
     estimate_alpha_volume_pooled,
 )
 from kinematic_pipeline.warehouse import ALPHA_ESTIMATES, RAW_OHLCV
+from kinematic_pipeline.warehouse import exact_paths as exact
 
 CORPUS = "__corpus__"
 ALPHA_SCHEMA: dict[str, pl.DataType] = {

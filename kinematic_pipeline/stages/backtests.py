@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.backtest.decisions import choose_margin, threshold_actions, unweighted_probabilities
 from kinematic_pipeline.backtest.sweep import (
     EQUITY_SCHEMA,
@@ -40,6 +39,7 @@ from kinematic_pipeline.warehouse import (
     PROVENANCE,
     TRADES,
 )
+from kinematic_pipeline.warehouse import exact_paths as exact
 
 MARGIN_METRICS_SCHEMA = {**METRICS_SCHEMA, "margin": pl.Float64, "validation_rows": pl.Int64}
 FOLD = {"fold": pl.String}  # every evaluation row names its walk-forward fold (folds.Fold.label)

@@ -8,13 +8,13 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.backtest.policy_frames import PRIOR, FoldRates
 from kinematic_pipeline.backtest.skill import base_rates
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import labels_from_returns, tau_column
 from kinematic_pipeline.pins import verified_labels
 from kinematic_pipeline.warehouse import LABELS
+from kinematic_pipeline.warehouse import exact_paths as exact
 
 TRAINED, CLOSE = "trained", "close"  # the outcomes: the trained-on label columns; labels of r_close
 

@@ -30,7 +30,6 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline.atomic_files import file_sha256, write_bytes_atomic
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import fold_of
 from kinematic_pipeline.label_rules import tau_column
@@ -47,6 +46,7 @@ from kinematic_pipeline.probe_models import (
 from kinematic_pipeline.stages.features import read_features
 from kinematic_pipeline.variants import BUY, HOLD, SELL
 from kinematic_pipeline.variants import variant as lookup_variant
+from kinematic_pipeline.warehouse.atomic import file_sha256, write_bytes_atomic
 
 CLIP = 10.0  # z-scores beyond this are clipped (a winsorization of rare extreme windows)
 MIN_LEAF_ROWS = 2000  # LightGBM's rows a leaf at the universe's scale (fewer on small corpora: 0.5% of rows)

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline.atomic_files import digest, remove_if_exists
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import store_cut
 from kinematic_pipeline.report.markdown import Markdown, markdown_table
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS, token_kind
 from kinematic_pipeline.warehouse import CORPUS_STATS
+from kinematic_pipeline.warehouse.atomic import digest, remove_if_exists
 from kinematic_pipeline.window_store import open_store
 from kinematic_pipeline.windows import CHANNEL_NAMES, N_CHANNELS, ZSCORED_CHANNELS
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.backtest.decisions import unweighted_probabilities
 from kinematic_pipeline.backtest.policy_frames import (
     SkillOptions,
@@ -71,6 +70,7 @@ from kinematic_pipeline.stages.reference_rows import volatility_reference, with_
 from kinematic_pipeline.variants import UNKNOWN_LABEL
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, PREDICTIONS
+from kinematic_pipeline.warehouse import exact_paths as exact
 
 E_T = "e_t"  # the label-artefact table's reference row: the causal fit's residual today, scored as it is
 CLOSE_LABEL = "label_close"  # the column of close-to-close labels joined onto the predictions

@@ -36,8 +36,6 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
-from kinematic_pipeline import exact_paths as exact
-from kinematic_pipeline.atomic_files import write_bytes_atomic
 from kinematic_pipeline.calendar import session_before
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import evaluation_days, fold_of, split_days
@@ -55,6 +53,8 @@ from kinematic_pipeline.probe_features import RAW_EXTRAS, TOKEN_FEATURES, raw_ex
 from kinematic_pipeline.token_kinds import token_kind
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
+from kinematic_pipeline.warehouse import exact_paths as exact
+from kinematic_pipeline.warehouse.atomic import write_bytes_atomic
 from kinematic_pipeline.window_store import fold_split, open_store
 from kinematic_pipeline.windows import LOOKBACK, N_CHANNELS, N_TOKENS
 

@@ -14,14 +14,14 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from kinematic_pipeline import __version__
-from kinematic_pipeline import exact_paths as exact
-from kinematic_pipeline.atomic_files import combined_hash
 from kinematic_pipeline.bar_contract import KEPT_SCHEMA, QUARANTINE_SCHEMA, split_by_partition, validate_bars
 from kinematic_pipeline.calendar import previous_trading_day, trading_day_on_or_after
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.report.markdown import Markdown, markdown_table
 from kinematic_pipeline.sources import BarSource, make_source
 from kinematic_pipeline.warehouse import QUARANTINE, RAW_OHLCV
+from kinematic_pipeline.warehouse import exact_paths as exact
+from kinematic_pipeline.warehouse.atomic import combined_hash
 
 MANIFEST_SCHEMA: dict[str, pl.DataType] = {
     "partition_date": pl.Date,

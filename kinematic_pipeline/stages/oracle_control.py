@@ -17,7 +17,6 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.backtest.decisions import threshold_actions, unweighted_probabilities
 from kinematic_pipeline.backtest.oracle import conditional_oracle_predictions, latent_drift, oracle_predictions
 from kinematic_pipeline.backtest.portfolio import portfolio_summary, ticker_excess
@@ -28,6 +27,7 @@ from kinematic_pipeline.pins import verified_labels
 from kinematic_pipeline.sources import make_source
 from kinematic_pipeline.variants import BUY
 from kinematic_pipeline.warehouse import RAW_OHLCV
+from kinematic_pipeline.warehouse import exact_paths as exact
 
 RULE_LABELS = {  # a rule's name in the verdict and the strategies -> how the tables name it
     "paper": "paper: argmax of the model's own softmax",

@@ -23,19 +23,19 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.backtest.decisions import threshold_actions, unweighted_probabilities
 from kinematic_pipeline.backtest.portfolio import portfolio_summary, ticker_excess
 from kinematic_pipeline.backtest.sweep import paper_rule, run_sweep
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import at_tau
-from kinematic_pipeline.layout import POOLED_ASSET, POOLED_PIN_FILE
 from kinematic_pipeline.model_pins import check_predictions_model
 from kinematic_pipeline.pins import check_backtests_current, check_evaluation, evaluation_digest, pin_evaluation
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.run_keys import keep_run_policies, run_keys_digest
 from kinematic_pipeline.variants import BENCHMARK
 from kinematic_pipeline.warehouse import BACKTESTS, EQUITY_CURVES, MARGIN_BACKTESTS, PREDICTIONS
+from kinematic_pipeline.warehouse import exact_paths as exact
+from kinematic_pipeline.warehouse.layout import POOLED_ASSET, POOLED_PIN_FILE
 
 POLICY_KEYS = ("variant", "tau", "seed")
 MARGIN_EQUITY_CURVES = "margin_equity_curves"  # the margin rule's pooled equity: the verdict's second rule

@@ -18,8 +18,6 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline import exact_paths as exact
-from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.backtest.calibration import Calibration, calibrate_frames
 from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA, predictions_frame
 from kinematic_pipeline.config import Settings
@@ -34,6 +32,8 @@ from kinematic_pipeline.run_keys import membership_columns
 from kinematic_pipeline.sources.membership import require_members
 from kinematic_pipeline.variants import UNKNOWN_LABEL
 from kinematic_pipeline.warehouse import LABELS, PREDICTIONS, RAW_OHLCV, Warehouse
+from kinematic_pipeline.warehouse import exact_paths as exact
+from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline.window_store import validation_days
 from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS, WindowNormalizer
 

@@ -9,10 +9,10 @@ from bisect import bisect_left
 
 import polars as pl
 
-from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.backtest.volatility_reference import VOL_DAYS, reference_predictions
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.warehouse import RAW_OHLCV
+from kinematic_pipeline.warehouse import exact_paths as exact
 
 HISTORY_DAYS = 3 * VOL_DAYS  # raw shards read before the first forecast day: the reference's 20 returns, and gaps
 

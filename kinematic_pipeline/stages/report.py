@@ -12,13 +12,11 @@ from pathlib import Path
 
 import polars as pl
 
-from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.backtest.decisions import buy_threshold
 from kinematic_pipeline.backtest.metrics import conventions
 from kinematic_pipeline.backtest.portfolio import CONVENTION as PORTFOLIO_CONVENTION
 from kinematic_pipeline.config import EvalConfig, Settings
 from kinematic_pipeline.label_rules import at_tau, same_tau
-from kinematic_pipeline.layout import TABLES_ASSET, TABLES_PIN_FILE
 from kinematic_pipeline.pins import check_evaluation, evaluation_digest, pin_evaluation
 from kinematic_pipeline.report import document, figures, kinematic_figures, paper, tables
 from kinematic_pipeline.report.markdown import markdown_table
@@ -58,6 +56,8 @@ from kinematic_pipeline.token_kinds import SPLINE_TOKENS
 from kinematic_pipeline.variants import BENCHMARK, FOCUS_VARIANT
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import BACKTESTS, EQUITY_CURVES, PREDICTIONS, RAW_OHLCV
+from kinematic_pipeline.warehouse import exact_paths as exact
+from kinematic_pipeline.warehouse.layout import TABLES_ASSET, TABLES_PIN_FILE
 from kinematic_pipeline.windows import CHANNEL_NAMES, window_end_kinematics
 
 CONTEXT_FILE = "context.json"  # under reports/tables/: the run the tables describe

@@ -11,10 +11,10 @@ import time
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.pins import verified_labels
 from kinematic_pipeline.warehouse import LABELS
+from kinematic_pipeline.warehouse import exact_paths as exact
 
 VOL_REFERENCE = "trailing_vol20"  # the learner of the reference row: nothing learned (volatility_reference.REFERENCE)
 BEYOND_VOL20 = "logloss_skill_beyond_vol20"  # the paired column (and _ci_low, _ci_high)

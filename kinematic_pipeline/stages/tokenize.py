@@ -27,8 +27,6 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from kinematic_pipeline import __version__
-from kinematic_pipeline import exact_paths as exact
-from kinematic_pipeline.atomic_files import combined_hash, digest
 from kinematic_pipeline.calendar import session_before, trading_days
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import spline_end_position
@@ -36,6 +34,8 @@ from kinematic_pipeline.stages.alpha import AlphaLookup
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS, token_kind
 from kinematic_pipeline.tokenize import fd_tokens, raw_tokens, tokenize_price_windows, tokenize_volume_windows
 from kinematic_pipeline.warehouse import RAW_OHLCV
+from kinematic_pipeline.warehouse import exact_paths as exact
+from kinematic_pipeline.warehouse.atomic import combined_hash, digest
 from kinematic_pipeline.windows import LOOKBACK, N_CHANNELS, N_KNOTS, N_PRICE_COEFFS, N_TOKENS, N_VOLUME_COEFFS
 
 CALENDAR_DAYS_PER_SESSION = 365.25 / 252

@@ -41,10 +41,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.backtest import multiple_testing as mt
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.layout import VERDICT_FILE, VERDICT_PIN_FILE
 from kinematic_pipeline.pins import StalePairError, check_evaluation, evaluation_digest, pin_evaluation
 from kinematic_pipeline.report.markdown import markdown_table
 from kinematic_pipeline.run_keys import run_keys_digest
@@ -69,6 +67,8 @@ from kinematic_pipeline.stages.verdict_signal import (
 )
 from kinematic_pipeline.stages.verdict_trials import SHARPE_CONVENTION, luck_of_the_trials
 from kinematic_pipeline.warehouse import EQUITY_CURVES, PREDICTIONS
+from kinematic_pipeline.warehouse import exact_paths as exact
+from kinematic_pipeline.warehouse.layout import VERDICT_FILE, VERDICT_PIN_FILE
 
 VERDICT_SCHEMA = {
     "Question": pl.String,

@@ -20,12 +20,12 @@ import numpy as np
 import polars as pl
 from tqdm.auto import tqdm
 
-from kinematic_pipeline import exact_paths as exact
-from kinematic_pipeline.atomic_files import PARQUET_COMPRESSION, UMASK, digest, file_sha256, swap_in_folder
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import store_cut
 from kinematic_pipeline.pins import check_token_inputs
-from kinematic_pipeline.verified import BLOCK_BYTES, BlockHasher
+from kinematic_pipeline.warehouse import exact_paths as exact
+from kinematic_pipeline.warehouse.atomic import PARQUET_COMPRESSION, UMASK, digest, file_sha256, swap_in_folder
+from kinematic_pipeline.warehouse.verified import BLOCK_BYTES, BlockHasher
 from kinematic_pipeline.window_store import (
     DAYS_FILE,
     DAYS_SCHEMA,

@@ -20,9 +20,7 @@ import polars as pl
 import torch
 from torch import nn
 
-from kinematic_pipeline.atomic_files import digest, file_sha256
 from kinematic_pipeline.config import ModelConfig, Settings
-from kinematic_pipeline.layout import LOSS_PLOT_FILE, MODEL_FILE, SHARDS_USED_SCHEMA
 from kinematic_pipeline.model_pins import (
     PARENT_FILE,
     check_pair,
@@ -48,7 +46,9 @@ from kinematic_pipeline.training.trainer import (
     ranks,
     read_curves,
 )
-from kinematic_pipeline.verified import verify_model_folder, write_model_manifest
+from kinematic_pipeline.warehouse.atomic import digest, file_sha256
+from kinematic_pipeline.warehouse.layout import LOSS_PLOT_FILE, MODEL_FILE, SHARDS_USED_SCHEMA
+from kinematic_pipeline.warehouse.verified import verify_model_folder, write_model_manifest
 
 
 @dataclass(frozen=True)

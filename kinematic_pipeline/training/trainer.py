@@ -19,9 +19,9 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
-from kinematic_pipeline import exact_paths as exact
 from kinematic_pipeline.config import TrainConfig
 from kinematic_pipeline.training.data import EpochSeed
+from kinematic_pipeline.warehouse import exact_paths as exact
 
 # Expected here, not problems: streaming needs no workers on 2 cores; tiny profiles log rarely;
 # re-materializing an asset reuses its folder.

@@ -11,9 +11,9 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from kinematic_pipeline.catalog import query
 from kinematic_pipeline.definitions import build_definitions
 from kinematic_pipeline.orchestration.partitions import range_tags
+from kinematic_pipeline.warehouse.catalog import query
 from kinematic_pipeline_tests.conftest import SHORT_END, SHORT_START
 
 # The Dagster glue; every other module of the package is pure library code and must not import dagster.

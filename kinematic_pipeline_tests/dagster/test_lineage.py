@@ -9,8 +9,6 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from kinematic_pipeline.atomic_files import file_sha256
-from kinematic_pipeline.catalog import query
 from kinematic_pipeline.lineage import trace
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.stages.backtests import materialize_backtests
@@ -19,6 +17,8 @@ from kinematic_pipeline.stages.predict import materialize_predictions
 from kinematic_pipeline.stages.report import materialize_paper_tables, materialize_report
 from kinematic_pipeline.stages.verdict import materialize_verdict
 from kinematic_pipeline.training.run import finetune, pretrain
+from kinematic_pipeline.warehouse.atomic import file_sha256
+from kinematic_pipeline.warehouse.catalog import query
 from kinematic_pipeline_tests.conftest import copy_warehouse, record_in_manifest
 
 # slow: the module trains a foundation and an adapter and runs the whole evaluation on them (about a minute of the

@@ -15,7 +15,6 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.definitions import build_definitions
 from kinematic_pipeline.model_pins import pin_foundation
@@ -32,6 +31,7 @@ from kinematic_pipeline.orchestration.sensors import drop_directory_sensor
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.warehouse import Warehouse
+from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline_tests.conftest import execute_run_requests
 
 NEW_YORK = ZoneInfo("America/New_York")

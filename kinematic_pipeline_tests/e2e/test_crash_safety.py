@@ -18,12 +18,9 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.calendar import trading_days
-from kinematic_pipeline.catalog import query
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.definitions import build_definitions
-from kinematic_pipeline.layout import STAGING_DIR
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
@@ -31,6 +28,9 @@ from kinematic_pipeline.stages.window_store import materialize_window_store
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.training.data import store_labels
 from kinematic_pipeline.warehouse import Warehouse
+from kinematic_pipeline.warehouse.atomic import file_sha256
+from kinematic_pipeline.warehouse.catalog import query
+from kinematic_pipeline.warehouse.layout import STAGING_DIR
 from kinematic_pipeline.window_store import open_store, training_shard_days
 from kinematic_pipeline_tests.conftest import execute_run_requests
 from kinematic_pipeline_tests.helpers import ROOT
@@ -202,7 +202,7 @@ REINGEST_START, REINGEST_END = dt.date(2021, 3, 1), dt.date(2021, 4, 26)  # 40 s
 REINGEST_CHILD = """
 import datetime as dt, sys, time
 from pathlib import Path
-import kinematic_pipeline.atomic_files as atomic_files
+import kinematic_pipeline.warehouse.atomic as atomic_files
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv

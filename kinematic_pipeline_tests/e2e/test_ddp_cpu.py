@@ -23,9 +23,9 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.warehouse import Warehouse
+from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline_tests.helpers import ROOT
 
 BIN = Path(sys.executable).parent

@@ -14,12 +14,12 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kinematic_pipeline.atomic_files import file_sha256, write_parquet_atomic
+from kinematic_pipeline.warehouse.atomic import file_sha256, write_parquet_atomic
 
 WRITER = """
 import sys
 import numpy as np, polars as pl
-from kinematic_pipeline.atomic_files import write_parquet_atomic
+from kinematic_pipeline.warehouse.atomic import write_parquet_atomic
 frame = pl.DataFrame({"x": np.random.default_rng(0).random(20_000_000)})  # ~160 MB: a write that takes a while
 while True:
     write_parquet_atomic(frame, sys.argv[1], compression="uncompressed")

@@ -20,8 +20,8 @@ import dagster as dg
 import pytest
 
 from kinematic_pipeline.calendar import trading_days
-from kinematic_pipeline.catalog import query
 from kinematic_pipeline.config import load_settings
+from kinematic_pipeline.warehouse.catalog import query
 from kinematic_pipeline_tests.conftest import cli
 from kinematic_pipeline_tests.helpers import ROOT
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.warehouse import Warehouse
+from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline_tests.helpers.cli import run_cli
 
 pytestmark = pytest.mark.e2e

@@ -14,7 +14,6 @@ import polars as pl
 import pytest
 from scipy.stats import norm
 
-from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.backtest.decisions import unweighted_probabilities
 from kinematic_pipeline.backtest.skill import base_rates
 from kinematic_pipeline.calendar import trading_days
@@ -30,6 +29,7 @@ from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.stages.window_store import materialize_window_store
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.variants import BUY, HOLD, SELL
+from kinematic_pipeline.warehouse.atomic import file_sha256
 
 # --- the features, against loops -------------------------------------------------------------------------
 

@@ -16,8 +16,6 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from kinematic_pipeline.atomic_files import file_sha256
-from kinematic_pipeline.catalog import query
 from kinematic_pipeline.lineage import trace
 from kinematic_pipeline.model_pins import recorded_file
 from kinematic_pipeline.policy import Policy
@@ -25,6 +23,8 @@ from kinematic_pipeline.stages.backtests import EVALUATION_SCHEMAS, materialize_
 from kinematic_pipeline.stages.features import materialize_features
 from kinematic_pipeline.stages.predict import materialize_predictions
 from kinematic_pipeline.warehouse import PROVENANCE, RAW_OHLCV
+from kinematic_pipeline.warehouse.atomic import file_sha256
+from kinematic_pipeline.warehouse.catalog import query
 from kinematic_pipeline_tests.conftest import copy_warehouse
 
 pytestmark = pytest.mark.slow  # ~40 s (a rule evaluated, copied and moved four times): the nightly lane

@@ -25,7 +25,6 @@ import polars as pl
 import pytest
 
 from kinematic_pipeline import cli
-from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.lineage import pooled_record
 from kinematic_pipeline.pins import StalePairError
@@ -53,6 +52,7 @@ from kinematic_pipeline.warehouse import (
     RAW_OHLCV,
     TRADES,
 )
+from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline_tests.conftest import CUT, END, copy_warehouse
 
 RULE, OTHER_RULE, TAU = "momentum_1d", "momentum_20d", 0.01
@@ -175,9 +175,9 @@ def _placeholder_tables(settings):
 
 
 def test_the_report_is_never_rewritten_from_tables_older_than_the_evaluation_files(evaluated, tmp_path):
-    from kinematic_pipeline.layout import TABLES_PIN_FILE
     from kinematic_pipeline.pins import evaluation_digest, pin_evaluation
     from kinematic_pipeline.run_keys import run_keys_digest
+    from kinematic_pipeline.warehouse.layout import TABLES_PIN_FILE
 
     settings = _copy(evaluated, tmp_path)
     wh = settings.warehouse
@@ -200,10 +200,10 @@ def test_the_report_is_never_rewritten_from_tables_older_than_the_evaluation_fil
 
 
 def test_the_report_refuses_while_a_model_was_replaced_since_its_predictions_were_made(evaluated, tmp_path):
-    from kinematic_pipeline.layout import TABLES_PIN_FILE
     from kinematic_pipeline.pins import evaluation_digest, pin_evaluation
     from kinematic_pipeline.run_keys import run_keys_digest
     from kinematic_pipeline.stages.baselines import materialize_probe
+    from kinematic_pipeline.warehouse.layout import TABLES_PIN_FILE
 
     settings = _copy(evaluated, tmp_path)
     wh, probe = settings.warehouse, Policy("lr_raw", 0, TAU)

@@ -8,12 +8,12 @@ import datetime as dt
 import polars as pl
 import pytest
 
-from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.calendar import trading_days
-from kinematic_pipeline.catalog import query
 from kinematic_pipeline.sources.files import FileSource
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv, verify_raw_ohlcv
 from kinematic_pipeline.warehouse import Warehouse
+from kinematic_pipeline.warehouse.atomic import file_sha256
+from kinematic_pipeline.warehouse.catalog import query
 from kinematic_pipeline_tests.conftest import SHORT_END, SHORT_START
 
 

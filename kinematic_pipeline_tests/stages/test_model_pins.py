@@ -16,7 +16,7 @@ from kinematic_pipeline.model_pins import check_pair, check_predictions_model, m
 from kinematic_pipeline.pins import StalePairError
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.training.run import finetune, load_classifier, pretrain
-from kinematic_pipeline.verified import CorruptFileError
+from kinematic_pipeline.warehouse.verified import CorruptFileError
 from kinematic_pipeline_tests.conftest import copy_warehouse
 from kinematic_pipeline_tests.unit.test_verified_files import flip_keeping_mtime
 

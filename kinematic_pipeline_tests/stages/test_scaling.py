@@ -248,12 +248,12 @@ def test_the_whole_dag_leaves_the_scaling_curves_out_unless_told(ci_settings):
 
 def test_the_report_shows_the_section_only_when_the_table_exists(tmp_path, monkeypatch):
     from kinematic_pipeline.config import load_settings
-    from kinematic_pipeline.layout import TABLES_PIN_FILE
     from kinematic_pipeline.pins import evaluation_digest, pin_evaluation
     from kinematic_pipeline.run_keys import run_keys_digest
     from kinematic_pipeline.stages import report
     from kinematic_pipeline.stages.report import CONTEXT_FILE, materialize_report
     from kinematic_pipeline.stages.report_titles import ALL_TITLES, OPTIONAL_TABLES, all_titles
+    from kinematic_pipeline.warehouse.layout import TABLES_PIN_FILE
 
     settings = load_settings("ci", warehouse=tmp_path / "wh", env={})
     wh = settings.warehouse

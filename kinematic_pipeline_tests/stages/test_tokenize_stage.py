@@ -9,9 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.calendar import trading_days
-from kinematic_pipeline.catalog import query
 from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.stages.alpha import materialize_alpha_estimates
 from kinematic_pipeline.stages.corpus import fit_corpus_stats
@@ -21,6 +19,8 @@ from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.stages.window_store import materialize_window_store
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.tokenize import tokenize_price_windows, tokenize_volume_windows
+from kinematic_pipeline.warehouse.atomic import file_sha256
+from kinematic_pipeline.warehouse.catalog import query
 from kinematic_pipeline.windows import normalize_windows
 from kinematic_pipeline_tests.conftest import CUT, END, START, _bars, _perturb_after, _run_all, _settings
 

@@ -16,7 +16,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.folds import split_days
@@ -29,7 +28,8 @@ from kinematic_pipeline.training import data as data_mod
 from kinematic_pipeline.training.data import WindowDataModule
 from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule, adamw_with_cosine
 from kinematic_pipeline.training.run import build_classifier, finetune, load_classifier, load_foundation, pretrain
-from kinematic_pipeline.verified import MODEL_MANIFEST
+from kinematic_pipeline.warehouse.atomic import file_sha256
+from kinematic_pipeline.warehouse.verified import MODEL_MANIFEST
 from kinematic_pipeline_tests.conftest import single_cut
 
 # slow: the module builds the ci history and trains foundations and adapters on it (about a minute of the fast

@@ -8,7 +8,7 @@ import sys
 
 import polars as pl
 
-from kinematic_pipeline.atomic_files import file_sha256, write_parquet_atomic
+from kinematic_pipeline.warehouse.atomic import file_sha256, write_parquet_atomic
 
 
 def test_a_copied_warehouse_reads_its_own_files_once_the_original_is_gone(tmp_path, ci_settings):
@@ -48,8 +48,8 @@ def test_a_copied_warehouse_reads_its_own_files_once_the_original_is_gone(tmp_pa
 
 def test_a_day_unit_is_replaced_whole_also_where_the_kernel_cannot_exchange_two_names(tmp_path, monkeypatch):
     """renameat2(RENAME_EXCHANGE) is refused on NFS and FUSE mounts: the unit is then moved aside and replaced."""
-    from kinematic_pipeline import atomic_files
     from kinematic_pipeline.warehouse import Warehouse
+    from kinematic_pipeline.warehouse import atomic as atomic_files
 
     wh = Warehouse(tmp_path / "warehouse")
     day = dt.date(2021, 3, 1)
@@ -131,7 +131,7 @@ def test_token_days_of_an_older_warehouse_move_into_day_units(tmp_path, capsys):
     ``Warehouse`` and its path getters never move files); a shard without a manifest stays out."""
     from kinematic_pipeline.config import load_settings
     from kinematic_pipeline.warehouse import Warehouse
-    from kinematic_pipeline.warehouse_repair import upgrade_flat_days
+    from kinematic_pipeline.warehouse.repair import upgrade_flat_days
 
     days = [dt.date(2021, 3, 1), dt.date(2021, 3, 2)]
     for k, day in enumerate(days):
@@ -185,7 +185,7 @@ def test_files_are_written_with_the_users_umask_not_0600(tmp_path):
     """mkstemp creates 0600 files; the warehouse's files get what open() would give under the process's umask."""
     import stat
 
-    from kinematic_pipeline.atomic_files import UMASK, write_bytes_atomic
+    from kinematic_pipeline.warehouse.atomic import UMASK, write_bytes_atomic
 
     path = tmp_path / "record.json"
     write_bytes_atomic(path, b"{}")

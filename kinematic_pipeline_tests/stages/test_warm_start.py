@@ -16,7 +16,6 @@ import polars as pl
 import pytest
 import torch
 
-from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import SyntheticConfig, load_settings
 from kinematic_pipeline.folds import walk_forward
@@ -29,6 +28,7 @@ from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.stages.window_store import materialize_window_store
+from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline_tests.conftest import copy_warehouse
 
 START, END = dt.date(2020, 6, 1), dt.date(2021, 12, 31)

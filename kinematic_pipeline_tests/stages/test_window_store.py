@@ -12,10 +12,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.sampling import epoch_sample, expected_distinct_days, part_of
 from kinematic_pipeline.stages.window_store import materialize_window_store
-from kinematic_pipeline.verified import SIDECAR_SUFFIX
+from kinematic_pipeline.warehouse.atomic import file_sha256
+from kinematic_pipeline.warehouse.verified import SIDECAR_SUFFIX
 from kinematic_pipeline.window_store import StaleStoreError, open_store
 from kinematic_pipeline_tests.conftest import CUT, _bars, _perturb_after, _run_all, _settings, copy_warehouse
 
@@ -132,7 +132,7 @@ def test_a_full_disk_names_the_store_and_a_second_builder_waits_for_the_first(bu
 
 def test_a_byte_flipped_in_the_store_with_its_mtime_put_back_is_refused_naming_the_block_and_the_fix(built, tmp_path):
     """Bit rot keeps the mtime (and ``cp -p`` puts it back): the store's bytes are verified per block on open."""
-    from kinematic_pipeline.verified import CorruptFileError
+    from kinematic_pipeline.warehouse.verified import CorruptFileError
     from kinematic_pipeline_tests.unit.test_verified_files import flip_keeping_mtime
 
     settings = dataclasses.replace(built, warehouse=tmp_path / "wh")
@@ -162,7 +162,7 @@ def test_a_read_verifies_the_blocks_it_touches_and_names_the_damaged_one(built, 
     """Blocks of 16 KB (about 7 windows): a read of rows in intact blocks is served, one touching the damaged block is
     refused naming its rows and days; a store built before block checksums is rebuilt, byte-identical."""
     from kinematic_pipeline.stages import window_store as stage
-    from kinematic_pipeline.verified import CorruptFileError
+    from kinematic_pipeline.warehouse.verified import CorruptFileError
     from kinematic_pipeline.window_store import WINDOW_BYTES, WindowStore, read_manifest
     from kinematic_pipeline_tests.unit.test_verified_files import flip_keeping_mtime
 

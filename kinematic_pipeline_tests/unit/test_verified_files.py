@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from kinematic_pipeline.atomic_files import file_sha256
-from kinematic_pipeline.verified import (
+from kinematic_pipeline.warehouse.atomic import file_sha256
+from kinematic_pipeline.warehouse.verified import (
     BlockHasher,
     CorruptFileError,
     verified_bytes,
@@ -107,7 +107,7 @@ def test_a_process_hashes_an_unchanged_file_once_and_any_write_since_again(tmp_p
     """Within one process a file already hashed is not hashed again while it is the same file (device, inode, size,
     mtime, ctime); a byte flipped with the mtime put back moves the ctime, so the next verification hashes and
     refuses it. Files changed less than ``RACY_NS`` before (here: all, by default) are hashed every time."""
-    from kinematic_pipeline import verified
+    from kinematic_pipeline.warehouse import verified
 
     hashed = {"files": 0, "blocks": 0}
     real_file, real_block = verified.file_sha256, verified.block_sha256

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.probe_models import FIT_FILE, LEGACY_PICKLE
 from kinematic_pipeline.warehouse import PREDICTIONS
+from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline_tests.conftest import cli
 
 FOLD, TAU = "2022H1", 0.01

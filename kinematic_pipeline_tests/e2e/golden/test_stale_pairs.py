@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from kinematic_pipeline.atomic_files import file_sha256
 from kinematic_pipeline.policy import Policy
-from kinematic_pipeline.verified import MODEL_MANIFEST
 from kinematic_pipeline.warehouse import PREDICTIONS
+from kinematic_pipeline.warehouse.atomic import file_sha256
+from kinematic_pipeline.warehouse.verified import MODEL_MANIFEST
 from kinematic_pipeline_tests.conftest import cli, golden_ci_settings
 
 pytestmark = pytest.mark.e2e

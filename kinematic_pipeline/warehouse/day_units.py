@@ -17,9 +17,15 @@ from pathlib import Path
 
 import polars as pl
 
-from kinematic_pipeline.atomic_files import PARQUET_COMPRESSION, UMASK, same_files, swap_in_folder, write_staged_file
-from kinematic_pipeline.catalog import catalog_connection, create_view, sql_str
-from kinematic_pipeline.layout import DAY_UNITS, LOCKS_DIR, SCHEMA_DIR, STAGING_DIR, is_day_name
+from kinematic_pipeline.warehouse.atomic import (
+    PARQUET_COMPRESSION,
+    UMASK,
+    same_files,
+    swap_in_folder,
+    write_staged_file,
+)
+from kinematic_pipeline.warehouse.catalog import catalog_connection, create_view, sql_str
+from kinematic_pipeline.warehouse.layout import DAY_UNITS, LOCKS_DIR, SCHEMA_DIR, STAGING_DIR, is_day_name
 
 
 def write_shard(

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from kinematic_pipeline.atomic_files import file_sha256, write_bytes_atomic
+from kinematic_pipeline.warehouse.atomic import file_sha256, write_bytes_atomic
 
 SIDECAR_SUFFIX = ".verified"  # older versions' (size, mtime_ns, sha256) record beside a file: never trusted now
 BLOCK_BYTES = 64 << 20  # a large file's checksum block (the last one is shorter)
@@ -50,6 +50,11 @@ class CorruptFileError(ValueError):
 def sidecar(path: Path) -> Path:
     """The sidecar an older version wrote beside ``path`` (ignored: see the module's docstring)."""
     return path.with_name(path.name + SIDECAR_SUFFIX)
+
+
+def without_sidecars(paths: list[Path]) -> list[Path]:
+    """``paths`` less older versions' sidecars (a cache, never part of a model's identity)."""
+    return [p for p in paths if not p.name.endswith(SIDECAR_SUFFIX)]
 
 
 def _missing(path: Path, sha256: str, fix: str) -> CorruptFileError:

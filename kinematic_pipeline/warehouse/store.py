@@ -2,9 +2,9 @@
 
 Stages ask it for paths (shards, manifests, day units, window stores, model folders, a policy's evaluation files,
 reports) and for the catalog (``query``, views); writes go through it so that ``KP_DURABLE_WRITES`` (read once by
-``config.load_settings``) applies everywhere. The names are ``layout.py`` (the asset names are re-exported here),
-a day's writes ``day_units.py``, atomic files ``atomic_files.py``, the DuckDB catalog ``catalog.py`` and what
-repairs it ``warehouse_repair.py``. No dagster here.
+``config.load_settings``) applies everywhere. The names are ``layout.py`` (the asset names are re-exported by the
+package), a day's writes ``day_units.py``, atomic files ``atomic.py``, the DuckDB catalog ``catalog.py`` and what
+repairs it ``repair.py``. No dagster here.
 """
 
 from __future__ import annotations
@@ -16,26 +16,13 @@ from pathlib import Path
 
 import polars as pl
 
-from kinematic_pipeline import day_units, layout
-from kinematic_pipeline import exact_paths as exact
-from kinematic_pipeline.atomic_files import PARQUET_COMPRESSION, write_parquet_atomic
-from kinematic_pipeline.catalog import catalog_file, query, refresh_view
-from kinematic_pipeline.layout import (  # noqa: F401 (re-exported: the stages import the asset names from here)
-    ALPHA_ESTIMATES,
-    BACKTESTS,
-    CORPUS_STATS,
-    EQUITY_CURVES,
-    LABELS,
-    MARGIN_BACKTESTS,
-    PREDICTIONS,
-    PROVENANCE,
-    QUARANTINE,
-    RAW_OHLCV,
-    TRADES,
-)
 from kinematic_pipeline.policy import Policy
-from kinematic_pipeline.verified import process_sha256
-from kinematic_pipeline.warehouse_repair import REPAIR
+from kinematic_pipeline.warehouse import day_units, layout
+from kinematic_pipeline.warehouse import exact_paths as exact
+from kinematic_pipeline.warehouse.atomic import PARQUET_COMPRESSION, write_parquet_atomic
+from kinematic_pipeline.warehouse.catalog import catalog_file, query, refresh_view
+from kinematic_pipeline.warehouse.repair import REPAIR
+from kinematic_pipeline.warehouse.verified import process_sha256, without_sidecars
 
 
 class CorruptShardError(ValueError):
@@ -46,12 +33,12 @@ class CorruptShardError(ValueError):
 class Warehouse:
     """``$KP_WAREHOUSE``, every file in it by name (the tree: ``layout.py``). Building one touches no file: its path
     getters only compute paths, and ``load_settings`` moves the days of an older warehouse's flat layout into day
-    units once per process (``warehouse_repair.upgrade_flat_days_once``). It reads as its root path where a path is
+    units once per process (``repair.upgrade_flat_days_once``). It reads as its root path where a path is
     expected (``os.fspath``, ``/``, ``str``)."""
 
     root: Path
     durable: bool = False  # fsync every file before its rename (KP_DURABLE_WRITES=1)
-    repair = REPAIR  # what the catalog does with a file DuckDB cannot read (``warehouse_repair.py``)
+    repair = REPAIR  # what the catalog does with a file DuckDB cannot read (``repair.py``)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", Path(self.root))
@@ -74,7 +61,7 @@ class Warehouse:
         return catalog_file(self.root)
 
     def write(self, frame: pl.DataFrame, path: Path, compression: str = PARQUET_COMPRESSION) -> str:
-        """``atomic_files.write_parquet_atomic`` with this warehouse's durability; the file's sha256."""
+        """``atomic.write_parquet_atomic`` with this warehouse's durability; the file's sha256."""
         return write_parquet_atomic(frame, path, compression, durable=self.durable)
 
     # --- shards and manifests -------------------------------------------------------------------------
@@ -227,7 +214,7 @@ class Warehouse:
 
     def adapter_files(self, policy: Policy) -> list[Path]:
         """The files that define the fine-tuned head of ``policy``, sorted."""
-        return policy.spec.head.files(self.adapter_dir(policy))
+        return without_sidecars(policy.spec.head.files(self.adapter_dir(policy)))
 
     def policy_files(self, policy: Policy) -> tuple[Path, Path]:
         """(foundation model.pt, adapter folder) of a fine-tuned policy; a clear error when either is missing."""

@@ -4,7 +4,7 @@ Parallel writers never contend for DuckDB's single-writer lock except for the br
 serialized by a file lock (``.catalog.lock``). Views hold globs relative to the warehouse and every
 connection sets ``file_search_path`` to it, so a copied or moved warehouse reads its own files.
 
-What to do when DuckDB cannot read a file is the caller's: the ``Warehouse`` passes ``warehouse_repair.REPAIR``
+What to do when DuckDB cannot read a file is the caller's: the ``Warehouse`` passes ``repair.REPAIR``
 (a ``Repair``) to every function here that opens the catalog or creates a view; without one the error is raised.
 No dagster.
 """
@@ -26,7 +26,7 @@ import polars as pl
 
 @dataclass(frozen=True)
 class Repair:
-    """What the catalog does when DuckDB cannot read a file of the warehouse (``warehouse_repair.REPAIR``).
+    """What the catalog does when DuckDB cannot read a file of the warehouse (``repair.REPAIR``).
 
     ``damaged_file(warehouse, path, why)`` moves an unreadable Parquet file aside (with what belongs to it) and
     returns the line it printed; ``rebuild_views(warehouse, con)`` re-creates every view in a fresh catalog (it

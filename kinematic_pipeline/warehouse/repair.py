@@ -12,9 +12,9 @@ from pathlib import Path
 
 import polars as pl
 
-from kinematic_pipeline import day_units
-from kinematic_pipeline.catalog import Repair, create_view, sql_str
-from kinematic_pipeline.layout import (
+from kinematic_pipeline.warehouse import day_units
+from kinematic_pipeline.warehouse.catalog import Repair, create_view, sql_str
+from kinematic_pipeline.warehouse.layout import (
     DAMAGED_DIR,
     DAY_UNITS,
     FLAT_SKIP,

@@ -1,5 +1,5 @@
 """The warehouse's layout by name: asset names, folder and file names, the day units. Names only: nothing here
-builds a path or touches the disk (``warehouse.py`` builds the paths, ``day_units.py`` writes the days).
+builds a path or touches the disk (``store.py`` builds the paths, ``day_units.py`` writes the days).
 
 ``$KP_WAREHOUSE`` holds:
 
