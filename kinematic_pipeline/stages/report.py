@@ -35,10 +35,11 @@ from kinematic_pipeline.stages.pooled import (
     walk_forward_run,
 )
 from kinematic_pipeline.stages.report_titles import (
+    FIGURE_HEADINGS,
     OPTIONAL_TABLES,
     RULE_TABLES,
-    VERDICT_TITLE,
     all_titles,
+    table_headings,
 )
 from kinematic_pipeline.stages.training_table import (
     BUDGET_TEST_TABLE,
@@ -364,10 +365,10 @@ def materialize_report(settings: Settings, extra_context: dict[str, str] | None 
         raise FileNotFoundError(f"no tables under {tables_dir}: materialize paper_tables first")
     check_evaluation(wh, tables_dir / TABLES_PIN_FILE, TABLES_ASSET, run_keys_digest(settings))
     check_inputs_current(settings)  # no report of backtests whose model was replaced since
-    titles = all_titles(settings)
+    headings = table_headings(settings)
     built = {
-        titles[name]: exact.read_parquet(tables_dir / f"{name}.parquet")
-        for name in titles
+        name: exact.read_parquet(tables_dir / f"{name}.parquet")
+        for name in headings
         if name not in OPTIONAL_TABLES or (tables_dir / f"{name}.parquet").exists()
     }
     figure_paths = {p.stem: p for p in sorted(wh.figures_dir.glob("*.png"))}
@@ -378,7 +379,9 @@ def materialize_report(settings: Settings, extra_context: dict[str, str] | None 
         figure_paths,
         report_conventions(settings.evaluate),
         relative_to=wh.reports_dir,
-        lead=(VERDICT_TITLE,),
+        lead=("verdict",),  # ALL_TITLES' name of the verdict table
+        table_headings=headings,
+        figure_headings=FIGURE_HEADINGS,
     )
     path = wh.report_file
     path.write_text(text)

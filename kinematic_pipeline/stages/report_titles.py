@@ -158,6 +158,94 @@ ALL_TITLES = {
 }
 
 
+# what the paper's figures show: the calibrated argmax, not the paper's rule (the argmax of the network's own softmax;
+# the paper's tables give both)
+CALIBRATED_RULE = (
+    "the argmax of the calibrated class-weighted probabilities, not the paper's rule, the argmax of the network's own "
+    "softmax: the paper's tables give both"
+)
+
+# name -> the explanation printed under the table's title (``ALL_TITLES``), for the paper's tables
+TABLE_CAPTIONS = {
+    "absolute_performance": "Cumulative total return and maximum drawdown over the test period for each model and Buy & "
+    "Hold (Mkt). A policy in the Liquidation Equilibrium never holds a position: 0.0% return and drawdown.",
+    "risk_adjusted": "Sharpe and Sortino ratios, with the Sharpe's 95% block-bootstrap interval; they are undefined "
+    "(N/A) for a policy in the Liquidation Equilibrium, whose equity never moves.",
+    "liquidation_equilibrium": "Action distribution, action rate and performance of each model under the paper's "
+    "argmax and the calibrated argmax: a model that only ever sells stays in cash (100% action rate, 0% exposure, N/A "
+    "Sharpe). Whether that is the tokens' or the rule's is for the oracle's table to say: where the rule does not "
+    "trade the oracle either, no tokenization can make it trade.",
+    "tau_sweep": "Action rate and Sharpe of each model as the volatility threshold tau varies: a model that learns a "
+    "policy acts less as tau grows; one in the Liquidation Equilibrium stays at 100% (Sell).",
+    "cost_sensitivity": "Sharpe ratio at each execution cost (bps per trade side) and the annualized turnover (at the "
+    "lowest cost): how much of the edge survives friction.",
+    "calibration": "Accuracy of each model's actions, and multi-class Brier score and top-label expected calibration "
+    "error of its de-weighted Buy/Sell/Hold probabilities p = (q/w)/Σ(q/w) (the class-weighted softmax q is "
+    "miscalibrated by construction), on labelled test days (our addition to the paper).",
+}
+
+
+# figure name (its file's stem) -> (heading, the explanation printed under the figure)
+FIGURE_HEADINGS = {
+    "training_curves": (
+        "How each model trained",
+        "Validation loss against optimizer steps of every foundation (A: its own self-supervised objective) and "
+        "every adapter at the report's tau (B: the log loss of its de-weighted probabilities, which the run "
+        "stops on); one line per fold and seed, a dot at the step whose state was saved (training runs to the "
+        "best validation loss within its step budget; our addition to the paper).",
+    ),
+    "scaling_curves": (
+        "Would more data help?",
+        "Test-period rank IC (A) and log-loss skill (B) on the universe against the training windows a fine-tuning "
+        "saw (log scale), one fold and seed at the report's tau: each transformer (solid), its tokens' "
+        "logistic-regression probe fitted on as many rows (dashed) and on every training row (dotted line); a curve "
+        "still rising at its right end says more data or compute would help (our addition to the paper).",
+    ),
+    "learnability_test": (
+        "Learnability at matched compute, on test days",
+        "Each family's one fine-tuning under the shared budget and schedule, at every state it validated: (A) its "
+        "validation skill over the prior, (B) the test-period rank IC and (C) the log-loss skill that state scores "
+        "on the universe; a large dot marks the state kept (the best validation loss: the test days chose nothing), "
+        "a dashed line its tokens' logistic-regression probe on the same days (benchmarks/bench_learnability.py; our "
+        "addition to the paper).",
+    ),
+    "equity_curves": (
+        "Cross-Sector Performance Validation",
+        f"Under the calibrated argmax only ({CALIBRATED_RULE}). Left: equity curves of SplineGPT (thick) and the "
+        "baselines (thin) per ticker. Right: Buy & Hold for the same assets.",
+    ),
+    "diagnostics": (
+        "Behavioral Divergence and Calibration",
+        f"Under the calibrated argmax only ({CALIBRATED_RULE}). (A) Action distribution of each model; (B) "
+        "SplineGPT confusion matrix, true label x action on "
+        "labelled days; (C) reliability of the de-weighted Buy probability p = (q/w)/Σ(q/w) against the "
+        "empirical Buy rate.",
+    ),
+    "sweeps": (
+        "Parameter Sensitivity Analysis",
+        f"Under the calibrated argmax only ({CALIBRATED_RULE}). (A) Action rate against the volatility threshold "
+        "tau; (B) Sharpe against the execution cost.",
+    ),
+    "decision_rules": (
+        "The calibrated argmax next to the margin rule",
+        f"The calibrated argmax ({CALIBRATED_RULE}) and the margin rule (weights undone, m chosen on validation "
+        "days): (A) mean Sharpe over tickers and seeds, (B) mean action rate of each model, rule and probe (our "
+        "addition to the paper; the paper's rule is in the decision rules table).",
+    ),
+    "kinematic_manifold": (
+        "The 9-Dimensional Kinematic Manifold vs. Ground Truth",
+        "Top: OHLC candles and volume. Below: the spline state at the end of each day's causal window, "
+        "price c0-c3 (position, velocity, acceleration, jerk) and the quartic log-volume profile v0-v4.",
+    ),
+    "responsiveness": (
+        "Kinematic Responsiveness",
+        f"Under the calibrated argmax only ({CALIBRATED_RULE}). (A) Close with the model's Buy (green) and Sell "
+        "(red) actions; (B) velocity c1 and (C) "
+        "acceleration c2 of the price spline over the same days.",
+    ),
+}
+
+
 # the paper's tables, each built under the paper's rule and the calibrated argmax (a Rule column first)
 RULE_TABLES = (
     "absolute_performance",
@@ -191,3 +279,9 @@ def all_titles(settings: Settings) -> dict[str, str]:
         name: (f"{title}. {caption}" if name in RULE_TABLES else title).replace(BLOCK_DAYS, block)
         for name, title in ALL_TITLES.items()
     }
+
+
+def table_headings(settings: Settings) -> dict[str, tuple[str, str]]:
+    """Every table's name -> (its title, the run's: ``all_titles``; its caption, ``TABLE_CAPTIONS``): what the report
+    prints above each table."""
+    return {name: (title, TABLE_CAPTIONS.get(name, "")) for name, title in all_titles(settings).items()}

@@ -24,8 +24,8 @@ from kinematic_pipeline.report import (
     sweeps_png,
     tau_sweep,
 )
-from kinematic_pipeline.report.document import FIGURE_CAPTIONS, TABLE_CAPTIONS
 from kinematic_pipeline.stages.report import report_conventions
+from kinematic_pipeline.stages.report_titles import FIGURE_HEADINGS, TABLE_CAPTIONS
 from kinematic_pipeline_tests.helpers.frames import ALWAYS_SELL, DATES, NAN, metric_row, metrics_frame
 
 CONVENTIONS = report_conventions(EvalConfig())
@@ -271,22 +271,25 @@ def test_report_has_context_every_table_heading_relative_figures_and_the_convent
         "liquidation_equilibrium_NVDA": liquidation_equilibrium(metrics, 0.01, 0.0, "NVDA"),
         "tau_sweep": tau_sweep(metrics, "NVDA", 0.0),
         "cost_sensitivity": cost_sensitivity(metrics, "splinegpt", 0.01),
-        "calibration_summary": calibration_summary(metrics, 0.01, 0.0).clear(),
+        "calibration": calibration_summary(metrics, 0.01, 0.0).clear(),
         "extra": pl.DataFrame({"a": ["1"]}),
     }
+    headings = {name: (f"Title of {name}", caption) for name, caption in TABLE_CAPTIONS.items()}
     report_dir = tmp_path / "reports" / "run1"
     figures = {"sweeps": tmp_path / "reports" / "figures" / "sweeps.png"}
     context = {"profile": "ci", "test period": "2023-01-02 .. 2023-03-02", "run id": "abc123"}
-    text = render_report("SplineGPT report", context, tables, figures, CONVENTIONS, relative_to=report_dir)
+    text = render_report(
+        "SplineGPT report", context, tables, figures, CONVENTIONS, report_dir, (), headings, FIGURE_HEADINGS
+    )
 
     assert text.startswith("# SplineGPT report")
     assert "- **run id**: abc123" in text
-    for key, (heading, caption) in TABLE_CAPTIONS.items():
-        assert heading in text and caption in text, key
-    assert "### The Liquidation Equilibrium: who never holds a position, under each rule (NVDA)" in text
+    for key, caption in TABLE_CAPTIONS.items():  # each table's title, then its caption, keyed by the table's name
+        assert f"### Title of {key}" in text and f"\n{caption}\n" in text, key
+    assert "### Title of liquidation_equilibrium (NVDA)" in text
     assert "### extra" in text
     assert "| Ticker | Return: Spline |" in text
-    assert f"![{FIGURE_CAPTIONS['sweeps'][0]}](../figures/sweeps.png)" in text
+    assert f"![{FIGURE_HEADINGS['sweeps'][0]}](../figures/sweeps.png)" in text
     assert text.rstrip().endswith(CONVENTIONS)
 
 

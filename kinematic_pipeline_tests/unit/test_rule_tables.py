@@ -13,11 +13,10 @@ import pytest
 
 from kinematic_pipeline.config import EvalConfig, load_settings
 from kinematic_pipeline.report import tau_sweep
-from kinematic_pipeline.report.document import FIGURE_CAPTIONS
 from kinematic_pipeline.stages import report
 from kinematic_pipeline.stages.oracle_control import RULE_LABELS
 from kinematic_pipeline.stages.pooled import PAPER_BACKTESTS
-from kinematic_pipeline.stages.report_titles import ALL_TITLES, RULE_TABLES, all_titles, rule_caption
+from kinematic_pipeline.stages.report_titles import ALL_TITLES, FIGURE_HEADINGS, RULE_TABLES, all_titles, rule_caption
 from kinematic_pipeline.warehouse import BACKTESTS
 from kinematic_pipeline_tests.helpers.frames import ALWAYS_SELL, DATES, metric_row, metrics_frame
 
@@ -119,8 +118,8 @@ def test_labels_of_the_calibrated_argmax_never_call_it_the_papers_rule(tmp_path)
         assert "paper's weighted argmax" not in title, name
     # the paper's figures show the calibrated argmax only, and say so
     for name in ("equity_curves", "diagnostics", "sweeps", "responsiveness", "decision_rules"):
-        assert "calibrated argmax" in FIGURE_CAPTIONS[name][1], name
-        assert "weighted argmax" not in FIGURE_CAPTIONS[name][1], name
+        assert "calibrated argmax" in FIGURE_HEADINGS[name][1], name
+        assert "weighted argmax" not in FIGURE_HEADINGS[name][1], name
 
 
 @pytest.mark.parametrize("days", [1, 19, 61])
