@@ -30,7 +30,13 @@ from kinematic_pipeline.report.tables import runs_at, sharpe_cell, with_days_in_
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import file_sha256
-from kinematic_pipeline.warehouse.layout import POOLED_ASSET, POOLED_PIN_FILE
+from kinematic_pipeline.warehouse.layout import (
+    POOLED_ASSET,
+    POOLED_PIN_FILE,
+    PREDICTION_INPUTS,
+    PREDICTION_MODEL,
+    VALIDATION_PREDICTIONS,
+)
 from kinematic_pipeline.window_store import STORE_CODE_VERSION
 
 CODE_VERSIONS = {  # each stage's code version: a new one marks its assets (and everything after) stale
@@ -118,13 +124,13 @@ def provenance_frame(settings: Settings, policy: Policy, *, outputs: dict[str, P
             dict(link=link, asset=asset, path=warehouse_path(wh, path), sha256=sha or file_sha256(Path(path)), **extra)
         )
 
-    inputs = wh.predictions_extra("inputs", policy)
+    inputs = wh.predictions_extra(PREDICTION_INPUTS, policy)
     files = {
         **outputs,
         "predictions": wh.evaluation_file("predictions", policy),
-        "predictions_validation": wh.predictions_extra("validation", policy),
+        "predictions_validation": wh.predictions_extra(VALIDATION_PREDICTIONS, policy),
         "predictions_inputs": inputs,
-        "predictions_model": wh.predictions_extra("model", policy),  # the model files' hashes it was made with
+        "predictions_model": wh.predictions_extra(PREDICTION_MODEL, policy),  # the model files' hashes it was made with
     }
     for asset, path in files.items():
         add(asset, asset, path)

@@ -18,7 +18,7 @@ from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import file_sha256, write_bytes_atomic
-from kinematic_pipeline.warehouse.layout import PIN_FILE
+from kinematic_pipeline.warehouse.layout import PIN_FILE, PREDICTION_MODEL
 
 
 def warehouse_path(wh: Warehouse, path: Path) -> str:
@@ -227,7 +227,7 @@ def check_predictions_model(settings: Settings, policy: Policy) -> None:
     written in); ``StalePairError`` naming the file, both hashes and the partition to re-materialize otherwise (a
     re-fine-tuned adapter under old predictions, a model replaced in a copy of the warehouse)."""
     wh = settings.warehouse
-    path = wh.predictions_extra("model", policy)
+    path = wh.predictions_extra(PREDICTION_MODEL, policy)
     key = policy.key
     fix = f"re-materialize {policy.variant}_predictions partition {key}"
     if not path.exists():

@@ -40,6 +40,7 @@ from kinematic_pipeline.warehouse import (
     TRADES,
 )
 from kinematic_pipeline.warehouse import exact_paths as exact
+from kinematic_pipeline.warehouse.layout import VALIDATION_PREDICTIONS
 
 MARGIN_METRICS_SCHEMA = {**METRICS_SCHEMA, "margin": pl.Float64, "validation_rows": pl.Int64}
 FOLD = {"fold": pl.String}  # every evaluation row names its walk-forward fold (folds.Fold.label)
@@ -132,7 +133,7 @@ def materialize_backtests(settings: Settings, policy: Policy, code_versions: dic
         wh.write(frame.filter(is_benchmark), wh.benchmark_file(asset, policy.fold))
         paths[asset] = wh.evaluation_file(asset, policy)
         wh.write(frame.filter(~is_benchmark), paths[asset])
-    validation = exact.read_parquet(wh.predictions_extra("validation", policy))
+    validation = exact.read_parquet(wh.predictions_extra(VALIDATION_PREDICTIONS, policy))
     margin = margin_rule_backtests(settings, predictions, validation).with_columns(fold)
     paths[MARGIN_BACKTESTS] = wh.evaluation_file(MARGIN_BACKTESTS, policy)
     wh.write(margin, paths[MARGIN_BACKTESTS])

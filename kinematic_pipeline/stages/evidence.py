@@ -71,6 +71,7 @@ from kinematic_pipeline.variants import UNKNOWN_LABEL
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, PREDICTIONS
 from kinematic_pipeline.warehouse import exact_paths as exact
+from kinematic_pipeline.warehouse.layout import UNIVERSE_PREDICTIONS, UNIVERSE_RAW_PREDICTIONS
 
 E_T = "e_t"  # the label-artefact table's reference row: the causal fit's residual today, scored as it is
 CLOSE_LABEL = "label_close"  # the column of close-to-close labels joined onto the predictions
@@ -197,7 +198,9 @@ def evidence_tables(settings: Settings, metrics: pl.DataFrame) -> dict[str, pl.D
 # --- the signal on the universe --------------------------------------------------------------------------
 
 
-def universe_predictions(settings: Settings, variants: tuple[str, ...], kind: str = "universe") -> pl.DataFrame:
+def universe_predictions(
+    settings: Settings, variants: tuple[str, ...], kind: str = UNIVERSE_PREDICTIONS
+) -> pl.DataFrame:
     """Every ``variants`` policy's predictions on the universe (``predictions/universe/``, written at the
     report's tau; ``kind`` "universe_raw": before calibration), with ``r_close`` and ``r_spline`` of each
     ticker-day and the score s = p_buy - p_sell of the de-weighted probabilities (a rule's one-hot action:
@@ -344,7 +347,7 @@ def uncalibrated_information(
     """The information table of the probabilities before calibration (``predictions/universe_raw/``), when every
     policy of the universe wrote them; with the trailing-volatility ``reference`` (it has no calibration)."""
     try:
-        raw = universe_predictions(settings, variants, "universe_raw")
+        raw = universe_predictions(settings, variants, UNIVERSE_RAW_PREDICTIONS)
     except FileNotFoundError:
         return {}
     tau, block = settings.evaluate.report_tau, settings.evaluate.skill_bootstrap_block_days

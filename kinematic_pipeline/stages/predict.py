@@ -34,6 +34,14 @@ from kinematic_pipeline.variants import UNKNOWN_LABEL
 from kinematic_pipeline.warehouse import LABELS, PREDICTIONS, RAW_OHLCV, Warehouse
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import file_sha256
+from kinematic_pipeline.warehouse.layout import (
+    PREDICTION_CALIBRATION,
+    PREDICTION_INPUTS,
+    PREDICTION_MODEL,
+    UNIVERSE_PREDICTIONS,
+    UNIVERSE_RAW_PREDICTIONS,
+    VALIDATION_PREDICTIONS,
+)
 from kinematic_pipeline.window_store import validation_days
 from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS, WindowNormalizer
 
@@ -239,16 +247,16 @@ def _write(
     label = fold_of(settings, policy.fold).label
     fold = pl.lit(label).alias("fold")
     wh.write(result.frame.with_columns(fold), path)
-    wh.write(validation.with_columns(fold), wh.predictions_extra("validation", policy))
-    wh.write(_shards_frame(wh, result.shards), wh.predictions_extra("inputs", policy))
-    wh.write(model_files_frame(settings, policy), wh.predictions_extra("model", policy))
+    wh.write(validation.with_columns(fold), wh.predictions_extra(VALIDATION_PREDICTIONS, policy))
+    wh.write(_shards_frame(wh, result.shards), wh.predictions_extra(PREDICTION_INPUTS, policy))
+    wh.write(model_files_frame(settings, policy), wh.predictions_extra(PREDICTION_MODEL, policy))
     if result.calibration is not None:
         row = result.calibration.to_frame(policy.variant, policy.tau, policy.seed, label)
-        wh.write(row, wh.predictions_extra("calibration", policy))
+        wh.write(row, wh.predictions_extra(PREDICTION_CALIBRATION, policy))
     if universe is not None and raw_universe is not None:  # with the membership file drawn under (run_keys)
         member = membership_columns(settings)
-        wh.write(universe.with_columns(fold, *member), wh.predictions_extra("universe", policy))
-        wh.write(raw_universe.with_columns(fold, *member), wh.predictions_extra("universe_raw", policy))
+        wh.write(universe.with_columns(fold, *member), wh.predictions_extra(UNIVERSE_PREDICTIONS, policy))
+        wh.write(raw_universe.with_columns(fold, *member), wh.predictions_extra(UNIVERSE_RAW_PREDICTIONS, policy))
     wh.refresh_view(PREDICTIONS, FOLD_PREDICTIONS_SCHEMA)
     return path
 

@@ -75,6 +75,13 @@ TABLES_PIN_FILE, TABLES_ASSET = "tables_inputs.json", "paper_tables"  # under re
 # Files of a model folder.
 MODEL_FILE = "model.pt"  # a foundation's weights: {"variant", "model_config", "state_dict"}
 LOSS_PLOT_FILE = "loss.png"  # a foundation's or adapter's loss curves
+# predictions/<folder>/<stem>.parquet: what a prediction writes beside its shard (subfolders: not in the view)
+VALIDATION_PREDICTIONS = "validation"  # the validation days' predictions (calibration, the margin rule's m)
+PREDICTION_INPUTS = "inputs"  # every shard the prediction read
+PREDICTION_MODEL = "model"  # the model files' sha256 (model_pins.check_predictions_model)
+PREDICTION_CALIBRATION = "calibration"  # the calibration fitted on the validation days, one row
+UNIVERSE_PREDICTIONS = "universe"  # at the report's tau: the universe's predictions, calibrated
+UNIVERSE_RAW_PREDICTIONS = "universe_raw"  # and before calibration
 PIN_FILE = "foundation.json"  # beside each adapter: the sha256 of the foundation it was fine-tuned from
 SHARDS_USED_FILE = "shards_used.parquet"  # beside each checkpoint/adapter: the store and shards it trained on
 SHARDS_USED_SCHEMA: dict[str, pl.DataType] = {

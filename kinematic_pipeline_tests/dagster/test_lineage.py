@@ -19,6 +19,7 @@ from kinematic_pipeline.stages.verdict import materialize_verdict
 from kinematic_pipeline.training.run import finetune, pretrain
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline.warehouse.catalog import query
+from kinematic_pipeline.warehouse.layout import VALIDATION_PREDICTIONS
 from kinematic_pipeline_tests.conftest import copy_warehouse, record_in_manifest
 
 # slow: the module trains a foundation and an adapter and runs the whole evaluation on them (about a minute of the
@@ -159,7 +160,7 @@ def _margin_of(settings) -> float:
 
 def test_the_second_rules_margin_depends_on_validation_days_only(backtested, tmp_path):
     wh = backtested.warehouse
-    validation = pl.read_parquet(wh.predictions_extra("validation", POLICY))
+    validation = pl.read_parquet(wh.predictions_extra(VALIDATION_PREDICTIONS, POLICY))
     predictions = wh.evaluation_file("predictions", POLICY)
     assert validation.height > 0 and validation["date"].max() <= backtested.split.train_end
     assert validation["ticker"].n_unique() == pl.read_parquet(predictions)["ticker"].n_unique()

@@ -25,6 +25,7 @@ from kinematic_pipeline.stages.predict import materialize_predictions
 from kinematic_pipeline.warehouse import PROVENANCE, RAW_OHLCV
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline.warehouse.catalog import query
+from kinematic_pipeline.warehouse.layout import PREDICTION_INPUTS
 from kinematic_pipeline_tests.conftest import copy_warehouse
 
 pytestmark = pytest.mark.slow  # ~40 s (a rule evaluated, copied and moved four times): the nightly lane
@@ -46,7 +47,11 @@ def evaluated(tokenized_once, tmp_path_factory):
 def _records(settings) -> list[Path]:
     """The files that record paths: the features' inputs, the predictions' inputs, the provenance."""
     wh = settings.warehouse
-    return [wh.features_inputs_file("raw"), wh.predictions_extra("inputs", RULE), wh.evaluation_file(PROVENANCE, RULE)]
+    return [
+        wh.features_inputs_file("raw"),
+        wh.predictions_extra(PREDICTION_INPUTS, RULE),
+        wh.evaluation_file(PROVENANCE, RULE),
+    ]
 
 
 def _absolute(path: Path, root: Path, rows: pl.Expr | None = None) -> None:
@@ -64,7 +69,9 @@ def _ticker(settings) -> str:
 
 def _change_a_raw_day(settings) -> Path:
     """Rewrite, in ``settings``' warehouse only, the last raw_ohlcv day the rule's predictions read."""
-    inputs = pl.read_parquet(settings.warehouse.predictions_extra("inputs", RULE)).filter(pl.col("asset") == RAW_OHLCV)
+    inputs = pl.read_parquet(settings.warehouse.predictions_extra(PREDICTION_INPUTS, RULE)).filter(
+        pl.col("asset") == RAW_OHLCV
+    )
     path = settings.warehouse.shard(RAW_OHLCV, inputs["date"][-1])  # by its day: the record may be an old one
     pl.read_parquet(path).head(1).write_parquet(path)
     return path
@@ -102,7 +109,7 @@ def test_features_inputs_an_older_version_wrote_absolute_are_recorded_relative_t
 def test_predictions_inputs_and_provenance_an_older_version_wrote_absolute_resolve_into_the_copy(evaluated, tmp_path):
     copy = copy_warehouse(evaluated, tmp_path / "copy")
     wh = copy.warehouse
-    _absolute(wh.predictions_extra("inputs", RULE), evaluated.warehouse.root)
+    _absolute(wh.predictions_extra(PREDICTION_INPUTS, RULE), evaluated.warehouse.root)
     materialize_backtests(copy, RULE, CODE)  # the provenance, from the predictions' old record
     assert not any(Path(p).is_absolute() for p in pl.read_parquet(wh.evaluation_file(PROVENANCE, RULE))["path"] if p)
     # a provenance an older version wrote in the copy: the inputs the predictions recorded absolute, as they were

@@ -14,6 +14,12 @@ from kinematic_pipeline.folds import evaluation_days
 from kinematic_pipeline.models import PatchTSTClassifier, SequenceClassifier, build_model
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.stages.predict import evaluation_tickers, predict
+from kinematic_pipeline.warehouse.layout import (
+    PREDICTION_CALIBRATION,
+    UNIVERSE_PREDICTIONS,
+    UNIVERSE_RAW_PREDICTIONS,
+    VALIDATION_PREDICTIONS,
+)
 from kinematic_pipeline.windows import window_end_kinematics
 from kinematic_pipeline_tests.conftest import (
     CUT,
@@ -181,7 +187,7 @@ def test_written_predictions_are_calibrated_on_validation_days_only(warehouses, 
     )
     assert result.calibration == expected and expected.fitted
     assert result.calibration.n_rows == raw_val.filter(pl.col("label") >= 0).height - late.height
-    row = pl.read_parquet(wh.predictions_extra("calibration", policy))
+    row = pl.read_parquet(wh.predictions_extra(PREDICTION_CALIBRATION, policy))
     assert row.schema == pl.Schema(CALIBRATION_SCHEMA) and row.height == 1
     assert row.row(0, named=True)["temperature"] == expected.temperature and row["fold"][0] == fold.label
 
@@ -194,12 +200,12 @@ def test_written_predictions_are_calibrated_on_validation_days_only(warehouses, 
     assert written.drop(*PROB_COLUMNS, "action").equals(
         raw_test.drop(*PROB_COLUMNS, "action").with_columns(pl.lit(fold.label).alias("fold"))
     )
-    validation = pl.read_parquet(wh.predictions_extra("validation", policy))
+    validation = pl.read_parquet(wh.predictions_extra(VALIDATION_PREDICTIONS, policy))
     np.testing.assert_array_equal(probs(validation), expected.apply(probs(raw_val).astype(np.float64)))
     # what the margin rule's m is chosen on: no label after the purge
     assert (validation.filter(pl.col("date") > fold.label_end)["label"] == -1).all()
-    universe = pl.read_parquet(wh.predictions_extra("universe", policy))
-    universe_raw = pl.read_parquet(wh.predictions_extra("universe_raw", policy))
+    universe = pl.read_parquet(wh.predictions_extra(UNIVERSE_PREDICTIONS, policy))
+    universe_raw = pl.read_parquet(wh.predictions_extra(UNIVERSE_RAW_PREDICTIONS, policy))
     assert universe_raw.schema == universe.schema and universe_raw.height == universe.height
     assert sorted(universe["ticker"].unique().to_list()) == tickers  # so the fitting set was raw_val
     np.testing.assert_array_equal(probs(universe), expected.apply(probs(universe_raw).astype(np.float64)))

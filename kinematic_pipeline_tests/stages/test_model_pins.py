@@ -16,6 +16,7 @@ from kinematic_pipeline.model_pins import check_pair, check_predictions_model, m
 from kinematic_pipeline.pins import StalePairError
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.training.run import finetune, load_classifier, pretrain
+from kinematic_pipeline.warehouse.layout import PREDICTION_MODEL
 from kinematic_pipeline.warehouse.verified import CorruptFileError
 from kinematic_pipeline_tests.conftest import copy_warehouse
 from kinematic_pipeline_tests.unit.test_verified_files import flip_keeping_mtime
@@ -37,7 +38,7 @@ def trained(tokenized_once, tmp_path_factory):
     pretrain(settings, POLICY, progress=False)
     finetune(settings, POLICY, progress=False)
     wh = settings.warehouse
-    wh.write(model_files_frame(settings, POLICY), wh.predictions_extra("model", POLICY))
+    wh.write(model_files_frame(settings, POLICY), wh.predictions_extra(PREDICTION_MODEL, POLICY))
     load_classifier(settings, POLICY)
     check_predictions_model(settings, POLICY)
     return settings
@@ -73,7 +74,7 @@ def test_an_adapter_flipped_with_its_mtime_kept_is_refused_naming_the_file_and_t
 
 
 def test_a_copied_warehouse_checks_its_own_model_files(trained, tmp_path):
-    pins = pl.read_parquet(trained.warehouse.predictions_extra("model", POLICY))
+    pins = pl.read_parquet(trained.warehouse.predictions_extra(PREDICTION_MODEL, POLICY))
     assert pins.height == len(model_files(trained, POLICY)) and not any(p.startswith("/") for p in pins["path"])
     copy = _copy(trained, tmp_path)
     check_predictions_model(copy, POLICY)  # the copy's files are the same bytes
@@ -86,13 +87,13 @@ def test_a_copied_warehouse_checks_its_own_model_files(trained, tmp_path):
 
     # pins an older version wrote: absolute paths of the warehouse they were written in
     old = pins.with_columns((str(trained.warehouse.root) + "/" + pl.col("path")).alias("path"))
-    old.write_parquet(copy.warehouse.predictions_extra("model", POLICY))
+    old.write_parquet(copy.warehouse.predictions_extra(PREDICTION_MODEL, POLICY))
     with pytest.raises(StalePairError, match=rf"made by {weights} sha256"):  # the copy's file, not the original's
         check_predictions_model(copy, POLICY)
     moved = _copy(trained, tmp_path / "moved")
-    old.write_parquet(moved.warehouse.predictions_extra("model", POLICY))
+    old.write_parquet(moved.warehouse.predictions_extra(PREDICTION_MODEL, POLICY))
     check_predictions_model(moved, POLICY)  # matched by their part under the old root
     elsewhere = old.with_columns(pl.lit("/elsewhere/model.bin").alias("path"))
-    elsewhere.write_parquet(moved.warehouse.predictions_extra("model", POLICY))
+    elsewhere.write_parquet(moved.warehouse.predictions_extra(PREDICTION_MODEL, POLICY))
     with pytest.raises(StalePairError, match=r"record /elsewhere/model.bin, outside this warehouse"):
         check_predictions_model(moved, POLICY)

@@ -8,6 +8,7 @@ import pytest
 from kinematic_pipeline.label_rules import TAU_TOLERANCE, at_tau, same_tau, tau_column, tau_key
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.warehouse import Warehouse
+from kinematic_pipeline.warehouse.layout import VALIDATION_PREDICTIONS
 
 
 def test_a_policy_formats_and_parses_its_partition_keys():
@@ -28,7 +29,7 @@ def test_a_policy_names_its_files_folders_and_lineage_command(tmp_path):
     assert wh.adapter_dir(policy) == tmp_path / "models/splinegpt/seed=1234/adapters/tau=0.01"
     assert wh.foundation_checkpoint(policy) == tmp_path / "models/splinegpt/seed=1234/foundation/model.pt"
     assert (
-        wh.predictions_extra("validation", policy)
+        wh.predictions_extra(VALIDATION_PREDICTIONS, policy)
         == tmp_path / "predictions/validation/splinegpt_tau0.01_seed1234.parquet"
     )
     assert policy.lineage_args == "--model splinegpt --tau 0.01 --seed 1234"
