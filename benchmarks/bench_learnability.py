@@ -72,7 +72,7 @@ def transformer_rows(settings, policy: Policy, fold, days: list, rates: dict, ou
     for curve in result.curves:
         started = time.perf_counter()
         classifier = snapshots.states[curve["step"]]
-        _, _, universe, _ = model_predictions(settings, policy, classifier, days, at_report_tau=True)
+        _, _, universe, _ = model_predictions(settings, policy, classifier, days, True, settings.train.class_weights)
         rows.append(
             {
                 **row_keys(policy, fold, "transformer", commit),

@@ -18,7 +18,7 @@ from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import file_sha256, write_bytes_atomic
-from kinematic_pipeline.warehouse.layout import PIN_FILE, PREDICTION_MODEL
+from kinematic_pipeline.warehouse.layout import PIN_FILE, PREDICTION_CLASS_WEIGHTS, PREDICTION_MODEL
 
 
 def warehouse_path(wh: Warehouse, path: Path) -> str:
@@ -89,11 +89,17 @@ def foundation_damage(wh: Warehouse, policy: Policy, sha256: str) -> str | None:
     )
 
 
-def pin_foundation(wh: Warehouse, adapter_dir: Path, foundation: Path, foundation_sha256: str) -> Path:
+def pin_foundation(
+    wh: Warehouse, adapter_dir: Path, foundation: Path, foundation_sha256: str, class_weights: tuple[float, ...]
+) -> Path:
     """Record, in an adapter's folder, the foundation (path relative to the warehouse, and sha256) it was fine-tuned
-    from."""
+    from, and the class weights [Buy, Sell, Hold] it was fine-tuned with (what its probabilities mean)."""
     path = Path(adapter_dir) / PIN_FILE
-    record = {"foundation": warehouse_path(wh, foundation), "foundation_sha256": foundation_sha256}
+    record = {
+        "foundation": warehouse_path(wh, foundation),
+        "foundation_sha256": foundation_sha256,
+        "class_weights": [float(w) for w in class_weights],
+    }
     write_bytes_atomic(path, json.dumps(record, indent=1).encode(), durable=wh.durable)
     return path
 
@@ -206,8 +212,8 @@ MODEL_FILES_SCHEMA = {"path": pl.String, "sha256": pl.String}
 def model_files(settings: Settings, policy: Policy) -> list[Path]:
     """The files that decide a policy's predictions: a model's foundation and adapter, a probe's fit (a rule: none)."""
     spec, wh = policy.spec, settings.warehouse
-    if spec.fine_tuned:
-        return [wh.foundation_checkpoint(policy), *wh.adapter_files(policy)]
+    if spec.fine_tuned:  # the adapter's pin too: it records the class weights its probabilities carry
+        return [wh.foundation_checkpoint(policy), *wh.adapter_files(policy), wh.adapter_dir(policy) / PIN_FILE]
     if spec.fitted:
         return probe_files(settings, policy)
     return []
@@ -249,3 +255,87 @@ def check_predictions_model(settings: Settings, policy: Policy) -> None:
                 f"the predictions of {policy} were made by {file} sha256 {row['sha256'][:16]}, it is now "
                 f"{now[:16]}: {fix}"
             )
+
+
+# --- the class weights a model was trained with: they define what its probabilities mean ----------------------
+
+
+def trained_class_weights(settings: Settings, policy: Policy) -> tuple[float, float, float] | None:
+    """The class weights [Buy, Sell, Hold] ``policy``'s model was trained with, as its adapter's pin or its probe's
+    fit record holds them; None for a rule (its one-hot actions mean the same under any weights). A model that
+    records none (fitted by an older version) is refused, naming the partition to re-materialize."""
+    spec, wh = policy.spec, settings.warehouse
+    if spec.fine_tuned:
+        path, asset = wh.adapter_dir(policy) / PIN_FILE, f"{policy.variant}_adapter"
+    elif spec.fitted:
+        path, asset = probe_files(settings, policy)[1], f"{policy.variant}_probe"
+    else:
+        return None
+    recorded = json.loads(path.read_text()).get("class_weights") if path.exists() else None
+    if recorded is None:
+        raise StalePairError(
+            f"{path} records no class weights (trained by an older version): {rematerialize(asset, policy.key)}"
+        )
+    return tuple(float(w) for w in recorded)
+
+
+def check_class_weights(settings: Settings, policy: Policy) -> tuple[float, float, float] | None:
+    """``trained_class_weights`` when they are the settings' ``train.class_weights`` (what evaluation would read the
+    probabilities with); ``StalePairError`` naming both vectors and the partition to re-materialize otherwise."""
+    trained, now = trained_class_weights(settings, policy), tuple(float(w) for w in settings.train.class_weights)
+    if trained is not None and trained != now:
+        kind = "fine-tuned" if policy.spec.fine_tuned else "fitted"
+        asset = f"{policy.variant}_{'adapter' if policy.spec.fine_tuned else 'probe'}"
+        raise StalePairError(
+            f"{policy} was {kind} with class weights {_weights_text(trained)}, but train.class_weights is now "
+            f"{_weights_text(now)}: its probabilities would be de-weighted with the wrong vector; "
+            f"{rematerialize(asset, policy.key)} (or restore train.class_weights)"
+        )
+    return trained
+
+
+def _weights_text(weights) -> str:
+    return "[" + ", ".join(f"{w:g}" for w in weights) + "]"
+
+
+WEIGHT_COLUMNS = ("w_buy", "w_sell", "w_hold")  # predictions/class_weights/<stem>.parquet: one row
+
+
+def predictions_class_weights(settings: Settings, policy: Policy) -> tuple[float, float, float] | None:
+    """The class weights ``policy``'s predictions carry (written with them, the model's own), checked against its
+    model's record on read; None for a rule. ``StalePairError`` naming the partition to re-materialize when they
+    are missing (predictions of an older version) or differ from the model's (re-trained since)."""
+    trained = trained_class_weights(settings, policy)
+    if trained is None:
+        return None
+    path = settings.warehouse.predictions_extra(PREDICTION_CLASS_WEIGHTS, policy)
+    fix = rematerialize(f"{policy.variant}_predictions", policy.key)
+    if not path.exists():
+        raise StalePairError(f"the predictions of {policy} record no class weights ({path} is missing): {fix}")
+    carried = tuple(float(w) for w in exact.read_parquet(path).select(WEIGHT_COLUMNS).row(0))
+    if carried != trained:
+        raise StalePairError(
+            f"the predictions of {policy} carry class weights {_weights_text(carried)}, its model was trained with "
+            f"{_weights_text(trained)}: {fix}"
+        )
+    return carried
+
+
+def run_class_weights(settings: Settings) -> tuple[float, float, float]:
+    """The class weights of the run's predictions, read with every table that undoes them: the one vector every
+    trained policy of the run (``run_keys.run_policies``) whose predictions were written carries; a ValueError
+    naming them when they differ. A run with no trained policy predicted yet reads ``train.class_weights`` (a
+    rule's one-hot probabilities mean the same under any weights)."""
+    from kinematic_pipeline.run_keys import run_policies
+
+    found: dict[tuple, list[str]] = {}
+    wh = settings.warehouse
+    for policy in run_policies(settings):
+        if (policy.spec.fine_tuned or policy.spec.fitted) and wh.predictions_extra(
+            PREDICTION_CLASS_WEIGHTS, policy
+        ).exists():
+            found.setdefault(predictions_class_weights(settings, policy), []).append(str(policy))
+    if len(found) > 1:
+        named = "; ".join(f"{_weights_text(w)}: {', '.join(names[:3])}" for w, names in found.items())
+        raise ValueError(f"the run's predictions carry more than one set of class weights ({named}): re-materialize")
+    return next(iter(found), tuple(float(w) for w in settings.train.class_weights))

@@ -9,12 +9,13 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from kinematic_pipeline.backtest.decisions import class_weight_vector
 from kinematic_pipeline.backtest.oracle import ORACLE, ORACLE_DISPLAY_NAME
 from kinematic_pipeline.backtest.policy_frames import BEYOND, PRIOR, PRIOR_DATA_SEEN, PRIOR_DISPLAY_NAME
 from kinematic_pipeline.backtest.volatility_reference import REFERENCE, REFERENCE_DATA_SEEN, REFERENCE_DISPLAY_NAME
 from kinematic_pipeline.label_rules import at_tau
 from kinematic_pipeline.report.tables import UNDEFINED, portfolio_cell, runs_at
-from kinematic_pipeline.variants import ACTION_NAMES, ALL_VARIANT_NAMES, display_name
+from kinematic_pipeline.variants import ACTION_NAMES, ALL_VARIANT_NAMES, BUY, SELL, display_name
 from kinematic_pipeline.variants import variant as lookup_variant
 
 INFORMATION_ROWS = (  # (metric of skill_table, how the report names it)
@@ -106,9 +107,12 @@ def information_table(
     )
 
 
-def decisions_table(decisions: pl.DataFrame, tau: float) -> pl.DataFrame:
-    """One row per policy at ``tau``: base rates, the no-information action, the margin and the cause."""
+def decisions_table(decisions: pl.DataFrame, tau: float, class_weights) -> pl.DataFrame:
+    """One row per policy at ``tau``: base rates, the no-information action, the margin and the cause; the margin's
+    threshold printed as the run's ln(w_sell/w_buy) (``class_weights``: [Buy, Sell, Hold])."""
     rows = decisions.filter(at_tau(tau)).sort("variant", "seed")
+    w = class_weight_vector(class_weights)
+    above = f"% above ln(w_sell/w_buy) = {np.log(w[SELL] / w[BUY]):.2f}"
     return rows.select(
         pl.col("variant").map_elements(display_name, return_dtype=pl.String).alias("Model"),
         pl.col("seed").cast(pl.String).alias("Seed"),
@@ -120,7 +124,7 @@ def decisions_table(decisions: pl.DataFrame, tau: float) -> pl.DataFrame:
         .map_elements(lambda code: ACTION_NAMES[code], return_dtype=pl.String)
         .alias("No-info action"),
         pl.col("margin_q50").round(2).cast(pl.String).alias("Median ln(p_B/p_S)"),
-        (100 * pl.col("share_margin_above_threshold")).round(1).cast(pl.String).alias("% above ln(w_sell/w_buy)"),
+        (100 * pl.col("share_margin_above_threshold")).round(1).cast(pl.String).alias(above),
         (100 * pl.col("share_differs_from_no_information")).round(1).cast(pl.String).alias("% differs from no-info"),
         pl.col("liquidation_cause").alias("Why it trades or liquidates"),
     )

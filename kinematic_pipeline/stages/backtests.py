@@ -27,7 +27,7 @@ from kinematic_pipeline.backtest.sweep import (
 from kinematic_pipeline.config import EvalConfig, Settings
 from kinematic_pipeline.folds import fold_of
 from kinematic_pipeline.lineage import PROVENANCE_SCHEMA, provenance_frame
-from kinematic_pipeline.model_pins import check_predictions_model
+from kinematic_pipeline.model_pins import check_predictions_model, predictions_class_weights, run_class_weights
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report.markdown import Markdown, markdown_table
 from kinematic_pipeline.variants import BENCHMARK
@@ -67,11 +67,14 @@ MAIN_METRICS = (  # the columns the backtests asset shows at the report's cost
 )
 
 
-def margin_rule_backtests(settings: Settings, predictions: pl.DataFrame, validation: pl.DataFrame) -> pl.DataFrame:
-    """The margin rule, backtested like the calibrated argmax: undo the class weighting (p = q / w) and Buy /
+def margin_rule_backtests(
+    settings: Settings, predictions: pl.DataFrame, validation: pl.DataFrame, weights: tuple[float, ...]
+) -> pl.DataFrame:
+    """The margin rule, backtested like the calibrated argmax: undo the class weighting (p = q / w, ``weights``
+    those the policy's predictions carry) and Buy /
     Sell when p_buy - p_sell exceeds +m / falls below -m, m chosen on the ``validation``-day predictions only
     (``decisions.choose_margin``: balanced accuracy over a fixed grid). Metrics rows with ``m`` beside."""
-    ev, weights = settings.evaluate, settings.train.class_weights
+    ev = settings.evaluate
     labelled = validation.filter(pl.col("label") >= 0)
     probs = [pl.col(c) for c in ("p_buy", "p_sell", "p_hold")]
     margin = 0.0
@@ -124,8 +127,10 @@ def materialize_backtests(settings: Settings, policy: Policy, code_versions: dic
         )
     check_predictions_model(settings, policy)  # made by the adapter (foundation, probe) on disk now
     predictions = exact.read_parquet(predictions_file)
-    # the class weights the probabilities were trained with: Brier and ECE score the de-weighted probabilities
-    sweep = run_sweep(predictions, ev.backtest, class_weights=settings.train.class_weights)
+    # the class weights the probabilities were trained with, as the predictions carry them (a rule's: the run's):
+    # Brier and ECE score the de-weighted probabilities
+    weights = predictions_class_weights(settings, policy) or run_class_weights(settings)
+    sweep = run_sweep(predictions, ev.backtest, class_weights=weights)
     fold = pl.lit(fold_of(settings, policy.fold).label).alias("fold")
     paths = {}
     for asset, frame in ((BACKTESTS, sweep.metrics), (EQUITY_CURVES, sweep.equity), (TRADES, sweep.trades)):
@@ -134,7 +139,7 @@ def materialize_backtests(settings: Settings, policy: Policy, code_versions: dic
         paths[asset] = wh.evaluation_file(asset, policy)
         wh.write(frame.filter(~is_benchmark), paths[asset])
     validation = exact.read_parquet(wh.predictions_extra(VALIDATION_PREDICTIONS, policy))
-    margin = margin_rule_backtests(settings, predictions, validation).with_columns(fold)
+    margin = margin_rule_backtests(settings, predictions, validation, weights).with_columns(fold)
     paths[MARGIN_BACKTESTS] = wh.evaluation_file(MARGIN_BACKTESTS, policy)
     wh.write(margin, paths[MARGIN_BACKTESTS])
     provenance = provenance_frame(settings, policy, outputs=paths, code_versions=code_versions)

@@ -171,6 +171,7 @@ def train_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
         "validation_days": f"{val['date'].min()} .. {val['date'].max()}" if val.height else "none",
         "iterations": iterations,
         "validation_weighted_log_loss": round(val_loss, 6),
+        "class_weights": weights.tolist(),  # its sample weights: what its probabilities mean (model_pins)
         "fold": fold_of(settings, policy.fold).label,
         "train_end": str(fold_of(settings, policy.fold).train_end),  # the cut it was fitted for: checked on load
         "features_sha256": file_sha256(features_path(settings, policy.variant)),  # the training file's

@@ -50,6 +50,7 @@ from kinematic_pipeline.backtest.signal import daily_ic, direction_auc, ic_summa
 from kinematic_pipeline.backtest.volatility_reference import REFERENCE_CLASS_WEIGHTS
 from kinematic_pipeline.config import EvalConfig, Settings
 from kinematic_pipeline.label_rules import at_tau
+from kinematic_pipeline.model_pins import run_class_weights
 from kinematic_pipeline.pins import verified_labels
 from kinematic_pipeline.report import evidence_tables as evidence_tables_report
 from kinematic_pipeline.stages.base_rates import (
@@ -145,7 +146,7 @@ def information_skill(
     ``reference`` (``volatility_reference`` of the same rows), its row and each model's skill beyond it; with
     ``prior`` (``base_rates.validation_base_rates``), the calibrated prior's row: the zero point of a model that
     learned nothing, after calibration."""
-    ev, weights, names = settings.evaluate, settings.train.class_weights, outcome_names(settings.tokenize.label_source)
+    ev, weights, names = settings.evaluate, run_class_weights(settings), outcome_names(settings.tokenize.label_source)
     options = skill_options(ev)
     report_rows = report_rows.drop("fold", strict=False)  # the folds' test days pooled: one record per policy
     oracle = oracle_test_predictions(settings, report_rows, tau) if report_rows.height else None
@@ -172,8 +173,8 @@ def evidence_tables(settings: Settings, metrics: pl.DataFrame) -> dict[str, pl.D
     """The evidence tables at the report's tau and cost (see the module docstring)."""
     ev, tau = settings.evaluate, settings.evaluate.report_tau
     predictions = read_view(settings, PREDICTIONS)
-    rates = train_base_rates(settings)
-    decisions = decision_frame(predictions, rates[TRAINED], settings.train.class_weights)
+    rates, weights = train_base_rates(settings), run_class_weights(settings)
+    decisions = decision_frame(predictions, rates[TRAINED], weights)
     present = set(predictions["variant"].unique().to_list())
     seen = data_seen(settings, tuple(v for v in settings.evaluated_variants if v in present))
     universe = universe_evidence(settings, metrics, rates, seen)
@@ -187,7 +188,7 @@ def evidence_tables(settings: Settings, metrics: pl.DataFrame) -> dict[str, pl.D
             else {}
         ),
         "time_series_ic": universe["time_series_ic"],
-        "decisions": evidence_tables_report.decisions_table(decisions, tau),
+        "decisions": evidence_tables_report.decisions_table(decisions, tau, weights),
         "decision_rules": evidence_tables_report.decision_rules_table(
             rule_records(settings, metrics), tau, ev.report_cost_bps, seen, rule_portfolios(settings)
         ),
@@ -221,7 +222,7 @@ def universe_predictions(
     )
     frame = frame.join(returns, on=["ticker", "date"], how="left", validate="m:1")
     p = unweighted_probabilities(
-        frame.select("p_buy", "p_sell", "p_hold").to_numpy().astype(np.float64), settings.train.class_weights
+        frame.select("p_buy", "p_sell", "p_hold").to_numpy().astype(np.float64), run_class_weights(settings)
     )
     return frame.with_columns(pl.Series("score", p[:, 0] - p[:, 1]))
 

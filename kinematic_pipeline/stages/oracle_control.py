@@ -23,6 +23,7 @@ from kinematic_pipeline.backtest.portfolio import portfolio_summary, ticker_exce
 from kinematic_pipeline.backtest.sweep import PROB_COLUMNS, paper_rule, run_sweep
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import at_tau, tau_column
+from kinematic_pipeline.model_pins import run_class_weights
 from kinematic_pipeline.pins import verified_labels
 from kinematic_pipeline.sources import make_source
 from kinematic_pipeline.variants import BUY
@@ -66,7 +67,7 @@ def oracle_law_rows(settings: Settings, predictions: pl.DataFrame) -> pl.DataFra
 
 def oracle_rule_frames(settings: Settings, rows: pl.DataFrame) -> dict[str, pl.DataFrame]:
     """The oracle's predictions under each rule (``RULE_LABELS``' names), ready for ``run_sweep``."""
-    weights = settings.train.class_weights
+    weights = run_class_weights(settings)  # read as a model trained with the run's weights would be
     frame = conditional_oracle_predictions(rows, settings.evaluate.report_tau, weights)
     p = unweighted_probabilities(frame.select(PROB_COLUMNS).to_numpy().astype(np.float64), weights)
     margin = frame.with_columns(pl.Series("action", threshold_actions(p, 0.0), dtype=pl.Int8))
@@ -79,9 +80,9 @@ def oracle_rule_records(settings: Settings, predictions: pl.DataFrame, cost_bps:
     rows = oracle_law_rows(settings, predictions)
     if rows is None or rows.height == 0:
         return None
-    ev, out = settings.evaluate, {}
+    ev, out, weights = settings.evaluate, {}, run_class_weights(settings)
     for rule, frame in oracle_rule_frames(settings, rows).items():
-        sweep = run_sweep(frame, ev.backtest, benchmark=False, class_weights=settings.train.class_weights)
+        sweep = run_sweep(frame, ev.backtest, benchmark=False, class_weights=weights)
         metrics = sweep.metrics.filter(pl.col("cost_bps") == cost_bps)
         equity = sweep.equity.filter(pl.col("cost_bps") == cost_bps)
         summary = portfolio_summary(ticker_excess(equity, ev.backtest.rf_annual), ["variant"]).row(0, named=True)

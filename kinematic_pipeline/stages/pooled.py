@@ -28,7 +28,7 @@ from kinematic_pipeline.backtest.portfolio import portfolio_summary, ticker_exce
 from kinematic_pipeline.backtest.sweep import paper_rule, run_sweep
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import at_tau
-from kinematic_pipeline.model_pins import check_predictions_model
+from kinematic_pipeline.model_pins import check_predictions_model, run_class_weights
 from kinematic_pipeline.pins import check_backtests_current, check_evaluation, evaluation_digest, pin_evaluation
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.run_keys import keep_run_policies, run_keys_digest
@@ -88,7 +88,7 @@ def _by_fold_set(predictions: pl.DataFrame) -> list[pl.DataFrame]:
 
 def _pool(settings: Settings, predictions: pl.DataFrame, benchmark: bool) -> list:
     """Sweeps of the pooled predictions, one per fold set (Buy & Hold with the widest only)."""
-    out, backtest, weights = [], settings.evaluate.backtest, settings.train.class_weights
+    out, backtest, weights = [], settings.evaluate.backtest, run_class_weights(settings)
     for k, group in enumerate(_by_fold_set(predictions)):
         group = group.sort("variant", "tau", "seed", "ticker", "date")
         out.append(run_sweep(group, backtest, benchmark=benchmark and k == 0, class_weights=weights))
@@ -100,7 +100,7 @@ def _margin_actions(settings: Settings, predictions: pl.DataFrame, margins: pl.D
     m = margins.select(*POLICY_KEYS, "fold", "margin").unique(subset=[*POLICY_KEYS, "fold"])
     frame = predictions.join(m, on=[*POLICY_KEYS, "fold"], how="inner")
     q = frame.select("p_buy", "p_sell", "p_hold").to_numpy().astype(np.float64)
-    p = unweighted_probabilities(q, settings.train.class_weights)
+    p = unweighted_probabilities(q, run_class_weights(settings))
     margin = frame["margin"].to_numpy()
     actions = np.empty(frame.height, dtype=np.int8)
     for value in np.unique(margin):

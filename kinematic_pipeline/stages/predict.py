@@ -23,7 +23,7 @@ from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA, predictions_fr
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import Fold, evaluation_days, fold_of
 from kinematic_pipeline.label_rules import same_tau, tau_column
-from kinematic_pipeline.model_pins import model_files_frame
+from kinematic_pipeline.model_pins import WEIGHT_COLUMNS, check_class_weights, model_files_frame
 from kinematic_pipeline.pins import check_token_inputs, fold_stats, verified_labels
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.probe_features import features_tokenization
@@ -36,6 +36,7 @@ from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline.warehouse.layout import (
     PREDICTION_CALIBRATION,
+    PREDICTION_CLASS_WEIGHTS,
     PREDICTION_INPUTS,
     PREDICTION_MODEL,
     UNIVERSE_PREDICTIONS,
@@ -80,6 +81,8 @@ class Predictions:
     shards: list[dict]  # every shard read: asset, date, path, content_hash
     missing_tickers: list[str]  # configured test tickers with no test-period window
     calibration: Calibration | None = None  # fitted on the validation days and applied to frame (rules: None)
+    # the class weights [Buy, Sell, Hold] the model was trained with: what its probabilities mean (rules: None)
+    class_weights: tuple[float, float, float] | None = None
     path: Path | None = None  # the test-period shard written (None: nothing written yet)
 
     def metadata(self) -> dict:
@@ -209,19 +212,16 @@ def _tickers(settings: Settings, asset: str, days: list[dt.date]) -> list[str]:
 
 
 def _calibrated(
-    settings: Settings,
-    result: Predictions,
-    validation: pl.DataFrame,
-    universe: pl.DataFrame | None,
-    fitting: pl.DataFrame | None,
+    result: Predictions, validation: pl.DataFrame, universe: pl.DataFrame | None, fitting: pl.DataFrame | None
 ) -> tuple[Predictions, pl.DataFrame, pl.DataFrame | None]:
     """The test, validation and universe predictions with the calibration (``backtest.calibration``) fitted on
-    ``fitting``, validation-day rows only (never a test day's), applied and the actions recomputed; unchanged
-    where ``fitting`` is None (a rule: its probabilities are its one-hot action)."""
+    ``fitting``, validation-day rows only (never a test day's), applied and the actions recomputed, the class
+    weights the model was trained with (``result.class_weights``) undone; unchanged where ``fitting`` is None (a
+    rule: its probabilities are its one-hot action)."""
     if fitting is None:
         return result, validation, universe
     (test, validation, universe), calibration = calibrate_frames(
-        fitting, [result.frame, validation, universe], settings.train.class_weights
+        fitting, [result.frame, validation, universe], result.class_weights
     )
     return dataclasses.replace(result, frame=test, calibration=calibration), validation, universe
 
@@ -250,6 +250,11 @@ def _write(
     wh.write(validation.with_columns(fold), wh.predictions_extra(VALIDATION_PREDICTIONS, policy))
     wh.write(_shards_frame(wh, result.shards), wh.predictions_extra(PREDICTION_INPUTS, policy))
     wh.write(model_files_frame(settings, policy), wh.predictions_extra(PREDICTION_MODEL, policy))
+    if result.class_weights is not None:  # what the probabilities mean: evaluation reads them (model_pins)
+        weights = pl.DataFrame(
+            [dict(zip(WEIGHT_COLUMNS, result.class_weights))], schema=dict.fromkeys(WEIGHT_COLUMNS, pl.Float64)
+        )
+        wh.write(weights, wh.predictions_extra(PREDICTION_CLASS_WEIGHTS, policy))
     if result.calibration is not None:
         row = result.calibration.to_frame(policy.variant, policy.tau, policy.seed, label)
         wh.write(row, wh.predictions_extra(PREDICTION_CALIBRATION, policy))
@@ -279,6 +284,7 @@ def materialize_predictions(settings: Settings, policy: Policy) -> Predictions:
     ``predictions`` view. Models load their adapter; probes and rules read the features file
     (``stages.baselines``)."""
     spec = policy.spec
+    weights = check_class_weights(settings, policy)  # trained with the settings' weights, or refused naming both
     fold = fold_of(settings, policy.fold)
     asset = spec.token_asset
     days = _check_test_period(settings, asset, fold)
@@ -288,15 +294,16 @@ def materialize_predictions(settings: Settings, policy: Policy) -> Predictions:
     from kinematic_pipeline.training.run import load_classifier  # torch and PEFT: only when predicting
 
     result, validation, calibrated, universe = model_predictions(
-        settings, policy, load_classifier(settings, policy), days, at_report_tau
+        settings, policy, load_classifier(settings, policy), days, at_report_tau, weights
     )
     return dataclasses.replace(result, path=_write(settings, policy, result, validation, calibrated, universe))
 
 
 def model_predictions(
-    settings: Settings, policy: Policy, classifier, days: list[dt.date], at_report_tau: bool
+    settings: Settings, policy: Policy, classifier, days: list[dt.date], at_report_tau: bool, class_weights
 ) -> tuple[Predictions, pl.DataFrame, pl.DataFrame | None, pl.DataFrame | None]:
-    """What ``materialize_predictions`` writes for a model, nothing written: its calibrated predictions of the test
+    """What ``materialize_predictions`` writes for a model fine-tuned with ``class_weights``, nothing written: its
+    calibrated predictions of the test
     tickers on ``days``, of those tickers on the fold's validation days and (``at_report_tau``) of the universe, and
     the universe's raw predictions (None, None otherwise). Two forward passes: the test days and the validation days,
     each over the test tickers and (``at_report_tau``) the universe's at once (a ticker-day is predicted once)."""
@@ -310,7 +317,8 @@ def model_predictions(
     test = predict(settings, policy, classifier, days, _union(wanted, names))
     frame = test.frame.filter(pl.col("ticker").is_in(wanted))
     tickers = sorted(frame["ticker"].unique().to_list())
-    result = dataclasses.replace(test, frame=frame, missing_tickers=[t for t in wanted if t not in set(tickers)])
+    missing = [t for t in wanted if t not in set(tickers)]
+    result = dataclasses.replace(test, frame=frame, missing_tickers=missing, class_weights=tuple(class_weights))
     # The same policy on the validation days of the training period (the fine-tuning's own split), for the
     # test tickers: what the calibration is fitted on and the second decision rule's margin is chosen on
     # (never on test days); at the report's tau the calibration also fits on the other universe tickers'
@@ -319,7 +327,7 @@ def model_predictions(
     fitting = purge_labels(predict(settings, policy, classifier, fit_days, _union(tickers, names)).frame, fold)
     validation = fitting.filter(pl.col("ticker").is_in(tickers))
     universe = test.frame.filter(pl.col("ticker").is_in(names)) if at_report_tau else None
-    result, validation, calibrated = _calibrated(settings, result, validation, universe, fitting)
+    result, validation, calibrated = _calibrated(result, validation, universe, fitting)
     return result, validation, calibrated, universe
 
 
@@ -368,7 +376,8 @@ def baseline_policy_predictions(
         {**row, "path": recorded_file(wh, row["asset"], row["date"], row["path"])}
         for row in inputs.iter_rows(named=True)
     ]
-    result = Predictions(frame, shards, [t for t in tickers if t not in present])
+    weights = None if probe is None else tuple(float(w) for w in probe[1]["class_weights"])  # its fit's record
+    result = Predictions(frame, shards, [t for t in tickers if t not in present], class_weights=weights)
     # a probe is calibrated on its validation days as a model is; a rule's one-hot action is not
     fitting, universe = (validation if spec.fitted else None), None
     if at_report_tau:
@@ -378,5 +387,5 @@ def baseline_policy_predictions(
         if fitting is not None and others:
             more = baseline_predictions(settings, policy, "validation", others, probe)
             fitting = pl.concat([validation, purge_labels(more, fold)])
-    result, validation, calibrated = _calibrated(settings, result, validation, universe, fitting)
+    result, validation, calibrated = _calibrated(result, validation, universe, fitting)
     return result, validation, calibrated, universe

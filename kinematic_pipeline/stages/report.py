@@ -17,6 +17,7 @@ from kinematic_pipeline.backtest.metrics import conventions
 from kinematic_pipeline.backtest.portfolio import CONVENTION as PORTFOLIO_CONVENTION
 from kinematic_pipeline.config import EvalConfig, Settings
 from kinematic_pipeline.label_rules import at_tau, same_tau
+from kinematic_pipeline.model_pins import run_class_weights
 from kinematic_pipeline.pins import check_evaluation, evaluation_digest, pin_evaluation
 from kinematic_pipeline.report import document, figures, kinematic_figures, paper, tables
 from kinematic_pipeline.report.markdown import markdown_table
@@ -181,7 +182,7 @@ def _context(settings: Settings, metrics: pl.DataFrame) -> dict[str, str]:
         "main tables": f"tau = {ev.report_tau:g}, costs = {ev.report_cost_bps:g} bps per trade",
         "tau sweep": _tau_sweep_line(settings),
         "decision rules": f"the paper's tables under the paper's rule ({RULE_LABELS['paper']}) and the "
-        f"{RULE_LABELS['calibrated']}, each Buy needing {buy_threshold(settings.train.class_weights)}; the margin "
+        f"{RULE_LABELS['calibrated']}, each Buy needing {buy_threshold(run_class_weights(settings))}; the margin "
         "rule in the decision-rules table and the verdict",
         "seeds": f"{len(seeds)} ({', '.join(map(str, seeds))})"
         + (" for the trained models" if models else "")
@@ -331,7 +332,7 @@ def materialize_figures(settings: Settings) -> dict[str, Path]:
     figures.training_curves_png(training_curves(settings), paths["training_curves"])
     figures.equity_curves_png(equity, ev.report_tau, ev.report_cost_bps, paths["equity_curves"])
     figures.diagnostics_png(
-        predictions, focus, ev.report_tau, paths["diagnostics"], class_weights=settings.train.class_weights
+        predictions, focus, ev.report_tau, paths["diagnostics"], class_weights=run_class_weights(settings)
     )
     figures.sweeps_png(metrics, focus, paths["sweeps"])
     figures.decision_rules_png(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from kinematic_pipeline.backtest.decisions import buy_threshold
 from kinematic_pipeline.backtest.oracle import least_buying_drift
 from kinematic_pipeline.config import Settings
+from kinematic_pipeline.model_pins import run_class_weights
 from kinematic_pipeline.stages.oracle_control import RULE_LABELS
 
 # where a title states the skill intervals' block: ``all_titles`` puts evaluate.skill_bootstrap_block_days there
@@ -260,7 +261,7 @@ RULE_TABLES = (
 
 def rule_caption(settings: Settings) -> str:
     """What the Rule column of the paper's tables means, with the Buy threshold the run's class weights imply."""
-    w, tau = settings.train.class_weights, settings.evaluate.report_tau
+    w, tau = run_class_weights(settings), settings.evaluate.report_tau
     drifts = ", ".join(f"{least_buying_drift(tau, sd, w):.2f} sd at sd {100 * sd:g}%" for sd in (0.01, 0.02, 0.03))
     return (
         f"Rule '{RULE_LABELS['paper']}' is the paper's (its top class, never calibrated); rule "

@@ -175,7 +175,14 @@ def transformer_row(
     result = finetune(scaled, policy, out_dir=out, foundation=foundation, progress=progress)
     head = HEADS[lookup_variant(variant).head.kind]
     classifier = head.load(load_foundation(settings, policy, foundation), out).eval()
-    _, _, universe, _ = model_predictions(settings, policy, classifier, days, at_report_tau=True)
+    _, _, universe, _ = model_predictions(
+        settings,
+        policy,
+        classifier,
+        days,
+        True,
+        settings.train.class_weights,  # fine-tuned here, with these
+    )
     if universe_out is not None:
         universe_out.append(universe)
     return {

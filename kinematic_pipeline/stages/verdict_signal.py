@@ -19,6 +19,7 @@ from kinematic_pipeline.backtest.signal import daily_ic, newey_west_lags, newey_
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import fold_names
 from kinematic_pipeline.label_rules import labels_from_returns
+from kinematic_pipeline.model_pins import run_class_weights
 from kinematic_pipeline.probe_features import TRIVIAL_FEATURES
 from kinematic_pipeline.stages.features import read_features
 from kinematic_pipeline.variants import TRIVIAL_PROBE as TRIVIAL
@@ -151,7 +152,7 @@ def daily_log_losses(settings: Settings, universe: pl.DataFrame | None) -> dict[
     r = universe["r_close"].cast(pl.Float64).fill_null(float("nan")).to_numpy()
     labels = labels_from_returns(r, settings.evaluate.report_tau)
     q = universe.select("p_buy", "p_sell", "p_hold").to_numpy().astype(np.float64)
-    p = unweighted_probabilities(q, settings.train.class_weights)
+    p = unweighted_probabilities(q, run_class_weights(settings))
     known = labels >= 0
     loss = np.full(universe.height, np.nan)
     loss[known] = -np.log(np.clip(p[np.flatnonzero(known), labels[known]], 1e-12, 1.0))

@@ -333,7 +333,8 @@ def finetune(
         classifier.eval()
         files = head.save(classifier, out_dir, policy.variant, policy.tau)
     extra = {"foundation_sha256": file_sha256(foundation), "class_counts": counts}
-    pin_foundation(settings.warehouse, out_dir, foundation, extra["foundation_sha256"])  # loads check the pair
+    weights = settings.train.class_weights  # recorded with the adapter: what its probabilities mean
+    pin_foundation(settings.warehouse, out_dir, foundation, extra["foundation_sha256"], weights)  # loads check it
     return _result(settings, policy, out_dir, files, classifier, fitted, started, **extra)
 
 

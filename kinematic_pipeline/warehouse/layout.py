@@ -82,6 +82,7 @@ PREDICTION_MODEL = "model"  # the model files' sha256 (model_pins.check_predicti
 PREDICTION_CALIBRATION = "calibration"  # the calibration fitted on the validation days, one row
 UNIVERSE_PREDICTIONS = "universe"  # at the report's tau: the universe's predictions, calibrated
 UNIVERSE_RAW_PREDICTIONS = "universe_raw"  # and before calibration
+PREDICTION_CLASS_WEIGHTS = "class_weights"  # the class weights the model was trained with, one row
 PIN_FILE = "foundation.json"  # beside each adapter: the sha256 of the foundation it was fine-tuned from
 SHARDS_USED_FILE = "shards_used.parquet"  # beside each checkpoint/adapter: the store and shards it trained on
 SHARDS_USED_SCHEMA: dict[str, pl.DataType] = {

@@ -97,3 +97,17 @@ def test_a_copied_warehouse_checks_its_own_model_files(trained, tmp_path):
     elsewhere.write_parquet(moved.warehouse.predictions_extra(PREDICTION_MODEL, POLICY))
     with pytest.raises(StalePairError, match=r"record /elsewhere/model.bin, outside this warehouse"):
         check_predictions_model(moved, POLICY)
+
+
+def test_predictions_under_other_class_weights_than_the_adapters_are_refused_naming_both(trained, tmp_path):
+    from kinematic_pipeline.stages.predict import materialize_predictions
+    from kinematic_pipeline.warehouse import PREDICTIONS
+
+    settings = _copy(trained, tmp_path)
+    other = dataclasses.replace(settings, train=dataclasses.replace(settings.train, class_weights=(1.0, 1.0, 1.0)))
+    with pytest.raises(StalePairError) as info:
+        materialize_predictions(other, POLICY)
+    line = str(info.value)
+    assert "fine-tuned with class weights [2, 10, 1]" in line and "is now [1, 1, 1]" in line, line
+    assert line.endswith("(or restore train.class_weights)") and "splinegpt_adapter partition" in line, line
+    assert not settings.warehouse.evaluation_file(PREDICTIONS, POLICY).exists()  # refused before a row is written

@@ -367,7 +367,7 @@ def test_learnability_on_test_days_scores_every_validated_state_and_the_kept_one
     assert len({round(r["logloss_skill"], 9) for r in rows}) > 1  # each state is scored, not one model again
 
     saved = HEADS[policy.spec.head.kind].load(load_foundation(settings, policy), out).eval()
-    _, _, universe, _ = model_predictions(settings, policy, saved, days, at_report_tau=True)
+    _, _, universe, _ = model_predictions(settings, policy, saved, days, True, settings.train.class_weights)
     direct, kept = score_universe(settings, universe, rates), next(r for r in rows if r["kept"])
     assert kept["logloss_skill"] == pytest.approx(direct["logloss_skill"], abs=1e-9)
     assert kept["rank_ic"] == pytest.approx(direct["rank_ic"], abs=1e-9, nan_ok=True)

@@ -204,8 +204,8 @@ def test_the_margin_rules_m_comes_from_the_validation_file_whatever_the_test_per
     )
     test = frame(80, dt.date(2021, 1, 1), 1.0)
     perturbed = frame(80, dt.date(2021, 1, 1), 3.0)  # other labels, probabilities and prices on every test day
-    first = margin_rule_backtests(settings, test, validation)
-    second = margin_rule_backtests(settings, perturbed, validation)
+    first = margin_rule_backtests(settings, test, validation, settings.train.class_weights)
+    second = margin_rule_backtests(settings, perturbed, validation, settings.train.class_weights)
     assert first["margin"].unique().to_list() == second["margin"].unique().to_list()
     assert first["validation_rows"].unique().to_list() == [120]
     assert not first.select(pl.exclude("margin", "validation_rows")).equals(
@@ -213,6 +213,6 @@ def test_the_margin_rules_m_comes_from_the_validation_file_whatever_the_test_per
     )  # the test period itself did change the backtest
     shuffled = validation.with_columns(pl.Series("label", rng.permutation(validation["label"].to_numpy())))
     assert (
-        margin_rule_backtests(settings, test, shuffled)["margin"].unique().to_list()
+        margin_rule_backtests(settings, test, shuffled, settings.train.class_weights)["margin"].unique().to_list()
         != first["margin"].unique().to_list()
     )
