@@ -102,7 +102,8 @@ def test_the_cli_prints_each_step_by_time_and_shares_summing_to_100(tmp_path, mo
 
     assert main(["timings"]) == 0  # the latest run: the second one
     steps, shares = _table(capsys.readouterr().out)
-    assert [s[0] for s in steps] == ["raw_ohlcv"] and shares["data preparation"] > 50
+    assert [s[0] for s in steps] == ["raw_ohlcv"] and shares["data preparation"] > 0  # not a share: the run's own
+    assert shares["training"] == shares["evaluation"] == 0  # overhead (bookkeeping) grows on a loaded machine
 
     assert main(["timings", "--run-id", result.run_id]) == 0
     out = capsys.readouterr().out
