@@ -264,13 +264,10 @@ def trained_class_weights(settings: Settings, policy: Policy) -> tuple[float, fl
     """The class weights [Buy, Sell, Hold] ``policy``'s model was trained with, as its adapter's pin or its probe's
     fit record holds them; None for a rule (its one-hot actions mean the same under any weights). A model that
     records none (fitted by an older version) is refused, naming the partition to re-materialize."""
-    spec, wh = policy.spec, settings.warehouse
-    if spec.fine_tuned:
-        path, asset = wh.adapter_dir(policy) / PIN_FILE, f"{policy.variant}_adapter"
-    elif spec.fitted:
-        path, asset = probe_files(settings, policy)[1], f"{policy.variant}_probe"
-    else:
+    record = policy.spec.training_record(settings.warehouse, policy)
+    if record is None:
         return None
+    path, asset, _ = record
     recorded = json.loads(path.read_text()).get("class_weights") if path.exists() else None
     if recorded is None:
         raise StalePairError(
@@ -284,8 +281,7 @@ def check_class_weights(settings: Settings, policy: Policy) -> tuple[float, floa
     probabilities with); ``StalePairError`` naming both vectors and the partition to re-materialize otherwise."""
     trained, now = trained_class_weights(settings, policy), tuple(float(w) for w in settings.train.class_weights)
     if trained is not None and trained != now:
-        kind = "fine-tuned" if policy.spec.fine_tuned else "fitted"
-        asset = f"{policy.variant}_{'adapter' if policy.spec.fine_tuned else 'probe'}"
+        _, asset, kind = policy.spec.training_record(settings.warehouse, policy)
         raise StalePairError(
             f"{policy} was {kind} with class weights {_weights_text(trained)}, but train.class_weights is now "
             f"{_weights_text(now)}: its probabilities would be de-weighted with the wrong vector; "
@@ -331,9 +327,8 @@ def run_class_weights(settings: Settings) -> tuple[float, float, float]:
     found: dict[tuple, list[str]] = {}
     wh = settings.warehouse
     for policy in run_policies(settings):
-        if (policy.spec.fine_tuned or policy.spec.fitted) and wh.predictions_extra(
-            PREDICTION_CLASS_WEIGHTS, policy
-        ).exists():
+        trained = policy.spec.training_record(wh, policy) is not None
+        if trained and wh.predictions_extra(PREDICTION_CLASS_WEIGHTS, policy).exists():
             found.setdefault(predictions_class_weights(settings, policy), []).append(str(policy))
     if len(found) > 1:
         named = "; ".join(f"{_weights_text(w)}: {', '.join(names[:3])}" for w, names in found.items())

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kinematic_pipeline.warehouse.layout import PROBE_FIT_FILE
+
 MODEL_FILES = {"lr": "model.json", "lightgbm": "model.txt"}  # learner -> the model's file (data, not code)
-FIT_FILE = "fit.json"
+FIT_FILE = PROBE_FIT_FILE  # how a probe was fitted, beside its model
 LEGACY_PICKLE = "model.joblib"  # what versions before issue 30 saved: refused, never loaded
 LINEAR_FORMAT = "kinematic_pipeline linear probe 1"
 

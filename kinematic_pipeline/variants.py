@@ -123,6 +123,11 @@ class Variant:
         """How its inputs are normalized, for the contamination column (``train_end``: the fold's)."""
         return "none"
 
+    def training_record(self, wh, policy) -> tuple[Path, str, str] | None:
+        """(the file that records how ``policy``'s model was trained, among them its class weights; the asset
+        that writes it; how it was trained) in the warehouse ``wh``; None for a rule, trained on nothing."""
+        return None
+
 
 @dataclass(frozen=True)
 class ModelVariant(Variant):
@@ -135,6 +140,9 @@ class ModelVariant(Variant):
 
     def normalization(self, train_end) -> str:
         return f"corpus statistics to {train_end}" if self.normalized else "RevIN (each window itself)"
+
+    def training_record(self, wh, policy) -> tuple[Path, str, str] | None:
+        return wh.adapter_pin(policy), f"{self.name}_adapter", "fine-tuned"
 
 
 @dataclass(frozen=True)
@@ -157,6 +165,9 @@ class ProbeVariant(Variant):
 
     def normalization(self, train_end) -> str:
         return "z-scores of the fit rows"
+
+    def training_record(self, wh, policy) -> tuple[Path, str, str] | None:
+        return wh.probe_fit(policy), f"{self.name}_probe", "fitted"
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,7 @@ PREDICTION_CALIBRATION = "calibration"  # the calibration fitted on the validati
 UNIVERSE_PREDICTIONS = "universe"  # at the report's tau: the universe's predictions, calibrated
 UNIVERSE_RAW_PREDICTIONS = "universe_raw"  # and before calibration
 PREDICTION_CLASS_WEIGHTS = "class_weights"  # the class weights the model was trained with, one row
+PROBE_FIT_FILE = "fit.json"  # beside each probe's model: how it was fitted (stages/baselines.py)
 PIN_FILE = "foundation.json"  # beside each adapter: the sha256 of the foundation it was fine-tuned from
 SHARDS_USED_FILE = "shards_used.parquet"  # beside each checkpoint/adapter: the store and shards it trained on
 SHARDS_USED_SCHEMA: dict[str, pl.DataType] = {

@@ -198,6 +198,15 @@ class Warehouse:
     def adapter_dir(self, policy: Policy) -> Path:
         return self.model_dir(policy) / "adapters" / f"tau={policy.tau_key}"
 
+    def adapter_pin(self, policy: Policy) -> Path:
+        """``foundation.json`` in the adapter's folder: its foundation's sha256 and the class weights it was
+        fine-tuned with (``model_pins``)."""
+        return self.adapter_dir(policy) / layout.PIN_FILE
+
+    def probe_fit(self, policy: Policy) -> Path:
+        """``fit.json`` in the probe's folder: how it was fitted (rows, days, scaler, class weights)."""
+        return self.probe_dir(policy) / layout.PROBE_FIT_FILE
+
     def shards_used(self, model_dir: Path) -> Path:
         """What a foundation or adapter folder trained on (``training/data.py``)."""
         return Path(model_dir) / layout.SHARDS_USED_FILE
