@@ -11,12 +11,11 @@ from kinematic_pipeline.lineage import CODE_VERSIONS
 from kinematic_pipeline.orchestration.assets_baselines import baseline_inputs
 from kinematic_pipeline.orchestration.assets_evaluate import evaluation_asset
 from kinematic_pipeline.orchestration.assets_scaling import report_waits_for_scaling
-from kinematic_pipeline.orchestration.metadata import embedded_image, markdown_table
+from kinematic_pipeline.orchestration.metadata import dagster_metadata
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS
 from kinematic_pipeline.variants import TRIVIAL_PROBE
 from kinematic_pipeline.warehouse import BACKTESTS, LABELS, MARGIN_BACKTESTS, PREDICTIONS, RAW_OHLCV
-from kinematic_pipeline.warehouse import exact_paths as exact
-from kinematic_pipeline.warehouse.layout import POOLED_ASSET, VERDICT_ASSET, VERDICT_FILE
+from kinematic_pipeline.warehouse.layout import POOLED_ASSET, VERDICT_ASSET
 
 REPORT_CODE_VERSION = CODE_VERSIONS["report"]
 
@@ -45,13 +44,9 @@ def pooled_backtests_asset(settings: Settings) -> dg.AssetsDefinition:
         "the predictions and margin backtests it was pooled from (read back only while they are unchanged).",
     )
     def pooled_backtests() -> dg.MaterializeResult:
-        from kinematic_pipeline.stages.pooled import materialize_pooled_backtests
+        from kinematic_pipeline.stages import report_summaries
 
-        frames = materialize_pooled_backtests(settings)
-        rows = {f"{name} rows": frame.height for name, frame in frames.items()}
-        return dg.MaterializeResult(
-            metadata={**rows, "folder": dg.MetadataValue.path(str(settings.warehouse.pooled_dir))}
-        )
+        return dg.MaterializeResult(metadata=dagster_metadata(report_summaries.pooled_backtests(settings).metadata()))
 
     return pooled_backtests
 
@@ -74,15 +69,9 @@ def verdict_asset(settings: Settings) -> dg.AssetsDefinition:
         "$KP_WAREHOUSE/reports/tables/verdict.parquet.",
     )
     def verdict() -> dg.MaterializeResult:
-        from kinematic_pipeline.stages.verdict import materialize_verdict
+        from kinematic_pipeline.stages import report_summaries
 
-        table = materialize_verdict(settings)
-        return dg.MaterializeResult(
-            metadata={
-                "verdict": dg.MetadataValue.md(markdown_table(table)),
-                "path": dg.MetadataValue.path(str(settings.warehouse.report_tables_dir / VERDICT_FILE)),
-            }
-        )
+        return dg.MaterializeResult(metadata=dagster_metadata(report_summaries.verdict(settings).metadata()))
 
     return verdict
 
@@ -110,21 +99,9 @@ def paper_tables_asset(settings: Settings) -> dg.AssetsDefinition:
         "Files under $KP_WAREHOUSE/reports/tables/.",
     )
     def paper_tables() -> dg.MaterializeResult:
-        from kinematic_pipeline.stages.report import headline, materialize_paper_tables
-        from kinematic_pipeline.stages.report_titles import all_titles
+        from kinematic_pipeline.stages import report_summaries
 
-        built, path, metrics = materialize_paper_tables(settings)
-        ev, titles = settings.evaluate, all_titles(settings)
-        return dg.MaterializeResult(
-            metadata={
-                **{
-                    name: dg.MetadataValue.md(f"**{titles[name]}**\n\n" + markdown_table(f))
-                    for name, f in built.items()
-                },
-                "headline": dg.MetadataValue.md(markdown_table(headline(metrics, ev.report_tau, ev.report_cost_bps))),
-                "path": dg.MetadataValue.path(str(path)),
-            }
-        )
+        return dg.MaterializeResult(metadata=dagster_metadata(report_summaries.paper_tables(settings).metadata()))
 
     return paper_tables
 
@@ -148,15 +125,9 @@ def figures_asset(settings: Settings) -> dg.AssetsDefinition:
         "and the responsiveness figure. PNGs under $KP_WAREHOUSE/reports/figures/.",
     )
     def figures() -> dg.MaterializeResult:
-        from kinematic_pipeline.stages.report import materialize_figures
+        from kinematic_pipeline.stages import report_summaries
 
-        paths = materialize_figures(settings)
-        return dg.MaterializeResult(
-            metadata={
-                **{name: dg.MetadataValue.md(embedded_image(p.read_bytes(), name)) for name, p in paths.items()},
-                "folder": dg.MetadataValue.path(str(next(iter(paths.values())).parent)),
-            }
-        )
+        return dg.MaterializeResult(metadata=dagster_metadata(report_summaries.figures(settings).metadata()))
 
     return figures
 
@@ -172,20 +143,10 @@ def report_asset(settings: Settings) -> dg.AssetsDefinition:
         "$KP_WAREHOUSE/reports/report.md; `python -m kinematic_pipeline report` prints its tables.",
     )
     def report(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        from kinematic_pipeline.stages.report import materialize_report
+        from kinematic_pipeline.stages import report_summaries
 
-        path = materialize_report(settings, {"dagster run": context.run_id})
-        verdict = settings.warehouse.report_tables_dir / VERDICT_FILE
-        return dg.MaterializeResult(
-            metadata={
-                "verdict": dg.MetadataValue.md(
-                    markdown_table(exact.read_parquet(verdict)) if verdict.exists() else "-"
-                ),
-                "path": dg.MetadataValue.path(str(path)),
-                "report": dg.MetadataValue.md(path.read_text()[:60_000]),
-                "folder": dg.MetadataValue.path(str(settings.warehouse.reports_dir)),
-            }
-        )
+        summary = report_summaries.report(settings, context.run_id)
+        return dg.MaterializeResult(metadata=dagster_metadata(summary.metadata()))
 
     return report
 
