@@ -14,6 +14,7 @@ from kinematic_pipeline.lineage import CODE_VERSIONS
 from kinematic_pipeline.orchestration.metadata import class_weights_text, dagster_metadata
 from kinematic_pipeline.orchestration.partitions import context_policy, policy_partitions
 from kinematic_pipeline.probe_features import features_tokenization
+from kinematic_pipeline.stages.probe_learners import LEARNERS
 from kinematic_pipeline.token_kinds import TOKEN_KINDS
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
@@ -72,10 +73,10 @@ def probe_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
         code_version=CODE_VERSIONS["probes"],
         partitions_def=policy_partitions(settings, variant),
         deps=[dg.AssetDep(baseline_inputs(variant))],
-        kinds={"scikitlearn" if spec.learner == "lr" else "lightgbm"},
+        kinds={LEARNERS[spec.learner].dagster_kind},
         description=f"{spec.title}; z-scored with the training rows' statistics, class weights "
         + class_weights_text(settings)
-        + (", LightGBM with early stopping on the validation days" if spec.learner == "lightgbm" else "")
+        + LEARNERS[spec.learner].described
         + ". One per tau (seed 0). Saved as data, never a pickle: "
         "model.json (classes, coefficients, intercepts) or model.txt (LightGBM's text model), and fit.json with the "
         "model file's sha256, checked on every read. $KP_WAREHOUSE/models/<variant>/seed=0/probe/tau=<tau>/.",

@@ -1,9 +1,9 @@
 """The simple baselines beside the transformers: probes fitted on the features files, and fixed rules.
 
 - ``materialize_probe``: a multinomial logistic regression (scikit-learn, lbfgs, C = 1) or a LightGBM tree model
-  (15 leaves, at least ``MIN_LEAF_ROWS`` rows a leaf, learning rate 0.1, 63 bins, each tree on 30% of the rows
-  and 80% of the features drawn with the policy's seed, early stopping after 20 rounds without a better
-  validation loss) on every labelled training ticker-day of the universe at the
+  (15 leaves, learning rate 0.1, 63 bins, each tree on 30% of the rows and 80% of the features drawn with the
+  policy's seed, early stopping on the validation days: ``probe_learners.LEARNERS`` holds both and their
+  hyperparameters) on every labelled training ticker-day of the universe at the
   policy's tau, with the features z-scored by the training rows' mean and std (clipped at +-``CLIP``) and
   the models' class weights (``train.class_weights``), so that their softmax is read like the models' (the
   paper's weighted argmax; the weights undone elsewhere). Saved under ``Warehouse.probe_dir`` as data, never
@@ -39,17 +39,15 @@ from kinematic_pipeline.probe_models import (
     FIT_FILE,
     LEGACY_PICKLE,
     MODEL_FILES,
-    LinearProbeModel,
     ProbeModel,
-    TreeProbeModel,
 )
 from kinematic_pipeline.stages.features import read_features
+from kinematic_pipeline.stages.probe_learners import LEARNERS, FitRows
 from kinematic_pipeline.variants import BUY, HOLD, SELL
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse.atomic import file_sha256, write_bytes_atomic
 
 CLIP = 10.0  # z-scores beyond this are clipped (a winsorization of rare extreme windows)
-MIN_LEAF_ROWS = 2000  # LightGBM's rows a leaf at the universe's scale (fewer on small corpora: 0.5% of rows)
 
 
 @dataclass(frozen=True)
@@ -111,45 +109,8 @@ def train_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
     weights = np.asarray(settings.train.class_weights, dtype=np.float64)
     x_val = _standardize(_matrix(val, columns), mean, std)
     y_val = val[label].to_numpy().astype(np.int64)
-    ev = settings.evaluate
-    if spec.learner == "lr":
-        from sklearn.linear_model import LogisticRegression
-
-        model = LogisticRegression(C=1.0, max_iter=ev.probe_lr_max_iter, class_weight=dict(enumerate(weights)))
-        model.fit(x_train, y_train)
-        iterations = int(np.max(model.n_iter_))
-        model = LinearProbeModel.of(model)
-    else:
-        import lightgbm as lgb
-
-        min_leaf = int(min(MIN_LEAF_ROWS, max(20, train.height // 200)))  # 2,000 at the universe's scale
-        model = lgb.LGBMClassifier(
-            objective="multiclass",
-            n_estimators=ev.probe_trees,
-            learning_rate=0.1,
-            num_leaves=15,
-            min_child_samples=min_leaf,
-            subsample=0.3,  # each tree sees a seeded 30% of the rows; over the trees, every row
-            subsample_freq=1,
-            colsample_bytree=0.8,
-            max_bin=63,
-            random_state=policy.seed,
-            n_jobs=settings.probe_threads,
-            deterministic=True,
-            force_row_wise=True,
-            verbose=-1,
-        )
-        fit_kw = {}
-        if val.height and len(np.unique(y_val)) > 1:
-            fit_kw = dict(
-                eval_X=(x_val,),
-                eval_y=(y_val,),
-                eval_sample_weight=[weights[y_val]],
-                callbacks=[lgb.early_stopping(20, verbose=False)],
-            )
-        model.fit(x_train, y_train, sample_weight=weights[y_train], **fit_kw)
-        iterations = int(model.best_iteration_ or model.n_estimators)
-        model = TreeProbeModel.of(model, settings.probe_threads)
+    rows = FitRows(x_train, y_train, x_val, y_val, weights, policy.seed, settings.probe_threads)
+    model, iterations = LEARNERS[spec.learner].fit(rows, settings.evaluate)
     val_loss = float("nan")
     if val.height:
         q = _classes3(model, model.predict_proba(x_val))
