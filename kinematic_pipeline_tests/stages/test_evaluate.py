@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from kinematic_pipeline.folds import evaluation_days
+from kinematic_pipeline.model_pins import pin_foundation
 from kinematic_pipeline.models import PatchTSTClassifier, SequenceClassifier, build_model
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.stages.predict import evaluation_tickers, predict
@@ -146,12 +147,13 @@ def test_an_empty_test_period_fails_with_a_message_that_names_the_cut(warehouses
     for path in (adapter, foundation):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
+    pin = pin_foundation(wh, wh.adapter_dir(policy), foundation, "0" * 64, late.train.class_weights)
     try:
         with pytest.raises(ValueError, match=r"in the test period of fold all \(train <= 2021-12-31 .*\): it is empty"):
             materialize_predictions(late, policy)
     finally:
-        adapter.unlink()
-        foundation.unlink()
+        for path in (adapter, foundation, pin):
+            path.unlink()
 
 
 def test_written_predictions_are_calibrated_on_validation_days_only(warehouses, monkeypatch):
@@ -168,6 +170,7 @@ def test_written_predictions_are_calibrated_on_validation_days_only(warehouses, 
     from kinematic_pipeline import model_pins
 
     monkeypatch.setattr(model_pins, "model_files", lambda settings, p: [])  # no adapter on disk to hash
+    monkeypatch.setattr(stage, "check_class_weights", lambda settings, p: settings.train.class_weights)  # nor its pin
     result = stage.materialize_predictions(base, policy)
     path = result.path
 
