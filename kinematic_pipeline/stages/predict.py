@@ -284,7 +284,6 @@ def materialize_predictions(settings: Settings, policy: Policy) -> Predictions:
     ``predictions`` view. Models load their adapter; probes and rules read the features file
     (``stages.baselines``)."""
     spec = policy.spec
-    weights = check_class_weights(settings, policy)  # trained with the settings' weights, or refused naming both
     fold = fold_of(settings, policy.fold)
     asset = spec.token_asset
     days = _check_test_period(settings, asset, fold)
@@ -293,8 +292,10 @@ def materialize_predictions(settings: Settings, policy: Policy) -> Predictions:
         return _run_baseline_predictions(settings, policy, days, at_report_tau)
     from kinematic_pipeline.training.run import load_classifier  # torch and PEFT: only when predicting
 
+    classifier = load_classifier(settings, policy)  # its files checked first: a damaged one is named as such
+    weights = check_class_weights(settings, policy)  # trained with the settings' weights, or refused naming both
     result, validation, calibrated, universe = model_predictions(
-        settings, policy, load_classifier(settings, policy), days, at_report_tau, weights
+        settings, policy, classifier, days, at_report_tau, weights
     )
     return dataclasses.replace(result, path=_write(settings, policy, result, validation, calibrated, universe))
 
@@ -347,6 +348,8 @@ def purge_labels(validation: pl.DataFrame, fold: Fold) -> pl.DataFrame:
 
 def _run_baseline_predictions(settings: Settings, policy: Policy, days: list[dt.date], at_report_tau: bool):
     result, validation, calibrated, universe = baseline_policy_predictions(settings, policy, days, at_report_tau)
+    # after the probe's files were checked (a damaged one is named as such), before anything is written
+    check_class_weights(settings, policy)  # fitted with the settings' weights, or refused naming both
     return dataclasses.replace(result, path=_write(settings, policy, result, validation, calibrated, universe))
 
 
