@@ -64,10 +64,10 @@ def random_foundation(settings, policy: Policy, folder: Path) -> Path:
 
     folder.mkdir(parents=True)
     L.seed_everything(policy.seed, workers=True, verbose=False)
-    model = build_model(policy.variant, settings.model)
+    model = build_model(policy.variant.name, settings.model)
     path = folder / MODEL_FILE
     config = dataclasses.asdict(settings.model)
-    torch.save({"variant": policy.variant, "model_config": config, "state_dict": model.state_dict()}, path)
+    torch.save({"variant": policy.variant.name, "model_config": config, "state_dict": model.state_dict()}, path)
     write_model_manifest(folder, [path])
     return path
 
@@ -77,13 +77,15 @@ def from_horizon(settings, policy: Policy, horizon: int, tmp: Path) -> dict:
     fine-tune from it at the 1x budget: both runs' rows (the foundation is pinned to that model config, so the
     fine-tuning runs under it too; fine-tuning itself does not read the horizon)."""
     far = dataclasses.replace(settings, model=dataclasses.replace(settings.model, pretrain_horizon=horizon))
-    folder = tmp / f"{policy.variant}_horizon{horizon}_pretrain"
-    foundation = Policy(policy.variant, policy.seed, None, policy.fold)
+    folder = tmp / f"{policy.variant.name}_horizon{horizon}_pretrain"
+    foundation = policy.foundation
     pretrained = run(far, foundation, "pretrain", 1, folder)
     return {
         "horizon": horizon,
         "pretrain": pretrained,
-        "finetune": run(far, policy, "finetune", 1, tmp / f"{policy.variant}_horizon{horizon}", folder / MODEL_FILE),
+        "finetune": run(
+            far, policy, "finetune", 1, tmp / f"{policy.variant.name}_horizon{horizon}", folder / MODEL_FILE
+        ),
     }
 
 
@@ -160,7 +162,7 @@ def main() -> None:
         for variant in variants:
             for stage in args.stages:
                 on = later[0] if stage == "warm_start" else fold
-                policy = Policy(variant, seed, args.tau if stage == "finetune" else None, on)
+                policy = Policy.named(settings.folds, variant, seed, args.tau if stage == "finetune" else None, on)
                 one, two = (run(settings, policy, stage, k, Path(tmp) / f"{variant}_{stage}_{k}x") for k in (1, 2))
                 gain = (one["best_val_loss"] - two["best_val_loss"]) / abs(one["best_val_loss"])
                 row = {

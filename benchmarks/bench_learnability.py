@@ -86,7 +86,7 @@ def transformer_rows(settings, policy: Policy, fold, days: list, rates: dict, ou
             }
         )
         print(
-            f"  {policy.variant} step {curve['step']:>4}: val loss {curve['val_loss']:.5f}, test rank IC "
+            f"  {policy.variant.name} step {curve['step']:>4}: val loss {curve['val_loss']:.5f}, test rank IC "
             f"{rows[-1]['rank_ic']:+.4f} (t {rows[-1]['rank_ic_t_nw']:+.2f}), log-loss skill "
             f"{rows[-1]['logloss_skill']:+.5f} ({time.perf_counter() - started:.0f} s)",
             flush=True,
@@ -100,7 +100,7 @@ def probe_row(settings, policy: Policy, fold, days: list, rates: dict, commit: s
     from kinematic_pipeline.stages.predict import baseline_policy_predictions
     from kinematic_pipeline.variants import ALL_VARIANTS
 
-    probe = f"lr_{lookup_variant(policy.variant).tokenization}"
+    probe = f"lr_{lookup_variant(policy.variant.name).tokenization}"
     if probe not in ALL_VARIANTS:
         return None
     probe_policy = dataclasses.replace(policy, variant=probe)
@@ -115,7 +115,7 @@ def probe_row(settings, policy: Policy, fold, days: list, rates: dict, commit: s
 
 def row_keys(policy: Policy, fold, learner: str, commit: str) -> dict:
     return {
-        "variant": policy.variant,
+        "variant": policy.variant.name,
         "learner": learner,
         "fold": fold.label,
         "seed": policy.seed,
@@ -149,7 +149,7 @@ def main() -> None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for name in variants:
-            policy = Policy(name, seed, tau, fold.name)
+            policy = Policy(name, seed, tau, fold)
             days = evaluation_days(settings, lookup_variant(name).token_asset, fold)
             rows += transformer_rows(settings, policy, fold, days, rates, Path(tmp) / name, commit)
             probe = probe_row(settings, policy, fold, days, rates, commit)

@@ -33,7 +33,6 @@ import torch  # noqa: E402
 from bench_training import ensure_warehouse, step_flops  # noqa: E402
 
 from kinematic_pipeline.config import load_settings  # noqa: E402
-from kinematic_pipeline.folds import fold_names  # noqa: E402
 from kinematic_pipeline.models import build_model  # noqa: E402
 from kinematic_pipeline.policy import Policy  # noqa: E402
 from kinematic_pipeline.training.data import WindowDataModule  # noqa: E402
@@ -140,8 +139,8 @@ def main() -> None:
         overrides |= dict(end_date=args.end)
     settings = load_settings(profile, **overrides)
     ensure_warehouse(settings, args.end)
-    fold = fold_names(settings)[0]  # the first walk-forward fold (the real profile's 2019: training to 2018)
-    dm = WindowDataModule(settings, Policy(VARIANT, settings.train.seeds[0], fold=fold))
+    fold = settings.folds[0]  # the first walk-forward fold (the real profile's 2019: training to 2018)
+    dm = WindowDataModule(settings, Policy(VARIANT, settings.train.seeds[0], None, fold))
     dm.setup()
     val = [b for b in dm.val_dataloader()]
     cfg = settings.train

@@ -62,7 +62,7 @@ def main() -> None:
         f"{'probe':<18} {'fit s':>8} {'x ref':>7} {'iters':>6} {'val loss':>9} {'universe rows':>14} {'predict s':>10}"
     )
     for variant in probes:
-        policy = Policy(variant, 0, args.tau)
+        policy = Policy(variant, 0, args.tau, settings.folds[0])
         started = time.perf_counter()
         fit = materialize_probe(settings, policy).fit
         fit_s = time.perf_counter() - started

@@ -380,7 +380,7 @@ def main() -> None:
     settings = load_settings("demo", warehouse=args.warehouse, env={})
     ensure_warehouse(settings, args.end)
     cfg = settings.train
-    dm = WindowDataModule(settings, Policy(VARIANT, settings.train.seeds[0]))
+    dm = WindowDataModule(settings, Policy(VARIANT, settings.train.seeds[0], None, settings.folds[0]))
     dm.setup()
     print(
         f"demo profile: {VARIANT} d_model={settings.model.d_model} layers={settings.model.n_layers}, batch "

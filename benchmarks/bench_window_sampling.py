@@ -105,7 +105,7 @@ def main() -> None:
     settings = load_settings(args.profile, warehouse=args.warehouse)
     asset = lookup_variant(args.variant).token_asset
     ensure_store(settings, asset)
-    dm = WindowDataModule(settings, Policy(args.variant, settings.train.seeds[0]))
+    dm = WindowDataModule(settings, Policy(args.variant, settings.train.seeds[0], None, settings.folds[0]))
     dm.setup()
     cfg = settings.train
     store = dm.store

@@ -232,7 +232,7 @@ def lineage(
     # either, the chains of that fold and/or seed only, each on its own.
     folds = evaluated_folds(settings, tau) if fold is None else (fold,)
     seeds = policy_seeds(settings, model) if seed is None else (seed,)
-    chains = [Policy(model, s, tau, f) for f in folds for s in seeds]
+    chains = [Policy.named(settings.folds, model, s, tau, f) for f in folds for s in seeds]
     if fold is None and seed is None:  # the report's record: the run's policies only (KP_SEEDS, the taus, folds)
         grid = set(run_policies(settings))
         chains = [p for p in chains if p in grid]

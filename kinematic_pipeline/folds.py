@@ -1,7 +1,7 @@
 """Walk-forward folds: which days each trained policy may learn from and which days it is tested on.
 
 ``split.folds`` = 1 is the single cut (``split.train_end``, ``KP_TRAIN_END``): train on the sessions on or
-before it, test on every later one; the fold has no name (``Policy.fold`` None, keys ``1234|0.01``).
+before it, test on every later one; the fold has no name (``Fold.name`` None, labelled ``all``; keys ``1234|0.01``).
 ``split.folds`` = n > 1 tests the n consecutive periods (``split.fold_period``: year, half, quarter)
 after ``split.train_end``; fold k (named ``2019``, ``2022H1``, ``2022Q3``) trains on every session before its test
 period less an embargo of ``split.embargo_sessions`` sessions (an expanding window), and its test period
@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 from kinematic_pipeline.calendar import calendar_end, trading_days
 
+SINGLE_CUT_LABEL = "all"  # the ``fold`` column's value for the single cut (``Fold.label``; its name is None)
+
 
 @dataclass(frozen=True)
 class Fold:
@@ -34,7 +36,7 @@ class Fold:
     @property
     def label(self) -> str:
         """The fold's value in the ``fold`` column of the evaluation views: its name, ``all`` for a single cut."""
-        return self.name or "all"
+        return self.name or SINGLE_CUT_LABEL
 
     def tests(self, day: dt.date) -> bool:
         return day >= self.test_start and (self.test_end is None or day <= self.test_end)
@@ -106,14 +108,19 @@ def check_folds_have_test_days(settings, last_day: dt.date | None) -> None:
         )
 
 
-def fold_of(settings, name: str | None) -> Fold:
-    """The fold called ``name`` (a ``Policy.fold``); a ValueError naming the run's folds otherwise."""
-    folds = settings.folds
+def fold_named(folds: tuple[Fold, ...], name: str | None) -> Fold:
+    """The fold of ``folds`` called ``name`` (None: the single cut); a ValueError naming the run's folds otherwise."""
     for fold in folds:
         if fold.name == name:
             return fold
-    names = ", ".join(f.label for f in folds)
-    raise ValueError(f"fold {name!r} is not one of this run's folds ({names}; split.folds={len(folds)})")
+    labels = ", ".join(f.label for f in folds)
+    raise ValueError(f"fold {name!r} is not one of this run's folds ({labels}; split.folds={len(folds)})")
+
+
+def fold_labelled(folds: tuple[Fold, ...], label: str | None) -> Fold:
+    """The fold of ``folds`` whose ``label`` (the ``fold`` column of an evaluation view) is ``label``: the inverse
+    of ``Fold.label``."""
+    return fold_named(folds, None if label in (None, SINGLE_CUT_LABEL) else label)
 
 
 def store_cut(settings) -> dt.date:

@@ -21,7 +21,6 @@ import polars as pl
 
 from kinematic_pipeline import __version__
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.folds import fold_of
 from kinematic_pipeline.label_rules import TAU_SQL
 from kinematic_pipeline.model_pins import check_pair, recorded_file, warehouse_path
 from kinematic_pipeline.pins import check_backtests_current, check_evaluation, probe_files, stale_token_days
@@ -115,7 +114,7 @@ def provenance_frame(settings: Settings, policy: Policy, *, outputs: dict[str, P
     ``outputs``: asset -> file written by the backtests (backtests, equity curves, trades, margin backtests);
     the predictions, their validation-day file and the list of shards they read follow, then the adapter, the
     foundation, what each trained on (``shards_used.parquet``: only what was served), the test shards."""
-    wh, variant = settings.warehouse, policy.variant
+    wh, variant = settings.warehouse, policy.variant.name
     rows: list[dict] = []
 
     def add(link: str, asset: str, path: Path, sha: str | None = None, **extra) -> None:
@@ -156,14 +155,14 @@ def provenance_frame(settings: Settings, policy: Policy, *, outputs: dict[str, P
         pl.lit(variant).alias("variant"),
         pl.lit(policy.tau).alias("tau"),
         pl.lit(policy.seed).alias("seed"),
-        pl.lit(fold_of(settings, policy.fold).label).alias("fold"),
+        pl.lit(policy.fold.label).alias("fold"),
     )
     return frame.select(list(PROVENANCE_SCHEMA)).cast(PROVENANCE_SCHEMA)  # type: ignore[arg-type]
 
 
 def _model_provenance(wh, policy: Policy, add) -> None:
     """The adapter and foundation files of a model, and what each was served in training."""
-    variant = policy.variant
+    variant = policy.variant.name
     foundation, adapter = wh.policy_files(policy)
     for path in wh.adapter_files(policy):
         add("adapter", f"{variant}_adapter", path)
@@ -264,8 +263,8 @@ def _concluded(report: LineageReport, what: str) -> LineageReport:
 def _chain(settings: Settings, policy: Policy, ticker: str, cost_bps: float | None) -> LineageReport:
     wh, report = settings.warehouse, LineageReport()
     cost = settings.evaluate.report_cost_bps if cost_bps is None else cost_bps
-    variant, tau, seed = policy.variant, policy.tau, policy.seed
-    fold = fold_of(settings, policy.fold).label
+    variant, tau, seed = policy.variant.name, policy.tau, policy.seed
+    fold = policy.fold.label
     metrics = wh.query(
         f"SELECT * FROM backtests WHERE variant = ? AND {TAU_SQL} AND ticker = ? AND cost_bps = ? AND seed = ? "
         "AND fold = ?",
@@ -379,7 +378,7 @@ def trace_pooled(
         chain = _chain(settings, policy, ticker, cost)
         per_fold.append((policy, chain))
         report.checked += chain.checked
-        report.problems += [f"fold {policy.fold} seed {policy.seed}: {p}" for p in chain.problems]
+        report.problems += [f"fold {policy.fold.name} seed {policy.seed}: {p}" for p in chain.problems]
     for row in rows.iter_rows(named=True):
         fold_rows = [_fold_row(settings, p, ticker, cost) for p, _ in per_fold if p.seed == row["seed"]]
         days = sum(r["days"] for r in fold_rows)
@@ -396,15 +395,15 @@ def trace_pooled(
                 "re-materialize pooled_backtests and the report"
             )
     for policy, chain in per_fold:
-        report.lines.append(f"  -- fold {policy.fold}, seed {policy.seed} --")
+        report.lines.append(f"  -- fold {policy.fold.name}, seed {policy.seed} --")
         report.lines.extend(f"    {line}" for line in chain.lines)
     return _concluded(report, f"files checked in {len(per_fold)} chains")
 
 
 def _fold_row(settings: Settings, policy: Policy, ticker: str, cost: float) -> dict:
-    fold = fold_of(settings, policy.fold).label
+    fold = policy.fold.label
     return settings.warehouse.query(
         f"SELECT days, first_date, last_date FROM backtests WHERE variant = ? AND {TAU_SQL} AND ticker = ? "
         "AND cost_bps = ? AND seed = ? AND fold = ?",
-        [policy.variant, policy.tau, ticker, cost, policy.seed, fold],
+        [policy.variant.name, policy.tau, ticker, cost, policy.seed, fold],
     ).row(0, named=True)

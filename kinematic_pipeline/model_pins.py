@@ -12,7 +12,6 @@ from pathlib import Path
 import polars as pl
 
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.folds import fold_of
 from kinematic_pipeline.pins import StalePairError, probe_files, rematerialize
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.warehouse import Warehouse
@@ -85,7 +84,7 @@ def foundation_damage(wh: Warehouse, policy: Policy, sha256: str) -> str | None:
     return (
         f"{foundation} is not the file its manifest records (sha256 {sha256[:16]}, its "
         f"{MODEL_MANIFEST} says {recorded[:16]}): the foundation is damaged, not retrained; "
-        f"{rematerialize(f'{policy.variant}_foundation', policy.fit_key)} (then its adapters)"
+        f"{rematerialize(f'{policy.variant.name}_foundation', policy.fit_key)} (then its adapters)"
     )
 
 
@@ -113,7 +112,7 @@ def check_pair(wh: Warehouse, policy: Policy) -> str:
     from kinematic_pipeline.warehouse.verified import CorruptFileError
 
     foundation, adapter = wh.policy_files(policy)
-    fix = rematerialize(f"{policy.variant}_adapter", policy.key)
+    fix = rematerialize(f"{policy.variant.name}_adapter", policy.key)
     pin = adapter / PIN_FILE
     now = file_sha256(foundation)
     damaged = foundation_damage(wh, policy, now)
@@ -138,12 +137,10 @@ PARENT_FILE = "parent.json"  # beside a warm-started foundation: its parent (pat
 def parent_foundation(settings: Settings, policy: Policy) -> Policy | None:
     """The foundation the foundation of ``policy`` continues from: the previous walk-forward fold's, same variant and
     seed, when ``train.warm_start`` is on; None for the first fold, a single cut, or warm starts off."""
-    from kinematic_pipeline.folds import fold_names
-
-    names = fold_names(settings)
-    if not settings.train.warm_start or policy.fold not in names or names.index(policy.fold) == 0:
+    folds = settings.folds
+    if not settings.train.warm_start or policy.fold not in folds or folds.index(policy.fold) == 0:
         return None
-    return Policy(policy.variant, policy.seed, None, names[names.index(policy.fold) - 1])
+    return Policy(policy.variant, policy.seed, None, folds[folds.index(policy.fold) - 1])
 
 
 def pin_parent(wh: Warehouse, foundation_dir: Path, parent: Path | None, parent_sha256: str | None) -> Path:
@@ -169,14 +166,14 @@ def check_parent(settings: Settings, policy: Policy, foundation_dir: Path | None
     wh, policy = settings.warehouse, policy.foundation
     folder = Path(foundation_dir or wh.foundation_dir(policy))
     child, pin = folder / MODEL_FILE, folder / PARENT_FILE
-    fix = rematerialize(f"{policy.variant}_foundation", policy.fit_key)
+    fix = rematerialize(f"{policy.variant.name}_foundation", policy.fit_key)
     expected = parent_foundation(settings, policy)
     recorded = json.loads(pin.read_text()) if pin.exists() else None
     if expected is None:
         if recorded is not None:
             raise StalePairError(
                 f"{child} was warm-started from {recorded['parent']} ({pin}), but this run trains fold "
-                f"{fold_of(settings, policy.fold).label} from scratch (train.warm_start, KP_WARM_START): {fix}"
+                f"{policy.fold.label} from scratch (train.warm_start, KP_WARM_START): {fix}"
             )
         return None
     parent = wh.foundation_checkpoint(expected)
@@ -187,7 +184,7 @@ def check_parent(settings: Settings, policy: Policy, foundation_dir: Path | None
         )
     if recorded["parent"] != warehouse_path(wh, parent):
         raise StalePairError(f"{child} was warm-started from {recorded['parent']}, not from {parent}: {fix}")
-    parent_fix = rematerialize(f"{policy.variant}_foundation", expected.fit_key)
+    parent_fix = rematerialize(f"{policy.variant.name}_foundation", expected.fit_key)
     if not parent.exists():
         raise StalePairError(
             f"{child} was warm-started from {parent} (sha256 {recorded['parent_sha256'][:16]}), which is missing now: "
@@ -211,7 +208,7 @@ MODEL_FILES_SCHEMA = {"path": pl.String, "sha256": pl.String}
 
 def model_files(settings: Settings, policy: Policy) -> list[Path]:
     """The files that decide a policy's predictions: a model's foundation and adapter, a probe's fit (a rule: none)."""
-    spec, wh = policy.spec, settings.warehouse
+    spec, wh = policy.variant, settings.warehouse
     if spec.fine_tuned:  # the adapter's pin too: it records the class weights its probabilities carry
         return [wh.foundation_checkpoint(policy), *wh.adapter_files(policy), wh.adapter_dir(policy) / PIN_FILE]
     if spec.fitted:
@@ -235,7 +232,7 @@ def check_predictions_model(settings: Settings, policy: Policy) -> None:
     wh = settings.warehouse
     path = wh.predictions_extra(PREDICTION_MODEL, policy)
     key = policy.key
-    fix = f"re-materialize {policy.variant}_predictions partition {key}"
+    fix = f"re-materialize {policy.variant.name}_predictions partition {key}"
     if not path.exists():
         raise StalePairError(f"the predictions of {policy} record no model files ({path} is missing): {fix}")
     expected = None
@@ -264,7 +261,7 @@ def trained_class_weights(settings: Settings, policy: Policy) -> tuple[float, fl
     """The class weights [Buy, Sell, Hold] ``policy``'s model was trained with, as its adapter's pin or its probe's
     fit record holds them; None for a rule (its one-hot actions mean the same under any weights). A model that
     records none (fitted by an older version) is refused, naming the partition to re-materialize."""
-    record = policy.spec.training_record(settings.warehouse, policy)
+    record = policy.variant.training_record(settings.warehouse, policy)
     if record is None:
         return None
     path, asset, _ = record
@@ -281,7 +278,7 @@ def check_class_weights(settings: Settings, policy: Policy) -> tuple[float, floa
     probabilities with); ``StalePairError`` naming both vectors and the partition to re-materialize otherwise."""
     trained, now = trained_class_weights(settings, policy), tuple(float(w) for w in settings.train.class_weights)
     if trained is not None and trained != now:
-        _, asset, kind = policy.spec.training_record(settings.warehouse, policy)
+        _, asset, kind = policy.variant.training_record(settings.warehouse, policy)
         raise StalePairError(
             f"{policy} was {kind} with class weights {_weights_text(trained)}, but train.class_weights is now "
             f"{_weights_text(now)}: its probabilities would be de-weighted with the wrong vector; "
@@ -305,7 +302,7 @@ def predictions_class_weights(settings: Settings, policy: Policy) -> tuple[float
     if trained is None:
         return None
     path = settings.warehouse.predictions_extra(PREDICTION_CLASS_WEIGHTS, policy)
-    fix = rematerialize(f"{policy.variant}_predictions", policy.key)
+    fix = rematerialize(f"{policy.variant.name}_predictions", policy.key)
     if not path.exists():
         raise StalePairError(f"the predictions of {policy} record no class weights ({path} is missing): {fix}")
     carried = tuple(float(w) for w in exact.read_parquet(path).select(WEIGHT_COLUMNS).row(0))
@@ -327,7 +324,7 @@ def run_class_weights(settings: Settings) -> tuple[float, float, float]:
     found: dict[tuple, list[str]] = {}
     wh = settings.warehouse
     for policy in run_policies(settings):
-        trained = policy.spec.training_record(wh, policy) is not None
+        trained = policy.variant.training_record(wh, policy) is not None
         if trained and wh.predictions_extra(PREDICTION_CLASS_WEIGHTS, policy).exists():
             found.setdefault(predictions_class_weights(settings, policy), []).append(str(policy))
     if len(found) > 1:

@@ -23,7 +23,7 @@ import polars as pl
 
 from kinematic_pipeline.calendar import session_before, trading_days
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.folds import fold_of
+from kinematic_pipeline.folds import Fold
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.probe_features import features_tokenization
 from kinematic_pipeline.probe_models import (
@@ -177,12 +177,11 @@ def check_token_inputs(settings: Settings, kind: str, days: list[dt.date]) -> No
 # corpus statistics: fitted on the token shards of a fold's training days
 
 
-def fold_stats(settings: Settings, tokenization: str, fold: str | None) -> pl.DataFrame:
-    """The corpus statistics of ``tokenization`` fitted on the training days of ``fold`` (a ``Policy.fold``)."""
+def fold_stats(settings: Settings, tokenization: str, scope: Fold) -> pl.DataFrame:
+    """The corpus statistics of ``tokenization`` fitted on the training days of the fold ``scope``."""
     path = settings.warehouse.corpus_stats_file(tokenization)
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: materialize {tokenization}_corpus_stats")
-    scope = fold_of(settings, fold)
     stats = exact.read_parquet(path)
     if "fold" not in stats.columns or not (stats["fold"] == scope.label).any():
         raise ValueError(
@@ -213,7 +212,7 @@ def features_path(settings: Settings, variant: str, part: str = "training") -> P
 def probe_files(settings: Settings, policy: Policy) -> list[Path]:
     """The files of a fitted probe (its model, its fit record); a clear error naming the asset when it was not
     fitted, or was saved by an older version as a pickle (never loaded)."""
-    folder, fix = settings.warehouse.probe_dir(policy), rematerialize(f"{policy.variant}_probe", policy.key)
+    folder, fix = settings.warehouse.probe_dir(policy), rematerialize(f"{policy.variant.name}_probe", policy.key)
     models = [folder / name for name in MODEL_FILES.values() if (folder / name).exists()]
     if not models and (folder / LEGACY_PICKLE).exists():
         raise ValueError(
@@ -222,7 +221,7 @@ def probe_files(settings: Settings, policy: Policy) -> list[Path]:
         )
     if len(models) != 1 or not (folder / FIT_FILE).exists():
         raise FileNotFoundError(
-            f"{folder} holds no fitted probe: materialize {policy.variant}_probe partition {policy.key}"
+            f"{folder} holds no fitted probe: materialize {policy.variant.name}_probe partition {policy.key}"
         )
     return [models[0], folder / FIT_FILE]
 
@@ -233,7 +232,7 @@ def load_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
     one ValueError naming the file and the asset to re-materialize (a ``StalePairError`` when the probe was fitted
     on other features or another cut)."""
     model_file, fit_file = probe_files(settings, policy)
-    fix = rematerialize(f"{policy.variant}_probe", policy.key)
+    fix = rematerialize(f"{policy.variant.name}_probe", policy.key)
     try:
         fit = json.loads(fit_file.read_text())
         expected = fit["model_sha256"], fit["model_file"], fit["learner"], fit["classes"]
@@ -245,16 +244,16 @@ def load_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
             f"{model_file} is not the file its fit record {fit_file.name} describes (sha256 differs: changed or "
             f"damaged since it was fitted): {fix}"
         )
-    train_end = str(fold_of(settings, policy.fold).train_end)
+    train_end = str(policy.fold.train_end)
     if fit.get("train_end") != train_end:
         raise StalePairError(
             f"the probe in {fit_file.parent} was fitted for the cut {fit.get('train_end')} (fold {fit.get('fold')}), "
             f"this run's is {train_end} (KP_TRAIN_END / KP_FOLDS): {fix}"
         )
-    if fit["features_sha256"] != file_sha256(features_path(settings, policy.variant)):
+    if fit["features_sha256"] != file_sha256(features_path(settings, policy.variant.name)):
         raise StalePairError(
             f"the probe of {policy} was fitted on another features file than "
-            f"{features_path(settings, policy.variant)}: {fix}"
+            f"{features_path(settings, policy.variant.name)}: {fix}"
         )
     try:
         if fit["learner"] == "lr":
@@ -326,12 +325,12 @@ def check_backtests_current(settings: Settings, frame: pl.DataFrame) -> None:
     pinned = wh.query("SELECT DISTINCT variant, seed, tau, fold, sha256 FROM provenance WHERE link = 'predictions'")
     pinned = keys.join(pinned, on=list(BACKTEST_KEYS), how="left", nulls_equal=True).sort(BACKTEST_KEYS)
     for row in pinned.iter_rows(named=True):
-        policy = Policy(row["variant"], row["seed"], row["tau"], None if row["fold"] == "all" else row["fold"])
+        policy = Policy.from_row(row, settings.folds)
         path = wh.evaluation_file(PREDICTIONS, policy)
         now = process_sha256(path) if path.exists() else "missing"
         if row["sha256"] != now:
             raise StalePairError(
                 f"the backtests of {policy} were swept from predictions sha256 {(row['sha256'] or '-')[:16]}; "
-                f"{path} is now {now[:16]} (re-materialized since): re-materialize {policy.variant}_backtests "
+                f"{path} is now {now[:16]} (re-materialized since): re-materialize {policy.variant.name}_backtests "
                 f"partition {policy.key}"
             )

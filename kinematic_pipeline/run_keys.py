@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.folds import evaluated_folds, fold_names, fold_of
+from kinematic_pipeline.folds import evaluated_folds, fold_names
 from kinematic_pipeline.label_rules import same_tau
 from kinematic_pipeline.pins import BACKTEST_KEYS, StalePairError
 from kinematic_pipeline.policy import Policy, format_policy_key
@@ -58,12 +58,14 @@ def policy_keys(settings: Settings, variant: str | None = None) -> list[str]:
 
 def run_policies(settings: Settings) -> list[Policy]:
     """Every evaluated variant's policies of the run (``settings.evaluated_variants`` x ``policy_keys``)."""
-    return [Policy.from_key(v, key) for v in settings.evaluated_variants for key in policy_keys(settings, v)]
+    return [
+        Policy.from_key(v, key, settings.folds) for v in settings.evaluated_variants for key in policy_keys(settings, v)
+    ]
 
 
 def run_keys_digest(settings: Settings) -> str:
     """sha256 over the run's policies (variant and key, in order): what a report-group pin records of its grid."""
-    return digest([f"{p.variant}:{p.key}" for p in run_policies(settings)])
+    return digest([f"{p.variant.name}:{p.key}" for p in run_policies(settings)])
 
 
 def _in_run(settings: Settings, grid: dict, row: dict) -> bool:
@@ -80,7 +82,7 @@ def keep_run_policies(settings: Settings, frame: pl.DataFrame) -> pl.DataFrame:
         return frame
     grid: dict[tuple, list[float]] = {}
     for p in run_policies(settings):
-        grid.setdefault((p.variant, p.seed, fold_of(settings, p.fold).label), []).append(p.tau)
+        grid.setdefault((p.variant.name, p.seed, p.fold.label), []).append(p.tau)
     keys = frame.select(KEY_COLUMNS).unique()
     keep = keys.filter(
         pl.Series([_in_run(settings, grid, row) for row in keys.iter_rows(named=True)], dtype=pl.Boolean)
@@ -117,11 +119,11 @@ def one_universe(settings: Settings, frames: list[pl.DataFrame]) -> list[pl.Data
         current = pl.select(now[1])[MEMBERSHIP_COLUMNS[1]][0]
         (a, first), (b, second) = sorted(seen.items(), key=lambda kv: kv[0][1] == current, reverse=True)[:2]
         row = second.row(0, named=True)
-        policy = Policy(row["variant"], row["seed"], row["tau"], None if row["fold"] == "all" else row["fold"])
+        policy = Policy.from_row(row, settings.folds)
         raise StalePairError(
             f"the universes compared were drawn under different membership files: {first['variant'][0]}'s under "
-            f"{a[0] or '(none)'} sha256 {a[1][:16] or '-'}, {policy.variant}'s under {b[0] or '(none)'} sha256 "
-            f"{b[1][:16] or '-'}: re-materialize {policy.variant}_predictions partition {policy.key} (and every "
+            f"{a[0] or '(none)'} sha256 {a[1][:16] or '-'}, {policy.variant.name}'s under {b[0] or '(none)'} sha256 "
+            f"{b[1][:16] or '-'}: re-materialize {policy.variant.name}_predictions partition {policy.key} (and every "
             "policy drawn under it) with one KP_MEMBERSHIP_FILE"
         )
     return [f.drop(c for c in MEMBERSHIP_COLUMNS if c in f.columns) for f in kept]

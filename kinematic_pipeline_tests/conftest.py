@@ -8,6 +8,7 @@ import dataclasses
 import datetime as dt
 import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import SyntheticConfig, load_settings
+from kinematic_pipeline.folds import Fold
 from kinematic_pipeline.sources.synthetic import SyntheticSource
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
@@ -75,8 +77,27 @@ def _settings(tmp_path, name: str, bars: pl.DataFrame, **tokenize):
     settings = load_settings(
         "ci", source="parquet", source_path=str(path), warehouse=tmp_path / name, start_date=START, end_date=END, env={}
     )
-    settings = dataclasses.replace(settings, split=dataclasses.replace(settings.split, folds=1, train_end=CUT))
+    settings = _cut_at_cut(settings)
     return dataclasses.replace(settings, tokenize=dataclasses.replace(settings.tokenize, **tokenize))
+
+
+def _cut_at_cut(settings):
+    return dataclasses.replace(settings, split=dataclasses.replace(settings.split, folds=1, train_end=CUT))
+
+
+def _tokenized_fold() -> Fold:
+    """The one fold of ``tokenized_once`` (the single cut ``CUT``), known before it is built: what the policies that
+    modules name at import train and test on. Folds depend on the split and the start date, never on the warehouse
+    (this one is never created)."""
+    unused = Path(tempfile.gettempdir()) / "kp-tokenized-fold-only"
+    (fold,) = _cut_at_cut(load_settings("ci", warehouse=unused, start_date=START, end_date=END, env={})).folds
+    return fold
+
+
+TOKENIZED_FOLD = _tokenized_fold()
+CI_FOLDS = load_settings(
+    "ci", warehouse=Path(tempfile.gettempdir()) / "kp-ci-folds-only", env={}
+).folds  # the profile's
 
 
 def single_cut(settings):

@@ -26,7 +26,7 @@ def scaling_deps(settings: Settings) -> list[dg.AssetDep]:
     """The first fold's first-seed foundation partition of each scaled model, its training inputs, its token shards
     (the test days it predicts), the features of its tokens (when the definitions have that asset), the labels and
     the raw bars of every day (the predictions read their closes)."""
-    fold, seed = settings.folds[0].name, settings.train.seeds[0]
+    fold, seed = settings.folds[0], settings.train.seeds[0]
     features = {baseline_inputs(v) for v in settings.evaluate.baselines}  # the features assets the run defines
     every = dg.AllPartitionMapping()
     deps = []

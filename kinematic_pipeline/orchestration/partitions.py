@@ -16,7 +16,7 @@ import dagster as dg
 
 from kinematic_pipeline.calendar import calendar_end, trading_day_on_or_after, trading_days, weekday_closures
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.folds import fold_names
+from kinematic_pipeline.folds import Fold, fold_names
 from kinematic_pipeline.nightly import EXCHANGE_TIMEZONE
 from kinematic_pipeline.policy import KEY_SEPARATOR, Policy, format_fit_key
 from kinematic_pipeline.run_keys import policy_keys, policy_seeds  # the run's grid (no dagster there)
@@ -103,12 +103,13 @@ def warm_start_parents(settings: Settings, variant: str) -> dict[str, str]:
 
     out = {}
     for key in fit_partitions(settings, variant).get_partition_keys():
-        parent = parent_foundation(settings, Policy.from_fit_key(variant, key))
+        parent = parent_foundation(settings, Policy.from_key(variant, key, settings.folds))
         if parent is not None:
             out[key] = parent.fit_key
     return out
 
 
-def context_policy(context: dg.AssetExecutionContext, variant: str) -> Policy:
-    """The policy of a run's partition: a foundation's fit key or a fine-tuned policy's key."""
-    return Policy.from_key(variant, context.partition_key)
+def context_policy(context: dg.AssetExecutionContext, variant: str, folds: tuple[Fold, ...]) -> Policy:
+    """The policy of a run's partition (a foundation's fit key or a fine-tuned policy's key) on the settings' folds:
+    where an asset's policy is built, once."""
+    return Policy.from_key(variant, context.partition_key, folds)

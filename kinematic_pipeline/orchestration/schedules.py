@@ -16,7 +16,6 @@ from collections.abc import Sequence
 import dagster as dg
 
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.folds import fold_names
 from kinematic_pipeline.model_pins import check_pair
 from kinematic_pipeline.nightly import EXCHANGE_TIMEZONE, NIGHTLY_CRON, SessionPlan, exchange_date, tick_plan
 from kinematic_pipeline.orchestration.assets_evaluate import EVALUATION_ASSETS, evaluation_asset
@@ -78,7 +77,7 @@ def ready_policies(settings: Settings) -> list[Policy]:
     """Every fine-tuned policy of the last fold (the one whose test period is open: the days a night adds) in the
     warehouse (a PEFT adapter or PatchTST's head) whose adapter was fine-tuned from the foundation on disk, in
     partition order."""
-    last = fold_names(settings)[-1]
+    last = settings.folds[-1]
     policies = [
         Policy(v, seed, tau, last)
         for seed in settings.train.seeds
@@ -108,8 +107,10 @@ def evaluate_run_requests(settings: Settings, origin: str, session: str) -> list
         by_partition.setdefault((policy.fit_key, policy.tau_key), []).append(policy)
     return [
         dg.RunRequest(
-            run_key=f"{origin}:evaluate:{seed}|{tau}:{','.join(p.variant for p in policies)}",
-            asset_selection=[dg.AssetKey(evaluation_asset(p.variant, a)) for p in policies for a in EVALUATION_ASSETS],
+            run_key=f"{origin}:evaluate:{seed}|{tau}:{','.join(p.variant.name for p in policies)}",
+            asset_selection=[
+                dg.AssetKey(evaluation_asset(p.variant.name, a)) for p in policies for a in EVALUATION_ASSETS
+            ],
             partition_key=policies[0].key,
             tags={QUEUE_TAG: NIGHTLY_QUEUE, SESSION_TAG: session},
         )

@@ -25,7 +25,6 @@ from kinematic_pipeline.backtest.sweep import (
     run_sweep,
 )
 from kinematic_pipeline.config import EvalConfig, Settings
-from kinematic_pipeline.folds import fold_of
 from kinematic_pipeline.lineage import PROVENANCE_SCHEMA, provenance_frame
 from kinematic_pipeline.model_pins import check_predictions_model, predictions_class_weights, run_class_weights
 from kinematic_pipeline.policy import Policy
@@ -98,7 +97,7 @@ class Backtests:
 
     def metadata(self, ev: EvalConfig) -> dict:
         main = self.sweep.metrics.filter(pl.col("cost_bps") == ev.report_cost_bps).select(MAIN_METRICS)
-        own = self.sweep.metrics.filter(pl.col("variant") == self.policy.variant)
+        own = self.sweep.metrics.filter(pl.col("variant") == self.policy.variant.name)
         return {
             "backtests": own.height,
             "costs_bps": ", ".join(f"{c:g}" for c in ev.backtest.costs_bps),
@@ -123,7 +122,7 @@ def materialize_backtests(settings: Settings, policy: Policy, code_versions: dic
     if not predictions_file.exists():
         key = policy.key
         raise FileNotFoundError(
-            f"{predictions_file} is missing: materialize {policy.variant}_predictions partition {key}"
+            f"{predictions_file} is missing: materialize {policy.variant.name}_predictions partition {key}"
         )
     check_predictions_model(settings, policy)  # made by the adapter (foundation, probe) on disk now
     predictions = exact.read_parquet(predictions_file)
@@ -131,11 +130,11 @@ def materialize_backtests(settings: Settings, policy: Policy, code_versions: dic
     # Brier and ECE score the de-weighted probabilities
     weights = predictions_class_weights(settings, policy) or run_class_weights(settings)
     sweep = run_sweep(predictions, ev.backtest, class_weights=weights)
-    fold = pl.lit(fold_of(settings, policy.fold).label).alias("fold")
+    fold = pl.lit(policy.fold.label).alias("fold")
     paths = {}
     for asset, frame in ((BACKTESTS, sweep.metrics), (EQUITY_CURVES, sweep.equity), (TRADES, sweep.trades)):
         is_benchmark, frame = pl.col("variant") == BENCHMARK, frame.with_columns(fold)
-        wh.write(frame.filter(is_benchmark), wh.benchmark_file(asset, policy.fold))
+        wh.write(frame.filter(is_benchmark), wh.benchmark_file(asset, policy.fold.name))
         paths[asset] = wh.evaluation_file(asset, policy)
         wh.write(frame.filter(~is_benchmark), paths[asset])
     validation = exact.read_parquet(wh.predictions_extra(VALIDATION_PREDICTIONS, policy))

@@ -31,7 +31,6 @@ import numpy as np
 import polars as pl
 
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.folds import fold_of
 from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.pins import features_path, load_probe
 from kinematic_pipeline.policy import Policy
@@ -88,16 +87,16 @@ def train_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
     ``evaluate.probe_max_train_rows``: a sample seeded by the policy's seed) and its fit record, as ``load_probe``
     returns them (the model as the numbers it is saved as, so it predicts alike loaded or not); nothing is
     written."""
-    spec, started = policy.spec, time.perf_counter()
+    spec, started = policy.variant, time.perf_counter()
     if not spec.fitted:
-        raise ValueError(f"{policy.variant} is not a probe")
+        raise ValueError(f"{policy.variant.name} is not a probe")
     label = tau_column(policy.tau)
     columns = spec.feature_columns
-    frame = read_features(settings, policy.variant, ("train", "validation"), (label,), policy.fold)
+    frame = read_features(settings, policy.variant.name, policy.fold, ("train", "validation"), (label,))
     frame = frame.filter(pl.col(label).is_not_null() & (pl.col(label) >= 0))
     train, val = frame.filter(pl.col("split") == "train"), frame.filter(pl.col("split") == "validation")
     if train.height == 0:
-        raise ValueError(f"{policy}: no labelled training row in {features_path(settings, policy.variant)}")
+        raise ValueError(f"{policy}: no labelled training row in {features_path(settings, policy.variant.name)}")
     cap = settings.evaluate.probe_max_train_rows
     if cap is not None and train.height > cap:  # a seeded uniform sample of the fold's labelled training rows
         train = train.sample(n=cap, seed=policy.seed).sort("ticker", "date")
@@ -118,7 +117,7 @@ def train_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
             np.average(-np.log(np.clip(q[np.arange(len(y_val)), y_val], 1e-12, 1)), weights=weights[y_val])
         )
     fit = {
-        "variant": policy.variant,
+        "variant": policy.variant.name,
         "learner": spec.learner,
         "seed": policy.seed,
         "tau": policy.tau,
@@ -133,9 +132,9 @@ def train_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
         "iterations": iterations,
         "validation_weighted_log_loss": round(val_loss, 6),
         "class_weights": weights.tolist(),  # its sample weights: what its probabilities mean (model_pins)
-        "fold": fold_of(settings, policy.fold).label,
-        "train_end": str(fold_of(settings, policy.fold).train_end),  # the cut it was fitted for: checked on load
-        "features_sha256": file_sha256(features_path(settings, policy.variant)),  # the training file's
+        "fold": policy.fold.label,
+        "train_end": str(policy.fold.train_end),  # the cut it was fitted for: checked on load
+        "features_sha256": file_sha256(features_path(settings, policy.variant.name)),  # the training file's
         "fit_seconds": round(time.perf_counter() - started, 2),
     }
     return model, fit
@@ -170,9 +169,9 @@ def rule_actions(variant: str, frame: pl.DataFrame, tau: float) -> np.ndarray:
 
 def baseline_probabilities(policy: Policy, frame: pl.DataFrame, probe: tuple[object, dict] | None) -> np.ndarray:
     """[n, 3] probabilities of a probe (loaded: ``load_probe``), or the one-hot action of a rule (no probe)."""
-    if policy.spec.fitted:
+    if policy.variant.fitted:
         return probe_probabilities(probe, frame)
-    return np.eye(3)[rule_actions(policy.variant, frame, policy.tau)]
+    return np.eye(3)[rule_actions(policy.variant.name, frame, policy.tau)]
 
 
 def baseline_predictions(
@@ -184,11 +183,11 @@ def baseline_predictions(
     from kinematic_pipeline.backtest.sweep import predictions_frame
 
     label = tau_column(policy.tau)
-    frame = read_features(settings, policy.variant, (split,), ("close", label), policy.fold)
+    frame = read_features(settings, policy.variant.name, policy.fold, (split,), ("close", label))
     if tickers is not None:
         frame = frame.filter(pl.col("ticker").is_in(tickers))
     frame = frame.sort("ticker", "date")
-    if probe is None and policy.spec.fitted:
+    if probe is None and policy.variant.fitted:
         probe = load_probe(settings, policy)
     probs = baseline_probabilities(policy, frame, probe)
-    return predictions_frame(frame, (policy.variant, policy.tau, policy.seed), probs, label)
+    return predictions_frame(frame, (policy.variant.name, policy.tau, policy.seed), probs, label)

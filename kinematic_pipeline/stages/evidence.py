@@ -323,14 +323,13 @@ def residual_statistics(settings: Settings, universe: pl.DataFrame) -> pl.DataFr
     """``signal_statistics`` of e_t, today's residual of the causal fit (ln C_t - x_t(t) = -c3 / alpha^2 of
     token 63), on the universe's ticker-days: what a spline label knows at decision time, scored directly
     (r_spline = r_close + e_t - e_(t+1)). Empty without spline labels or the spline features file."""
-    from kinematic_pipeline.folds import fold_names
     from kinematic_pipeline.stages.alpha import AlphaLookup
     from kinematic_pipeline.stages.features import read_features
 
     if settings.tokenize.label_source != "spline" or universe.height == 0:
         return pl.DataFrame()
     try:
-        folds = [read_features(settings, "lr_spline", ("test",), fold=f) for f in fold_names(settings)]
+        folds = [read_features(settings, "lr_spline", f, ("test",)) for f in settings.folds]
     except FileNotFoundError:
         return pl.DataFrame()
     c3 = pl.concat(folds).select("ticker", "date", "t63_c3").unique(["ticker", "date"])

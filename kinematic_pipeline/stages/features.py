@@ -38,7 +38,7 @@ from tqdm import tqdm
 
 from kinematic_pipeline.calendar import session_before
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.folds import evaluation_days, fold_of, split_days
+from kinematic_pipeline.folds import Fold, evaluation_days, split_days
 from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.model_pins import warehouse_path
 from kinematic_pipeline.pins import (
@@ -132,11 +132,11 @@ def _test_rows(settings: Settings, asset: str, days: list[dt.date], progress: bo
 def read_features(
     settings: Settings,
     variant: str,
+    scope: Fold,
     splits: tuple[str, ...],
     extra: tuple[str, ...] = (),
-    fold: str | None = None,
 ) -> pl.DataFrame:
-    """The rows of ``splits`` of the variant's features for ``fold`` (a ``Policy.fold``), with its feature
+    """The rows of ``splits`` of the variant's features for the fold ``scope`` (a ``Policy.fold``), with its feature
     columns and ``extra``: ``("test",)`` the test file's rows of the fold's test period; otherwise the training
     file's rows on or before the fold's training end, split by the fold's own dates (``window_store.fold_split``),
     with every label of a day after the fold's ``label_end`` (the purge) set to null."""
@@ -148,7 +148,6 @@ def read_features(
     check_features_cut(settings, path.parent.name)  # split for this run's folds, or refused
     check_features_inputs(settings, path)  # built from the token and raw days on disk now, or refused
     columns = spec.feature_columns
-    scope = fold_of(settings, fold)
     scan = exact.scan_parquet(path)
     date = pl.col("date")
     if part == "test":

@@ -116,8 +116,7 @@ def check_inputs_current(settings: Settings) -> None:
     present the old backtests as current."""
     rows = settings.warehouse.query("SELECT DISTINCT variant, tau, seed, fold FROM predictions ORDER BY ALL")
     for row in keep_run_policies(settings, rows).iter_rows(named=True):  # the run's policies only
-        fold = None if row["fold"] in (None, "all") else row["fold"]
-        check_predictions_model(settings, Policy(row["variant"], row["seed"], row["tau"], fold))
+        check_predictions_model(settings, Policy.from_row(row, settings.folds))
 
 
 def materialize_pooled_backtests(settings: Settings) -> dict[str, pl.DataFrame]:

@@ -21,7 +21,7 @@ import polars as pl
 from kinematic_pipeline.backtest.calibration import Calibration, calibrate_frames
 from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA, predictions_frame
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.folds import Fold, evaluation_days, fold_of
+from kinematic_pipeline.folds import Fold, evaluation_days
 from kinematic_pipeline.label_rules import same_tau, tau_column
 from kinematic_pipeline.model_pins import WEIGHT_COLUMNS, check_class_weights, model_files_frame
 from kinematic_pipeline.pins import check_token_inputs, fold_stats, verified_labels
@@ -119,9 +119,9 @@ def predict(
     tickers: list[str] | None = None,
 ) -> Predictions:
     """Actions and probabilities of one fine-tuned classifier on every test day (or ``days``) and ticker."""
-    wh, spec = settings.warehouse, policy.spec
+    wh, spec = settings.warehouse, policy.variant
     asset = spec.token_asset
-    days = evaluation_days(settings, asset, fold_of(settings, policy.fold)) if days is None else days
+    days = evaluation_days(settings, asset, policy.fold) if days is None else days
     tickers = evaluation_tickers(settings, asset, days) if tickers is None else tickers
     stats = fold_stats(settings, spec.tokenization, policy.fold) if spec.normalized else None
     normalize = WindowNormalizer(spec, stats)
@@ -139,7 +139,7 @@ def predict(
         raise ValueError(f"{bad['ticker']} has a test window on {bad['date']} but no raw close that day")
     tokens = frame["tokens"].to_numpy() if frame.height else np.empty((0, N_TOKENS, N_CHANNELS), np.float32)
     probs = predict_probabilities(classifier, normalize(tokens), settings.evaluate.predict_batch_size)
-    out = predictions_frame(frame, (policy.variant, policy.tau, policy.seed), probs, label_col)
+    out = predictions_frame(frame, (policy.variant.name, policy.tau, policy.seed), probs, label_col)
     present = set(out["ticker"].unique().to_list())
     return Predictions(out, shards, [t for t in tickers if t not in present])
 
@@ -237,14 +237,14 @@ def _write(
     """The predictions shard, the validation-day predictions, the shards read, the model files, the calibration
     (``predictions/calibration/``, one row) and at the report's tau the universe predictions, calibrated
     (``predictions/universe/``) and not (``predictions/universe_raw/``); refresh the ``predictions`` view."""
-    wh, asset = settings.warehouse, policy.spec.token_asset
+    wh, asset = settings.warehouse, policy.variant.token_asset
     if result.frame.height == 0:
         raise ValueError(
             f"none of the test tickers {result.missing_tickers} has a {asset} window in the test period of "
-            f"{policy} ({fold_of(settings, policy.fold).describe()})"
+            f"{policy} ({policy.fold.describe()})"
         )
     path = wh.evaluation_file(PREDICTIONS, policy)
-    label = fold_of(settings, policy.fold).label
+    label = policy.fold.label
     fold = pl.lit(label).alias("fold")
     wh.write(result.frame.with_columns(fold), path)
     wh.write(validation.with_columns(fold), wh.predictions_extra(VALIDATION_PREDICTIONS, policy))
@@ -256,7 +256,7 @@ def _write(
         )
         wh.write(weights, wh.predictions_extra(PREDICTION_CLASS_WEIGHTS, policy))
     if result.calibration is not None:
-        row = result.calibration.to_frame(policy.variant, policy.tau, policy.seed, label)
+        row = result.calibration.to_frame(policy.variant.name, policy.tau, policy.seed, label)
         wh.write(row, wh.predictions_extra(PREDICTION_CALIBRATION, policy))
     if universe is not None and raw_universe is not None:  # with the membership file drawn under (run_keys)
         member = membership_columns(settings)
@@ -283,8 +283,8 @@ def materialize_predictions(settings: Settings, policy: Policy) -> Predictions:
     ticker-day of the test period, or the seeded sample of ``universe_tickers``), calibrated and raw; refresh the
     ``predictions`` view. Models load their adapter; probes and rules read the features file
     (``stages.baselines``)."""
-    spec = policy.spec
-    fold = fold_of(settings, policy.fold)
+    spec = policy.variant
+    fold = policy.fold
     asset = spec.token_asset
     days = _check_test_period(settings, asset, fold)
     at_report_tau = same_tau(policy.tau, settings.evaluate.report_tau)
@@ -310,8 +310,8 @@ def model_predictions(
     each over the test tickers and (``at_report_tau``) the universe's at once (a ticker-day is predicted once)."""
     from kinematic_pipeline.models.heads import for_inference
 
-    fold = fold_of(settings, policy.fold)
-    asset = policy.spec.token_asset
+    fold = policy.fold
+    asset = policy.variant.token_asset
     classifier = for_inference(classifier)  # LoRA merged once for both passes
     wanted = evaluation_tickers(settings, asset, days)
     names = universe_tickers(settings, asset, days) if at_report_tau else []
@@ -362,16 +362,16 @@ def baseline_policy_predictions(
     from kinematic_pipeline.pins import features_path, load_probe
     from kinematic_pipeline.stages.baselines import baseline_predictions
 
-    spec, wh = policy.spec, settings.warehouse
+    spec, wh = policy.variant, settings.warehouse
     asset = spec.token_asset
     if probe is None and spec.fitted:
         probe = load_probe(settings, policy)  # loaded and checked once
     tickers = evaluation_tickers(settings, asset, days)
     frame = baseline_predictions(settings, policy, "test", tickers, probe)
     present = set(frame["ticker"].unique().to_list())
-    fold = fold_of(settings, policy.fold)
+    fold = policy.fold
     validation = purge_labels(baseline_predictions(settings, policy, "validation", sorted(present), probe), fold)
-    files = [features_path(settings, policy.variant, part) for part in ("training", "test")]
+    files = [features_path(settings, policy.variant.name, part) for part in ("training", "test")]
     tokenization = features_tokenization(spec.feature_set)
     inputs = exact.read_parquet(wh.features_inputs_file(tokenization))
     shards = [dict(asset=f"{tokenization}_features", date="", path=f, content_hash=file_sha256(f)) for f in files]

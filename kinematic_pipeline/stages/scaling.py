@@ -120,7 +120,7 @@ def scaling_fold(settings: Settings) -> Fold:
 
 def scaling_policy(settings: Settings, variant: str) -> Policy:
     """The policy the curves fine-tune: the first fold, the first training seed, the report's tau."""
-    return Policy(variant, settings.train.seeds[0], settings.evaluate.report_tau, scaling_fold(settings).name)
+    return Policy(variant, settings.train.seeds[0], settings.evaluate.report_tau, scaling_fold(settings))
 
 
 def scratch_dir(settings: Settings, variant: str, n: int) -> Path:

@@ -24,7 +24,7 @@ def model_runs(settings: Settings):
     for variant in settings.train.variants:
         for fold in settings.folds:
             for seed in settings.train.seeds:
-                policy = Policy(variant, seed, settings.evaluate.report_tau, fold.name)
+                policy = Policy(variant, seed, settings.evaluate.report_tau, fold)
                 yield variant, "pretraining", policy.foundation, wh.foundation_dir(policy)
                 yield variant, "fine-tuning", policy, wh.adapter_dir(policy)
 
@@ -46,7 +46,7 @@ def training_table(settings: Settings) -> pl.DataFrame | None:
             {
                 "Model": lookup_variant(variant).display_name,
                 "Stage": stage,
-                "Fold": policy.fold or "-",
+                "Fold": policy.fold.name or "-",
                 "Seed": policy.seed,
                 "Budget": budget_steps(settings.train, budget),
                 "Steps run": last,

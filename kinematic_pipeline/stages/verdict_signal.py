@@ -17,7 +17,6 @@ from kinematic_pipeline.backtest import multiple_testing as mt
 from kinematic_pipeline.backtest.decisions import unweighted_probabilities
 from kinematic_pipeline.backtest.signal import daily_ic, newey_west_lags, newey_west_t, partial_rank_ic
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.folds import fold_names
 from kinematic_pipeline.label_rules import labels_from_returns
 from kinematic_pipeline.model_pins import run_class_weights
 from kinematic_pipeline.probe_features import TRIVIAL_FEATURES
@@ -197,7 +196,7 @@ def trivial_features(settings: Settings) -> pl.DataFrame | None:
     if TRIVIAL not in settings.evaluate.baselines:
         return None
     try:
-        frames = [read_features(settings, TRIVIAL, ("test",), fold=f) for f in fold_names(settings)]
+        frames = [read_features(settings, TRIVIAL, f, ("test",)) for f in settings.folds]
     except FileNotFoundError:
         return None
     return pl.concat(frames).select("ticker", "date", *TRIVIAL_FEATURES).unique(["ticker", "date"])

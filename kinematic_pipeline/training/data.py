@@ -26,7 +26,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.folds import fold_of, split_days
+from kinematic_pipeline.folds import split_days
 from kinematic_pipeline.label_rules import same_tau, tau_column
 from kinematic_pipeline.model_pins import warehouse_path
 from kinematic_pipeline.pins import fold_stats, verified_labels
@@ -185,7 +185,7 @@ class WindowDataModule(L.LightningDataModule):
         super().__init__()
         if policy.tau is not None and not any(same_tau(policy.tau, t) for t in settings.tokenize.taus):
             raise ValueError(f"tau={policy.tau} is not one of tokenize.taus {settings.tokenize.taus}")
-        self.settings, self.policy, self.variant = settings, policy, policy.spec
+        self.settings, self.policy, self.variant = settings, policy, policy.variant
         self.token_asset = self.variant.token_asset
         self.tau = policy.tau
         self.num_workers = num_workers
@@ -202,7 +202,7 @@ class WindowDataModule(L.LightningDataModule):
             return
         cfg = self.settings.train
         store = self.store = open_store(self.settings, self.token_asset)
-        fold = self.fold = fold_of(self.settings, self.policy.fold)
+        fold = self.fold = self.policy.fold
         days = [d for d in store.days["date"].to_list() if d <= fold.train_end]  # the fold's prefix of the store
         self.train_days, self.val_days = split_days(days, cfg.val_fraction)
         day_of_row = store.day_of_row

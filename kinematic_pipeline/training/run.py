@@ -79,7 +79,7 @@ class TrainingResult:
     @property
     def checkpoint_path(self) -> Path:
         """The foundation's ``model.pt`` or the adapter's head (file or folder)."""
-        head = self.policy.spec.head
+        head = self.policy.variant.head
         return self.out_dir / MODEL_FILE if self.policy.tau is None else head.path(self.out_dir)
 
     @property
@@ -123,7 +123,7 @@ class TrainingResult:
             "checkpoint_path": result.checkpoint_path,
             "windows_seen": result.windows_seen,
             "wall_seconds": round(result.seconds, 1),
-            "token_asset": policy.spec.token_asset,
+            "token_asset": policy.variant.token_asset,
             "training_shards": Markdown(markdown_table(per_split)),
             "windows_served": int(used.filter(pl.col("split") == "store")["served"].sum()),
             "training_shards_digest": digest(used["content_hash"].fill_null("").to_list()),
@@ -207,7 +207,7 @@ def _result(settings, policy, out_dir, files, model, fitted, started, **extra) -
         **extra,
     )
     kind = "pretraining" if policy.tau is None else f"fine-tuning, tau={policy.tau_key}"
-    loss_curves_png(result.loss_curves, f"{policy.variant} {kind}", out_dir / LOSS_PLOT_FILE)
+    loss_curves_png(result.loss_curves, f"{policy.variant.name} {kind}", out_dir / LOSS_PLOT_FILE)
     return result
 
 
@@ -230,8 +230,8 @@ def _parent_state(settings: Settings, policy: Policy) -> tuple[Path, str, dict] 
     path = settings.warehouse.foundation_checkpoint(parent)
     if not path.exists():
         raise FileNotFoundError(
-            f"{path} is missing: materialize {parent.variant}_foundation partition {parent.fit_key} first (fold "
-            f"{policy.fold}'s foundation continues from fold {parent.fold}'s: train.warm_start, KP_WARM_START=0 turns "
+            f"{path} is missing: materialize {parent.variant.name}_foundation partition {parent.fit_key} first (fold "
+            f"{policy.fold.name}'s foundation continues from fold {parent.fold.name}'s: train.warm_start, KP_WARM_START=0 turns "
             "it off)"
         )
     sha = file_sha256(path)
@@ -255,7 +255,7 @@ def pretrain(
     parent = _parent_state(settings, policy)  # before seeding: loading it draws nothing from this run's streams
     with quiet_lightning(progress):
         L.seed_everything(policy.seed, workers=True, verbose=False)
-        model = build_model(policy.variant, settings.model)
+        model = build_model(policy.variant.name, settings.model)
         if parent is not None:
             model.load_state_dict(parent[2])
 
@@ -268,7 +268,7 @@ def pretrain(
     pin_parent(settings.warehouse, out_dir, None, None)  # the old record goes before the new weights come
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     config = dataclasses.asdict(settings.model)
-    torch.save({"variant": policy.variant, "model_config": config, "state_dict": state}, path)
+    torch.save({"variant": policy.variant.name, "model_config": config, "state_dict": state}, path)
     extra = {}
     if parent is not None:
         pin_parent(settings.warehouse, out_dir, parent[0], parent[1])  # loads check it (model_pins.check_parent)
@@ -282,15 +282,15 @@ def pretrain(
 def load_foundation(settings: Settings, policy: Policy, path: Path | None = None) -> nn.Module:
     """The pretrained backbone of ``policy`` (``model.pt``); its ModelConfig must be the settings' one."""
     path = Path(path or settings.warehouse.foundation_checkpoint(policy))
-    fix = f"re-materialize {policy.variant}_foundation partition {policy.fit_key}"
+    fix = f"re-materialize {policy.variant.name}_foundation partition {policy.fit_key}"
     verify_model_folder(path.parent, fix)  # the bytes its files.json records, or one line naming the file
     check_parent(settings, policy, path.parent)  # warm-started: from the parent on disk now (model_pins.PARENT_FILE)
     saved = torch.load(path, map_location="cpu", weights_only=True)
-    if saved["variant"] != policy.variant:
-        raise ValueError(f"{path} holds a {saved['variant']} backbone, not {policy.variant}")
+    if saved["variant"] != policy.variant.name:
+        raise ValueError(f"{path} holds a {saved['variant']} backbone, not {policy.variant.name}")
     if ModelConfig(**saved["model_config"]) != settings.model:
         raise ValueError(f"{path} was trained with {saved['model_config']}, not {settings.model}")
-    model = build_model(policy.variant, settings.model)
+    model = build_model(policy.variant.name, settings.model)
     model.load_state_dict(saved["state_dict"])
     return model
 
@@ -301,7 +301,7 @@ def build_classifier(
     """The variant's head kind on ``backbone``: LoRA + a classification head, or PatchTST's linear probe; with
     ``class_counts`` (the training split's Buy/Sell/Hold) the head starts at the weighted prior (``prior_logits``)."""
     prior = None if class_counts is None else prior_logits(class_counts, settings.train.class_weights)
-    return HEADS[policy.spec.head.kind].build(backbone, settings.train, prior)
+    return HEADS[policy.variant.head.kind].build(backbone, settings.train, prior)
 
 
 def finetune(
@@ -317,7 +317,7 @@ def finetune(
     Lightning callbacks run beside the run's own, e.g. a benchmark's snapshot of every validated state)."""
     out_dir = Path(out_dir or settings.warehouse.adapter_dir(policy))
     foundation = Path(foundation or settings.warehouse.foundation_checkpoint(policy))
-    head = HEADS[policy.spec.head.kind]
+    head = HEADS[policy.variant.head.kind]
     started = time.perf_counter()
     configure_threads(settings.train)
     with quiet_lightning(progress):
@@ -331,7 +331,7 @@ def finetune(
 
         fitted = _fit(settings, module_for, out_dir, data, settings.train.finetune_steps, progress, callbacks)
         classifier.eval()
-        files = head.save(classifier, out_dir, policy.variant, policy.tau)
+        files = head.save(classifier, out_dir, policy.variant.name, policy.tau)
     extra = {"foundation_sha256": file_sha256(foundation), "class_counts": counts}
     weights = settings.train.class_weights  # recorded with the adapter: what its probabilities mean
     pin_foundation(settings.warehouse, out_dir, foundation, extra["foundation_sha256"], weights)  # loads check it
@@ -343,9 +343,11 @@ def load_classifier(settings: Settings, policy: Policy) -> nn.Module:
     adapter's record of its foundation (``foundation.json``) is checked against the foundation on disk."""
     foundation, adapter = settings.warehouse.policy_files(policy)
     # a damaged foundation is named as such before the pair check would call it retrained
-    verify_model_folder(foundation.parent, f"re-materialize {policy.variant}_foundation partition {policy.fit_key}")
+    verify_model_folder(
+        foundation.parent, f"re-materialize {policy.variant.name}_foundation partition {policy.fit_key}"
+    )
     check_pair(settings.warehouse, policy)  # the adapter was fine-tuned from this very foundation
     key = policy.key
-    verify_model_folder(adapter, f"re-materialize {policy.variant}_adapter partition {key}")
-    head = HEADS[policy.spec.head.kind]
+    verify_model_folder(adapter, f"re-materialize {policy.variant.name}_adapter partition {key}")
+    head = HEADS[policy.variant.head.kind]
     return head.load(load_foundation(settings, policy, foundation), adapter).eval()

@@ -186,8 +186,9 @@ class Warehouse:
 
     def model_dir(self, policy: Policy) -> Path:
         """``models/<variant>/seed=<seed>/`` (a fold's: ``.../fold=<fold>/seed=<seed>/``)."""
-        base = self.root / layout.MODELS_DIR / policy.variant
-        return (base if policy.fold is None else base / f"fold={policy.fold}") / f"seed={policy.seed}"
+        base = self.root / layout.MODELS_DIR / policy.variant.name
+        fold = policy.fold.name
+        return (base if fold is None else base / f"fold={fold}") / f"seed={policy.seed}"
 
     def foundation_dir(self, policy: Policy) -> Path:
         return self.model_dir(policy) / "foundation"
@@ -219,22 +220,22 @@ class Warehouse:
 
     def has_adapter(self, policy: Policy) -> bool:
         """Whether the fine-tuned head of ``policy`` was saved."""
-        return policy.spec.head.saved(self.adapter_dir(policy))
+        return policy.variant.head.saved(self.adapter_dir(policy))
 
     def adapter_files(self, policy: Policy) -> list[Path]:
         """The files that define the fine-tuned head of ``policy``, sorted."""
-        return without_sidecars(policy.spec.head.files(self.adapter_dir(policy)))
+        return without_sidecars(policy.variant.head.files(self.adapter_dir(policy)))
 
     def policy_files(self, policy: Policy) -> tuple[Path, Path]:
         """(foundation model.pt, adapter folder) of a fine-tuned policy; a clear error when either is missing."""
         foundation, adapter = self.foundation_checkpoint(policy), self.adapter_dir(policy)
         if not foundation.exists():
             raise FileNotFoundError(
-                f"{foundation} is missing: materialize {policy.variant}_foundation partition {policy.fit_key}"
+                f"{foundation} is missing: materialize {policy.variant.name}_foundation partition {policy.fit_key}"
             )
         if not self.has_adapter(policy):
             raise FileNotFoundError(
-                f"{adapter} holds no adapter: materialize {policy.variant}_adapter partition {policy.key}"
+                f"{adapter} holds no adapter: materialize {policy.variant.name}_adapter partition {policy.key}"
             )
         return foundation, adapter
 

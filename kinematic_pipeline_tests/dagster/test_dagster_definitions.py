@@ -221,7 +221,7 @@ def test_the_policy_partitions_are_exactly_the_runs_grid(tmp_path):
         load_settings("ci", warehouse=tmp_path / "wh", env={"KP_TAU_SWEEP_FOLDS": "some"})
     adapter, foundation = dg.AssetKey("splinegpt_adapter"), dg.AssetKey("splinegpt_foundation")
     for key in expected:  # a policy's adapter reads the foundation partition of its fit, and only that
-        policy = Policy.from_key("splinegpt", key)
+        policy = Policy.from_key("splinegpt", key, settings.folds)
         assert policy.key == key
         parents = graph.get_parent_partition_keys_for_child(key, foundation, adapter)
         assert list(parents.partitions_subset.get_partition_keys()) == [policy.fit_key], key

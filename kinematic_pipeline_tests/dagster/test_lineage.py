@@ -20,13 +20,13 @@ from kinematic_pipeline.training.run import finetune, pretrain
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline.warehouse.catalog import query
 from kinematic_pipeline.warehouse.layout import VALIDATION_PREDICTIONS
-from kinematic_pipeline_tests.conftest import copy_warehouse, record_in_manifest
+from kinematic_pipeline_tests.conftest import TOKENIZED_FOLD, copy_warehouse, record_in_manifest
 
 # slow: the module trains a foundation and an adapter and runs the whole evaluation on them (about a minute of the
 # fast lane); the nightly lane runs it, and the DAG lane traces lineage on the ci warehouse itself
 pytestmark = pytest.mark.slow
 
-POLICY = Policy("splinegpt", 1234, 0.01)
+POLICY = Policy("splinegpt", 1234, 0.01, TOKENIZED_FOLD)
 
 
 @pytest.fixture(scope="module")

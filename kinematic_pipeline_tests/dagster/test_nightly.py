@@ -152,15 +152,16 @@ def test_the_evaluation_schedule_asks_for_each_fine_tuned_model_only(nightly_set
 
     assert "no fine-tuned model" in _tick(defs, schedule, TICKS[0]).skip_message
     wh, (first, second) = settings.warehouse, settings.train.seeds
-    fold = "2022H2"  # the ci profile's last walk-forward fold: its test period is the one a night extends
+    fold, earlier = settings.folds[-1], settings.folds[0]  # the last fold's test period is the one a night extends
+    assert (fold.name, earlier.name) == ("2022H2", "2022H1")
     spline, patch = Policy("splinegpt", second, 0.01, fold), Policy("patchtst", first, 0.02, fold)
     (wh.adapter_dir(spline) / "adapter").mkdir(parents=True)
     (wh.adapter_dir(spline) / "adapter/adapter_config.json").write_text("{}")
     wh.adapter_dir(patch).mkdir(parents=True)
     (wh.adapter_dir(patch) / "head.pt").write_bytes(b"")
     wh.adapter_dir(Policy("rawgpt", first, 0.005, fold)).mkdir(parents=True)  # a folder without a model: not ready
-    wh.adapter_dir(Policy("rawgpt", first, 0.005, "2022H1")).mkdir(parents=True)  # an earlier fold's: not nightly
-    (wh.adapter_dir(Policy("rawgpt", first, 0.005, "2022H1")) / "head.pt").write_bytes(b"")
+    wh.adapter_dir(Policy("rawgpt", first, 0.005, earlier)).mkdir(parents=True)  # an earlier fold's: not nightly
+    (wh.adapter_dir(Policy("rawgpt", first, 0.005, earlier)) / "head.pt").write_bytes(b"")
     fd = wh.adapter_dir(Policy("rawgpt_fd", first, 0.01, fold))
     fd.mkdir(parents=True)
     (fd / "head.pt").write_bytes(b"")  # a LoRA variant's is adapter/
@@ -174,11 +175,14 @@ def test_the_evaluation_schedule_asks_for_each_fine_tuned_model_only(nightly_set
         pin_foundation(wh, wh.adapter_dir(policy), checkpoint, file_sha256(checkpoint), (2.0, 10.0, 1.0))
     wh.foundation_checkpoint(retrained).write_bytes(b"retrained weights")
     tick = _tick(defs, schedule, TICKS[0])
-    assert sorted(r.partition_key for r in tick.run_requests) == [f"{fold}@{first}|0.02", f"{fold}@{second}|0.01"]
+    assert sorted(r.partition_key for r in tick.run_requests) == [
+        f"{fold.name}@{first}|0.02",
+        f"{fold.name}@{second}|0.01",
+    ]
     selections = {r.partition_key: sorted(k.path[0] for k in r.asset_selection) for r in tick.run_requests}
     assert selections == {
-        f"{fold}@{first}|0.02": ["patchtst_backtests", "patchtst_margin_backtests", "patchtst_predictions"],
-        f"{fold}@{second}|0.01": ["splinegpt_backtests", "splinegpt_margin_backtests", "splinegpt_predictions"],
+        f"{fold.name}@{first}|0.02": ["patchtst_backtests", "patchtst_margin_backtests", "patchtst_predictions"],
+        f"{fold.name}@{second}|0.01": ["splinegpt_backtests", "splinegpt_margin_backtests", "splinegpt_predictions"],
     }
     assert not _tick(defs, schedule, dt.date(2021, 4, 2)).run_requests  # Good Friday
 

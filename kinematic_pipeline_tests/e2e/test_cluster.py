@@ -316,8 +316,8 @@ def _grid() -> tuple[str, list[str], list[str]]:
     settings = load_settings("ci", env={})
     fold = fold_names(settings)[-1]
     seeds = settings.train.seeds
-    pretrain = [Policy(GRID_VARIANT, s, None, fold).fit_key for s in seeds]
-    finetune = [Policy(GRID_VARIANT, s, tau, fold).key for s in seeds for tau in GRID_TAUS]
+    pretrain = [Policy.named(settings.folds, GRID_VARIANT, s, None, fold).fit_key for s in seeds]
+    finetune = [Policy.named(settings.folds, GRID_VARIANT, s, tau, fold).key for s in seeds for tau in GRID_TAUS]
     return fold, pretrain, finetune
 
 

@@ -61,7 +61,9 @@ def test_two_cpu_ranks_train_a_foundation_with_ddp_spawn_inside_a_dagster_step(t
     from kinematic_pipeline.config import load_settings
     from kinematic_pipeline.training.data import WindowDataModule
 
-    dm = WindowDataModule(load_settings(env=env), Policy("splinegpt", 1234, fold="2022H1"))
+    settings = load_settings(env=env)
+    policy = Policy.named(settings.folds, "splinegpt", 1234, None, "2022H1")
+    dm = WindowDataModule(settings, policy)
     per_epoch = dm.steps_per_epoch(parts=2)
     env.update(KP_TRAIN_ACCELERATOR="cpu", KP_TRAIN_DEVICES="2", KP_TRAIN_SHARD_TRACE=str(trace))
     env.update(KP_PRETRAIN_STEPS=str(2 * per_epoch), KP_EVAL_EVERY=str(per_epoch))
@@ -82,7 +84,7 @@ def test_two_cpu_ranks_train_a_foundation_with_ddp_spawn_inside_a_dagster_step(t
     for (epoch, split), group in served.group_by(["epoch", "split"]):
         per_rank = group.group_by("rank").agg(pl.col("windows").sum()).sort("rank")["windows"].to_list()
         assert len(per_rank) == 2 and per_rank[0] == per_rank[1] > 0, (epoch, split, per_rank)
-    out_dir = Warehouse(warehouse).foundation_dir(Policy("splinegpt", 1234, fold="2022H1"))
+    out_dir = Warehouse(warehouse).foundation_dir(policy)
     used = pl.read_parquet(out_dir / "shards_used.parquet").filter(pl.col("served") > 0)
     for split in ("train", "val"):
         traced = served.filter(pl.col("split") == split).group_by("day").agg(pl.col("windows").sum())

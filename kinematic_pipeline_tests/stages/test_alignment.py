@@ -29,7 +29,7 @@ import polars as pl
 import pytest
 import torch
 
-from kinematic_pipeline.folds import evaluation_days, fold_of
+from kinematic_pipeline.folds import evaluation_days
 from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.pins import fold_stats
 from kinematic_pipeline.policy import Policy
@@ -43,7 +43,7 @@ from kinematic_pipeline.training.data import WindowDataModule
 from kinematic_pipeline.variants import VARIANTS
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.windows import WindowNormalizer
-from kinematic_pipeline_tests.conftest import _bars, _run_all, _settings, _training_inputs
+from kinematic_pipeline_tests.conftest import TOKENIZED_FOLD, _bars, _run_all, _settings, _training_inputs
 
 BUY, SELL, HOLD, UNKNOWN = 0, 1, 2, -1  # written out here on purpose: the codes the paper's table uses
 MODELS = ("splinegpt", "rawgpt_fd", "rawgpt", "patchtst")
@@ -274,14 +274,14 @@ def ctx(request, tmp_path_factory):
         seed=settings.train.seeds[0],
         reference=reference,
         shards=shards,
-        fold=fold_of(settings, None),
+        fold=settings.folds[0],
     )
 
 
 def training_pairs(ctx, model: str) -> tuple[pl.DataFrame, dict]:
     """Every (window, label) pair the fine-tuning data module serves in an epoch (train and validation streams),
     each traced back to its store row by its bytes, with the row's (ticker, t) and its raw window's end."""
-    dm = WindowDataModule(ctx.settings, Policy(model, ctx.seed, ctx.tau))
+    dm = WindowDataModule(ctx.settings, Policy(model, ctx.seed, ctx.tau, TOKENIZED_FOLD))
     dm.setup()
     store = dm.store
     raw = store.read(np.arange(store.rows.height))
@@ -331,10 +331,12 @@ def prediction_pairs(ctx, model: str, served: dict, permute=(0, 1, 2)) -> tuple[
     oracle = Oracle(table, permute)
     store_days = ctx.settings.warehouse.shard_days(spec.token_asset, until=ctx.fold.train_end)
     days = sorted(set(store_days) | set(evaluation_days(ctx.settings, spec.token_asset, ctx.fold)))
-    frame = predict(ctx.settings, Policy(model, ctx.seed, ctx.tau), oracle, days=days).frame
+    frame = predict(ctx.settings, Policy(model, ctx.seed, ctx.tau, TOKENIZED_FOLD), oracle, days=days).frame
     shown = np.concatenate(oracle.seen)
     assert len(shown) == frame.height
-    normalize = WindowNormalizer(spec, fold_stats(ctx.settings, spec.tokenization, None) if spec.normalized else None)
+    normalize = WindowNormalizer(
+        spec, fold_stats(ctx.settings, spec.tokenization, TOKENIZED_FOLD) if spec.normalized else None
+    )
     probs = frame.select("p_buy", "p_sell", "p_hold").to_numpy()
     decided = probs.max(axis=1) > 0.5
     rows, inputs, shard_inputs = [], {}, {}
@@ -356,7 +358,7 @@ def probe_pairs(ctx) -> pl.DataFrame:
     frames = []
     for tokenization, probe in PROBE_VARIANTS.items():
         extra = (ctx.label_col, ctx.r_col)  # t63_c1 (token 63 c1) is one of the features read anyway
-        rows = read_features(ctx.settings, probe, ("train", "validation"), extra)
+        rows = read_features(ctx.settings, probe, TOKENIZED_FOLD, ("train", "validation"), extra)
         withheld = rows.filter(pl.col(ctx.label_col).is_null() | (pl.col(ctx.label_col) < 0))
         unknown = withheld.join(ctx.reference, on=["ticker", "date"]).filter(pl.col("label") < 0)
         assert (withheld["date"] > ctx.fold.label_end).sum() + unknown.height == withheld.height, withheld
@@ -378,7 +380,7 @@ def probe_pairs(ctx) -> pl.DataFrame:
 
 def rule_pairs(ctx) -> pl.DataFrame:
     """The momentum rule's test rows (features test file): label and close of each (ticker, t)."""
-    frame = baseline_predictions(ctx.settings, Policy("momentum_1d", 0, ctx.tau), "test", None)
+    frame = baseline_predictions(ctx.settings, Policy("momentum_1d", 0, ctx.tau, TOKENIZED_FOLD), "test", None)
     return frame.select(
         pl.lit("rule:momentum_1d").alias("source"), "ticker", "date", pl.col("label").cast(pl.Int64), "close"
     )
@@ -444,10 +446,10 @@ def test_training_and_prediction_normalize_a_window_identically(ctx):
     same bytes on the same raw windows (the whole store)."""
     for model in MODELS:
         spec = VARIANTS[model]
-        dm = WindowDataModule(ctx.settings, Policy(model, ctx.seed, ctx.tau))
+        dm = WindowDataModule(ctx.settings, Policy(model, ctx.seed, ctx.tau, TOKENIZED_FOLD))
         dm.setup()
         raw = dm.store.read(np.arange(dm.store.rows.height))
-        stats = fold_stats(ctx.settings, spec.tokenization, None) if spec.normalized else None
+        stats = fold_stats(ctx.settings, spec.tokenization, TOKENIZED_FOLD) if spec.normalized else None
         prediction = WindowNormalizer(spec, stats)(raw)
         assert np.array_equal(dm._train.normalize(raw), prediction) and np.array_equal(
             dm._val.normalize(raw), prediction
@@ -458,7 +460,7 @@ def test_training_and_prediction_normalize_a_window_identically(ctx):
 def test_the_momentum_rule_decides_in_the_label_class_codes(ctx):
     """The rule Buys (0) after a 1-day log return above tau and Sells (1) after one below -tau: its actions are the
     reference class of ln C_t - ln C_t-1, the same codes as the labels."""
-    frame = baseline_predictions(ctx.settings, Policy("momentum_1d", 0, ctx.tau), "test", None)
+    frame = baseline_predictions(ctx.settings, Policy("momentum_1d", 0, ctx.tau, TOKENIZED_FOLD), "test", None)
     joined = frame.join(ctx.reference, on=["ticker", "date"], suffix="_ref")
     assert joined.height == frame.height > 0
     for row in joined.iter_rows(named=True):

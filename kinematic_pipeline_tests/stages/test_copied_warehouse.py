@@ -26,11 +26,11 @@ from kinematic_pipeline.warehouse import PROVENANCE, RAW_OHLCV
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline.warehouse.catalog import query
 from kinematic_pipeline.warehouse.layout import PREDICTION_INPUTS
-from kinematic_pipeline_tests.conftest import copy_warehouse
+from kinematic_pipeline_tests.conftest import TOKENIZED_FOLD, copy_warehouse
 
 pytestmark = pytest.mark.slow  # ~40 s (a rule evaluated, copied and moved four times): the nightly lane
 
-RULE = Policy("momentum_1d", 0, 0.01)
+RULE = Policy("momentum_1d", 0, 0.01, TOKENIZED_FOLD)
 CODE = {"kinematic_pipeline": "test"}
 
 
@@ -129,7 +129,7 @@ def test_what_a_training_run_was_served_is_recorded_relative_and_resolves_in_a_m
     from kinematic_pipeline.training.data import WindowDataModule, write_shards_used
 
     copy = copy_warehouse(evaluated, tmp_path / "copy")
-    policy = Policy("splinegpt", 1234, 0.01)
+    policy = Policy("splinegpt", 1234, 0.01, TOKENIZED_FOLD)
     served = WindowDataModule(copy, policy).shards_used(steps=1, evaluations=1)
     path = write_shards_used(copy, copy.warehouse.adapter_dir(policy), served)
     used = pl.read_parquet(path)

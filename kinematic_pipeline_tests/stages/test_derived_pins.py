@@ -53,7 +53,7 @@ from kinematic_pipeline.warehouse import (
     TRADES,
 )
 from kinematic_pipeline.warehouse.atomic import file_sha256
-from kinematic_pipeline_tests.conftest import CUT, END, copy_warehouse
+from kinematic_pipeline_tests.conftest import CUT, END, TOKENIZED_FOLD, copy_warehouse
 
 RULE, OTHER_RULE, TAU = "momentum_1d", "momentum_20d", 0.01
 CODE = {"kinematic_pipeline": "test"}
@@ -62,7 +62,7 @@ CODE = {"kinematic_pipeline": "test"}
 def _evaluated(settings) -> None:
     materialize_features(settings, "raw_tokens", progress=False)
     for variant in (RULE, OTHER_RULE):
-        policy = Policy(variant, 0, TAU)
+        policy = Policy(variant, 0, TAU, TOKENIZED_FOLD)
         materialize_predictions(settings, policy)
         materialize_backtests(settings, policy, CODE)
 
@@ -100,8 +100,8 @@ def test_a_restated_bar_refuses_the_features_and_what_trades_them_until_they_are
     settings = _copy(evaluated, tmp_path)
     wh = settings.warehouse
     day = [d for d in wh.shard_days(RAW_OHLCV) if d > CUT][3]  # a test day: the probes trade its close
-    ticker = read_features(settings, RULE, ("test",)).filter(pl.col("date") == day)["ticker"][0]
-    before = read_features(settings, RULE, ("test",), ("close",)).filter(
+    ticker = read_features(settings, RULE, TOKENIZED_FOLD, ("test",)).filter(pl.col("date") == day)["ticker"][0]
+    before = read_features(settings, RULE, TOKENIZED_FOLD, ("test",), ("close",)).filter(
         (pl.col("date") == day) & (pl.col("ticker") == ticker)
     )["close"][0]
     # the source corrects the close of one bar; it is re-ingested, its tokens and labels rebuilt from there on
@@ -115,18 +115,20 @@ def test_a_restated_bar_refuses_the_features_and_what_trades_them_until_they_are
     materialize_labels(settings, trading_days(day - dt.timedelta(days=7), END), progress=False)
     features = wh.features_file("raw", "test")
     with pytest.raises(StalePairError) as refused:
-        read_features(settings, RULE, ("test",))
+        read_features(settings, RULE, TOKENIZED_FOLD, ("test",))
     message = str(refused.value)
     assert "\n" not in message and str(features) in message and "re-materialize raw_features" in message
     assert f"shard of {day}" in message
     with pytest.raises(StalePairError, match="re-materialize raw_features"):
-        materialize_predictions(settings, Policy(RULE, 0, TAU))  # no rule or probe trades the old bar
+        materialize_predictions(
+            settings, Policy(RULE, 0, TAU, settings.folds[0])
+        )  # no rule or probe trades the old bar
     materialize_features(settings, "raw_tokens", progress=False)  # the fix: the probes read the corrected bar
-    now = read_features(settings, RULE, ("test",), ("close",)).filter(
+    now = read_features(settings, RULE, TOKENIZED_FOLD, ("test",), ("close",)).filter(
         (pl.col("date") == day) & (pl.col("ticker") == ticker)
     )["close"][0]
     assert now == pytest.approx(before * 1.01)
-    materialize_predictions(settings, Policy(RULE, 0, TAU))  # and the rules and probes trade it
+    materialize_predictions(settings, Policy(RULE, 0, TAU, settings.folds[0]))  # and the rules and probes trade it
 
 
 # --- predictions re-materialized alone ------------------------------------------------------------------------
@@ -135,7 +137,7 @@ def test_a_restated_bar_refuses_the_features_and_what_trades_them_until_they_are
 def test_backtests_are_read_only_beside_the_predictions_they_were_swept_from(evaluated, tmp_path):
     settings = _copy(evaluated, tmp_path)
     wh = settings.warehouse
-    policy = Policy(RULE, 0, TAU)
+    policy = Policy(RULE, 0, TAU, TOKENIZED_FOLD)
     assert read_view(settings, BACKTESTS).height and pooled_record(settings).height
     predictions = wh.evaluation_file(PREDICTIONS, policy)
     frame = pl.read_parquet(predictions)
@@ -186,7 +188,7 @@ def test_the_report_is_never_rewritten_from_tables_older_than_the_evaluation_fil
         materialize_report(settings)  # tables without their pin: never materialized by this version
     pin_evaluation(wh, tables / TABLES_PIN_FILE, evaluation_digest(wh), run_keys_digest(settings))
     materialize_report(settings)  # as paper_tables pins them: read
-    policy = Policy(RULE, 0, TAU)
+    policy = Policy(RULE, 0, TAU, TOKENIZED_FOLD)
     predictions = wh.evaluation_file(PREDICTIONS, policy)
     _rewrite(predictions, p_hold=0.5)  # predictions re-made, then their backtests: the tables are older
     materialize_backtests(settings, policy, CODE)
@@ -206,7 +208,7 @@ def test_the_report_refuses_while_a_model_was_replaced_since_its_predictions_wer
     from kinematic_pipeline.warehouse.layout import TABLES_PIN_FILE
 
     settings = _copy(evaluated, tmp_path)
-    wh, probe = settings.warehouse, Policy("lr_raw", 0, TAU)
+    wh, probe = settings.warehouse, Policy("lr_raw", 0, TAU, TOKENIZED_FOLD)
     materialize_probe(settings, probe)
     materialize_predictions(settings, probe)
     materialize_backtests(settings, probe, CODE)
@@ -236,8 +238,8 @@ def test_the_report_refuses_while_a_model_was_replaced_since_its_predictions_wer
 
 def _as_model(settings, seed: int) -> Policy:
     """The rule's evaluation files relabelled as those of splinegpt ``seed`` (a model evaluated without training)."""
-    wh, rule = settings.warehouse, Policy(RULE, 0, TAU)
-    model = Policy("splinegpt", seed, TAU)
+    wh, rule = settings.warehouse, Policy(RULE, 0, TAU, TOKENIZED_FOLD)
+    model = Policy("splinegpt", seed, TAU, TOKENIZED_FOLD)
     for asset in (PREDICTIONS, BACKTESTS, EQUITY_CURVES, TRADES, MARGIN_BACKTESTS):
         frame = pl.read_parquet(wh.evaluation_file(asset, rule))
         wh.write(
@@ -302,16 +304,18 @@ def test_universes_drawn_under_two_membership_files_are_refused_naming_both(eval
     every, fewer = tmp_path / "every.csv", tmp_path / "fewer.csv"
     pl.DataFrame({"Symbol": tickers, "Date added": "2000-01-03"}).write_csv(every)
     pl.DataFrame({"Symbol": tickers[:-1], "Date added": "2000-01-03"}).write_csv(fewer)
-    materialize_predictions(_with(settings, membership=every), Policy(RULE, 0, TAU))
-    materialize_predictions(_with(settings, membership=fewer), Policy(OTHER_RULE, 0, TAU))
+    materialize_predictions(_with(settings, membership=every), Policy(RULE, 0, TAU, TOKENIZED_FOLD))
+    materialize_predictions(_with(settings, membership=fewer), Policy(OTHER_RULE, 0, TAU, TOKENIZED_FOLD))
     current = _with(settings, membership=every)
     with pytest.raises(StalePairError) as refused:
         universe_predictions(current, (RULE, OTHER_RULE))
     message = str(refused.value)
     assert "\n" not in message and str(every) in message and str(fewer) in message
     assert file_sha256(every)[:16] in message and file_sha256(fewer)[:16] in message
-    assert f"re-materialize {OTHER_RULE}_predictions partition {Policy(OTHER_RULE, 0, TAU).key}" in message
-    materialize_predictions(current, Policy(OTHER_RULE, 0, TAU))  # the fix: one membership file
+    assert (
+        f"re-materialize {OTHER_RULE}_predictions partition {Policy(OTHER_RULE, 0, TAU, TOKENIZED_FOLD).key}" in message
+    )
+    materialize_predictions(current, Policy(OTHER_RULE, 0, TAU, current.folds[0]))  # the fix: one membership file
     universe = universe_predictions(current, (RULE, OTHER_RULE))
     assert set(universe["ticker"].unique().to_list()) == set(tickers)
     assert "membership_sha256" not in universe.columns

@@ -24,6 +24,7 @@ from kinematic_pipeline.warehouse.layout import (
 from kinematic_pipeline.windows import window_end_kinematics
 from kinematic_pipeline_tests.conftest import (
     CUT,
+    TOKENIZED_FOLD,
     _bars,
     _perturb_after,
     _run_all,
@@ -58,8 +59,8 @@ def test_predictions_do_not_change_when_bars_after_the_decision_day_change(wareh
     base, other = warehouses
     # corpus_stats come from the training period (<= CUT), identical in both warehouses by construction
     assert pl.read_parquet(base.warehouse / "corpus_stats").equals(pl.read_parquet(other.warehouse / "corpus_stats"))
-    a = predict(base, Policy(variant, 1234, 0.01), _classifier(base, variant)).frame
-    b = predict(other, Policy(variant, 1234, 0.01), _classifier(other, variant)).frame
+    a = predict(base, Policy(variant, 1234, 0.01, base.folds[0]), _classifier(base, variant)).frame
+    b = predict(other, Policy(variant, 1234, 0.01, other.folds[0]), _classifier(other, variant)).frame
     assert a.height == b.height > 0 and a["date"].min() > CUT
     assert a.select("ticker", "date").equals(b.select("ticker", "date"))
     decided = ["p_buy", "p_sell", "p_hold", "action", "close"]
@@ -75,7 +76,7 @@ def test_predictions_do_not_change_when_bars_after_the_decision_day_change(wareh
 
 def test_predictions_cover_every_test_day_and_ticker_with_valid_probabilities(warehouses):
     base, _ = warehouses
-    result = predict(base, Policy("splinegpt", 1234, 0.01), _classifier(base, "splinegpt"))
+    result = predict(base, Policy("splinegpt", 1234, 0.01, base.folds[0]), _classifier(base, "splinegpt"))
     frame, days = result.frame, evaluation_days(base, "spline_tokens")
     assert days[0] > base.split.train_end and frame["date"].unique().sort().to_list() == days
     assert sorted(frame["ticker"].unique().to_list()) == evaluation_tickers(base, "spline_tokens", days)
@@ -106,7 +107,7 @@ def test_the_model_sees_the_same_batches_on_every_call(warehouses):
     runs = []
     for _ in range(4):
         recorder = _Recorder(_classifier(settings, "patchtst"))
-        frame = predict(settings, Policy("patchtst", 1234, 0.01), recorder).frame
+        frame = predict(settings, Policy("patchtst", 1234, 0.01, settings.folds[0]), recorder).frame
         runs.append((recorder.batches, frame))
     first, frame = runs[0]
     assert len(first) > 1 and first[0].shape[0] == 7
@@ -118,7 +119,7 @@ def test_the_model_sees_the_same_batches_on_every_call(warehouses):
 def test_configured_test_tickers_missing_from_the_data_are_reported(warehouses):
     base, _ = warehouses
     settings = dataclasses.replace(base, evaluate=dataclasses.replace(base.evaluate, test_tickers=("SYN001", "NVDA")))
-    result = predict(settings, Policy("splinegpt", 1234, 0.01), _classifier(settings, "splinegpt"))
+    result = predict(settings, Policy("splinegpt", 1234, 0.01, settings.folds[0]), _classifier(settings, "splinegpt"))
     assert result.frame["ticker"].unique().to_list() == ["SYN001"]
     assert result.missing_tickers == ["NVDA"]
 
@@ -141,7 +142,7 @@ def test_an_empty_test_period_fails_with_a_message_that_names_the_cut(warehouses
 
     base, _ = warehouses
     late = dataclasses.replace(base, split=dataclasses.replace(base.split, train_end=dt.date(2021, 12, 31)))
-    wh, policy = late.warehouse, Policy("splinegpt", 1234, 0.01)
+    wh, policy = late.warehouse, Policy("splinegpt", 1234, 0.01, late.folds[0])
     adapter = wh.adapter_dir(policy) / "adapter" / "adapter_config.json"
     foundation = wh.foundation_checkpoint(policy)
     for path in (adapter, foundation):
@@ -165,8 +166,8 @@ def test_written_predictions_are_calibrated_on_validation_days_only(warehouses, 
     from kinematic_pipeline.training import run
 
     base, _ = warehouses
-    policy = Policy("splinegpt", 1234, 0.01)  # at the report's tau: the universe files too
-    monkeypatch.setattr(run, "load_classifier", lambda settings, p: _classifier(settings, p.variant))
+    policy = Policy("splinegpt", 1234, 0.01, TOKENIZED_FOLD)  # at the report's tau: the universe files too
+    monkeypatch.setattr(run, "load_classifier", lambda settings, p: _classifier(settings, p.variant.name))
     from kinematic_pipeline import model_pins
 
     monkeypatch.setattr(model_pins, "model_files", lambda settings, p: [])  # no adapter on disk to hash
@@ -174,7 +175,7 @@ def test_written_predictions_are_calibrated_on_validation_days_only(warehouses, 
     result = stage.materialize_predictions(base, policy)
     path = result.path
 
-    wh, fold = base.warehouse, stage.fold_of(base, policy.fold)
+    wh, fold = base.warehouse, policy.fold
     raw_test = predict(base, policy, _classifier(base, "splinegpt")).frame
     tickers = sorted(raw_test["ticker"].unique().to_list())
     days = stage.validation_days(base, "spline_tokens", fold)

@@ -14,7 +14,7 @@ import torch
 from kinematic_pipeline.backtest.decisions import choose_margin, unweighted_probabilities
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import SyntheticConfig, TrainConfig, load_settings
-from kinematic_pipeline.folds import evaluation_days, fold_of, store_cut, walk_forward
+from kinematic_pipeline.folds import evaluation_days, fold_named, store_cut, walk_forward
 from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.pins import fold_stats
 from kinematic_pipeline.policy import Policy
@@ -70,7 +70,7 @@ def test_kp_folds_must_be_a_positive_integer():
     with pytest.raises(ValueError, match="KP_FOLDS='two'"):
         load_settings("ci", env={"KP_FOLDS": "two"})
     with pytest.raises(ValueError, match="fold '2030' is not one of this run's folds"):
-        fold_of(load_settings("ci", env={}), "2030")
+        fold_named(load_settings("ci", env={}).folds, "2030")
 
 
 def _bars() -> pl.DataFrame:
@@ -131,11 +131,11 @@ def test_a_folds_statistics_thresholds_and_weights_ignore_its_test_period_and_la
     assert (first.name, last.name) == ("2021H2", "2022H1") and first.test_start <= last.train_end
     moved = _warehouse(tmp_path, "moved", _perturb_from(bars, first.test_start))  # fold 1's test period on
     # the fold's corpus statistics: the same numbers; the last fold's (it trains on the moved days) differ
-    for fold, same in ((first.name, True), (last.name, False)):
+    for fold, same in ((first, True), (last, False)):
         a, b = (fold_stats(s, "spline", fold).drop("shards_digest") for s in (base, moved))
         assert a.equals(b) is same, fold
     # the fold's training rows, labels (the purge included) and validation split
-    modules = [WindowDataModule(s, Policy("splinegpt", 7, TAU, first.name)) for s in (base, moved)]
+    modules = [WindowDataModule(s, Policy("splinegpt", 7, TAU, first)) for s in (base, moved)]
     for m in modules:
         m.setup()
         days = m.store.days["date"].to_numpy()[m.store.day_of_row[m._train.rows]]
@@ -143,7 +143,7 @@ def test_a_folds_statistics_thresholds_and_weights_ignore_its_test_period_and_la
     assert np.array_equal(modules[0]._train.rows, modules[1]._train.rows)
     assert np.array_equal(modules[0]._train.labels, modules[1]._train.labels)
     # a probe's fit, its validation predictions and the margin rule's threshold chosen on them
-    policy = Policy("lr_spline", 0, TAU, first.name)
+    policy = Policy("lr_spline", 0, TAU, first)
     fits = [materialize_probe(s, policy).fit for s in (base, moved)]
     drop = ("fit_seconds", "features_sha256")
     assert {k: v for k, v in fits[0].items() if k not in drop} == {k: v for k, v in fits[1].items() if k not in drop}
@@ -153,17 +153,15 @@ def test_a_folds_statistics_thresholds_and_weights_ignore_its_test_period_and_la
         p = unweighted_probabilities(val.select("p_buy", "p_sell", "p_hold").to_numpy(), s.train.class_weights)
         margins.append(choose_margin(p, val["label"].to_numpy()))
     assert margins[0] == margins[1]
-    train_rows = read_features(base, "lr_spline", ("train", "validation"), (tau_column(TAU),), first.name)
+    train_rows = read_features(base, "lr_spline", first, ("train", "validation"), (tau_column(TAU),))
     assert train_rows["date"].max() <= first.train_end
     late = train_rows.filter(pl.col("date") > first.label_end)[tau_column(TAU)]
     assert late.is_null().all()  # purged labels
     # the fold's foundation weights: byte-identical tensors
     weights = []
     for s in (base, moved):
-        pretrain(s, Policy("splinegpt", 7, None, first.name))
-        state = torch.load(
-            s.warehouse.foundation_checkpoint(Policy("splinegpt", 7, None, first.name)), weights_only=False
-        )
+        pretrain(s, Policy("splinegpt", 7, None, first))
+        state = torch.load(s.warehouse.foundation_checkpoint(Policy("splinegpt", 7, None, first)), weights_only=False)
         weights.append(state["state_dict"] if "state_dict" in state else state)
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
@@ -190,7 +188,7 @@ def test_the_purge_keeps_the_label_that_reads_the_first_test_bar_out_of_a_single
         _run_all(settings)
         _training_inputs(settings)
         labels.append(pl.read_parquet(settings.warehouse.shard("labels", fold.train_end))[tau_column(TAU)])
-        module = WindowDataModule(settings, Policy("splinegpt", 7, TAU))
+        module = WindowDataModule(settings, Policy("splinegpt", 7, TAU, settings.folds[0]))
         module.setup()
         modules.append(module)
     assert not labels[0].equals(labels[1])  # the cut day's label reads the first test bar ...

@@ -18,12 +18,12 @@ from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.training.run import finetune, load_classifier, pretrain
 from kinematic_pipeline.warehouse.layout import PREDICTION_MODEL
 from kinematic_pipeline.warehouse.verified import CorruptFileError
-from kinematic_pipeline_tests.conftest import copy_warehouse
+from kinematic_pipeline_tests.conftest import TOKENIZED_FOLD, copy_warehouse
 from kinematic_pipeline_tests.unit.test_verified_files import flip_keeping_mtime
 
 pytestmark = pytest.mark.slow  # trains two models (seconds each on the tiny budget, but torch and Lightning load)
 
-POLICY = Policy("splinegpt", 1234, 0.01)
+POLICY = Policy("splinegpt", 1234, 0.01, TOKENIZED_FOLD)
 
 
 @pytest.fixture(scope="module")

@@ -70,7 +70,7 @@ def built(tmp_path_factory):
     for asset in ("spline_tokens", "fd_tokens"):
         materialize_features(settings, asset, progress=False)
     for variant in VARIANTS:
-        pretrain(settings, Policy(variant, settings.train.seeds[0], None, None), progress=False)
+        pretrain(settings, Policy(variant, settings.train.seeds[0], None, settings.folds[0]), progress=False)
     return settings, materialize_scaling_curves(settings)
 
 
@@ -366,7 +366,7 @@ def test_learnability_on_test_days_scores_every_validated_state_and_the_kept_one
     assert rows[0]["val_skill"] == 0.0 and rows[0]["windows"] == 0
     assert len({round(r["logloss_skill"], 9) for r in rows}) > 1  # each state is scored, not one model again
 
-    saved = HEADS[policy.spec.head.kind].load(load_foundation(settings, policy), out).eval()
+    saved = HEADS[policy.variant.head.kind].load(load_foundation(settings, policy), out).eval()
     _, _, universe, _ = model_predictions(settings, policy, saved, days, True, settings.train.class_weights)
     direct, kept = score_universe(settings, universe, rates), next(r for r in rows if r["kept"])
     assert kept["logloss_skill"] == pytest.approx(direct["logloss_skill"], abs=1e-9)

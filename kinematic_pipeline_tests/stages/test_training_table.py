@@ -33,7 +33,7 @@ def test_a_model_stopped_while_improving_and_one_stopped_early_read_as_such(tmp_
     from kinematic_pipeline.policy import Policy
 
     settings = load_settings("ci", warehouse=tmp_path / "warehouse", env={})
-    fold, seed, tau = settings.folds[0].name, settings.train.seeds[0], settings.evaluate.report_tau
+    fold, seed, tau = settings.folds[0], settings.train.seeds[0], settings.evaluate.report_tau
     policy = Policy("splinegpt", seed, tau, fold)
     wh = settings.warehouse
     _write_curves(wh.foundation_dir(policy), [(0, 0.9, False), (20, 0.5, False), (40, 0.3, True)])
@@ -43,7 +43,7 @@ def test_a_model_stopped_while_improving_and_one_stopped_early_read_as_such(tmp_
 
     assert table.height == 2  # only the models that trained: no curves, no row
     foundation, adapter = table.rows(named=True)
-    assert (foundation["Stage"], foundation["Fold"], foundation["Seed"]) == ("pretraining", fold, seed)
+    assert (foundation["Stage"], foundation["Fold"], foundation["Seed"]) == ("pretraining", fold.name, seed)
     assert (foundation["Steps run"], foundation["Best step"], foundation["Best val loss"]) == (40, 40, 0.3)
     assert foundation["Best at the last step"] == "yes"
     assert (
@@ -63,7 +63,7 @@ def test_learnability_is_the_best_skill_over_the_prior_so_far_at_each_fraction_o
 
     env = {"KP_FINETUNE_STEPS": "100", "KP_EVAL_EVERY": "25"}
     settings = load_settings("ci", warehouse=tmp_path / "warehouse", env=env)
-    fold, seed, tau = settings.folds[0].name, settings.train.seeds[0], settings.evaluate.report_tau
+    fold, seed, tau = settings.folds[0], settings.train.seeds[0], settings.evaluate.report_tau
     wh = settings.warehouse
     curve = [(0, 1.0, False), (25, 0.9, False), (50, 0.95, False), (75, 0.8, True), (100, 0.85, False)]
     _write_curves(wh.adapter_dir(Policy("splinegpt", seed, tau, fold)), curve)

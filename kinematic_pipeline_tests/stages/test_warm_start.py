@@ -93,7 +93,7 @@ def _warehouse(folder, name: str, bars: pl.DataFrame):
 def _train_folds(settings) -> list:
     from kinematic_pipeline.training.run import pretrain
 
-    return [pretrain(settings, Policy(VARIANT, SEED, None, f.name), progress=False) for f in walk_forward(settings)]
+    return [pretrain(settings, Policy(VARIANT, SEED, None, f), progress=False) for f in walk_forward(settings)]
 
 
 def class_weight_vector(result) -> dict[str, torch.Tensor]:
@@ -159,7 +159,7 @@ def test_a_warm_started_foundation_is_refused_once_its_parent_changes(trained, t
     from kinematic_pipeline.training.run import finetune, load_foundation, pretrain
 
     settings = copy_warehouse(trained[0], tmp_path / "copy")
-    first, second = (Policy(VARIANT, SEED, None, f.name) for f in walk_forward(settings))
+    first, second = (Policy(VARIANT, SEED, None, f) for f in walk_forward(settings))
     child, parent = settings.warehouse.foundation_checkpoint(second), settings.warehouse.foundation_checkpoint(first)
     load_foundation(settings, second)  # the copy holds its pins (recorded relative to the warehouse root)
     pinned = file_sha256(parent)
@@ -242,7 +242,7 @@ def test_the_warm_start_budget(tmp_path):
     from kinematic_pipeline.training.run import pretrain_budget
 
     settings = load_settings("ci", warehouse=tmp_path, env={"KP_WARM_START_STEPS": "60"})
-    first, second = (Policy(VARIANT, SEED, None, f.name) for f in settings.folds)
+    first, second = (Policy(VARIANT, SEED, None, f) for f in settings.folds)
     assert (pretrain_budget(settings, first), pretrain_budget(settings, second)) == (300, 60)
     same = load_settings("ci", warehouse=tmp_path, env={})
     assert pretrain_budget(same, second) == same.train.pretrain_steps == 300

@@ -31,7 +31,7 @@ def settings(tmp_path):
 
 
 def _models(settings):
-    return [p for p in run_policies(settings) if p.spec.fine_tuned]
+    return [p for p in run_policies(settings) if p.variant.fine_tuned]
 
 
 def _fine_tuned(settings, policy, weights=PAPER):
@@ -58,7 +58,7 @@ def test_a_model_fine_tuned_under_one_set_of_weights_is_refused_under_another_na
     line = str(info.value)
     assert "\n" not in line and "fine-tuned with class weights [2, 10, 1]" in line, line
     assert "train.class_weights is now [1, 1, 1]" in line, line
-    assert f"re-materialize {policy.variant}_adapter partition {policy.key}" in line, line
+    assert f"re-materialize {policy.variant.name}_adapter partition {policy.key}" in line, line
 
 
 def test_an_adapter_that_records_no_weights_is_refused_and_a_rule_has_none(settings):
@@ -66,7 +66,7 @@ def test_an_adapter_that_records_no_weights_is_refused_and_a_rule_has_none(setti
     _fine_tuned(settings, policy, weights=None)
     with pytest.raises(StalePairError, match="records no class weights"):
         trained_class_weights(settings, policy)
-    rule = next(p for p in run_policies(settings) if not (p.spec.fine_tuned or p.spec.fitted))
+    rule = next(p for p in run_policies(settings) if not (p.variant.fine_tuned or p.variant.fitted))
     assert trained_class_weights(settings, rule) is None and predictions_class_weights(settings, rule) is None
 
 

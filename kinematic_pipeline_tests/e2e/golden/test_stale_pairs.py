@@ -38,7 +38,10 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 def test_a_retrained_foundation_under_an_old_adapter_is_refused(settings):
     wh = settings.warehouse
-    policy, other = Policy("splinegpt", 1235, TAU, FOLD), Policy("splinegpt", 1234, TAU, FOLD)
+    policy, other = (
+        Policy.named(settings.folds, "splinegpt", 1235, TAU, FOLD),
+        Policy.named(settings.folds, "splinegpt", 1234, TAU, FOLD),
+    )
     foundation, replacement = wh.foundation_checkpoint(policy), wh.foundation_checkpoint(other)
     predictions = wh.evaluation_file(PREDICTIONS, policy)
     before, pinned = file_sha256(predictions), file_sha256(foundation)
@@ -75,7 +78,10 @@ def test_a_retrained_foundation_under_an_old_adapter_is_refused(settings):
 
 def test_predictions_made_by_an_adapter_since_replaced_are_not_backtested(settings):
     wh = settings.warehouse
-    policy, other = Policy("splinegpt", 1235, TAU, FOLD), Policy("splinegpt", 1234, TAU, FOLD)
+    policy, other = (
+        Policy.named(settings.folds, "splinegpt", 1235, TAU, FOLD),
+        Policy.named(settings.folds, "splinegpt", 1234, TAU, FOLD),
+    )
     ours = next(p for p in wh.adapter_files(policy) if p.suffix == ".safetensors")
     theirs = next(p for p in wh.adapter_files(other) if p.suffix == ".safetensors")
     key = policy.key
@@ -100,14 +106,14 @@ def test_predictions_refuse_token_days_whose_raw_days_were_re_ingested(settings,
     with the raw day put back the same predictions are written again."""
     import polars as pl
 
-    from kinematic_pipeline.folds import evaluation_days, fold_of
+    from kinematic_pipeline.folds import evaluation_days, fold_named
     from kinematic_pipeline.warehouse import QUARANTINE, RAW_OHLCV
 
     wh = settings.warehouse
-    policy = Policy("splinegpt", 1235, TAU, FOLD)
+    policy = Policy.named(settings.folds, "splinegpt", 1235, TAU, FOLD)
     predictions = wh.evaluation_file(PREDICTIONS, policy)
     before = file_sha256(predictions)
-    day = evaluation_days(settings, "spline_tokens", fold_of(settings, FOLD))[3]
+    day = evaluation_days(settings, "spline_tokens", fold_named(settings.folds, FOLD))[3]
     recorded = wh.manifest_row("spline_tokens", day, ["raw_inputs_digest"])["raw_inputs_digest"]
     unit = wh.unit_dir(RAW_OHLCV, day)
     backup = tmp_path / "kept"
@@ -162,7 +168,7 @@ def test_labels_whose_next_day_was_re_ingested_and_re_tokenized_are_refused(sett
     from kinematic_pipeline.warehouse import LABELS, QUARANTINE, RAW_OHLCV
 
     wh = settings.warehouse
-    policy = Policy("splinegpt", 1235, TAU, "2022H2")
+    policy = Policy.named(settings.folds, "splinegpt", 1235, TAU, "2022H2")
     predictions = wh.evaluation_file(PREDICTIONS, policy)
     before = file_sha256(predictions)
     *_, previous, last = evaluation_days(settings, SPLINE_TOKENS)
@@ -208,7 +214,10 @@ def test_a_report_rebuilt_after_an_adapter_was_replaced_is_refused_and_two_runs_
     assert _run(*tables).returncode == 0
     second = {p.name: file_sha256(p) for p in sorted(wh.report_tables_dir.iterdir()) if p.is_file()}
     assert first == second  # the same inputs, the same bytes (a day with an IC of exactly 0 flipped "Days IC > 0")
-    policy, other = Policy("splinegpt", 1235, TAU, FOLD), Policy("splinegpt", 1234, TAU, FOLD)
+    policy, other = (
+        Policy.named(settings.folds, "splinegpt", 1235, TAU, FOLD),
+        Policy.named(settings.folds, "splinegpt", 1234, TAU, FOLD),
+    )
     ours = next(p for p in wh.adapter_files(policy) if p.suffix == ".safetensors")
     theirs = next(p for p in wh.adapter_files(other) if p.suffix == ".safetensors")
     key = policy.key
