@@ -31,7 +31,7 @@ import sklearn.linear_model  # noqa: E402, F401
 from kinematic_pipeline.config import load_settings  # noqa: E402
 from kinematic_pipeline.policy import Policy  # noqa: E402
 from kinematic_pipeline.stages.baselines import baseline_predictions, materialize_probe  # noqa: E402
-from kinematic_pipeline.variants import variant as lookup_variant  # noqa: E402
+from kinematic_pipeline.variants import probes  # noqa: E402
 
 
 def main() -> None:
@@ -48,7 +48,7 @@ def main() -> None:
     if not (scratch / "features").exists():
         (scratch / "features").symlink_to(settings.warehouse.root / "features", target_is_directory=True)
     settings = dataclasses.replace(settings, warehouse=scratch)
-    probes = [v for v in settings.evaluate.baselines if lookup_variant(v).fitted]
+    fitted = probes(settings.evaluate.baselines)
 
     started = time.perf_counter()
     path = settings.warehouse.features_file("spline", "training")
@@ -61,7 +61,7 @@ def main() -> None:
     print(
         f"{'probe':<18} {'fit s':>8} {'x ref':>7} {'iters':>6} {'val loss':>9} {'universe rows':>14} {'predict s':>10}"
     )
-    for variant in probes:
+    for variant in fitted:
         policy = Policy(variant, 0, args.tau, settings.folds[0])
         started = time.perf_counter()
         fit = materialize_probe(settings, policy).fit
@@ -74,7 +74,7 @@ def main() -> None:
             f"{variant:<18} {fit_s:>8.1f} {fit_s / reference:>7.1f} {fit['iterations']:>6} "
             f"{fit['validation_weighted_log_loss']:>9.4f} {rows:>14,} {predict_s:>10.1f}"
         )
-    print(f"all {len(probes)} probes: fit {total_fit / 60:.1f} min, universe predictions {total_predict:.0f} s")
+    print(f"all {len(fitted)} probes: fit {total_fit / 60:.1f} min, universe predictions {total_predict:.0f} s")
 
 
 if __name__ == "__main__":

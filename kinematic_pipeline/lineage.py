@@ -23,10 +23,10 @@ from kinematic_pipeline import __version__
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import TAU_SQL
 from kinematic_pipeline.model_pins import check_pair, recorded_file, warehouse_path
-from kinematic_pipeline.pins import check_backtests_current, check_evaluation, probe_files, stale_token_days
+from kinematic_pipeline.pins import check_backtests_current, check_evaluation, stale_token_days
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report.tables import runs_at, sharpe_cell, with_days_in_market
-from kinematic_pipeline.variants import variant as lookup_variant
+from kinematic_pipeline.variants import ModelVariant, ProbeVariant, Variant, models
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline.warehouse.layout import (
@@ -133,12 +133,7 @@ def provenance_frame(settings: Settings, policy: Policy, *, outputs: dict[str, P
     }
     for asset, path in files.items():
         add(asset, asset, path)
-    spec = lookup_variant(variant)
-    if spec.fitted:  # a fitted probe: its model and fit record (the features file is an input)
-        for path in probe_files(settings, policy):
-            add("probe", f"{variant}_probe", path)
-    elif spec.fine_tuned:
-        _model_provenance(wh, policy, add)
+    _model_provenance(policy.variant, wh, policy, add)
     for shard in exact.read_parquet(inputs).iter_rows(named=True):
         add(
             _input_link(shard["asset"]),
@@ -160,16 +155,29 @@ def provenance_frame(settings: Settings, policy: Policy, *, outputs: dict[str, P
     return frame.select(list(PROVENANCE_SCHEMA)).cast(PROVENANCE_SCHEMA)  # type: ignore[arg-type]
 
 
-def _model_provenance(wh, policy: Policy, add) -> None:
+@functools.singledispatch
+def _model_provenance(variant: Variant, wh, policy: Policy, add) -> None:
+    """The files that made a policy's predictions (a rule: none)."""
+
+
+@_model_provenance.register
+def _(variant: ProbeVariant, wh, policy: Policy, add) -> None:
+    """A fitted probe: its model and fit record (the features file is an input)."""
+    for path in variant.model_files(wh, policy):
+        add("probe", f"{variant.name}_probe", path)
+
+
+@_model_provenance.register
+def _(variant: ModelVariant, wh, policy: Policy, add) -> None:
     """The adapter and foundation files of a model, and what each was served in training."""
-    variant = policy.variant.name
+    name = variant.name
     foundation, adapter = wh.policy_files(policy)
     for path in wh.adapter_files(policy):
-        add("adapter", f"{variant}_adapter", path)
-    add("foundation", f"{variant}_foundation", foundation)
+        add("adapter", f"{name}_adapter", path)
+    add("foundation", f"{name}_foundation", foundation)
     for prefix, model_dir in (("pretrain", foundation.parent), ("finetune", adapter)):
         used_file = wh.shards_used(model_dir)
-        add(f"{prefix}_lineage", f"{variant}_{'foundation' if prefix == 'pretrain' else 'adapter'}", used_file)
+        add(f"{prefix}_lineage", f"{name}_{'foundation' if prefix == 'pretrain' else 'adapter'}", used_file)
         used = exact.read_parquet(used_file)
         for row in used.filter(pl.col("served") > 0).iter_rows(named=True):  # what the model was served
             link = "window_store" if row["split"] == "store" else "training_shard"
@@ -310,7 +318,7 @@ def _chain(settings: Settings, policy: Policy, ticker: str, cost_bps: float | No
             span = f"{s['first']} .. {s['last']}" if s["first"] else ""
             split = f" [{s['split']}]" if s["split"] else ""
             report.lines.append(f"      {s['asset']}{split}: {s['n']} {span}")
-    if lookup_variant(variant).fine_tuned:  # the adapter and the foundation on disk are one pair
+    if models([variant]):  # the adapter and the foundation on disk are one pair
         try:
             pinned = check_pair(wh, policy)
             report.lines.append(f"  pair               adapter fine-tuned from foundation sha256 {pinned[:16]}  ok")

@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.pins import StalePairError, probe_files, rematerialize
+from kinematic_pipeline.pins import StalePairError, rematerialize
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline.warehouse import exact_paths as exact
@@ -208,12 +208,7 @@ MODEL_FILES_SCHEMA = {"path": pl.String, "sha256": pl.String}
 
 def model_files(settings: Settings, policy: Policy) -> list[Path]:
     """The files that decide a policy's predictions: a model's foundation and adapter, a probe's fit (a rule: none)."""
-    spec, wh = policy.variant, settings.warehouse
-    if spec.fine_tuned:  # the adapter's pin too: it records the class weights its probabilities carry
-        return [wh.foundation_checkpoint(policy), *wh.adapter_files(policy), wh.adapter_dir(policy) / PIN_FILE]
-    if spec.fitted:
-        return probe_files(settings, policy)
-    return []
+    return policy.variant.model_files(settings.warehouse, policy)
 
 
 def model_files_frame(settings: Settings, policy: Policy) -> pl.DataFrame:

@@ -27,9 +27,6 @@ from kinematic_pipeline.folds import Fold
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.probe_features import features_tokenization
 from kinematic_pipeline.probe_models import (
-    FIT_FILE,
-    LEGACY_PICKLE,
-    MODEL_FILES,
     LinearProbeModel,
     ProbeModel,
     TreeProbeModel,
@@ -209,29 +206,12 @@ def features_path(settings: Settings, variant: str, part: str = "training") -> P
     return settings.warehouse.features_file(features_tokenization(lookup_variant(variant).feature_set), part)
 
 
-def probe_files(settings: Settings, policy: Policy) -> list[Path]:
-    """The files of a fitted probe (its model, its fit record); a clear error naming the asset when it was not
-    fitted, or was saved by an older version as a pickle (never loaded)."""
-    folder, fix = settings.warehouse.probe_dir(policy), rematerialize(f"{policy.variant.name}_probe", policy.key)
-    models = [folder / name for name in MODEL_FILES.values() if (folder / name).exists()]
-    if not models and (folder / LEGACY_PICKLE).exists():
-        raise ValueError(
-            f"{folder / LEGACY_PICKLE} is a pickle saved by an older version: it is not loaded (a pickle runs code); "
-            f"{fix}"
-        )
-    if len(models) != 1 or not (folder / FIT_FILE).exists():
-        raise FileNotFoundError(
-            f"{folder} holds no fitted probe: materialize {policy.variant.name}_probe partition {policy.key}"
-        )
-    return [models[0], folder / FIT_FILE]
-
-
 def load_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
     """The fitted probe of ``policy`` and its fit record, read as data once checked: the model file against the
     sha256 its fit record holds, the training features file against the one it was fitted on. Each failure is
     one ValueError naming the file and the asset to re-materialize (a ``StalePairError`` when the probe was fitted
     on other features or another cut)."""
-    model_file, fit_file = probe_files(settings, policy)
+    model_file, fit_file = settings.warehouse.probe_files(policy)
     fix = rematerialize(f"{policy.variant.name}_probe", policy.key)
     try:
         fit = json.loads(fit_file.read_text())

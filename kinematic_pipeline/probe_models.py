@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kinematic_pipeline.warehouse.layout import PROBE_FIT_FILE
+from kinematic_pipeline.warehouse.layout import PROBE_FIT_FILE, PROBE_LEGACY_PICKLE, PROBE_MODEL_FILES
 
-MODEL_FILES = {"lr": "model.json", "lightgbm": "model.txt"}  # learner -> the model's file (data, not code)
+MODEL_FILES = PROBE_MODEL_FILES  # learner -> the model's file (data, not code)
 FIT_FILE = PROBE_FIT_FILE  # how a probe was fitted, beside its model
-LEGACY_PICKLE = "model.joblib"  # what versions before issue 30 saved: refused, never loaded
+LEGACY_PICKLE = PROBE_LEGACY_PICKLE  # what versions before issue 30 saved: refused, never loaded
 LINEAR_FORMAT = "kinematic_pipeline linear probe 1"
 
 

@@ -65,8 +65,10 @@ PROBE_HEAD = HeadLayout("probe", "head.pt", False, None, "linear probe on the fr
 @dataclass(frozen=True)
 class Variant:
     """What every variant has: the token asset it reads and how the report names and draws it. Its family's
-    behaviour is its class (``ModelVariant``, ``ProbeVariant``, ``RuleVariant``): callers ask a variant what it
-    does (``fine_tuned``, ``fitted``, ``probabilistic``, ``feature_set``, ...), never which family it is."""
+    behaviour is its class (``ModelVariant``, ``ProbeVariant``, ``RuleVariant``): what its predictions read
+    (``inputs``), which files make them (``model_files``), whether they are calibrated, what data it has seen
+    (``data_seen``). Callers ask a variant, never which family it is; what needs torch or the stages is a generic
+    function of the variant's class where it lives (``stages.predict.policy_predictions``)."""
 
     name: str
     token_asset: str  # the token asset it pretrains, fine-tunes and predicts on (baselines: their features')
@@ -75,68 +77,86 @@ class Variant:
     title: str  # one line for asset descriptions
     color: str  # in every figure (the paper: SplineGPT blue, PatchTST red)
     line_style: str  # thin baseline lines in the equity panel ("-": the focus, drawn thick)
-    # Channels of the [64, 9] token window the backbone reads; None: all nine, anchored and z-scored with
-    # the tokenization's corpus statistics. PatchTST reads raw_tokens' ln close and ln volume, unnormalized.
-    channels: tuple[int, ...] | None = None
-    backbone: str = ""  # "gpt": KinematicGPT; "patchtst": PatchTST (models.build_model); "" for probes and rules
-    head: HeadLayout | None = None  # None for probes and rules (nothing fine-tuned)
-    features: str | None = None  # probes: the feature set (probe_features.FEATURE_SETS); rules: the return followed
-    learner: str | None = None  # probes: "lr" (scikit-learn) or "lightgbm"
 
     family: ClassVar[str]  # model | probe | rule (the module docstring): a name for tables, never a branch
-    fine_tuned: ClassVar[bool] = False  # a pretrained foundation and a fine-tuned adapter (a pinned pair)
-    fitted: ClassVar[bool] = False  # a probe fitted on the features file (``pins.load_probe``)
-    learns: ClassVar[bool] = True  # fitted on training data at all (a rule is not: it sees nothing but tau)
+    predictor: ClassVar[str]  # what makes its predictions, for asset descriptions
+    seeded: ClassVar[bool] = False  # trained once per ``train.seeds``; else once, under seed 0 (``Policy``)
+    every_tau: ClassVar[bool] = False  # a policy per ``tokenize.taus`` (baselines: ``evaluate.baseline_taus``)
     probabilistic: ClassVar[bool] = True  # states probabilities (a rule decides: its "probabilities" are one-hot)
-    every_tau: ClassVar[bool] = True  # a policy per ``tokenize.taus`` (baselines: ``evaluate.baseline_taus``)
+    calibrated: ClassVar[bool] = True  # a temperature and class biases fitted on its validation days (``predict``)
     compute_kind: ClassVar[str] = "python"  # the Dagster kind of its evaluation assets
     group: ClassVar[str] = "baselines"  # the Dagster group of its evaluation assets
-
-    @property
-    def seeded(self) -> bool:
-        """Whether it is trained once per ``train.seeds`` (the models). Probes and rules are fitted once, under
-        seed 0 (``Policy``; LightGBM's row and column sampling is seeded with it), and report no spread over
-        seeds."""
-        return self.fine_tuned
-
-    @property
-    def normalized(self) -> bool:
-        """Whether its windows are anchored and z-scored with corpus statistics."""
-        return self.channels is None
 
     @property
     def tokenization(self) -> str:
         """The token asset without its suffix (``spline``, ``fd``, ``raw``): the name of its statistics."""
         return self.token_asset.removesuffix("_tokens")
 
-    @property
-    def feature_set(self) -> str | None:
-        """The features file it reads (``probe_features.FEATURE_SETS``): None for a model (it reads windows)."""
-        return None
+    def inputs(self) -> tuple[tuple[str, bool], ...]:
+        """What its predictions read: (asset, over every day) pairs; an asset not read over every day is its own
+        partition's or an unpartitioned one."""
+        raise NotImplementedError
 
-    @property
-    def feature_columns(self) -> tuple[str, ...]:
-        """The columns of its features file it decides on."""
-        return ()
-
-    def normalization(self, train_end) -> str:
-        """How its inputs are normalized, for the contamination column (``train_end``: the fold's)."""
-        return "none"
+    def model_files(self, wh, policy) -> list[Path]:
+        """The files in the warehouse ``wh`` that decide ``policy``'s predictions (a rule: none); a
+        FileNotFoundError naming the asset to materialize when they are not there."""
+        return []
 
     def training_record(self, wh, policy) -> tuple[Path, str, str] | None:
         """(the file that records how ``policy``'s model was trained, among them its class weights; the asset
         that writes it; how it was trained) in the warehouse ``wh``; None for a rule, trained on nothing."""
         return None
 
+    def data_seen(self, folds, fold_split) -> str:
+        """The dates its fit, validation and normalization saw in each of ``folds``, for the contamination column
+        (``fold_split(fold)``: the fold's own (fit days, validation days))."""
+        parts = []
+        for fold in folds:
+            fit_days, val = fold_split(fold)
+            span = f"fit {fit_days[0]} .. {fit_days[-1]}" if fit_days else "fit: none"
+            val_text = f"validation {val[0]} .. {val[-1]}" if val else "no validation"
+            name = "" if fold.name is None else f"fold {fold.name}: "
+            norm = self.normalization(fold.train_end)
+            parts.append(f"{name}{span}; {val_text}; labels <= {fold.label_end}; normalization: {norm}")
+        return " / ".join(parts)
+
+    def normalization(self, train_end) -> str:
+        """How its inputs are normalized, for the contamination column (``train_end``: the fold's)."""
+        return "none"
+
 
 @dataclass(frozen=True)
 class ModelVariant(Variant):
     """A transformer pretrained and fine-tuned on one tokenization (the paper's four)."""
 
+    # Channels of the [64, 9] token window the backbone reads; None: all nine, anchored and z-scored with
+    # the tokenization's corpus statistics. PatchTST reads raw_tokens' ln close and ln volume, unnormalized.
+    channels: tuple[int, ...] | None
+    backbone: str  # "gpt": KinematicGPT; "patchtst": PatchTST (models.build_model)
+    head: HeadLayout  # how its fine-tuned head is saved (its torch side: models.heads.HEADS)
+
     family: ClassVar[str] = "model"
-    fine_tuned: ClassVar[bool] = True
+    predictor: ClassVar[str] = "fine-tuned policy"
+    seeded: ClassVar[bool] = True
+    every_tau: ClassVar[bool] = True
     compute_kind: ClassVar[str] = "pytorch"
     group: ClassVar[str] = "evaluate"
+
+    @property
+    def normalized(self) -> bool:
+        """Whether its windows are anchored and z-scored with corpus statistics."""
+        return self.channels is None
+
+    def inputs(self) -> tuple[tuple[str, bool], ...]:
+        from kinematic_pipeline.token_kinds import token_kind
+        from kinematic_pipeline.warehouse.layout import LABELS, RAW_OHLCV
+
+        stats = ((token_kind(self.token_asset).corpus_stats_asset, False),) if self.normalized else ()
+        return (f"{self.name}_adapter", False), (self.token_asset, True), *stats, (LABELS, True), (RAW_OHLCV, True)
+
+    def model_files(self, wh, policy) -> list[Path]:
+        # the adapter's pin too: it records the foundation and the class weights its probabilities carry
+        return [wh.foundation_checkpoint(policy), *wh.adapter_files(policy), wh.adapter_pin(policy)]
 
     def normalization(self, train_end) -> str:
         return f"corpus statistics to {train_end}" if self.normalized else "RevIN (each window itself)"
@@ -146,22 +166,40 @@ class ModelVariant(Variant):
 
 
 @dataclass(frozen=True)
-class ProbeVariant(Variant):
-    """A logistic regression or LightGBM probe fitted on one feature set's decision-time features."""
+class _FeaturesVariant(Variant):
+    """A baseline that decides on the rows of a features file (``probe_features``): the ``feature_set`` of its class."""
 
-    family: ClassVar[str] = "probe"
-    fitted: ClassVar[bool] = True
-    every_tau: ClassVar[bool] = False
+    feature_set: ClassVar[str]  # the features file it reads (``probe_features.FEATURE_SETS``)
 
     @property
-    def feature_set(self) -> str | None:
-        return self.features
+    def features_asset(self) -> str:
+        from kinematic_pipeline.probe_features import features_tokenization
+
+        return f"{features_tokenization(self.feature_set)}_features"
+
+
+@dataclass(frozen=True)
+class ProbeVariant(_FeaturesVariant):
+    """A logistic regression or LightGBM probe fitted on one feature set's decision-time features."""
+
+    feature_set: str  # probe_features.FEATURE_SETS
+    learner: str  # "lr" (scikit-learn) or "lightgbm": stages.probe_learners.LEARNERS
+
+    family: ClassVar[str] = "probe"
+    predictor: ClassVar[str] = "fitted probe"
 
     @property
     def feature_columns(self) -> tuple[str, ...]:
+        """The columns of its features file it decides on."""
         from kinematic_pipeline.probe_features import feature_columns  # probe_features reads windows, which reads us
 
-        return feature_columns(self.features)
+        return feature_columns(self.feature_set)
+
+    def inputs(self) -> tuple[tuple[str, bool], ...]:
+        return (f"{self.name}_probe", False), (self.features_asset, False)
+
+    def model_files(self, wh, policy) -> list[Path]:
+        return wh.probe_files(policy)
 
     def normalization(self, train_end) -> str:
         return "z-scores of the fit rows"
@@ -171,26 +209,34 @@ class ProbeVariant(Variant):
 
 
 @dataclass(frozen=True)
-class RuleVariant(Variant):
+class RuleVariant(_FeaturesVariant):
     """A fixed rule fitted on nothing: always Hold, or the sign of the last return it ``follows``."""
 
+    follows: str | None  # the return column whose sign it follows (None: always Hold)
+
     family: ClassVar[str] = "rule"
-    learns: ClassVar[bool] = False
+    predictor: ClassVar[str] = "rule"
     probabilistic: ClassVar[bool] = False
-    every_tau: ClassVar[bool] = False
+    calibrated: ClassVar[bool] = False  # its one-hot action is not calibrated
 
-    @property
-    def follows(self) -> str | None:
-        """The return column whose sign it follows (None: always Hold)."""
-        return self.features
+    feature_set: ClassVar[str] = "raw"  # ret1 and ret20 are columns of the raw features file
+    feature_columns: ClassVar[tuple[str, ...]] = ("ret1", "ret20")
 
-    @property
-    def feature_set(self) -> str | None:
-        return "raw"
+    def inputs(self) -> tuple[tuple[str, bool], ...]:
+        return ((self.features_asset, False),)
 
-    @property
-    def feature_columns(self) -> tuple[str, ...]:
-        return ("ret1", "ret20")
+    def data_seen(self, folds, fold_split) -> str:
+        return "nothing: a fixed rule (tau only)"
+
+    def actions(self, frame, tau: float):
+        """Its actions (int8 codes) on the rows of ``frame`` (columns ret1, ret20): Buy after a return above
+        ``tau``, Sell after one below -``tau``, else Hold."""
+        import numpy as np
+
+        if self.follows is None:  # always Hold
+            return np.full(frame.height, HOLD, dtype=np.int8)
+        r = frame[self.follows].fill_null(float("nan")).to_numpy().astype(np.float64)
+        return np.where(r > tau, BUY, np.where(r < -tau, SELL, HOLD)).astype(np.int8)
 
 
 VARIANTS: dict[str, Variant] = {
@@ -276,7 +322,7 @@ def _probe(learner: str, features: str) -> ProbeVariant:
         title=f"{long} probe on {what}, fitted on the fold's training ticker-days (at most probe_max_train_rows)",
         color=color,
         line_style="--" if learner == "lr" else ":",
-        features=features,
+        feature_set=features,
         learner=learner,
     )
 
@@ -290,7 +336,7 @@ def _rule(name: str, display: str, short: str, title: str, color: str) -> RuleVa
         title=title,
         color=color,
         line_style="-.",
-        features=RULES[name],
+        follows=RULES[name],
     )
 
 
@@ -336,6 +382,22 @@ def variant(name: str) -> Variant:
         return ALL_VARIANTS[name]
     except KeyError:
         raise ValueError(f"unknown model variant {name!r}: expected one of {', '.join(ALL_VARIANT_NAMES)}") from None
+
+
+def models(names) -> list[str]:
+    """The models among the variant ``names`` (each a pretrained foundation and its fine-tuned adapters), in order."""
+    return [n for n in names if isinstance(variant(n), ModelVariant)]
+
+
+def probes(names) -> list[str]:
+    """The probes among the variant ``names`` (each fitted on a features file), in order."""
+    return [n for n in names if isinstance(variant(n), ProbeVariant)]
+
+
+def trained(names) -> list[str]:
+    """The variants among ``names`` that were fitted on training data (the models and the probes; a rule sees
+    nothing but tau), in order."""
+    return [n for n in names if not isinstance(variant(n), RuleVariant)]
 
 
 def display_name(name: str) -> str:

@@ -13,9 +13,9 @@ from kinematic_pipeline.config import Settings
 from kinematic_pipeline.lineage import CODE_VERSIONS
 from kinematic_pipeline.orchestration.metadata import class_weights_text, dagster_metadata
 from kinematic_pipeline.orchestration.partitions import context_policy, policy_partitions
-from kinematic_pipeline.probe_features import features_tokenization
 from kinematic_pipeline.stages.probe_learners import LEARNERS
 from kinematic_pipeline.token_kinds import TOKEN_KINDS
+from kinematic_pipeline.variants import probes
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
 from kinematic_pipeline.window_store import window_store_asset
@@ -29,8 +29,7 @@ def features_asset_name(tokenization: str) -> str:
 
 def baseline_inputs(variant: str) -> str:
     """The features asset a probe or rule reads."""
-    spec = lookup_variant(variant)
-    return features_asset_name(features_tokenization(spec.feature_set))
+    return lookup_variant(variant).features_asset
 
 
 def features_asset(settings: Settings, token_asset: str) -> dg.AssetsDefinition:
@@ -99,8 +98,8 @@ def baseline_features_assets(settings: Settings) -> list[dg.AssetsDefinition]:
 
 
 def build_baseline_assets(settings: Settings) -> list[dg.AssetsDefinition]:
-    probes = [probe_asset(settings, v) for v in settings.evaluate.baselines if lookup_variant(v).fitted]
-    return [*baseline_features_assets(settings), *probes]
+    fitted = [probe_asset(settings, v) for v in probes(settings.evaluate.baselines)]
+    return [*baseline_features_assets(settings), *fitted]
 
 
 __all__ = ["BASELINES_GROUP", "baseline_inputs", "build_baseline_assets", "features_asset_name"]

@@ -12,12 +12,10 @@ import dagster as dg
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.lineage import CODE_VERSIONS
-from kinematic_pipeline.orchestration.assets_baselines import baseline_inputs
 from kinematic_pipeline.orchestration.metadata import dagster_metadata
 from kinematic_pipeline.orchestration.partitions import context_policy, policy_partitions
-from kinematic_pipeline.token_kinds import token_kind
 from kinematic_pipeline.variants import variant as lookup_variant
-from kinematic_pipeline.warehouse import BACKTESTS, LABELS, MARGIN_BACKTESTS, PREDICTIONS, RAW_OHLCV
+from kinematic_pipeline.warehouse import BACKTESTS, MARGIN_BACKTESTS, PREDICTIONS
 
 EVALUATION_ASSETS = (PREDICTIONS, BACKTESTS, MARGIN_BACKTESTS)  # one of each per variant: <variant>_<asset>
 
@@ -35,18 +33,8 @@ def evaluation_group(variant: str) -> str:
 def _prediction_inputs(variant: str) -> tuple[list[dg.AssetDep], str]:
     """What a variant's predictions read, and what does the predicting (for the description)."""
     spec, every_day = lookup_variant(variant), dg.AllPartitionMapping()
-    if spec.fitted:
-        return [dg.AssetDep(f"{variant}_probe"), dg.AssetDep(baseline_inputs(variant))], "fitted probe"
-    if not spec.fine_tuned:
-        return [dg.AssetDep(baseline_inputs(variant))], "rule"
-    stats = [dg.AssetDep(token_kind(spec.token_asset).corpus_stats_asset)] if spec.normalized else []
-    return [
-        dg.AssetDep(f"{variant}_adapter"),  # the same (seed, tau) partition
-        dg.AssetDep(spec.token_asset, partition_mapping=every_day),
-        *stats,
-        dg.AssetDep(LABELS, partition_mapping=every_day),
-        dg.AssetDep(RAW_OHLCV, partition_mapping=every_day),
-    ], "fine-tuned policy"
+    deps = [dg.AssetDep(a, partition_mapping=every_day) if daily else dg.AssetDep(a) for a, daily in spec.inputs()]
+    return deps, spec.predictor
 
 
 def predictions_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:

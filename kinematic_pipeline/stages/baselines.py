@@ -21,6 +21,7 @@ No dagster here.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -42,8 +43,7 @@ from kinematic_pipeline.probe_models import (
 )
 from kinematic_pipeline.stages.features import read_features
 from kinematic_pipeline.stages.probe_learners import LEARNERS, FitRows
-from kinematic_pipeline.variants import BUY, HOLD, SELL
-from kinematic_pipeline.variants import variant as lookup_variant
+from kinematic_pipeline.variants import ProbeVariant, Variant, probes
 from kinematic_pipeline.warehouse.atomic import file_sha256, write_bytes_atomic
 
 CLIP = 10.0  # z-scores beyond this are clipped (a winsorization of rare extreme windows)
@@ -87,11 +87,11 @@ def train_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
     ``evaluate.probe_max_train_rows``: a sample seeded by the policy's seed) and its fit record, as ``load_probe``
     returns them (the model as the numbers it is saved as, so it predicts alike loaded or not); nothing is
     written."""
-    spec, started = policy.variant, time.perf_counter()
-    if not spec.fitted:
-        raise ValueError(f"{policy.variant.name} is not a probe")
+    variant, started = policy.variant, time.perf_counter()
+    if not probes([variant.name]):
+        raise ValueError(f"{variant.name} is not a probe")
     label = tau_column(policy.tau)
-    columns = spec.feature_columns
+    columns = variant.feature_columns
     frame = read_features(settings, policy.variant.name, policy.fold, ("train", "validation"), (label,))
     frame = frame.filter(pl.col(label).is_not_null() & (pl.col(label) >= 0))
     train, val = frame.filter(pl.col("split") == "train"), frame.filter(pl.col("split") == "validation")
@@ -109,7 +109,7 @@ def train_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
     x_val = _standardize(_matrix(val, columns), mean, std)
     y_val = val[label].to_numpy().astype(np.int64)
     rows = FitRows(x_train, y_train, x_val, y_val, weights, policy.seed, settings.probe_threads)
-    model, iterations = LEARNERS[spec.learner].fit(rows, settings.evaluate)
+    model, iterations = LEARNERS[variant.learner].fit(rows, settings.evaluate)
     val_loss = float("nan")
     if val.height:
         q = _classes3(model, model.predict_proba(x_val))
@@ -118,7 +118,7 @@ def train_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
         )
     fit = {
         "variant": policy.variant.name,
-        "learner": spec.learner,
+        "learner": variant.learner,
         "seed": policy.seed,
         "tau": policy.tau,
         "features": list(columns),
@@ -156,22 +156,22 @@ def probe_probabilities(probe: tuple[ProbeModel, dict], frame: pl.DataFrame) -> 
     return _classes3(model, model.predict_proba(x))
 
 
-def rule_actions(variant: str, frame: pl.DataFrame, tau: float) -> np.ndarray:
-    """The actions of a rule on the rows of ``frame`` (ret1, ret20)."""
-    spec = lookup_variant(variant)
-    if spec.probabilistic:
-        raise ValueError(f"{variant} is not a rule")
-    if spec.follows is None:  # always Hold
-        return np.full(frame.height, HOLD, dtype=np.int8)
-    r = frame[spec.follows].fill_null(float("nan")).to_numpy().astype(np.float64)
-    return np.where(r > tau, BUY, np.where(r < -tau, SELL, HOLD)).astype(np.int8)
+@functools.singledispatch
+def fitted_probe(variant: Variant, settings: Settings, policy: Policy) -> tuple[ProbeModel, dict] | None:
+    """What a baseline decides with: a probe's fit, loaded and checked (``load_probe``); a rule's nothing."""
+    return None
+
+
+@fitted_probe.register
+def _(variant: ProbeVariant, settings: Settings, policy: Policy) -> tuple[ProbeModel, dict] | None:
+    return load_probe(settings, policy)
 
 
 def baseline_probabilities(policy: Policy, frame: pl.DataFrame, probe: tuple[object, dict] | None) -> np.ndarray:
-    """[n, 3] probabilities of a probe (loaded: ``load_probe``), or the one-hot action of a rule (no probe)."""
-    if policy.variant.fitted:
-        return probe_probabilities(probe, frame)
-    return np.eye(3)[rule_actions(policy.variant.name, frame, policy.tau)]
+    """[n, 3] probabilities of a probe (loaded: ``fitted_probe``), or the one-hot action of a rule (no probe)."""
+    if probe is None:
+        return np.eye(3)[policy.variant.actions(frame, policy.tau)]
+    return probe_probabilities(probe, frame)
 
 
 def baseline_predictions(
@@ -187,7 +187,6 @@ def baseline_predictions(
     if tickers is not None:
         frame = frame.filter(pl.col("ticker").is_in(tickers))
     frame = frame.sort("ticker", "date")
-    if probe is None and policy.variant.fitted:
-        probe = load_probe(settings, policy)
+    probe = fitted_probe(policy.variant, settings, policy) if probe is None else probe
     probs = baseline_probabilities(policy, frame, probe)
     return predictions_frame(frame, (policy.variant.name, policy.tau, policy.seed), probs, label)

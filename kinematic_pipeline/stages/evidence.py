@@ -36,6 +36,8 @@ No dagster here.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import polars as pl
 
@@ -381,20 +383,7 @@ def data_seen(settings: Settings, variants: tuple[str, ...]) -> dict[str, str]:
     """{variant: the dates its fit, validation and normalization saw, per fold} (the contamination column)."""
     from kinematic_pipeline.window_store import fold_split
 
-    out, folds = {}, settings.folds
-    for v in variants:
-        spec = lookup_variant(v)
-        if not spec.learns:
-            out[v] = "nothing: a fixed rule (tau only)"
-            continue
-        parts = []
-        for fold in folds:
-            fit_days, val = fold_split(settings, spec.token_asset, fold)
-            span = f"fit {fit_days[0]} .. {fit_days[-1]}" if fit_days else "fit: none"
-            val_text = f"validation {val[0]} .. {val[-1]}" if val else "no validation"
-            label = f"labels <= {fold.label_end}"
-            norm = spec.normalization(fold.train_end)
-            name = "" if fold.name is None else f"fold {fold.name}: "
-            parts.append(f"{name}{span}; {val_text}; {label}; normalization: {norm}")
-        out[v] = " / ".join(parts)
-    return out
+    seen = {v: lookup_variant(v) for v in variants}
+    return {
+        v: s.data_seen(settings.folds, functools.partial(fold_split, settings, s.token_asset)) for v, s in seen.items()
+    }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from kinematic_pipeline.probe_features import features_tokenization
 from kinematic_pipeline.report.markdown import Markdown, markdown_table
 from kinematic_pipeline.run_keys import membership_columns
 from kinematic_pipeline.sources.membership import require_members
-from kinematic_pipeline.variants import UNKNOWN_LABEL
+from kinematic_pipeline.variants import UNKNOWN_LABEL, ModelVariant, Variant
 from kinematic_pipeline.warehouse import LABELS, PREDICTIONS, RAW_OHLCV, Warehouse
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import file_sha256
@@ -119,12 +120,12 @@ def predict(
     tickers: list[str] | None = None,
 ) -> Predictions:
     """Actions and probabilities of one fine-tuned classifier on every test day (or ``days``) and ticker."""
-    wh, spec = settings.warehouse, policy.variant
-    asset = spec.token_asset
+    wh, variant = settings.warehouse, policy.variant
+    asset = variant.token_asset
     days = evaluation_days(settings, asset, policy.fold) if days is None else days
     tickers = evaluation_tickers(settings, asset, days) if tickers is None else tickers
-    stats = fold_stats(settings, spec.tokenization, policy.fold) if spec.normalized else None
-    normalize = WindowNormalizer(spec, stats)
+    stats = fold_stats(settings, variant.tokenization, policy.fold) if variant.normalized else None
+    normalize = WindowNormalizer(variant, stats)
     label_col = tau_column(policy.tau)
     check_token_inputs(settings, asset, days)  # windows of the raw days as they are now, or nothing is predicted
     frame = _test_windows(wh, asset, days, tickers, label_col)
@@ -283,21 +284,36 @@ def materialize_predictions(settings: Settings, policy: Policy) -> Predictions:
     ticker-day of the test period, or the seeded sample of ``universe_tickers``), calibrated and raw; refresh the
     ``predictions`` view. Models load their adapter; probes and rules read the features file
     (``stages.baselines``)."""
-    spec = policy.variant
-    fold = policy.fold
-    asset = spec.token_asset
-    days = _check_test_period(settings, asset, fold)
+    days = _check_test_period(settings, policy.variant.token_asset, policy.fold)
     at_report_tau = same_tau(policy.tau, settings.evaluate.report_tau)
-    if not spec.fine_tuned:
-        return _run_baseline_predictions(settings, policy, days, at_report_tau)
+    result, validation, calibrated, universe = policy_predictions(policy.variant, settings, policy, days, at_report_tau)
+    return dataclasses.replace(result, path=_write(settings, policy, result, validation, calibrated, universe))
+
+
+@functools.singledispatch
+def policy_predictions(
+    variant: Variant, settings: Settings, policy: Policy, days: list[dt.date], at_report_tau: bool
+) -> tuple[Predictions, pl.DataFrame, pl.DataFrame | None, pl.DataFrame | None]:
+    """What ``materialize_predictions`` writes for ``policy`` on ``days`` (``model_predictions``), nothing written,
+    by its variant's class: a model predicts from its adapter, a probe and a rule from the features files. Each
+    checks the model's files first (a damaged one is named as such), then its class weights against the settings'
+    (refused naming both), before a row is written."""
+    from kinematic_pipeline.stages.baselines import fitted_probe
+
+    out = baseline_policy_predictions(settings, policy, days, at_report_tau, fitted_probe(variant, settings, policy))
+    check_class_weights(settings, policy)
+    return out
+
+
+@policy_predictions.register
+def _(
+    variant: ModelVariant, settings: Settings, policy: Policy, days: list[dt.date], at_report_tau: bool
+) -> tuple[Predictions, pl.DataFrame, pl.DataFrame | None, pl.DataFrame | None]:
     from kinematic_pipeline.training.run import load_classifier  # torch and PEFT: only when predicting
 
-    classifier = load_classifier(settings, policy)  # its files checked first: a damaged one is named as such
-    weights = check_class_weights(settings, policy)  # trained with the settings' weights, or refused naming both
-    result, validation, calibrated, universe = model_predictions(
-        settings, policy, classifier, days, at_report_tau, weights
-    )
-    return dataclasses.replace(result, path=_write(settings, policy, result, validation, calibrated, universe))
+    classifier = load_classifier(settings, policy)
+    weights = check_class_weights(settings, policy)
+    return model_predictions(settings, policy, classifier, days, at_report_tau, weights)
 
 
 def model_predictions(
@@ -346,33 +362,24 @@ def purge_labels(validation: pl.DataFrame, fold: Fold) -> pl.DataFrame:
     )
 
 
-def _run_baseline_predictions(settings: Settings, policy: Policy, days: list[dt.date], at_report_tau: bool):
-    result, validation, calibrated, universe = baseline_policy_predictions(settings, policy, days, at_report_tau)
-    # after the probe's files were checked (a damaged one is named as such), before anything is written
-    check_class_weights(settings, policy)  # fitted with the settings' weights, or refused naming both
-    return dataclasses.replace(result, path=_write(settings, policy, result, validation, calibrated, universe))
-
-
 def baseline_policy_predictions(
     settings: Settings, policy: Policy, days: list[dt.date], at_report_tau: bool, probe: tuple | None = None
 ) -> tuple[Predictions, pl.DataFrame, pl.DataFrame | None, pl.DataFrame | None]:
     """``model_predictions`` of a probe or a rule (from the features files): a probe's fit is ``probe`` (a
-    ``(model, fit)`` pair as ``pins.load_probe`` returns it) or, when None, the one saved for ``policy``."""
+    ``(model, fit)`` pair as ``pins.load_probe`` returns it; ``baselines.fitted_probe``), a rule's None."""
     from kinematic_pipeline.model_pins import recorded_file
-    from kinematic_pipeline.pins import features_path, load_probe
+    from kinematic_pipeline.pins import features_path
     from kinematic_pipeline.stages.baselines import baseline_predictions
 
-    spec, wh = policy.variant, settings.warehouse
-    asset = spec.token_asset
-    if probe is None and spec.fitted:
-        probe = load_probe(settings, policy)  # loaded and checked once
+    variant, wh = policy.variant, settings.warehouse
+    asset = variant.token_asset
     tickers = evaluation_tickers(settings, asset, days)
     frame = baseline_predictions(settings, policy, "test", tickers, probe)
     present = set(frame["ticker"].unique().to_list())
     fold = policy.fold
     validation = purge_labels(baseline_predictions(settings, policy, "validation", sorted(present), probe), fold)
     files = [features_path(settings, policy.variant.name, part) for part in ("training", "test")]
-    tokenization = features_tokenization(spec.feature_set)
+    tokenization = features_tokenization(variant.feature_set)
     inputs = exact.read_parquet(wh.features_inputs_file(tokenization))
     shards = [dict(asset=f"{tokenization}_features", date="", path=f, content_hash=file_sha256(f)) for f in files]
     shards += [  # the features' inputs as files of this warehouse (recorded relative to the one they were built in)
@@ -382,7 +389,7 @@ def baseline_policy_predictions(
     weights = None if probe is None else tuple(float(w) for w in probe[1]["class_weights"])  # its fit's record
     result = Predictions(frame, shards, [t for t in tickers if t not in present], class_weights=weights)
     # a probe is calibrated on its validation days as a model is; a rule's one-hot action is not
-    fitting, universe = (validation if spec.fitted else None), None
+    fitting, universe = (validation if variant.calibrated else None), None
     if at_report_tau:
         names = universe_tickers(settings, asset, days)
         universe = baseline_predictions(settings, policy, "test", names, probe)

@@ -55,8 +55,7 @@ from kinematic_pipeline.stages.training_table import (
 )
 from kinematic_pipeline.stages.verdict import read_verdict
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS
-from kinematic_pipeline.variants import BENCHMARK, FOCUS_VARIANT
-from kinematic_pipeline.variants import variant as lookup_variant
+from kinematic_pipeline.variants import BENCHMARK, FOCUS_VARIANT, models
 from kinematic_pipeline.warehouse import BACKTESTS, EQUITY_CURVES, PREDICTIONS, RAW_OHLCV
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.layout import TABLES_ASSET, TABLES_PIN_FILE
@@ -167,8 +166,8 @@ def _training_period(settings: Settings) -> str:
 
 def _context(settings: Settings, metrics: pl.DataFrame) -> dict[str, str]:
     ev, policies = settings.evaluate, metrics.filter(pl.col("variant") != BENCHMARK)
-    models = [v for v in policies["variant"].unique().to_list() if lookup_variant(v).fine_tuned]
-    trained = policies.filter(pl.col("variant").is_in(models)) if models else policies
+    fine_tuned = models(policies["variant"].unique().to_list())
+    trained = policies.filter(pl.col("variant").is_in(fine_tuned)) if fine_tuned else policies
     seeds = sorted(trained["seed"].drop_nulls().unique().to_list())
     others = sorted(set(policies["seed"].drop_nulls().unique().to_list()) - set(seeds))
     return {
@@ -185,7 +184,7 @@ def _context(settings: Settings, metrics: pl.DataFrame) -> dict[str, str]:
         f"{RULE_LABELS['calibrated']}, each Buy needing {buy_threshold(run_class_weights(settings))}; the margin "
         "rule in the decision-rules table and the verdict",
         "seeds": f"{len(seeds)} ({', '.join(map(str, seeds))})"
-        + (" for the trained models" if models else "")
+        + (" for the trained models" if fine_tuned else "")
         + (f" (rules and probes: seed {', '.join(map(str, others))})" if others else "")
         + (
             ": the profile trains one seed, so no spread over seeds is reported"

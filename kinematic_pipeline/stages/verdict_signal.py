@@ -22,7 +22,7 @@ from kinematic_pipeline.model_pins import run_class_weights
 from kinematic_pipeline.probe_features import TRIVIAL_FEATURES
 from kinematic_pipeline.stages.features import read_features
 from kinematic_pipeline.variants import TRIVIAL_PROBE as TRIVIAL
-from kinematic_pipeline.variants import variant as lookup_variant
+from kinematic_pipeline.variants import trained
 
 LEVEL = 0.05  # every verdict row's level
 POWER = 0.8  # the power of its "detectable" column
@@ -60,7 +60,7 @@ def information_beyond_trivial(
     if universe is None or universe.height == 0:
         return []
     ic = daily_ics(universe)
-    tested = [v for v in sorted(ic) if v != TRIVIAL and lookup_variant(v).learns]  # rules rank nothing
+    tested = [v for v in trained(sorted(ic)) if v != TRIVIAL]  # rules rank nothing
     rows = []
     partial = daily_partial_ics(universe, tested) if partial is None else {v: partial[v] for v in tested}
     if partial is not None:

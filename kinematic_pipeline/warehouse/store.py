@@ -208,6 +208,20 @@ class Warehouse:
         """``fit.json`` in the probe's folder: how it was fitted (rows, days, scaler, class weights)."""
         return self.probe_dir(policy) / layout.PROBE_FIT_FILE
 
+    def probe_files(self, policy: Policy) -> list[Path]:
+        """The files of a fitted probe (its model, its fit record); a clear error naming the asset when it was not
+        fitted, or was saved by an older version as a pickle (never loaded)."""
+        folder, asset = self.probe_dir(policy), f"{policy.variant.name}_probe"
+        models = [folder / name for name in layout.PROBE_MODEL_FILES.values() if (folder / name).exists()]
+        if not models and (folder / layout.PROBE_LEGACY_PICKLE).exists():
+            raise ValueError(
+                f"{folder / layout.PROBE_LEGACY_PICKLE} is a pickle saved by an older version: it is not loaded (a "
+                f"pickle runs code); re-materialize {asset} partition {policy.key}"
+            )
+        if len(models) != 1 or not self.probe_fit(policy).exists():
+            raise FileNotFoundError(f"{folder} holds no fitted probe: materialize {asset} partition {policy.key}")
+        return [models[0], self.probe_fit(policy)]
+
     def shards_used(self, model_dir: Path) -> Path:
         """What a foundation or adapter folder trained on (``training/data.py``)."""
         return Path(model_dir) / layout.SHARDS_USED_FILE

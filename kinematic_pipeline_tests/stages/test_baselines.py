@@ -21,7 +21,7 @@ from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.probe_features import N_LAST, raw_extras, token_features
-from kinematic_pipeline.stages.baselines import baseline_predictions, materialize_probe, rule_actions
+from kinematic_pipeline.stages.baselines import baseline_predictions, materialize_probe
 from kinematic_pipeline.stages.features import materialize_features
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
@@ -29,6 +29,7 @@ from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.stages.window_store import materialize_window_store
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.variants import BUY, HOLD, SELL
+from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse.atomic import file_sha256
 
 # --- the features, against loops -------------------------------------------------------------------------
@@ -77,11 +78,10 @@ def test_raw_extras_are_the_last_return_20_day_volatility_and_20_day_return():
 
 def test_momentum_rules_and_always_hold_by_hand():
     frame = pl.DataFrame({"ret1": [0.02, -0.02, 0.005, None], "ret20": [-0.5, 0.5, 0.0, 0.011]})
-    assert rule_actions("momentum_1d", frame, 0.01).tolist() == [BUY, SELL, HOLD, HOLD]
-    assert rule_actions("momentum_20d", frame, 0.01).tolist() == [SELL, BUY, HOLD, BUY]
-    assert rule_actions("always_hold", frame, 0.01).tolist() == [HOLD] * 4
-    with pytest.raises(ValueError, match="not a rule"):
-        rule_actions("lr_trivial", frame, 0.01)
+    assert lookup_variant("momentum_1d").actions(frame, 0.01).tolist() == [BUY, SELL, HOLD, HOLD]
+    assert lookup_variant("momentum_20d").actions(frame, 0.01).tolist() == [SELL, BUY, HOLD, BUY]
+    assert lookup_variant("always_hold").actions(frame, 0.01).tolist() == [HOLD] * 4
+    assert not hasattr(lookup_variant("lr_trivial"), "actions")  # a probe states probabilities; only a rule acts
 
 
 # --- probes on a universe with a strong latent drift ------------------------------------------------------

@@ -144,8 +144,10 @@ def test_the_matched_probe_at_the_largest_n_equals_a_direct_fit_of_the_same_rows
     wh = settings.warehouse
     for variant, probe in (("splinegpt", "lr_spline"), ("rawgpt_fd", "lr_fd")):
         spec = lookup_variant(probe)
-        columns, label = list(feature_columns(spec.features)), tau_column(tau)
-        training = pl.read_parquet(wh.features_file(spec.features, "training")).filter(pl.col("date") <= fold.label_end)
+        columns, label = list(feature_columns(spec.feature_set)), tau_column(tau)
+        training = pl.read_parquet(wh.features_file(spec.feature_set, "training")).filter(
+            pl.col("date") <= fold.label_end
+        )
         validation_set = set(validation_days(settings, spec.token_asset, fold))
         labelled = training.filter(pl.col(label).is_not_null() & (pl.col(label) >= 0))
         train = labelled.filter(~pl.col("date").is_in(validation_set))

@@ -20,6 +20,7 @@ from kinematic_pipeline.model_pins import (
 )
 from kinematic_pipeline.pins import StalePairError
 from kinematic_pipeline.run_keys import run_policies
+from kinematic_pipeline.variants import models, trained
 from kinematic_pipeline.warehouse.layout import PIN_FILE, PREDICTION_CLASS_WEIGHTS
 
 PAPER = (2.0, 10.0, 1.0)
@@ -31,7 +32,7 @@ def settings(tmp_path):
 
 
 def _models(settings):
-    return [p for p in run_policies(settings) if p.variant.fine_tuned]
+    return [p for p in run_policies(settings) if models([p.variant.name])]
 
 
 def _fine_tuned(settings, policy, weights=PAPER):
@@ -66,7 +67,7 @@ def test_an_adapter_that_records_no_weights_is_refused_and_a_rule_has_none(setti
     _fine_tuned(settings, policy, weights=None)
     with pytest.raises(StalePairError, match="records no class weights"):
         trained_class_weights(settings, policy)
-    rule = next(p for p in run_policies(settings) if not (p.variant.fine_tuned or p.variant.fitted))
+    rule = next(p for p in run_policies(settings) if not trained([p.variant.name]))
     assert trained_class_weights(settings, rule) is None and predictions_class_weights(settings, rule) is None
 
 

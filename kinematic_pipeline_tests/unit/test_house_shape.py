@@ -117,15 +117,49 @@ def test_nothing_below_the_stages_imports_them():
     assert upward == []
 
 
+FAMILY_FLAGS = ("fine_tuned", "fitted", "learns")  # what the flag branches asked before each family answered
+
+
+def _family_branches(source: str) -> list[int]:
+    """The lines of ``source`` that branch on a variant's family: its name compared, its class tested
+    (``isinstance(..., ModelVariant)``), or a family flag read off a variant (``spec.fine_tuned``, ``.learns``;
+    ``.fitted`` off anything but a calibration, whose own ``fitted`` says whether it converged)."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and getattr(node.left, "attr", None) == "family":
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance":
+            names = ast.walk(node.args[1]) if len(node.args) == 2 else ()
+            if any(getattr(n, "id", "").endswith("Variant") for n in names):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Attribute) and node.attr in FAMILY_FLAGS:
+            owner = getattr(node.value, "id", getattr(node.value, "attr", ""))
+            if not (node.attr == "fitted" and owner in ("self", "cal", "calibration")):
+                lines.append(node.lineno)
+    return sorted(lines)
+
+
 def test_a_variant_family_is_branched_on_only_in_the_registry():
     branches = [
-        f"{path.relative_to(ROOT)}:{k}: {line.strip()}"
+        f"{path.relative_to(ROOT)}:{k}"
         for path in sorted(PACKAGE.rglob("*.py"))
         if path.name != "variants.py"
-        for k, line in enumerate(path.read_text().splitlines(), 1)
-        if ".family ==" in line or ".family !=" in line or ".family in" in line
+        for k in _family_branches(path.read_text())
     ]
     assert branches == []
+
+
+def test_a_family_branch_is_found_when_there_is_one():
+    source = "a = spec.family == 'model'\nb = isinstance(v, ModelVariant)\nc = spec.fine_tuned\nd = p.variant.learns\n"
+    assert _family_branches(source + "e = spec.fitted\nf = self.fitted\ng = spec.family\n") == [1, 2, 3, 4, 5]
+
+
+def test_the_families_answer_what_their_flags_asked():
+    from kinematic_pipeline.variants import ALL_VARIANTS
+
+    for v in ALL_VARIANTS.values():
+        assert not any(hasattr(v, flag) for flag in FAMILY_FLAGS), v.name
+        assert {"inputs", "model_files", "data_seen", "training_record", "calibrated"} <= set(dir(v)), v.name
 
 
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
