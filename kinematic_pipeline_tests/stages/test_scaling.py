@@ -170,12 +170,12 @@ def test_the_matched_probe_at_the_largest_n_equals_a_direct_fit_of_the_same_rows
             return model.predict_proba(z(frame)).astype(np.float32).astype(np.float64)
 
         # the calibration: fitted on every ticker's labelled validation rows (unpurged: the fold's own split)
-        all_rows = pl.read_parquet(wh.features_file(spec.features, "training")).filter(pl.col("date") <= fold.train_end)
+        all_rows = pl.read_parquet(wh.features_file(spec.feature_set, "training")).filter(pl.col("date") <= fold.train_end)
         val = all_rows.filter(pl.col("date").is_in(validation_set)).sort("ticker", "date")
         val_labels = val[label].fill_null(-1).to_numpy()
         val_labels = np.where(val["date"].to_numpy() > np.datetime64(fold.label_end), -1, val_labels)
         calibration = fit_calibration(q(val), val_labels, weights)
-        test = pl.read_parquet(wh.features_file(spec.features, "test")).filter(pl.col("date") >= fold.test_start)
+        test = pl.read_parquet(wh.features_file(spec.feature_set, "test")).filter(pl.col("date") >= fold.test_start)
         test = test.sort("ticker", "date")
         qc = calibration.apply(q(test)).astype(np.float64)
         p = (qc / weights) / (qc / weights).sum(axis=1, keepdims=True)
@@ -292,7 +292,7 @@ def test_the_reference_row_is_the_trailing_volatility_forecast_of_the_learners_r
     counts = np.bincount([c for c in (_close_class(v, tau) for v in seen) if c >= 0], minlength=3)
     rates = counts / counts.sum()
     spec = lookup_variant("lr_spline")
-    test = pl.read_parquet(wh.features_file(spec.features, "test")).filter(pl.col("date") >= fold.test_start)
+    test = pl.read_parquet(wh.features_file(spec.feature_set, "test")).filter(pl.col("date") >= fold.test_start)
     loss, reference, n = 0.0, 0.0, 0
     for ticker, day in test.select("ticker", "date").unique().iter_rows():
         mine = closes[ticker]
