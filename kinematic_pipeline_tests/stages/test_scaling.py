@@ -170,7 +170,9 @@ def test_the_matched_probe_at_the_largest_n_equals_a_direct_fit_of_the_same_rows
             return model.predict_proba(z(frame)).astype(np.float32).astype(np.float64)
 
         # the calibration: fitted on every ticker's labelled validation rows (unpurged: the fold's own split)
-        all_rows = pl.read_parquet(wh.features_file(spec.feature_set, "training")).filter(pl.col("date") <= fold.train_end)
+        all_rows = pl.read_parquet(wh.features_file(spec.feature_set, "training")).filter(
+            pl.col("date") <= fold.train_end
+        )
         val = all_rows.filter(pl.col("date").is_in(validation_set)).sort("ticker", "date")
         val_labels = val[label].fill_null(-1).to_numpy()
         val_labels = np.where(val["date"].to_numpy() > np.datetime64(fold.label_end), -1, val_labels)
