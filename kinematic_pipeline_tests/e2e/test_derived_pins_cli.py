@@ -92,9 +92,9 @@ def test_a_restated_bar_is_refused_through_the_cli_until_the_features_are_rebuil
     folder = _copy(built, tmp_path)
     settings = _settings(folder)
     day = [d for d in settings.warehouse.shard_days(RAW_OHLCV) if d > CUT][3]  # a test day: the rules trade it
-    ticker = read_features(settings, RULE, ("test",)).filter(pl.col("date") == day)["ticker"][0]
+    ticker = read_features(settings, RULE, settings.folds[0], ("test",)).filter(pl.col("date") == day)["ticker"][0]
     bar = (pl.col("date") == day) & (pl.col("ticker") == ticker)
-    before = read_features(settings, RULE, ("test",), ("close",)).filter(bar)["close"][0]
+    before = read_features(settings, RULE, settings.folds[0], ("test",), ("close",)).filter(bar)["close"][0]
     source = pl.read_parquet(folder / "bars.parquet")  # the vendor corrects one close
     corrected = source.with_columns(pl.when(bar).then(pl.col("close") * 1.01).otherwise(pl.col("close")))
     corrected.with_columns(pl.max_horizontal("high", "close").alias("high")).write_parquet(folder / "bars.parquet")
@@ -108,7 +108,7 @@ def test_a_restated_bar_is_refused_through_the_cli_until_the_features_are_rebuil
         assert fragment in line, (fragment, line)
 
     _ok(_materialize(folder, EVALUATED))  # the fix: the features, then the rule's predictions on the corrected bar
-    now = read_features(settings, RULE, ("test",), ("close",)).filter(bar)["close"][0]
+    now = read_features(settings, RULE, settings.folds[0], ("test",), ("close",)).filter(bar)["close"][0]
     assert now == pytest.approx(before * 1.01)
 
 
