@@ -50,6 +50,11 @@ def feature_columns(feature_set: str) -> tuple[str, ...]:
     return TRIVIAL_FEATURES if feature_set == "trivial" else TOKEN_FEATURES
 
 
+def features_asset_name(tokenization: str) -> str:
+    """The features asset of a tokenization (``spline_features``): the decision-time features of its windows."""
+    return f"{tokenization}_features"
+
+
 def features_tokenization(feature_set: str) -> str:
     """Which tokenization's features file holds ``feature_set`` (the trivial pair: the raw tokens')."""
     return "raw" if feature_set == "trivial" else feature_set

@@ -20,6 +20,7 @@ evaluation, assets, report) looks a variant up here; the torch behaviour of a ba
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -63,7 +64,7 @@ PROBE_HEAD = HeadLayout("probe", "head.pt", False, None, "linear probe on the fr
 
 
 @dataclass(frozen=True)
-class Variant:
+class Variant(ABC):
     """What every variant has: the token asset it reads and how the report names and draws it. Its family's
     behaviour is its class (``ModelVariant``, ``ProbeVariant``, ``RuleVariant``): what its predictions read
     (``inputs``), which files make them (``model_files``), whether they are calibrated, what data it has seen
@@ -92,10 +93,10 @@ class Variant:
         """The token asset without its suffix (``spline``, ``fd``, ``raw``): the name of its statistics."""
         return self.token_asset.removesuffix("_tokens")
 
+    @abstractmethod
     def inputs(self) -> tuple[tuple[str, bool], ...]:
         """What its predictions read: (asset, over every day) pairs; an asset not read over every day is its own
         partition's or an unpartitioned one."""
-        raise NotImplementedError
 
     def model_files(self, wh, policy) -> list[Path]:
         """The files in the warehouse ``wh`` that decide ``policy``'s predictions (a rule: none); a
@@ -173,9 +174,9 @@ class _FeaturesVariant(Variant):
 
     @property
     def features_asset(self) -> str:
-        from kinematic_pipeline.probe_features import features_tokenization
+        from kinematic_pipeline.probe_features import features_asset_name, features_tokenization
 
-        return f"{features_tokenization(self.feature_set)}_features"
+        return features_asset_name(features_tokenization(self.feature_set))
 
 
 @dataclass(frozen=True)

@@ -77,11 +77,11 @@ def _settings(tmp_path, name: str, bars: pl.DataFrame, **tokenize):
     settings = load_settings(
         "ci", source="parquet", source_path=str(path), warehouse=tmp_path / name, start_date=START, end_date=END, env={}
     )
-    settings = _cut_at_cut(settings)
+    settings = _single_cut_at_cut(settings)
     return dataclasses.replace(settings, tokenize=dataclasses.replace(settings.tokenize, **tokenize))
 
 
-def _cut_at_cut(settings):
+def _single_cut_at_cut(settings):
     return dataclasses.replace(settings, split=dataclasses.replace(settings.split, folds=1, train_end=CUT))
 
 
@@ -90,7 +90,7 @@ def _tokenized_fold() -> Fold:
     modules name at import train and test on. Folds depend on the split and the start date, never on the warehouse
     (this one is never created)."""
     unused = Path(tempfile.gettempdir()) / "kp-tokenized-fold-only"
-    (fold,) = _cut_at_cut(load_settings("ci", warehouse=unused, start_date=START, end_date=END, env={})).folds
+    (fold,) = _single_cut_at_cut(load_settings("ci", warehouse=unused, start_date=START, end_date=END, env={})).folds
     return fold
 
 

@@ -13,6 +13,7 @@ from kinematic_pipeline.config import Settings
 from kinematic_pipeline.lineage import CODE_VERSIONS
 from kinematic_pipeline.orchestration.metadata import class_weights_text, dagster_metadata
 from kinematic_pipeline.orchestration.partitions import context_policy, policy_partitions
+from kinematic_pipeline.probe_features import features_asset_name
 from kinematic_pipeline.stages.probe_learners import LEARNERS
 from kinematic_pipeline.token_kinds import TOKEN_KINDS
 from kinematic_pipeline.variants import probes
@@ -21,10 +22,6 @@ from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
 from kinematic_pipeline.window_store import window_store_asset
 
 BASELINES_GROUP = "baselines"
-
-
-def features_asset_name(tokenization: str) -> str:
-    return f"{tokenization}_features"
 
 
 def baseline_inputs(variant: str) -> str:
