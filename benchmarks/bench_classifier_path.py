@@ -57,7 +57,7 @@ def _best_seconds(fn, repeats: int) -> float:
 def fine_tuning(steps: int, repeats: int) -> list[dict]:
     import torch
 
-    from kinematic_pipeline.models import weighted_cross_entropy
+    from kinematic_pipeline.tasks.buy_sell_hold import weighted_cross_entropy
 
     model, train = _classifier()
     inner = model.base_model.model

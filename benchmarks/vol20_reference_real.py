@@ -19,7 +19,8 @@ import polars as pl
 
 from kinematic_pipeline.backtest.skill import base_rates, skill_table
 from kinematic_pipeline.backtest.volatility_reference import REFERENCE_CLASS_WEIGHTS, reference_predictions
-from kinematic_pipeline.label_rules import label_returns_close, labels_from_returns
+from kinematic_pipeline.tasks.buy_sell_hold import labels_from_returns
+from kinematic_pipeline.tasks.targets import label_returns_close
 
 ROOT = Path(__file__).resolve().parents[1]
 TAU, TEST_START, TEST_END = 0.01, dt.date(2019, 1, 1), dt.date(2022, 12, 31)

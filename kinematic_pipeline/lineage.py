@@ -21,11 +21,11 @@ import polars as pl
 
 from kinematic_pipeline import __version__
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.label_rules import TAU_SQL
 from kinematic_pipeline.model_pins import check_pair, recorded_file, warehouse_path
 from kinematic_pipeline.pins import check_backtests_current, check_evaluation, stale_token_days
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report.tables import runs_at, sharpe_cell, with_days_in_market
+from kinematic_pipeline.tasks.buy_sell_hold import TAU_SQL
 from kinematic_pipeline.variants import ModelVariant, ProbeVariant, Variant, models
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import file_sha256

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from kinematic_pipeline.folds import Fold, fold_labelled, fold_named
-from kinematic_pipeline.label_rules import same_tau, tau_key
+from kinematic_pipeline.tasks.buy_sell_hold import same_tau, tau_key
 from kinematic_pipeline.variants import Variant
 from kinematic_pipeline.variants import variant as lookup_variant
 

@@ -16,9 +16,9 @@ import polars as pl
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import evaluated_folds, fold_names
-from kinematic_pipeline.label_rules import same_tau
 from kinematic_pipeline.pins import BACKTEST_KEYS, StalePairError
 from kinematic_pipeline.policy import Policy, format_policy_key
+from kinematic_pipeline.tasks.buy_sell_hold import same_tau
 from kinematic_pipeline.variants import BENCHMARK
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse.atomic import digest, file_sha256

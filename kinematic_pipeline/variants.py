@@ -1,5 +1,5 @@
 """The model variants (paper "Tokenization Ablations and External Baseline"), the simple baselines beside
-them, and the action codes.
+them.
 
 One registry says, for each variant, which token asset it reads, which channels of the token shard feed
 it, which backbone and head it trains, which files its fine-tuned head is saved in, and how the report
@@ -25,11 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-# Buy/Sell/Hold: the class index of the classifier, the label code and the action code of the backtest.
-BUY, SELL, HOLD = 0, 1, 2
-UNKNOWN_LABEL = -1  # a label whose next-day return does not exist yet
-ACTION_NAMES = ("Buy", "Sell", "Hold")  # indexed by code
-ACTION_KEYS = ("buy", "sell", "hold")  # the same, as column and metadata keys
+from kinematic_pipeline.tasks.actions import BUY, HOLD, SELL
 
 
 @dataclass(frozen=True)

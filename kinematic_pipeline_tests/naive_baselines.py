@@ -1,4 +1,4 @@
-"""Slow, obviously correct twins of the kernels in tokenize/alpha_mle.py, tokenize/baselines.py and label_rules.py."""
+"""Slow, obviously correct twins of the kernels in tokenize/alpha_mle.py, tokenize/baselines.py and tasks/buy_sell_hold.py."""
 
 from __future__ import annotations
 

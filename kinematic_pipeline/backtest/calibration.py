@@ -21,9 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline.backtest.decisions import class_weight_vector
-from kinematic_pipeline.backtest.skill import _labels, _probs
-from kinematic_pipeline.backtest.sweep import PROB_COLUMNS
+from kinematic_pipeline.tasks.actions import PROB_COLUMNS, check_labels, check_probabilities, class_weight_vector
 
 Q_FLOOR = 1e-7  # q is clipped here before the log: a float32 softmax can be exactly 0
 MIN_ROWS = 30  # fewer labelled validation rows than this: no fit, the identity
@@ -69,7 +67,7 @@ class Calibration:
         ``q`` itself (as float32: the same array when it already is)."""
         if self.is_identity:
             return np.asarray(q, dtype=np.float32)
-        z = _calibrated_logits(_log_q(_probs(q)), np.log(self.temperature), np.asarray(self.bias))
+        z = _calibrated_logits(_log_q(check_probabilities(q)), np.log(self.temperature), np.asarray(self.bias))
         return _softmax(z).astype(np.float32)
 
     def metadata(self) -> dict:
@@ -115,8 +113,8 @@ def fit_calibration(q, labels, class_weights, ridge: float = RIDGE, min_rows: in
     """
     from scipy.optimize import minimize
 
-    labels = _labels(labels)
-    q = _probs(q, labels.size)
+    labels = check_labels(labels)
+    q = check_probabilities(q, labels.size)
     w = class_weight_vector(class_weights)
     known = labels >= 0
     y, log_q = labels[known], _log_q(q[known])

@@ -11,19 +11,16 @@ Margin convention: ``buy_sell_margin`` is ln(p_buy / p_sell) of the UNWEIGHTED p
 above ln 5 is exactly q_buy > q_sell, i.e. the argmax ranks Buy above Sell. (The same statement as
 "ln(q_buy / q_sell) against 0".)
 
-Second rule (``threshold_actions``): undo the weighting (p = q / w, renormalized) and Buy when
-p_buy - p_sell > m, Sell when it is < -m, else Hold; ``choose_margin`` picks m on validation days.
-Codes: ``kinematic_pipeline.variants``. No dagster and no file I/O here.
+The second rule, the margin rule (``tasks.rules.MarginRule``), undoes the weighting (p = q / w, renormalized).
+Codes: ``tasks.actions``. No dagster and no file I/O here.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from kinematic_pipeline.backtest.skill import _labels, _probs, balanced_accuracy
-from kinematic_pipeline.variants import ACTION_NAMES, BUY, HOLD, SELL
+from kinematic_pipeline.tasks.actions import ACTION_NAMES, BUY, HOLD, SELL, check_probabilities, class_weight_vector
 
-MARGIN_GRID = tuple(round(0.01 * k, 2) for k in range(51))  # m = 0.00, 0.01, ..., 0.50 for choose_margin
 MARGIN_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)  # reported quantiles of buy_sell_margin
 FOLLOWS_PRIOR_SHARE = 0.95  # a policy taking the no-information action on >= this share of rows "follows the prior"
 _TINY = np.finfo(np.float64).tiny  # probabilities are clipped here before a log (float32 softmax can be 0)
@@ -33,63 +30,6 @@ NO_LIQUIDATION = "none"  # the policy buys at least once, so it holds a position
 CAUSE_CLASS_WEIGHTS = "class_weights"  # Sell is the no-information action and the policy follows it
 CAUSE_NO_SEPARATION = "no_separation"  # the policy departs from the prior, but Buy never outranks Sell
 CAUSE_HOLD_DOMINATES = "hold_dominates"  # Buy outranks Sell on some rows, but Hold outranks Buy there
-
-
-def class_weight_vector(class_weights) -> np.ndarray:
-    """The class weights [Buy, Sell, Hold] as a float array, checked: three positive finite numbers."""
-    w = np.asarray(class_weights, dtype=np.float64)
-    if w.shape != (3,) or not (np.isfinite(w).all() and (w > 0).all()):
-        raise ValueError(f"class_weights must be 3 positive numbers [Buy, Sell, Hold], got {class_weights}")
-    return w
-
-
-def unweighted_probabilities(q, class_weights) -> np.ndarray:
-    """p = (q / w) / sum(q / w) per row: the weighted-CE softmax q (n, 3) turned back into probabilities."""
-    q = _probs(q)
-    p = q / class_weight_vector(class_weights)
-    total = p.sum(axis=1, keepdims=True)
-    if (total <= 0).any():
-        raise ValueError(f"row {int(np.argmax(total[:, 0] <= 0))} of q is all zero")
-    return p / total
-
-
-def threshold_actions(p, margin: float) -> np.ndarray:
-    """Buy where p_buy - p_sell > margin, Sell where it is < -margin, else Hold: int8 codes, shape (n,)."""
-    p = _probs(p)
-    if not (np.isfinite(margin) and margin >= 0):
-        raise ValueError(f"margin must be a finite number >= 0, got {margin}")
-    edge = p[:, BUY] - p[:, SELL]
-    actions = np.full(edge.shape, HOLD, dtype=np.int8)
-    actions[edge > margin] = BUY
-    actions[edge < -margin] = SELL
-    return actions
-
-
-def margin_scores(p_val, labels_val, grid=MARGIN_GRID) -> np.ndarray:
-    """Balanced accuracy of ``threshold_actions(p_val, m)`` against ``labels_val`` for each m of the grid."""
-    labels = _labels(labels_val)
-    p = _probs(p_val, labels.size)
-    if not (labels >= 0).any():
-        raise ValueError("choose_margin: no known validation label")
-    return np.array([balanced_accuracy(threshold_actions(p, float(m)), labels) for m in grid])
-
-
-def choose_margin(p_val, labels_val, grid=MARGIN_GRID) -> float:
-    """The m of ``grid`` whose threshold rule has the highest balanced accuracy on the validation rows.
-
-    Only validation-day inputs enter (unweighted probabilities p_val (n, 3), labels (n,), -1 ignored), so
-    test days cannot leak into m. Balanced accuracy (mean recall over Buy, Sell, Hold) rather than a
-    trading criterion: it scores the decision the rule makes, is blind to the class mix (a constant
-    policy scores 1/3 however common its class), and does not depend on the market's drift over the
-    validation weeks, which a long/cash return criterion rewards by buying always. Ties go to the largest
-    m (the fewest trades). Deterministic: a fixed grid, no randomness.
-    """
-    grid = np.asarray(grid, dtype=np.float64)
-    if grid.ndim != 1 or grid.size == 0:
-        raise ValueError("grid must be a non-empty 1-D sequence of margins")
-    scores = margin_scores(p_val, labels_val, grid)
-    best = np.flatnonzero(scores == np.nanmax(scores))
-    return float(np.max(grid[best]))
 
 
 def no_information_action(base_rates, class_weights) -> int:
@@ -103,7 +43,7 @@ def no_information_action(base_rates, class_weights) -> int:
 
 def buy_sell_margin(q, class_weights) -> np.ndarray:
     """ln(p_buy / p_sell) of the unweighted probabilities = ln(q_buy / q_sell) + ln(w_sell / w_buy), (n,)."""
-    q = _probs(q)
+    q = check_probabilities(q)
     w = class_weight_vector(class_weights)
     return np.log(np.maximum(q[:, BUY], _TINY) / w[BUY]) - np.log(np.maximum(q[:, SELL], _TINY) / w[SELL])
 
@@ -117,7 +57,7 @@ def decision_diagnostics(q, actions, train_base_rates, class_weights) -> dict:
     ln(w_sell / w_buy), the share of those rows on which Hold still outranks Buy, the share of rows whose
     action differs from the no-information action, and the action shares.
     """
-    q = _probs(q)
+    q = check_probabilities(q)
     actions = np.asarray(actions).astype(np.int64)
     if actions.shape != (q.shape[0],) or actions.size == 0:
         raise ValueError(f"actions must have shape ({q.shape[0]},) with n >= 1, got {actions.shape}")

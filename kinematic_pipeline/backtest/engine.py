@@ -31,7 +31,7 @@ import numpy as np
 from numba import njit
 
 from kinematic_pipeline.paper_conventions import PAPER, BacktestConfig
-from kinematic_pipeline.variants import BUY, HOLD, SELL
+from kinematic_pipeline.tasks.actions import BUY, HOLD, SELL
 
 SIDE_BUY, SIDE_SELL, SIDE_TAX_SELL = 0, 1, 2  # trade sides (tax sale: shares sold to pay a tax bill)
 

@@ -12,7 +12,7 @@ from numba import njit
 
 from kinematic_pipeline import paper_conventions as paper
 from kinematic_pipeline.paper_conventions import PAPER, BacktestConfig
-from kinematic_pipeline.variants import ACTION_NAMES
+from kinematic_pipeline.tasks.actions import ACTION_NAMES
 
 PERIODS_PER_YEAR, RF_ANNUAL = paper.PERIODS_PER_YEAR, paper.RF_ANNUAL  # a run's: evaluate.backtest.rf_annual
 _ZERO_STD = 1e-12  # a daily std (or downside deviation) below this is treated as exactly 0

@@ -19,8 +19,9 @@ import numpy as np
 import polars as pl
 
 from kinematic_pipeline.backtest.sweep import predictions_frame
-from kinematic_pipeline.label_rules import label_returns_close, labels_from_returns
-from kinematic_pipeline.variants import BUY, UNKNOWN_LABEL
+from kinematic_pipeline.tasks.actions import BUY, UNKNOWN_LABEL
+from kinematic_pipeline.tasks.buy_sell_hold import labels_from_returns
+from kinematic_pipeline.tasks.targets import label_returns_close
 
 ORACLE = "oracle"  # the variant name of the informed policy's predictions and backtests
 ORACLE_DISPLAY_NAME = "Informed (latent drift)"
@@ -60,7 +61,7 @@ def latent_drift(truth: pl.DataFrame, closes: pl.DataFrame | None = None, drift:
 
 
 def close_labels(bars: pl.DataFrame, tau: float) -> pl.DataFrame:
-    """Realized Buy/Sell/Hold labels from the close-to-close return ln C_{t+1} - ln C_t (``label_rules``,
+    """Realized Buy/Sell/Hold labels from the close-to-close return ln C_{t+1} - ln C_t (``tasks.buy_sell_hold``,
     source "close"); the last session of each ticker has no next close and reads -1."""
     frame = bars.select("ticker", "date", "close").sort("ticker", "date")
     log_close = frame["close"].log().to_numpy()
@@ -86,7 +87,7 @@ def oracle_predictions(
     bars: the observed bars (ticker, date, close); the close is the fill price and, for ``drift="close"``,
         the anchor of the forecast.
     tau: the Buy/Sell threshold: action Buy if drift_t > tau, Sell if drift_t < -tau, else Hold (the label
-        rule applied to the forecast, ``label_rules.labels_from_returns``); p_buy/p_sell/p_hold are the
+        rule applied to the forecast, ``tasks.buy_sell_hold.labels_from_returns``); p_buy/p_sell/p_hold are the
         one-hot of the action, so action = argmax.
     labels: the realized labels of this tau (ticker, date, label), e.g. the labels asset's; None: the
         close-to-close labels of ``bars`` (``close_labels``). Days without one read -1.
@@ -153,7 +154,7 @@ CONDITIONAL_ORACLE_DISPLAY_NAME = "Oracle (the next return's conditional law)"
 
 def conditional_class_probabilities(drift, sd, tau: float) -> np.ndarray:
     """P(Buy), P(Sell), P(Hold) [n, 3] of a next log return r ~ N(drift, sd^2) under the label rule at ``tau``:
-    P(r > tau), P(r < -tau) and the rest (``label_rules.labels_from_returns``: Buy above tau, Sell below -tau)."""
+    P(r > tau), P(r < -tau) and the rest (``tasks.buy_sell_hold.labels_from_returns``: Buy above tau, Sell below -tau)."""
     from scipy.stats import norm
 
     drift, sd = np.asarray(drift, dtype=np.float64), np.broadcast_to(np.asarray(sd, dtype=np.float64), np.shape(drift))
@@ -173,7 +174,7 @@ def conditional_oracle_predictions(rows: pl.DataFrame, tau: float, class_weights
     cross-entropy that had learned the law exactly. So every rule reads it as it reads a model (the de-weighted q is
     p again), and the argmax rules take argmax(w ⊙ p): whatever the oracle knows, a Buy needs w_buy p_buy above
     w_sell p_sell and w_hold p_hold. Rows sorted by ticker and date."""
-    from kinematic_pipeline.backtest.decisions import class_weight_vector
+    from kinematic_pipeline.tasks.actions import class_weight_vector
 
     p = conditional_class_probabilities(rows["drift"].to_numpy(), rows["sd"].to_numpy(), tau)
     q = p * class_weight_vector(class_weights)
@@ -185,7 +186,7 @@ def least_buying_drift(tau: float, sd: float, class_weights, step: float = 0.001
     """The smallest one-day expected return, in units of ``sd``, at which the class-weighted argmax of an exactly
     calibrated forecast r ~ N(drift, sd^2) picks Buy (NaN if none up to 5 sd): what either argmax rule demands of a
     model's knowledge before it can hold a position."""
-    from kinematic_pipeline.backtest.decisions import class_weight_vector
+    from kinematic_pipeline.tasks.actions import class_weight_vector
 
     z = np.arange(0.0, 5.0 + step, step)
     q = conditional_class_probabilities(z * sd, np.full(z.size, sd), tau) * class_weight_vector(class_weights)

@@ -21,11 +21,12 @@ import datetime as dt
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline.backtest.decisions import decision_diagnostics, liquidation_cause, unweighted_probabilities
+from kinematic_pipeline.backtest.decisions import decision_diagnostics, liquidation_cause
 from kinematic_pipeline.backtest.skill import DEFAULT_BLOCK_DAYS, skill_table
 from kinematic_pipeline.backtest.skill_seeds import seed_mean_skill, seed_mean_skill_difference
-from kinematic_pipeline.backtest.sweep import PROB_COLUMNS, bootstrap_seed
-from kinematic_pipeline.label_rules import at_tau
+from kinematic_pipeline.backtest.sweep import bootstrap_seed
+from kinematic_pipeline.tasks.actions import PROB_COLUMNS, unweighted_probabilities
+from kinematic_pipeline.tasks.buy_sell_hold import at_tau
 
 POLICY_KEYS = ("variant", "tau", "seed")
 BEYOND = "log_loss_skill_beyond_reference"  # skill_beyond_reference_frame's metric (and _ci_low, _ci_high, _seed_std)

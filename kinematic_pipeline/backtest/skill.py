@@ -15,7 +15,7 @@ circular blocks of ``DEFAULT_BLOCK_DAYS`` consecutive days unless told otherwise
 
 The classifier is trained with weighted cross-entropy, so its softmax q is tilted toward the heavy classes
 (q_i ∝ w_i p_i). Log loss and Brier score are proper scores of calibrated probabilities: pass
-``decisions.unweighted_probabilities(q, class_weights)`` for them; the ranking metrics and the argmax
+``tasks.actions.unweighted_probabilities(q, class_weights)`` for them; the ranking metrics and the argmax
 metrics are of whatever probabilities are passed. No dagster and no file I/O here.
 
 Why blocks: a day's scores are not independent of its neighbours' (volatility clusters, so the rows' losses of
@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from kinematic_pipeline.backtest.metrics import brier_score
-from kinematic_pipeline.variants import BUY, SELL
+from kinematic_pipeline.tasks.actions import BUY, SELL, check_labels, check_probabilities
 
 DEFAULT_BLOCK_DAYS = 20  # trading days per resampled block (evaluate.skill_bootstrap_block_days in the stages)
 LOG_EPS = 1e-15  # probabilities are clipped to [LOG_EPS, 1] inside the log (as scikit-learn does)
@@ -71,35 +71,12 @@ __all__ = [
 # ------------------------------------------------------------------------------------------ validation
 
 
-def _labels(labels) -> np.ndarray:
-    labels = np.asarray(labels)
-    if labels.ndim != 1:
-        raise ValueError(f"labels must be 1-D, got shape {labels.shape}")
-    labels = labels.astype(np.int64)
-    bad = (labels < -1) | (labels > 2)
-    if bad.any():
-        raise ValueError(f"labels must be -1 (unknown), 0, 1 or 2; row {int(np.argmax(bad))} is {labels[bad][0]}")
-    return labels
-
-
-def _probs(probs, n: int | None = None) -> np.ndarray:
-    probs = np.asarray(probs, dtype=np.float64)
-    if probs.ndim != 2 or probs.shape[1] != 3:
-        raise ValueError(f"probs must have shape (n, 3) in the order Buy, Sell, Hold, got {probs.shape}")
-    if n is not None and probs.shape[0] != n:
-        raise ValueError(f"probs has {probs.shape[0]} rows but labels has {n}")
-    bad = ~np.isfinite(probs).all(axis=1) | (probs < 0).any(axis=1)
-    if bad.any():
-        raise ValueError(f"probs must be finite and >= 0; row {int(np.argmax(bad))} is {probs[bad][0]}")
-    return probs
-
-
 # ------------------------------------------------------------------------------------------ point metrics
 
 
 def base_rates(labels) -> np.ndarray:
     """Shares of Buy, Sell, Hold among the known labels (-1 ignored), shape (3,). ValueError if none is known."""
-    labels = _labels(labels)
+    labels = check_labels(labels)
     known = labels[labels >= 0]
     if known.size == 0:
         raise ValueError("base_rates: no known label (all are -1)")
@@ -108,8 +85,8 @@ def base_rates(labels) -> np.ndarray:
 
 def log_loss(probs, labels) -> float:
     """Mean over labelled rows of -ln p[label], p clipped to [1e-15, 1] (rows are not renormalized)."""
-    labels = _labels(labels)
-    probs = _probs(probs, labels.size)
+    labels = check_labels(labels)
+    probs = check_probabilities(probs, labels.size)
     keep = labels >= 0
     if not keep.any():
         return float("nan")
@@ -155,7 +132,7 @@ def auc_one_vs_rest(scores, is_class) -> float:
 
 
 def _confusion(predicted, labels) -> np.ndarray:
-    labels = _labels(labels)
+    labels = check_labels(labels)
     predicted = np.asarray(predicted).astype(np.int64)
     if predicted.shape != labels.shape:
         raise ValueError(f"predicted and labels must have one shape, got {predicted.shape} and {labels.shape}")
@@ -269,8 +246,8 @@ def day_resample_counts(n_days: int, n_boot: int, block_days: int = 1, seed: int
 def labelled_sample(probs, labels, days, actions=None):
     """Checked (probs (n, 3), labels (n,), days (n,), actions (n,) or None), rows with label -1 dropped.
     ValueError naming what is wrong (shapes, codes, non-finite probabilities)."""
-    labels = _labels(labels)
-    probs = _probs(probs, labels.size)
+    labels = check_labels(labels)
+    probs = check_probabilities(probs, labels.size)
     days = np.asarray(days)
     if days.shape != labels.shape:
         raise ValueError(f"days has shape {days.shape} but labels has {labels.shape}")
@@ -292,7 +269,7 @@ def reference_rates(train_base_rates, labels=None) -> np.ndarray:
     reference = np.asarray(train_base_rates, dtype=np.float64)
     n = None if labels is None else np.asarray(labels).shape[0]
     if reference.ndim == 2 and reference.shape == (n, 3) and np.isfinite(reference).all() and (reference >= 0).all():
-        return reference[_labels(labels) >= 0]
+        return reference[check_labels(labels) >= 0]
     if reference.shape != (3,) or not np.isfinite(reference).all() or (reference < 0).any():
         rows = "" if n is None else f" or ({n}, 3), one row per label"
         raise ValueError(f"train_base_rates must be 3 non-negative shares{rows}, got shape {reference.shape}")

@@ -8,7 +8,7 @@ Output frames are sorted by their key columns (nulls first), then date; see ``Sw
 
 The stored probabilities are the softmax q of a classifier trained with weighted cross-entropy
 (q_i ∝ w_i p_i), miscalibrated by construction; given those ``class_weights``, the Brier score and ECE
-columns score the de-weighted probabilities p = (q/w)/Σ(q/w) (``decisions.unweighted_probabilities``).
+columns score the de-weighted probabilities p = (q/w)/Σ(q/w) (``tasks.actions.unweighted_probabilities``).
 """
 
 from __future__ import annotations
@@ -21,10 +21,17 @@ import numpy as np
 import polars as pl
 
 from kinematic_pipeline.backtest import metrics as m
-from kinematic_pipeline.backtest.decisions import class_weight_vector, unweighted_probabilities
 from kinematic_pipeline.backtest.engine import run_backtest
 from kinematic_pipeline.paper_conventions import PAPER, BacktestConfig
-from kinematic_pipeline.variants import BENCHMARK, BUY, HOLD, SELL, UNKNOWN_LABEL
+from kinematic_pipeline.tasks.actions import (
+    BUY,
+    HOLD,
+    SELL,
+    UNKNOWN_LABEL,
+    class_weight_vector,
+    unweighted_probabilities,
+)
+from kinematic_pipeline.variants import BENCHMARK
 
 EPOCH = dt.date(1970, 1, 1)  # day 0 of polars' Date
 SERIES_KEYS = ("variant", "tau", "seed", "ticker")
@@ -83,24 +90,6 @@ def predictions_frame(frame: pl.DataFrame, key: tuple[str, float, int], probs: n
         )
         .cast(PREDICTIONS_SCHEMA)  # type: ignore[arg-type]
         .sort("ticker", "date")
-    )
-
-
-def paper_rule(predictions: pl.DataFrame) -> pl.DataFrame:
-    """The predictions under the paper's rule: the probabilities are the model's own softmax (``SOFTMAX_COLUMNS``,
-    never calibrated) and the action is their argmax, exactly as the paper trades ("the model predicts g_t = Buy":
-    its top class). A frame without the softmax columns (predictions written before they were stored) is a
-    ValueError naming the fix."""
-    missing = [c for c in SOFTMAX_COLUMNS if c not in predictions.columns]
-    if missing:
-        raise ValueError(
-            f"the predictions hold no {', '.join(missing)} (the model's own softmax): written before it was stored, "
-            "re-materialize the predictions"
-        )
-    q = predictions.select(SOFTMAX_COLUMNS).to_numpy()
-    return predictions.with_columns(
-        *[pl.col(raw).alias(p) for raw, p in zip(SOFTMAX_COLUMNS, PROB_COLUMNS)],
-        pl.Series("action", q.argmax(axis=1).astype(np.int8), dtype=pl.Int8),
     )
 
 

@@ -5,7 +5,7 @@ For a ticker's bar on day t: r_s = ln C_s - ln C_s' for each of its bars s and t
 consecutive raw bars, as the raw tokens' return channel holds them), and vol20(t) = the sample standard deviation
 (ddof 1, as ``probe_features.raw_extras``' vol20) of its last ``VOL_DAYS`` = 20 returns r_t-19 .. r_t: every one is
 known at the close of day t, the decision time, and no bar after t enters. Under a zero-mean normal next-day return
-r ~ N(0, vol20^2), at the threshold tau of the labels (``label_rules``: Buy r > tau, Sell r < -tau, else Hold):
+r ~ N(0, vol20^2), at the threshold tau of the labels (``tasks.buy_sell_hold``: Buy r > tau, Sell r < -tau, else Hold):
 
     p_buy = P(r > tau) = 1 - Phi(tau / vol20),  p_sell = P(r < -tau) = Phi(-tau / vol20),  p_hold = 1 - p_buy - p_sell
 
@@ -16,7 +16,7 @@ undefined, and its argmax is Hold, or Buy where vol20 is large enough that p_buy
 breaks the tie toward the first class).
 
 How it is scored. The models' predictions frames hold the class-weighted softmax q (q ∝ w p), and the skill code
-turns them back into p with ``decisions.unweighted_probabilities(q, class_weights)``. The reference has no class
+turns them back into p with ``tasks.actions.unweighted_probabilities(q, class_weights)``. The reference has no class
 weights: its rows hold p itself, and are scored with ``REFERENCE_CLASS_WEIGHTS`` = (1, 1, 1), for which that same
 function returns p / sum(p) = p. (Storing w p instead and de-weighting it with the models' weights would round p_buy
 and p_sell apart in float32: a score of rounding noise, ranked as if it were a signal.)

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kinematic_pipeline.label_rules import LABEL_SOURCES
 from kinematic_pipeline.paper_conventions import BacktestConfig
+from kinematic_pipeline.tasks.targets import LABEL_SOURCES
 from kinematic_pipeline.variants import BASELINE_NAMES, VARIANT_NAMES
 from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from kinematic_pipeline.config import ModelConfig, TrainConfig
@@ -69,17 +68,6 @@ class PatchTSTClassifier(nn.Module):
         return self.cls_head(features)  # (B, n_classes)
 
 
-def prior_logits(class_counts: dict[str, int] | Sequence[int], class_weights: Sequence[float]) -> np.ndarray:
-    """ln(w * pi): the logits whose weighted softmax q de-weights to the training base rates pi exactly, i.e. the
-    optimum of the weighted cross entropy for a model that knows nothing. pi is smoothed by one count per class
-    (a class never seen keeps a finite logit)."""
-    counts = np.asarray(list(class_counts.values()) if isinstance(class_counts, dict) else class_counts, float)
-    if counts.shape != (len(class_weights),) or (counts < 0).any():
-        raise ValueError(f"class counts {class_counts} do not fit the class weights {class_weights}")
-    pi = (counts + 1.0) / (counts.sum() + len(counts))
-    return np.log(np.asarray(class_weights, dtype=np.float64) * pi)
-
-
 def init_head_at_prior(head: nn.Linear, logits: np.ndarray | None) -> None:
     """Zero weights and bias ``logits``: the head predicts the prior whatever its input, so a model that learns
     nothing scores a skill of exactly 0 against the base rates (a random head scores well below it)."""
@@ -120,18 +108,6 @@ def inject_lora(
     for name, param in model.named_parameters():
         assert param.requires_grad == ("lora_" in name or "cls_head.modules_to_save" in name), name
     return model
-
-
-def weighted_cross_entropy(
-    logits: torch.Tensor, labels: torch.Tensor, class_weights: Sequence[float] = (2.0, 10.0, 1.0)
-) -> torch.Tensor:
-    """Class-weighted CE over logits (B, n_classes) and labels (B,); label -1 (unknown) is ignored."""
-    assert logits.shape[-1] == len(class_weights), "one weight per class"
-    labels = labels.long()
-    if not bool((labels != -1).any()):
-        return logits.sum() * 0.0  # a batch with no known label contributes nothing (not NaN)
-    weight = torch.as_tensor(class_weights, dtype=logits.dtype, device=logits.device)
-    return F.cross_entropy(logits, labels, weight=weight, ignore_index=-1)
 
 
 class LoraHead:

@@ -9,13 +9,13 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline.backtest.decisions import class_weight_vector
 from kinematic_pipeline.backtest.oracle import ORACLE, ORACLE_DISPLAY_NAME
 from kinematic_pipeline.backtest.policy_frames import BEYOND, PRIOR, PRIOR_DATA_SEEN, PRIOR_DISPLAY_NAME
 from kinematic_pipeline.backtest.volatility_reference import REFERENCE, REFERENCE_DATA_SEEN, REFERENCE_DISPLAY_NAME
-from kinematic_pipeline.label_rules import at_tau
 from kinematic_pipeline.report.tables import UNDEFINED, portfolio_cell, runs_at
-from kinematic_pipeline.variants import ACTION_NAMES, ALL_VARIANT_NAMES, BUY, SELL, display_name
+from kinematic_pipeline.tasks.actions import ACTION_NAMES, BUY, SELL, class_weight_vector
+from kinematic_pipeline.tasks.buy_sell_hold import at_tau
+from kinematic_pipeline.variants import ALL_VARIANT_NAMES, display_name
 from kinematic_pipeline.variants import variant as lookup_variant
 
 INFORMATION_ROWS = (  # (metric of skill_table, how the report names it)

@@ -15,14 +15,12 @@ import polars as pl
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from kinematic_pipeline.backtest.decisions import unweighted_probabilities
 from kinematic_pipeline.backtest.metrics import confusion_matrix, reliability_curve
 from kinematic_pipeline.report.tables import runs_at
+from kinematic_pipeline.tasks.actions import ACTION_NAMES, BUY, unweighted_probabilities
 from kinematic_pipeline.variants import (
-    ACTION_NAMES,
     ALL_VARIANT_NAMES,
     BENCHMARK,
-    BUY,
     FOCUS_VARIANT,
     VARIANT_NAMES,
     color,

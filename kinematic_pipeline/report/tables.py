@@ -14,13 +14,13 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline.label_rules import at_tau
+from kinematic_pipeline.tasks.buy_sell_hold import at_tau
 from kinematic_pipeline.variants import ALL_VARIANT_NAMES, BENCHMARK, VARIANT_NAMES, display_name, short_name
 
 TABLE_COLUMNS = (*VARIANT_NAMES, BENCHMARK)  # the trained models in the paper's column order, Buy & Hold last
 MISSING = "-"  # no row for this (variant, ticker, ...)
 UNDEFINED = "N/A"  # a row whose metric is NaN
-_REL_TOL = 1e-9  # cost_bps is a float read back from files: compared with a tolerance (tau: label_rules)
+_REL_TOL = 1e-9  # cost_bps is a float read back from files: compared with a tolerance (tau: tasks.buy_sell_hold)
 
 Cell = Callable[[pl.DataFrame | None], str]
 

@@ -12,10 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
-from kinematic_pipeline.backtest.decisions import choose_margin, threshold_actions, unweighted_probabilities
 from kinematic_pipeline.backtest.sweep import (
     EQUITY_SCHEMA,
     METRICS_SCHEMA,
@@ -29,6 +27,7 @@ from kinematic_pipeline.lineage import PROVENANCE_SCHEMA, provenance_frame
 from kinematic_pipeline.model_pins import check_predictions_model, predictions_class_weights, run_class_weights
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report.markdown import Markdown, markdown_table
+from kinematic_pipeline.tasks.rules import MarginRule
 from kinematic_pipeline.variants import BENCHMARK
 from kinematic_pipeline.warehouse import (
     BACKTESTS,
@@ -72,19 +71,15 @@ def margin_rule_backtests(
     """The margin rule, backtested like the calibrated argmax: undo the class weighting (p = q / w, ``weights``
     those the policy's predictions carry) and Buy /
     Sell when p_buy - p_sell exceeds +m / falls below -m, m chosen on the ``validation``-day predictions only
-    (``decisions.choose_margin``: balanced accuracy over a fixed grid). Metrics rows with ``m`` beside."""
-    ev = settings.evaluate
-    labelled = validation.filter(pl.col("label") >= 0)
-    probs = [pl.col(c) for c in ("p_buy", "p_sell", "p_hold")]
-    margin = 0.0
-    if labelled.height:
-        p_val = unweighted_probabilities(labelled.select(probs).to_numpy().astype(np.float64), weights)
-        margin = choose_margin(p_val, labelled["label"].to_numpy())
-    p_test = unweighted_probabilities(predictions.select(probs).to_numpy().astype(np.float64), weights)
-    actions = pl.Series("action", threshold_actions(p_test, margin), dtype=pl.Int8)
-    sweep = run_sweep(predictions.with_columns(actions), ev.backtest, benchmark=False, class_weights=weights)
+    (``tasks.rules.choose_margin``: balanced accuracy over a fixed grid). Metrics rows with ``m`` beside."""
+    rule = MarginRule(weights)
+    margin, rows = rule.margin(validation)
+    actions = pl.Series("action", rule.at(predictions, margin), dtype=pl.Int8)
+    sweep = run_sweep(
+        predictions.with_columns(actions), settings.evaluate.backtest, benchmark=False, class_weights=weights
+    )
     return sweep.metrics.with_columns(
-        pl.lit(margin).alias("margin"), pl.lit(labelled.height).cast(pl.Int64).alias("validation_rows")
+        pl.lit(margin).alias("margin"), pl.lit(rows).cast(pl.Int64).alias("validation_rows")
     )
 
 

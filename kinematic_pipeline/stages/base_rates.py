@@ -11,8 +11,8 @@ import polars as pl
 from kinematic_pipeline.backtest.policy_frames import PRIOR, FoldRates
 from kinematic_pipeline.backtest.skill import base_rates
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.label_rules import labels_from_returns, tau_column
 from kinematic_pipeline.pins import verified_labels
+from kinematic_pipeline.tasks.buy_sell_hold import labels_from_returns, tau_column
 from kinematic_pipeline.warehouse import LABELS
 from kinematic_pipeline.warehouse import exact_paths as exact
 
@@ -20,7 +20,7 @@ TRAINED, CLOSE = "trained", "close"  # the outcomes: the trained-on label column
 
 
 def close_labels(r_close, tau: float) -> np.ndarray:
-    """Close-to-close labels of next-day returns (``label_rules.labels_from_returns``; null/NaN -> -1)."""
+    """Close-to-close labels of next-day returns (``tasks.buy_sell_hold.labels_from_returns``; null/NaN -> -1)."""
     r = pl.Series(r_close, dtype=pl.Float64).fill_null(float("nan")).to_numpy()
     return labels_from_returns(r, tau)
 
@@ -83,8 +83,8 @@ def calibrated_prior_rows(rows: pl.DataFrame, rates: FoldRates, tau: float, clas
     ticker-day): each day its fold's validation-day base rates p, stored as a weighted-CE model's softmax q ∝ w ⊙ p
     (so the skill tables de-weight them back to p, as they do a model's). A model at its prior scores this row's
     skill after calibration, not 0."""
-    from kinematic_pipeline.backtest.decisions import class_weight_vector
     from kinematic_pipeline.backtest.sweep import predictions_frame
+    from kinematic_pipeline.tasks.actions import class_weight_vector
 
     days = rows.unique(subset=["ticker", "date"], keep="first", maintain_order=True).sort("ticker", "date")
     q = rates.rows(days["date"]) * class_weight_vector(class_weights)

@@ -32,7 +32,6 @@ import numpy as np
 import polars as pl
 
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.pins import features_path, load_probe
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.probe_models import (
@@ -43,6 +42,7 @@ from kinematic_pipeline.probe_models import (
 )
 from kinematic_pipeline.stages.features import read_features
 from kinematic_pipeline.stages.probe_learners import LEARNERS, FitRows
+from kinematic_pipeline.tasks.buy_sell_hold import tau_column
 from kinematic_pipeline.variants import ProbeVariant, Variant, probes
 from kinematic_pipeline.warehouse.atomic import file_sha256, write_bytes_atomic
 

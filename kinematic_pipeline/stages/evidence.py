@@ -41,7 +41,6 @@ import functools
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline.backtest.decisions import unweighted_probabilities
 from kinematic_pipeline.backtest.policy_frames import (
     SkillOptions,
     decision_frame,
@@ -51,7 +50,6 @@ from kinematic_pipeline.backtest.policy_frames import (
 from kinematic_pipeline.backtest.signal import daily_ic, direction_auc, ic_summary, time_series_ic
 from kinematic_pipeline.backtest.volatility_reference import REFERENCE_CLASS_WEIGHTS
 from kinematic_pipeline.config import EvalConfig, Settings
-from kinematic_pipeline.label_rules import at_tau
 from kinematic_pipeline.model_pins import run_class_weights
 from kinematic_pipeline.pins import verified_labels
 from kinematic_pipeline.report import evidence_tables as evidence_tables_report
@@ -70,7 +68,8 @@ from kinematic_pipeline.stages.pooled import (
     rule_records,
 )
 from kinematic_pipeline.stages.reference_rows import volatility_reference, with_reference_scores
-from kinematic_pipeline.variants import UNKNOWN_LABEL
+from kinematic_pipeline.tasks.actions import UNKNOWN_LABEL, unweighted_probabilities
+from kinematic_pipeline.tasks.buy_sell_hold import at_tau
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, PREDICTIONS
 from kinematic_pipeline.warehouse import exact_paths as exact

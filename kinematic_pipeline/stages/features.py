@@ -39,7 +39,6 @@ from tqdm import tqdm
 from kinematic_pipeline.calendar import session_before
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import Fold, evaluation_days, split_days
-from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.model_pins import warehouse_path
 from kinematic_pipeline.pins import (
     StalePairError,
@@ -50,6 +49,7 @@ from kinematic_pipeline.pins import (
     verified_labels,
 )
 from kinematic_pipeline.probe_features import RAW_EXTRAS, TOKEN_FEATURES, raw_extras, token_features
+from kinematic_pipeline.tasks.buy_sell_hold import tau_column
 from kinematic_pipeline.token_kinds import token_kind
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV

@@ -18,11 +18,12 @@ from tqdm.auto import tqdm
 from kinematic_pipeline import __version__
 from kinematic_pipeline.calendar import trading_day_on_or_after
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.label_rules import label_returns_close, label_returns_spline, labels_from_returns, tau_column
 from kinematic_pipeline.pins import label_inputs_digest, verified_labels
 from kinematic_pipeline.report.markdown import Markdown, markdown_table
+from kinematic_pipeline.tasks.actions import ACTION_KEYS, UNKNOWN_LABEL
+from kinematic_pipeline.tasks.buy_sell_hold import labels_from_returns, tau_column
+from kinematic_pipeline.tasks.targets import label_returns_close, label_returns_spline
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS
-from kinematic_pipeline.variants import ACTION_KEYS, UNKNOWN_LABEL
 from kinematic_pipeline.warehouse import LABELS
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import combined_hash

@@ -17,16 +17,16 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline.backtest.decisions import threshold_actions, unweighted_probabilities
 from kinematic_pipeline.backtest.oracle import conditional_oracle_predictions, latent_drift, oracle_predictions
 from kinematic_pipeline.backtest.portfolio import portfolio_summary, ticker_excess
-from kinematic_pipeline.backtest.sweep import PROB_COLUMNS, paper_rule, run_sweep
+from kinematic_pipeline.backtest.sweep import run_sweep
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.label_rules import at_tau, tau_column
 from kinematic_pipeline.model_pins import run_class_weights
 from kinematic_pipeline.pins import verified_labels
 from kinematic_pipeline.sources import make_source
-from kinematic_pipeline.variants import BUY
+from kinematic_pipeline.tasks.actions import BUY
+from kinematic_pipeline.tasks.buy_sell_hold import at_tau, tau_column
+from kinematic_pipeline.tasks.rules import MarginRule, PaperArgmax
 from kinematic_pipeline.warehouse import RAW_OHLCV
 from kinematic_pipeline.warehouse import exact_paths as exact
 
@@ -69,9 +69,8 @@ def oracle_rule_frames(settings: Settings, rows: pl.DataFrame) -> dict[str, pl.D
     """The oracle's predictions under each rule (``RULE_LABELS``' names), ready for ``run_sweep``."""
     weights = run_class_weights(settings)  # read as a model trained with the run's weights would be
     frame = conditional_oracle_predictions(rows, settings.evaluate.report_tau, weights)
-    p = unweighted_probabilities(frame.select(PROB_COLUMNS).to_numpy().astype(np.float64), weights)
-    margin = frame.with_columns(pl.Series("action", threshold_actions(p, 0.0), dtype=pl.Int8))
-    return {"paper": paper_rule(frame), "calibrated": frame, "margin": margin}
+    margin = frame.with_columns(pl.Series("action", MarginRule(weights).at(frame, 0.0), dtype=pl.Int8))
+    return {"paper": PaperArgmax().decide(frame), "calibrated": frame, "margin": margin}
 
 
 def oracle_rule_records(settings: Settings, predictions: pl.DataFrame, cost_bps: float) -> dict[str, tuple] | None:

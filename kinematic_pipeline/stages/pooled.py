@@ -23,15 +23,15 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline.backtest.decisions import threshold_actions, unweighted_probabilities
 from kinematic_pipeline.backtest.portfolio import portfolio_summary, ticker_excess
-from kinematic_pipeline.backtest.sweep import paper_rule, run_sweep
+from kinematic_pipeline.backtest.sweep import run_sweep
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.label_rules import at_tau
 from kinematic_pipeline.model_pins import check_predictions_model, run_class_weights
 from kinematic_pipeline.pins import check_backtests_current, check_evaluation, evaluation_digest, pin_evaluation
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.run_keys import keep_run_policies, run_keys_digest
+from kinematic_pipeline.tasks.buy_sell_hold import at_tau
+from kinematic_pipeline.tasks.rules import MarginRule, PaperArgmax
 from kinematic_pipeline.variants import BENCHMARK
 from kinematic_pipeline.warehouse import BACKTESTS, EQUITY_CURVES, MARGIN_BACKTESTS, PREDICTIONS
 from kinematic_pipeline.warehouse import exact_paths as exact
@@ -99,13 +99,11 @@ def _margin_actions(settings: Settings, predictions: pl.DataFrame, margins: pl.D
     """The predictions with the margin rule's actions: each fold's rows thresholded at that fold's m."""
     m = margins.select(*POLICY_KEYS, "fold", "margin").unique(subset=[*POLICY_KEYS, "fold"])
     frame = predictions.join(m, on=[*POLICY_KEYS, "fold"], how="inner")
-    q = frame.select("p_buy", "p_sell", "p_hold").to_numpy().astype(np.float64)
-    p = unweighted_probabilities(q, run_class_weights(settings))
-    margin = frame["margin"].to_numpy()
+    rule, margin = MarginRule(run_class_weights(settings)), frame["margin"].to_numpy()
     actions = np.empty(frame.height, dtype=np.int8)
     for value in np.unique(margin):
         rows = margin == value
-        actions[rows] = threshold_actions(p[rows], float(value))
+        actions[rows] = rule.at(frame.filter(pl.Series(rows)), float(value))
     return frame.with_columns(pl.Series("action", actions, dtype=pl.Int8)).drop("margin")
 
 
@@ -140,7 +138,7 @@ def pooled_evaluation(settings: Settings) -> dict[str, pl.DataFrame]:
         if margins.height:
             sweeps = _pool(settings, _margin_actions(settings, read_view(settings, PREDICTIONS), margins), False)
             frames[MARGIN_EQUITY_CURVES] = pl.concat([s.equity for s in sweeps])
-        paper = _pool(settings, paper_rule(read_view(settings, PREDICTIONS)), False)
+        paper = _pool(settings, PaperArgmax().decide(read_view(settings, PREDICTIONS)), False)
         frames[PAPER_BACKTESTS] = pl.concat([s.metrics for s in paper])
         frames[PAPER_EQUITY_CURVES] = pl.concat([s.equity for s in paper])
         for name in (MARGIN_EQUITY_CURVES, PAPER_BACKTESTS, PAPER_EQUITY_CURVES):
@@ -173,7 +171,7 @@ def pooled_evaluation(settings: Settings) -> dict[str, pl.DataFrame]:
         frames[MARGIN_EQUITY_CURVES] = with_folds(pl.concat([s.equity for s in margin_sweeps]))
     else:
         frames[MARGIN_BACKTESTS] = frames[MARGIN_EQUITY_CURVES] = margins
-    paper = _pool(settings, paper_rule(predictions), benchmark=False)
+    paper = _pool(settings, PaperArgmax().decide(predictions), benchmark=False)
     frames[PAPER_BACKTESTS] = with_folds(pl.concat([s.metrics for s in paper]))
     frames[PAPER_EQUITY_CURVES] = with_folds(pl.concat([s.equity for s in paper]))
     for name, frame in frames.items():

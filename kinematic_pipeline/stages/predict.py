@@ -23,7 +23,6 @@ from kinematic_pipeline.backtest.calibration import Calibration, calibrate_frame
 from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA, predictions_frame
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import Fold, evaluation_days
-from kinematic_pipeline.label_rules import same_tau, tau_column
 from kinematic_pipeline.model_pins import WEIGHT_COLUMNS, check_class_weights, model_files_frame
 from kinematic_pipeline.pins import check_token_inputs, fold_stats, verified_labels
 from kinematic_pipeline.policy import Policy
@@ -31,7 +30,9 @@ from kinematic_pipeline.probe_features import features_tokenization
 from kinematic_pipeline.report.markdown import Markdown, markdown_table
 from kinematic_pipeline.run_keys import membership_columns
 from kinematic_pipeline.sources.membership import require_members
-from kinematic_pipeline.variants import UNKNOWN_LABEL, ModelVariant, Variant
+from kinematic_pipeline.tasks.actions import UNKNOWN_LABEL
+from kinematic_pipeline.tasks.buy_sell_hold import same_tau, tau_column
+from kinematic_pipeline.variants import ModelVariant, Variant
 from kinematic_pipeline.warehouse import LABELS, PREDICTIONS, RAW_OHLCV, Warehouse
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import file_sha256
@@ -88,7 +89,7 @@ class Predictions:
 
     def metadata(self) -> dict:
         """What the predictions asset shows: rows, days, per-ticker action counts and the calibration."""
-        from kinematic_pipeline.variants import ACTION_KEYS
+        from kinematic_pipeline.tasks.actions import ACTION_KEYS
 
         frame = self.frame
         per_ticker = (

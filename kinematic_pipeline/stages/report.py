@@ -16,7 +16,6 @@ from kinematic_pipeline.backtest.decisions import buy_threshold
 from kinematic_pipeline.backtest.metrics import conventions
 from kinematic_pipeline.backtest.portfolio import CONVENTION as PORTFOLIO_CONVENTION
 from kinematic_pipeline.config import EvalConfig, Settings
-from kinematic_pipeline.label_rules import at_tau, same_tau
 from kinematic_pipeline.model_pins import run_class_weights
 from kinematic_pipeline.pins import check_evaluation, evaluation_digest, pin_evaluation
 from kinematic_pipeline.report import document, figures, kinematic_figures, paper, tables
@@ -54,6 +53,7 @@ from kinematic_pipeline.stages.training_table import (
     training_table,
 )
 from kinematic_pipeline.stages.verdict import read_verdict
+from kinematic_pipeline.tasks.buy_sell_hold import at_tau, same_tau
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS
 from kinematic_pipeline.variants import BENCHMARK, FOCUS_VARIANT, models
 from kinematic_pipeline.warehouse import BACKTESTS, EQUITY_CURVES, PREDICTIONS, RAW_OHLCV

@@ -33,11 +33,10 @@ def score_universe(settings: Settings, universe: pl.DataFrame, rates: dict) -> d
     """The rank IC (and its Newey-West t) of s = p_buy - p_sell of the de-weighted p against r_close, and the
     log-loss skill (with its day-bootstrap interval) on close-to-close labels against ``rates`` ({tau:
     FoldRates}: ``train_base_rates(settings)[CLOSE]``), of one policy's calibrated universe predictions."""
-    from kinematic_pipeline.backtest.decisions import unweighted_probabilities
     from kinematic_pipeline.backtest.policy_frames import skill_frame
     from kinematic_pipeline.backtest.signal import daily_ic, ic_summary
-    from kinematic_pipeline.backtest.sweep import PROB_COLUMNS
     from kinematic_pipeline.stages.evidence import CLOSE_LABEL, skill_options, with_close_labels
+    from kinematic_pipeline.tasks.actions import PROB_COLUMNS, unweighted_probabilities
 
     weights, ev = settings.train.class_weights, settings.evaluate
     returns = _returns(settings, sorted(universe["date"].unique().to_list()))

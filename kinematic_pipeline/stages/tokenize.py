@@ -29,8 +29,8 @@ from tqdm.auto import tqdm
 from kinematic_pipeline import __version__
 from kinematic_pipeline.calendar import session_before, trading_days
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.label_rules import spline_end_position
 from kinematic_pipeline.stages.alpha import AlphaLookup
+from kinematic_pipeline.tasks.targets import spline_end_position
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS, token_kind
 from kinematic_pipeline.tokenize import fd_tokens, raw_tokens, tokenize_price_windows, tokenize_volume_windows
 from kinematic_pipeline.warehouse import RAW_OHLCV

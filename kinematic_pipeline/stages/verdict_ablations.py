@@ -10,7 +10,6 @@ import numpy as np
 
 from kinematic_pipeline.backtest import multiple_testing as mt
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.label_rules import tau_key
 from kinematic_pipeline.stages.strategies import RULES, Strategies, strategy_name
 from kinematic_pipeline.stages.verdict_signal import (
     HAC_LAG,
@@ -22,6 +21,7 @@ from kinematic_pipeline.stages.verdict_signal import (
     paired,
 )
 from kinematic_pipeline.stages.verdict_trials import SHARPE_CONVENTION
+from kinematic_pipeline.tasks.buy_sell_hold import tau_key
 from kinematic_pipeline.variants import ABLATIONS, display_name
 from kinematic_pipeline.variants import variant as lookup_variant
 

@@ -27,12 +27,12 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import split_days
-from kinematic_pipeline.label_rules import same_tau, tau_column
 from kinematic_pipeline.model_pins import warehouse_path
 from kinematic_pipeline.pins import fold_stats, verified_labels
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.sampling import epoch_sample, part_of
-from kinematic_pipeline.variants import ACTION_KEYS, UNKNOWN_LABEL
+from kinematic_pipeline.tasks.actions import ACTION_KEYS, UNKNOWN_LABEL
+from kinematic_pipeline.tasks.buy_sell_hold import same_tau, tau_column
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.layout import LABELS, SHARDS_USED_SCHEMA
 from kinematic_pipeline.window_store import WindowStore, open_store, window_store_asset

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kinematic_pipeline.config import TrainConfig
-from kinematic_pipeline.models import weighted_cross_entropy
+from kinematic_pipeline.tasks.buy_sell_hold import weighted_cross_entropy
 
 
 def adamw_with_cosine(

@@ -29,11 +29,12 @@ from kinematic_pipeline.model_pins import (
     pin_foundation,
     pin_parent,
 )
-from kinematic_pipeline.models import HEADS, build_model, count_parameters, prior_logits
+from kinematic_pipeline.models import HEADS, build_model, count_parameters
 from kinematic_pipeline.pins import StalePairError
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report.markdown import Markdown, embedded_image, markdown_table
 from kinematic_pipeline.report.training_figures import curve_table, loss_curves_png
+from kinematic_pipeline.tasks.buy_sell_hold import prior_logits
 from kinematic_pipeline.training.data import WindowDataModule, write_shards_used
 from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule
 from kinematic_pipeline.training.trainer import (

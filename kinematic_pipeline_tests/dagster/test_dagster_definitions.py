@@ -195,9 +195,9 @@ def test_the_policy_partitions_are_exactly_the_runs_grid(tmp_path):
     are the report tau on the first fold and every tau on the last, each reading the foundation of its own fit;
     no partition names a policy the run never trains."""
     from kinematic_pipeline.config import load_settings
-    from kinematic_pipeline.label_rules import tau_key
     from kinematic_pipeline.policy import Policy
     from kinematic_pipeline.run_keys import policy_keys
+    from kinematic_pipeline.tasks.buy_sell_hold import tau_key
 
     settings = load_settings("ci", warehouse=tmp_path / "wh", env={})
     assert settings.split.tau_sweep_folds == "last" and [f.name for f in settings.folds] == ["2022H1", "2022H2"]

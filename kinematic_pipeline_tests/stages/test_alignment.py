@@ -1,6 +1,6 @@
 """Alignment of windows, labels, classes and normalization across training, the probes and prediction (issue 28).
 
-The label paired with a window ending on day t is the outcome of the move from t to the next session (``label_rules``:
+The label paired with a window ending on day t is the outcome of the move from t to the next session (``tasks.buy_sell_hold``:
 Buy 0 if r > tau, Sell 1 if r < -tau, Hold 2 otherwise, -1 where the next session's value is missing), the same class
 codes everywhere, and the model sees the same normalized window in training and in prediction. A reference computed
 here by hand from the source bars (close labels) or from the spline shards' end positions (the paper's spline labels)
@@ -30,13 +30,13 @@ import pytest
 import torch
 
 from kinematic_pipeline.folds import evaluation_days
-from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.pins import fold_stats
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.stages import predict as predict_mod
 from kinematic_pipeline.stages.baselines import baseline_predictions
 from kinematic_pipeline.stages.features import materialize_features, read_features
 from kinematic_pipeline.stages.predict import predict
+from kinematic_pipeline.tasks.buy_sell_hold import tau_column
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.training import data as data_mod
 from kinematic_pipeline.training.data import WindowDataModule

@@ -14,11 +14,9 @@ import polars as pl
 import pytest
 from scipy.stats import norm
 
-from kinematic_pipeline.backtest.decisions import unweighted_probabilities
 from kinematic_pipeline.backtest.skill import base_rates
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import load_settings
-from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.probe_features import N_LAST, raw_extras, token_features
 from kinematic_pipeline.stages.baselines import baseline_predictions, materialize_probe
@@ -27,8 +25,9 @@ from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.stages.window_store import materialize_window_store
+from kinematic_pipeline.tasks.actions import BUY, HOLD, SELL, unweighted_probabilities
+from kinematic_pipeline.tasks.buy_sell_hold import tau_column
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
-from kinematic_pipeline.variants import BUY, HOLD, SELL
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse.atomic import file_sha256
 

@@ -161,8 +161,8 @@ def test_written_predictions_are_calibrated_on_validation_days_only(warehouses, 
     """materialize_predictions fits the calibration on the validation-day predictions, applies it to the test, validation
     and universe frames (actions re-taken as the argmax), and keeps the raw universe beside them."""
     from kinematic_pipeline.backtest.calibration import CALIBRATION_SCHEMA, fit_calibration
-    from kinematic_pipeline.backtest.sweep import PROB_COLUMNS, SOFTMAX_COLUMNS
     from kinematic_pipeline.stages import predict as stage
+    from kinematic_pipeline.tasks.actions import PROB_COLUMNS, SOFTMAX_COLUMNS
     from kinematic_pipeline.training import run
 
     base, _ = warehouses

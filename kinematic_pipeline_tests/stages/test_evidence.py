@@ -10,11 +10,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kinematic_pipeline.backtest import decisions as d
 from kinematic_pipeline.backtest import skill as s
 from kinematic_pipeline.backtest.policy_frames import SkillOptions, decision_frame, seed_mean_skill_frame, skill_frame
 from kinematic_pipeline.backtest.skill_seeds import seed_mean_skill
 from kinematic_pipeline.backtest.sweep import INPUT_SCHEMA, bootstrap_seed
+from kinematic_pipeline.tasks.actions import unweighted_probabilities
 
 # the predictions frame as stages.predict writes it (float32 probabilities), without importing torch
 PREDICTIONS_SCHEMA = INPUT_SCHEMA | {"p_buy": pl.Float32, "p_sell": pl.Float32, "p_hold": pl.Float32}
@@ -42,7 +42,7 @@ def _arrays(group: pl.DataFrame, label_column: str = "label"):
     group = group.sort("date", "ticker")
     q = group.select("p_buy", "p_sell", "p_hold").to_numpy().astype(np.float64)
     days = group["date"].to_physical().to_numpy()
-    return d.unweighted_probabilities(q, W), group[label_column].to_numpy(), days, group["action"].to_numpy()
+    return unweighted_probabilities(q, W), group[label_column].to_numpy(), days, group["action"].to_numpy()
 
 
 def test_skill_frame_has_one_row_per_policy_with_the_numbers_of_skill_table():

@@ -33,11 +33,11 @@ from kinematic_pipeline.backtest.volatility_reference import (
 )
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.folds import Fold
-from kinematic_pipeline.label_rules import labels_from_returns, tau_column
 from kinematic_pipeline.report import evidence_tables as tables
 from kinematic_pipeline.stages import evidence as ev
 from kinematic_pipeline.stages import reference_rows
 from kinematic_pipeline.stages.labels import labels_schema
+from kinematic_pipeline.tasks.buy_sell_hold import labels_from_returns, tau_column
 from kinematic_pipeline.warehouse import LABELS
 from kinematic_pipeline_tests.conftest import record_in_manifest, single_cut
 

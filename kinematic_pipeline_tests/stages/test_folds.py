@@ -11,11 +11,9 @@ import polars as pl
 import pytest
 import torch
 
-from kinematic_pipeline.backtest.decisions import choose_margin, unweighted_probabilities
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import SyntheticConfig, TrainConfig, load_settings
 from kinematic_pipeline.folds import evaluation_days, fold_named, store_cut, walk_forward
-from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.pins import fold_stats
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.sources.synthetic import SyntheticSource
@@ -26,6 +24,9 @@ from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.stages.window_store import materialize_window_store
+from kinematic_pipeline.tasks.actions import unweighted_probabilities
+from kinematic_pipeline.tasks.buy_sell_hold import tau_column
+from kinematic_pipeline.tasks.rules import choose_margin
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 
 START, END = dt.date(2020, 6, 1), dt.date(2021, 12, 31)

@@ -6,12 +6,8 @@ import numpy as np
 import pytest
 
 from kinematic_pipeline.config import TokenizeConfig
-from kinematic_pipeline.label_rules import (
-    label_returns_close,
-    label_returns_spline,
-    labels_from_returns,
-    spline_end_position,
-)
+from kinematic_pipeline.tasks.buy_sell_hold import labels_from_returns
+from kinematic_pipeline.tasks.targets import label_returns_close, label_returns_spline, spline_end_position
 from kinematic_pipeline_tests.naive_baselines import naive_label, naive_spline_end_position
 
 

@@ -21,7 +21,6 @@ from scipy.stats import spearmanr
 from kinematic_pipeline.backtest.calibration import fit_calibration
 from kinematic_pipeline.config import TrainConfig
 from kinematic_pipeline.folds import walk_forward
-from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.probe_features import feature_columns
 from kinematic_pipeline.stages.features import materialize_features
@@ -38,6 +37,7 @@ from kinematic_pipeline.stages.scaling import (
     scratch_dir,
 )
 from kinematic_pipeline.stages.scaling_scores import BEYOND_VOL20
+from kinematic_pipeline.tasks.buy_sell_hold import tau_column
 from kinematic_pipeline.training.data import distinct_sample
 from kinematic_pipeline.training.trainer import budget_steps
 from kinematic_pipeline.variants import variant as lookup_variant

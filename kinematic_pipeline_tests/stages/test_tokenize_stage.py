@@ -10,13 +10,13 @@ import polars as pl
 import pytest
 
 from kinematic_pipeline.calendar import trading_days
-from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.stages.alpha import materialize_alpha_estimates
 from kinematic_pipeline.stages.corpus import fit_corpus_stats
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.stages.window_store import materialize_window_store
+from kinematic_pipeline.tasks.buy_sell_hold import tau_column
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.tokenize import tokenize_price_windows, tokenize_volume_windows
 from kinematic_pipeline.warehouse.atomic import file_sha256

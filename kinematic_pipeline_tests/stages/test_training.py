@@ -19,11 +19,11 @@ import torch.nn.functional as F
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.folds import split_days
-from kinematic_pipeline.label_rules import tau_column
 from kinematic_pipeline.models import build_model
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.sampling import expected_distinct_days
 from kinematic_pipeline.stages.window_store import materialize_window_store
+from kinematic_pipeline.tasks.buy_sell_hold import tau_column
 from kinematic_pipeline.training import data as data_mod
 from kinematic_pipeline.training.data import WindowDataModule
 from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule, adamw_with_cosine

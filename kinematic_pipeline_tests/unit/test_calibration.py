@@ -17,9 +17,9 @@ from kinematic_pipeline.backtest.calibration import (
     calibrate_predictions,
     fit_calibration,
 )
-from kinematic_pipeline.backtest.decisions import unweighted_probabilities
 from kinematic_pipeline.backtest.skill import log_loss
-from kinematic_pipeline.backtest.sweep import PROB_COLUMNS, predictions_frame
+from kinematic_pipeline.backtest.sweep import predictions_frame
+from kinematic_pipeline.tasks.actions import PROB_COLUMNS, unweighted_probabilities
 
 W = np.array([2.0, 10.0, 1.0])  # the paper's class weights [Buy, Sell, Hold]
 

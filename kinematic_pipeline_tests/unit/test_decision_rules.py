@@ -20,14 +20,15 @@ from kinematic_pipeline.backtest.oracle import (
     conditional_oracle_predictions,
     least_buying_drift,
 )
-from kinematic_pipeline.backtest.sweep import SOFTMAX_COLUMNS, paper_rule, predictions_frame, run_sweep
+from kinematic_pipeline.backtest.sweep import predictions_frame, run_sweep
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.folds import Fold
 from kinematic_pipeline.paper_conventions import PAPER
 from kinematic_pipeline.report import tables
 from kinematic_pipeline.sources.synthetic import PLANTED_NOISE
 from kinematic_pipeline.stages.predict import purge_labels
-from kinematic_pipeline.variants import BUY, SELL, UNKNOWN_LABEL
+from kinematic_pipeline.tasks.actions import BUY, SELL, SOFTMAX_COLUMNS, UNKNOWN_LABEL
+from kinematic_pipeline.tasks.rules import PaperArgmax
 
 PAPER_WEIGHTS = (2.0, 10.0, 1.0)
 
@@ -50,7 +51,7 @@ def test_the_papers_rule_buys_on_the_raw_softmax_where_the_calibrated_argmax_doe
     frame = calibrate_predictions(_frame(np.array([0.5, 0.3, 0.2])), Calibration(1.0, (0.0, 1.0, 0.0), 100, 1, 1, True))
     assert (frame["action"] == SELL).all()  # the calibrated argmax: 0.5 vs 0.3 e = 0.82
     assert frame["softmax_buy"].to_list() == pytest.approx([0.5] * frame.height)  # the model's own, kept
-    paper = paper_rule(frame)
+    paper = PaperArgmax().decide(frame)
     assert (paper["action"] == BUY).all() and paper["p_buy"].to_list() == pytest.approx([0.5] * frame.height)
     sweeps = {rule: run_sweep(f, PAPER, benchmark=False) for rule, f in (("paper", paper), ("calibrated", frame))}
     at = {r: s.metrics.filter(pl.col("cost_bps") == 0.0).row(0, named=True) for r, s in sweeps.items()}
@@ -68,7 +69,7 @@ def test_the_papers_rule_buys_on_the_raw_softmax_where_the_calibrated_argmax_doe
 
 def test_predictions_without_the_softmax_columns_name_the_fix():
     with pytest.raises(ValueError, match="re-materialize the predictions"):
-        paper_rule(_frame(np.array([0.5, 0.3, 0.2])).drop(list(SOFTMAX_COLUMNS)))
+        PaperArgmax().decide(_frame(np.array([0.5, 0.3, 0.2])).drop(list(SOFTMAX_COLUMNS)))
 
 
 def test_the_weighted_argmax_demands_half_a_sigma_or_more_of_the_next_day():
@@ -106,11 +107,11 @@ def _planted_rows(ic: float, n: int, seed: int = 0) -> pl.DataFrame:
 def test_the_planted_oracle_at_ic_01_is_never_bought_by_the_weighted_argmax():
     frame = conditional_oracle_predictions(_planted_rows(0.1, 100_000), 0.01, PAPER_WEIGHTS)
     assert int((frame["action"] == BUY).sum()) == 0  # 6 sd of the drift away: not one row in 100,000
-    assert int((paper_rule(frame)["action"] == BUY).sum()) == 0  # its own softmax is the same numbers
+    assert int((PaperArgmax().decide(frame)["action"] == BUY).sum()) == 0  # its own softmax is the same numbers
     strong = conditional_oracle_predictions(_planted_rows(0.4, 100_000), 0.01, PAPER_WEIGHTS)
     assert 0.01 < float((strong["action"] == BUY).mean()) < 0.2  # a strong signal does trade (~9.5% by hand)
     # what the oracle knows is all there: the de-weighted probabilities are the law itself
-    from kinematic_pipeline.backtest.decisions import unweighted_probabilities
+    from kinematic_pipeline.tasks.actions import unweighted_probabilities
 
     p = unweighted_probabilities(frame.select("p_buy", "p_sell", "p_hold").to_numpy().astype(float), PAPER_WEIGHTS)
     rows = _planted_rows(0.1, 100_000).sort("ticker", "date")

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from kinematic_pipeline.backtest import decisions as d
+from kinematic_pipeline.tasks import rules
+from kinematic_pipeline.tasks.actions import unweighted_probabilities
 from kinematic_pipeline_tests.naive_skill import naive_choose_margin, naive_threshold_actions, naive_unweighted
 
 B, S, H = 0, 1, 2
@@ -37,11 +39,11 @@ def test_the_no_information_action_under_the_paper_weights_is_sell():
 def test_undoing_the_weights_recovers_the_calibrated_probabilities():
     rng = np.random.default_rng(0)
     p = rng.dirichlet([1, 1, 1], 50)
-    np.testing.assert_allclose(d.unweighted_probabilities(_weighted(p), W), p, rtol=1e-12)
+    np.testing.assert_allclose(unweighted_probabilities(_weighted(p), W), p, rtol=1e-12)
     q = rng.dirichlet([0.5, 0.5, 0.5], 50)
-    np.testing.assert_allclose(d.unweighted_probabilities(q, W), naive_unweighted(q, W), rtol=1e-12)
+    np.testing.assert_allclose(unweighted_probabilities(q, W), naive_unweighted(q, W), rtol=1e-12)
     with pytest.raises(ValueError, match="all zero"):
-        d.unweighted_probabilities([[0.0, 0.0, 0.0]], W)
+        unweighted_probabilities([[0.0, 0.0, 0.0]], W)
 
 
 def test_a_margin_above_ln5_is_exactly_the_argmax_ranking_buy_above_sell():
@@ -58,53 +60,53 @@ def test_a_margin_above_ln5_is_exactly_the_argmax_ranking_buy_above_sell():
 
 def test_threshold_actions_buy_and_sell_only_strictly_beyond_the_margin():
     p = np.array([[0.6, 0.2, 0.2], [0.2, 0.6, 0.2], [0.45, 0.3, 0.25], [0.35, 0.35, 0.3], [0.3, 0.45, 0.25]])
-    np.testing.assert_array_equal(d.threshold_actions(p, 0.2), [B, S, H, H, H])
-    np.testing.assert_array_equal(d.threshold_actions(p, 0.0), [B, S, B, H, S])  # a tie is Hold
-    assert d.threshold_actions(p, 0.2).dtype == np.int8
+    np.testing.assert_array_equal(rules.threshold_actions(p, 0.2), [B, S, H, H, H])
+    np.testing.assert_array_equal(rules.threshold_actions(p, 0.0), [B, S, B, H, S])  # a tie is Hold
+    assert rules.threshold_actions(p, 0.2).dtype == np.int8
     with pytest.raises(ValueError, match="margin"):
-        d.threshold_actions(p, -0.1)
+        rules.threshold_actions(p, -0.1)
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_threshold_actions_and_choose_margin_match_the_loop_twins(seed):
     rng = np.random.default_rng(seed)
-    p = d.unweighted_probabilities(rng.dirichlet([1, 1, 1], 120), W)
+    p = unweighted_probabilities(rng.dirichlet([1, 1, 1], 120), W)
     if seed % 2:
         p = np.round(p * 20) / 20  # edges on the grid: ties between grid points
     labels = rng.integers(-1, 3, 120)
     for m in (0.0, 0.05, 0.2, 0.5):
-        np.testing.assert_array_equal(d.threshold_actions(p, m), naive_threshold_actions(p, m))
-    assert d.choose_margin(p, labels) == naive_choose_margin(p, labels, d.MARGIN_GRID)
+        np.testing.assert_array_equal(rules.threshold_actions(p, m), naive_threshold_actions(p, m))
+    assert rules.choose_margin(p, labels) == naive_choose_margin(p, labels, rules.MARGIN_GRID)
 
 
 def test_choose_margin_finds_the_band_that_separates_the_classes_and_prefers_the_widest():
     buy, sell, hold = [0.5, 0.2, 0.3], [0.2, 0.5, 0.3], [0.4, 0.3, 0.3]  # edges +0.3, -0.3, +0.1
     p = np.array([buy] * 3 + [sell] * 3 + [hold] * 4)
     labels = np.array([B] * 3 + [S] * 3 + [H] * 4)
-    scores = d.margin_scores(p, labels)
-    ok = [m for m, sc in zip(d.MARGIN_GRID, scores) if sc == 1.0]
+    scores = rules.margin_scores(p, labels)
+    ok = [m for m, sc in zip(rules.MARGIN_GRID, scores) if sc == 1.0]
     assert ok == [round(0.01 * k, 2) for k in range(11, 30)]  # m in [0.11, 0.29]: every row right
-    assert d.choose_margin(p, labels) == 0.29  # ties: the largest m, the fewest trades
-    assert d.choose_margin(p, labels, grid=[0.0, 0.05]) == 0.05  # a grid with no perfect m
+    assert rules.choose_margin(p, labels) == 0.29  # ties: the largest m, the fewest trades
+    assert rules.choose_margin(p, labels, grid=[0.0, 0.05]) == 0.05  # a grid with no perfect m
 
 
 def test_choose_margin_depends_only_on_its_labelled_inputs_and_is_stable():
     rng = np.random.default_rng(5)
-    p = d.unweighted_probabilities(rng.dirichlet([2, 2, 2], 300), W)
+    p = unweighted_probabilities(rng.dirichlet([2, 2, 2], 300), W)
     labels = rng.integers(-1, 3, 300)
     p_copy, labels_copy = p.copy(), labels.copy()
-    m = d.choose_margin(p, labels)
-    assert all(d.choose_margin(p, labels) == m for _ in range(3))  # no hidden state or randomness
+    m = rules.choose_margin(p, labels)
+    assert all(rules.choose_margin(p, labels) == m for _ in range(3))  # no hidden state or randomness
     np.testing.assert_array_equal(p, p_copy)  # inputs left as they were
     np.testing.assert_array_equal(labels, labels_copy)
     perm = rng.permutation(300)
-    assert d.choose_margin(p[perm], labels[perm]) == m  # row order does not matter
+    assert rules.choose_margin(p[perm], labels[perm]) == m  # row order does not matter
     unknown = labels < 0
     p_other = p.copy()
     p_other[unknown] = rng.dirichlet([1, 1, 1], int(unknown.sum()))
-    assert d.choose_margin(p_other, labels) == m  # unlabelled rows do not enter
+    assert rules.choose_margin(p_other, labels) == m  # unlabelled rows do not enter
     with pytest.raises(ValueError, match="no known validation label"):
-        d.choose_margin(p, np.full(300, -1))
+        rules.choose_margin(p, np.full(300, -1))
 
 
 # ------------------------------------------------------------------------------------------ diagnostics
@@ -197,7 +199,7 @@ def test_the_margin_rules_m_comes_from_the_validation_file_whatever_the_test_per
 
     validation = frame(120, dt.date(2020, 1, 1), 1.0)
     # validation labels that follow the unweighted Buy - Sell gap: a clear margin to find
-    p = d.unweighted_probabilities(validation.select("p_buy", "p_sell", "p_hold").to_numpy().astype(float), W)
+    p = unweighted_probabilities(validation.select("p_buy", "p_sell", "p_hold").to_numpy().astype(float), W)
     gap = p[:, 0] - p[:, 1]
     validation = validation.with_columns(
         pl.Series("label", np.where(gap > 0.1, 0, np.where(gap < -0.1, 1, 2)), dtype=pl.Int8)

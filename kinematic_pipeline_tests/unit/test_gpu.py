@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from kinematic_pipeline.config import ModelConfig
-from kinematic_pipeline.models import PatchTST, SequenceClassifier, inject_lora, weighted_cross_entropy
+from kinematic_pipeline.models import PatchTST, SequenceClassifier, inject_lora
 from kinematic_pipeline.models.gpt import KinematicGPT
+from kinematic_pipeline.tasks.buy_sell_hold import weighted_cross_entropy
 
 pytestmark = [
     pytest.mark.gpu,

@@ -19,10 +19,10 @@ from kinematic_pipeline.models import (
     count_parameters,
     inject_lora,
     lora_target_modules,
-    weighted_cross_entropy,
 )
 from kinematic_pipeline.models.gpt import apply_rotary, rotary_cos_sin
 from kinematic_pipeline.models.heads import for_inference
+from kinematic_pipeline.tasks.buy_sell_hold import weighted_cross_entropy
 from kinematic_pipeline.variants import VARIANTS
 
 CI = profile_settings("ci").model

@@ -20,7 +20,7 @@ from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA, run_sweep
 from kinematic_pipeline.config import SyntheticConfig
 from kinematic_pipeline.paper_conventions import BacktestConfig
 from kinematic_pipeline.sources.synthetic import SyntheticSource
-from kinematic_pipeline.variants import BUY, HOLD, SELL, UNKNOWN_LABEL
+from kinematic_pipeline.tasks.actions import BUY, HOLD, SELL, UNKNOWN_LABEL
 
 START, END = dt.date(2021, 1, 4), dt.date(2022, 12, 30)
 TEST_START = dt.date(2022, 1, 3)

@@ -8,8 +8,8 @@ import datetime as dt
 import pytest
 
 from kinematic_pipeline.folds import Fold, fold_labelled
-from kinematic_pipeline.label_rules import TAU_TOLERANCE, at_tau, same_tau, tau_column, tau_key
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.tasks.buy_sell_hold import TAU_TOLERANCE, at_tau, same_tau, tau_column, tau_key
 from kinematic_pipeline.variants import variant
 from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline.warehouse.layout import VALIDATION_PREDICTIONS

@@ -231,9 +231,9 @@ def test_figures_on_empty_inputs_say_no_data_instead_of_crashing(metrics, tmp_pa
 def test_the_reliability_panel_plots_the_de_weighted_buy_probability_when_given_the_class_weights():
     from matplotlib.figure import Figure
 
-    from kinematic_pipeline.backtest.decisions import unweighted_probabilities
     from kinematic_pipeline.backtest.metrics import reliability_curve
     from kinematic_pipeline.report.figures import _reliability_panel
+    from kinematic_pipeline.tasks.actions import unweighted_probabilities
 
     preds = predictions_frame().filter(pl.col("variant") == "splinegpt")
     labelled = preds.filter(pl.col("label") >= 0)

@@ -14,7 +14,6 @@ import polars as pl
 import pytest
 
 from kinematic_pipeline.backtest import skill as s
-from kinematic_pipeline.backtest.decisions import unweighted_probabilities
 from kinematic_pipeline.backtest.policy_frames import (
     BEYOND,
     SkillOptions,
@@ -30,6 +29,7 @@ from kinematic_pipeline.backtest.volatility_reference import (
     reference_predictions,
     trailing_volatility,
 )
+from kinematic_pipeline.tasks.actions import unweighted_probabilities
 from kinematic_pipeline_tests.naive_skill import naive_resampled_days
 
 DAY0 = dt.date(2023, 1, 2)

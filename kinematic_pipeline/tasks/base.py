@@ -1,0 +1,63 @@
+"""What every task is: the object a fine-tuned ``Policy`` holds, and the decision rules a task's predictions feed.
+
+A ``Task`` answers what the stages used to look up by name: its part of the partition key and the folders
+(``key``), how many sessions ahead its target reads (``horizon``: the labels' inputs and the purge), the target from
+the day's returns (``target``), the prediction columns it stores (``outputs``), its head's width, loss and prior,
+how its network's outputs become what it stores (``outputs_of``), and how those decide (``rules``: none for a
+forecast, whose predictions take no action). lightning-hydra-template's ``MNISTLitModule`` is the shape: the
+backbone is injected, the task owns the criterion. No torch at import.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import numpy as np
+import polars as pl
+
+
+class DecisionRule(ABC):
+    """How a task's stored predictions become actions: ``actions(predictions, validation)`` -> int8 codes, one per
+    row of ``predictions``; ``validation`` (the same policy's validation-day predictions, labelled) is all a rule
+    may fit on, never a test day."""
+
+    name: ClassVar[str]  # its key in tables and files: "paper", "calibrated", "margin"
+
+    @abstractmethod
+    def actions(self, predictions: pl.DataFrame, validation: pl.DataFrame | None = None) -> np.ndarray: ...
+
+    def decide(self, predictions: pl.DataFrame, validation: pl.DataFrame | None = None) -> pl.DataFrame:
+        """``predictions`` with its ``action`` column this rule's: what the cost sweep backtests."""
+        return predictions.with_columns(pl.Series("action", self.actions(predictions, validation), dtype=pl.Int8))
+
+
+class Task(ABC):
+    """A supervised target for a pretrained backbone, and everything that follows from it."""
+
+    kind: ClassVar[str]  # the task's family: "bsh"
+    horizon: ClassVar[int]  # sessions after day t its target reads (1: the next session)
+    outputs: ClassVar[tuple[str, ...]]  # the prediction columns it stores
+    head_width: ClassVar[int]  # outputs of the network's head
+
+    @property
+    @abstractmethod
+    def key(self) -> str:
+        """Its part of a policy's partition key, file stems and folders (``0.01``)."""
+
+    @abstractmethod
+    def target(self, returns: np.ndarray) -> np.ndarray:
+        """The target of each day from its forward returns (``targets.py``); a code or NaN where unknown."""
+
+    @abstractmethod
+    def loss(self, logits, target):
+        """The training loss of a batch (torch tensors), unknown targets ignored."""
+
+    @abstractmethod
+    def prior(self, counts) -> np.ndarray:
+        """The head's bias that predicts the training target's marginal whatever the input (its zero-skill start)."""
+
+    @property
+    def rules(self) -> tuple[DecisionRule, ...]:
+        """How its predictions decide (none: a forecast takes no action, so it has no backtests)."""
+        return ()

@@ -1,0 +1,151 @@
+"""The paper's task: Buy/Sell/Hold at a threshold tau, learnt with class-weighted cross-entropy.
+
+Labels ("Training Objectives & Labeling"): g_j = Buy (0) if r_j > tau, Sell (1) if r_j < -tau, else Hold (2);
+r_j == +-tau is Hold; a return not known yet (its next bar does not exist) or not defined gives -1. r_j is the next
+session's return (``targets.py``), so the horizon is 1.
+
+The head has three outputs and learns with weighted cross-entropy w = [w_buy, w_sell, w_hold] (paper [2, 10, 1]),
+so its softmax approximates q_i ∝ w_i p_i; it starts at the weighted prior ln(w * pi) (``prior``). Its decisions
+are the three rules of ``rules.py``.
+
+tau, the task's one parameter besides w, has its one home here: how a tau is spelled as a partition key and
+folder (``tau_key``), as a labels column (``tau_column``), and how two taus read back from keys, columns or SQL
+compare (``same_tau``, ``at_tau``, ``TAU_SQL``): one tolerance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+import polars as pl
+
+from kinematic_pipeline.tasks.actions import (
+    BUY,
+    HOLD,
+    PROB_COLUMNS,
+    SELL,
+    UNKNOWN_LABEL,
+    class_weight_vector,
+    unweighted_probabilities,
+)
+from kinematic_pipeline.tasks.base import DecisionRule, Task
+from kinematic_pipeline.tasks.rules import CalibratedArgmax, MarginRule, PaperArgmax
+
+PAPER_CLASS_WEIGHTS = (2.0, 10.0, 1.0)  # [Buy, Sell, Hold]: the paper's w
+TAU_TOLERANCE = 1e-12  # two taus are the same when they differ by less (floats read back from text)
+TAU_SQL = f"abs(tau - ?) < {TAU_TOLERANCE}"  # the same comparison in the catalog's SQL (one ? for the tau)
+
+
+def tau_key(tau: float) -> str:
+    """A tau as partition keys, folders and file stems spell it: ``0.01``, ``0.0025``."""
+    return f"{float(tau):g}"
+
+
+def tau_column(tau: float) -> str:
+    """The labels column of threshold ``tau``: ``label_tau_0p0025`` for tau = 0.0025."""
+    return "label_tau_" + f"{float(tau):.4f}".replace(".", "p")
+
+
+def same_tau(a: float, b: float) -> bool:
+    return abs(float(a) - float(b)) < TAU_TOLERANCE
+
+
+def at_tau(tau: float, column: str = "tau") -> pl.Expr:
+    """Rows whose ``column`` is ``tau`` (null never matches)."""
+    return ((pl.col(column) - float(tau)).abs() < TAU_TOLERANCE).fill_null(False)
+
+
+def labels_from_returns(r, tau: float) -> np.ndarray:
+    """int8 labels: 0 Buy (r > tau), 1 Sell (r < -tau), 2 Hold (otherwise), -1 where r is NaN."""
+    tau = float(tau)
+    if not (np.isfinite(tau) and tau >= 0):
+        raise ValueError(f"tau must be finite and >= 0, got {tau!r}")
+    r = np.asarray(r, dtype=np.float64)
+    if np.isinf(r).any():
+        raise ValueError("r has infinite values")
+    labels = np.full(r.shape, HOLD, dtype=np.int8)
+    labels[r > tau] = BUY
+    labels[r < -tau] = SELL
+    labels[np.isnan(r)] = UNKNOWN_LABEL
+    return labels
+
+
+def prior_logits(class_counts: dict[str, int] | Sequence[int], class_weights: Sequence[float]) -> np.ndarray:
+    """ln(w * pi): the logits whose weighted softmax q de-weights to the training base rates pi exactly, i.e. the
+    optimum of the weighted cross entropy for a model that knows nothing. pi is smoothed by one count per class
+    (a class never seen keeps a finite logit)."""
+    counts = np.asarray(list(class_counts.values()) if isinstance(class_counts, dict) else class_counts, float)
+    if counts.shape != (len(class_weights),) or (counts < 0).any():
+        raise ValueError(f"class counts {class_counts} do not fit the class weights {class_weights}")
+    pi = (counts + 1.0) / (counts.sum() + len(counts))
+    return np.log(np.asarray(class_weights, dtype=np.float64) * pi)
+
+
+def weighted_cross_entropy(logits, labels, class_weights: Sequence[float] = PAPER_CLASS_WEIGHTS):
+    """Class-weighted CE over logits (B, n_classes) and labels (B,) (torch tensors); label -1 (unknown) is ignored."""
+    import torch  # the task is read where torch is not: only a training step gets here
+    import torch.nn.functional as F
+
+    assert logits.shape[-1] == len(class_weights), "one weight per class"
+    labels = labels.long()
+    if not bool((labels != UNKNOWN_LABEL).any()):
+        return logits.sum() * 0.0  # a batch with no known label contributes nothing (not NaN)
+    weight = torch.as_tensor(class_weights, dtype=logits.dtype, device=logits.device)
+    return F.cross_entropy(logits, labels, weight=weight, ignore_index=UNKNOWN_LABEL)
+
+
+@dataclass(frozen=True)
+class BuySellHold(Task):
+    """Buy/Sell/Hold at threshold ``tau`` with class weights ``class_weights`` [Buy, Sell, Hold]."""
+
+    tau: float
+    class_weights: tuple[float, float, float] = field(default=PAPER_CLASS_WEIGHTS, compare=False)
+
+    kind: ClassVar[str] = "bsh"
+    horizon: ClassVar[int] = 1
+    outputs: ClassVar[tuple[str, ...]] = PROB_COLUMNS
+    head_width: ClassVar[int] = 3
+
+    def __post_init__(self) -> None:
+        tau = float(self.tau)
+        if not (np.isfinite(tau) and tau >= 0):
+            raise ValueError(f"tau must be finite and >= 0, got {self.tau!r}")
+        object.__setattr__(self, "tau", tau)
+        object.__setattr__(self, "class_weights", tuple(float(w) for w in class_weight_vector(self.class_weights)))
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, BuySellHold):
+            return NotImplemented
+        return same_tau(self.tau, other.tau)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.key))
+
+    @property
+    def key(self) -> str:
+        return tau_key(self.tau)
+
+    @property
+    def label_column(self) -> str:
+        """Its column of the labels asset."""
+        return tau_column(self.tau)
+
+    def target(self, returns: np.ndarray) -> np.ndarray:
+        return labels_from_returns(returns, self.tau)
+
+    def loss(self, logits, target):
+        return weighted_cross_entropy(logits, target, self.class_weights)
+
+    def prior(self, counts) -> np.ndarray:
+        return prior_logits(counts, self.class_weights)
+
+    def deweighted(self, q) -> np.ndarray:
+        """p = (q / w) / sum(q / w): the probabilities the weighted softmax q (n, 3) stands for."""
+        return unweighted_probabilities(q, self.class_weights)
+
+    @property
+    def rules(self) -> tuple[DecisionRule, ...]:
+        return (PaperArgmax(), CalibratedArgmax(), MarginRule(self.class_weights))
