@@ -38,7 +38,8 @@ import torch  # noqa: E402
 from kinematic_pipeline.config import load_settings  # noqa: E402
 from kinematic_pipeline.folds import fold_names  # noqa: E402
 from kinematic_pipeline.models import build_model  # noqa: E402
-from kinematic_pipeline.policy import Policy  # noqa: E402
+from kinematic_pipeline.policy import Foundation, Policy  # noqa: E402
+from kinematic_pipeline.run_keys import run_task  # noqa: E402
 from kinematic_pipeline.training.run import finetune, pretrain  # noqa: E402
 from kinematic_pipeline.variants import variant as lookup_variant  # noqa: E402
 from kinematic_pipeline.warehouse.layout import MODEL_FILE  # noqa: E402
@@ -162,7 +163,8 @@ def main() -> None:
         for variant in variants:
             for stage in args.stages:
                 on = later[0] if stage == "warm_start" else fold
-                policy = Policy.named(settings.folds, variant, seed, args.tau if stage == "finetune" else None, on)
+                foundation = Foundation.named(settings.folds, variant, seed, on)
+                policy = foundation.on(run_task(settings, args.tau)) if stage == "finetune" else foundation
                 one, two = (run(settings, policy, stage, k, Path(tmp) / f"{variant}_{stage}_{k}x") for k in (1, 2))
                 gain = (one["best_val_loss"] - two["best_val_loss"]) / abs(one["best_val_loss"])
                 row = {

@@ -41,6 +41,7 @@ import polars as pl  # noqa: E402
 from kinematic_pipeline.config import load_settings  # noqa: E402
 from kinematic_pipeline.folds import evaluation_days  # noqa: E402
 from kinematic_pipeline.policy import Policy  # noqa: E402
+from kinematic_pipeline.run_keys import run_task  # noqa: E402
 from kinematic_pipeline.stages.scaling_scores import score_universe  # noqa: E402
 from kinematic_pipeline.stages.training_table import LEARNABILITY_TEST_SCHEMA, learnability_test_png  # noqa: E402
 from kinematic_pipeline.variants import variant as lookup_variant  # noqa: E402
@@ -149,7 +150,7 @@ def main() -> None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for name in variants:
-            policy = Policy(name, seed, tau, fold)
+            policy = Policy(name, run_task(settings, tau), seed, fold)
             days = evaluation_days(settings, lookup_variant(name).token_asset, fold)
             rows += transformer_rows(settings, policy, fold, days, rates, Path(tmp) / name, commit)
             probe = probe_row(settings, policy, fold, days, rates, commit)

@@ -34,7 +34,7 @@ from bench_training import ensure_warehouse, step_flops  # noqa: E402
 
 from kinematic_pipeline.config import load_settings  # noqa: E402
 from kinematic_pipeline.models import build_model  # noqa: E402
-from kinematic_pipeline.policy import Policy  # noqa: E402
+from kinematic_pipeline.policy import Foundation  # noqa: E402
 from kinematic_pipeline.training.data import WindowDataModule  # noqa: E402
 from kinematic_pipeline.training.modules import adamw_with_cosine, warmup_steps  # noqa: E402
 from kinematic_pipeline.training.trainer import configure_threads  # noqa: E402
@@ -140,7 +140,7 @@ def main() -> None:
     settings = load_settings(profile, **overrides)
     ensure_warehouse(settings, args.end)
     fold = settings.folds[0]  # the first walk-forward fold (the real profile's 2019: training to 2018)
-    dm = WindowDataModule(settings, Policy(VARIANT, settings.train.seeds[0], None, fold))
+    dm = WindowDataModule(settings, Foundation(VARIANT, settings.train.seeds[0], fold))
     dm.setup()
     val = [b for b in dm.val_dataloader()]
     cfg = settings.train

@@ -30,6 +30,7 @@ import sklearn.linear_model  # noqa: E402, F401
 
 from kinematic_pipeline.config import load_settings  # noqa: E402
 from kinematic_pipeline.policy import Policy  # noqa: E402
+from kinematic_pipeline.run_keys import run_task  # noqa: E402
 from kinematic_pipeline.stages.baselines import baseline_predictions, materialize_probe  # noqa: E402
 from kinematic_pipeline.variants import probes  # noqa: E402
 
@@ -62,7 +63,7 @@ def main() -> None:
         f"{'probe':<18} {'fit s':>8} {'x ref':>7} {'iters':>6} {'val loss':>9} {'universe rows':>14} {'predict s':>10}"
     )
     for variant in fitted:
-        policy = Policy(variant, 0, args.tau, settings.folds[0])
+        policy = Policy(variant, run_task(settings, args.tau), 0, settings.folds[0])
         started = time.perf_counter()
         fit = materialize_probe(settings, policy).fit
         fit_s = time.perf_counter() - started

@@ -46,7 +46,7 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 from kinematic_pipeline.calendar import trading_days  # noqa: E402
 from kinematic_pipeline.config import load_settings  # noqa: E402
 from kinematic_pipeline.models import build_model  # noqa: E402
-from kinematic_pipeline.policy import Policy  # noqa: E402
+from kinematic_pipeline.policy import Foundation  # noqa: E402
 from kinematic_pipeline.stages.window_store import materialize_window_store  # noqa: E402
 from kinematic_pipeline.training.data import WindowDataModule  # noqa: E402
 from kinematic_pipeline.training.modules import PretrainModule, adamw_with_cosine  # noqa: E402
@@ -380,7 +380,7 @@ def main() -> None:
     settings = load_settings("demo", warehouse=args.warehouse, env={})
     ensure_warehouse(settings, args.end)
     cfg = settings.train
-    dm = WindowDataModule(settings, Policy(VARIANT, settings.train.seeds[0], None, settings.folds[0]))
+    dm = WindowDataModule(settings, Foundation(VARIANT, settings.train.seeds[0], settings.folds[0]))
     dm.setup()
     print(
         f"demo profile: {VARIANT} d_model={settings.model.d_model} layers={settings.model.n_layers}, batch "

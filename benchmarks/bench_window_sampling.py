@@ -35,7 +35,7 @@ import torch  # noqa: E402
 
 from kinematic_pipeline.config import load_settings  # noqa: E402
 from kinematic_pipeline.models import build_model  # noqa: E402
-from kinematic_pipeline.policy import Policy  # noqa: E402
+from kinematic_pipeline.policy import Foundation  # noqa: E402
 from kinematic_pipeline.sampling import expected_distinct_days  # noqa: E402
 from kinematic_pipeline.stages.window_store import materialize_window_store  # noqa: E402
 from kinematic_pipeline.training.data import WindowDataModule  # noqa: E402
@@ -105,7 +105,7 @@ def main() -> None:
     settings = load_settings(args.profile, warehouse=args.warehouse)
     asset = lookup_variant(args.variant).token_asset
     ensure_store(settings, asset)
-    dm = WindowDataModule(settings, Policy(args.variant, settings.train.seeds[0], None, settings.folds[0]))
+    dm = WindowDataModule(settings, Foundation(args.variant, settings.train.seeds[0], settings.folds[0]))
     dm.setup()
     cfg = settings.train
     store = dm.store

@@ -217,7 +217,7 @@ def lineage(
     from kinematic_pipeline.lineage import LineageReport, pooled_record, trace, trace_pooled
     from kinematic_pipeline.pins import StalePairError
     from kinematic_pipeline.policy import Policy
-    from kinematic_pipeline.run_keys import policy_seeds, run_policies
+    from kinematic_pipeline.run_keys import policy_seeds, run_policies, run_task
 
     variants = settings.evaluated_variants
     if model not in variants:
@@ -232,7 +232,7 @@ def lineage(
     # either, the chains of that fold and/or seed only, each on its own.
     folds = evaluated_folds(settings, tau) if fold is None else (fold,)
     seeds = policy_seeds(settings, model) if seed is None else (seed,)
-    chains = [Policy.named(settings.folds, model, s, tau, f) for f in folds for s in seeds]
+    chains = [Policy.named(settings.folds, model, s, run_task(settings, tau), f) for f in folds for s in seeds]
     if fold is None and seed is None:  # the report's record: the run's policies only (KP_SEEDS, the taus, folds)
         grid = set(run_policies(settings))
         chains = [p for p in chains if p in grid]

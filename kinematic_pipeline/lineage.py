@@ -148,7 +148,7 @@ def provenance_frame(settings: Settings, policy: Policy, *, outputs: dict[str, P
     frame = pl.DataFrame(rows, schema={k: v for k, v in PROVENANCE_SCHEMA.items() if k not in keys})
     frame = frame.with_columns(
         pl.lit(variant).alias("variant"),
-        pl.lit(policy.tau).alias("tau"),
+        pl.lit(policy.task.tau).alias("tau"),
         pl.lit(policy.seed).alias("seed"),
         pl.lit(policy.fold.label).alias("fold"),
     )
@@ -271,7 +271,7 @@ def _concluded(report: LineageReport, what: str) -> LineageReport:
 def _chain(settings: Settings, policy: Policy, ticker: str, cost_bps: float | None) -> LineageReport:
     wh, report = settings.warehouse, LineageReport()
     cost = settings.evaluate.report_cost_bps if cost_bps is None else cost_bps
-    variant, tau, seed = policy.variant.name, policy.tau, policy.seed
+    variant, tau, seed = policy.variant.name, policy.task.tau, policy.seed
     fold = policy.fold.label
     metrics = wh.query(
         f"SELECT * FROM backtests WHERE variant = ? AND {TAU_SQL} AND ticker = ? AND cost_bps = ? AND seed = ? "
@@ -413,5 +413,5 @@ def _fold_row(settings: Settings, policy: Policy, ticker: str, cost: float) -> d
     return settings.warehouse.query(
         f"SELECT days, first_date, last_date FROM backtests WHERE variant = ? AND {TAU_SQL} AND ticker = ? "
         "AND cost_bps = ? AND seed = ? AND fold = ?",
-        [policy.variant.name, policy.tau, ticker, cost, policy.seed, fold],
+        [policy.variant.name, policy.task.tau, ticker, cost, policy.seed, fold],
     ).row(0, named=True)

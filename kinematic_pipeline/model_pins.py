@@ -13,7 +13,7 @@ import polars as pl
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.pins import StalePairError, rematerialize
-from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.policy import Foundation, Policy
 from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import file_sha256, write_bytes_atomic
@@ -140,7 +140,7 @@ def parent_foundation(settings: Settings, policy: Policy) -> Policy | None:
     folds = settings.folds
     if not settings.train.warm_start or policy.fold not in folds or folds.index(policy.fold) == 0:
         return None
-    return Policy(policy.variant, policy.seed, None, folds[folds.index(policy.fold) - 1])
+    return Foundation(policy.variant, policy.seed, folds[folds.index(policy.fold) - 1])
 
 
 def pin_parent(wh: Warehouse, foundation_dir: Path, parent: Path | None, parent_sha256: str | None) -> Path:

@@ -17,8 +17,8 @@ import polars as pl
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import evaluated_folds, fold_names
 from kinematic_pipeline.pins import BACKTEST_KEYS, StalePairError
-from kinematic_pipeline.policy import Policy, format_policy_key
-from kinematic_pipeline.tasks.buy_sell_hold import same_tau
+from kinematic_pipeline.policy import KEY_SEPARATOR, Policy, format_fit_key
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold, same_tau, tau_key
 from kinematic_pipeline.variants import BENCHMARK
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse.atomic import digest, file_sha256
@@ -31,6 +31,11 @@ def policy_seeds(settings: Settings, variant: str | None = None) -> tuple[int, .
     if variant is None or lookup_variant(variant).seeded:
         return settings.train.seeds
     return (0,)
+
+
+def run_task(settings: Settings, tau: float) -> BuySellHold:
+    """The run's Buy/Sell/Hold task at ``tau``: with the class weights it trains with (``train.class_weights``)."""
+    return BuySellHold(tau, settings.train.class_weights)
 
 
 def policy_taus(settings: Settings, variant: str | None = None) -> tuple[float, ...]:
@@ -48,7 +53,7 @@ def policy_keys(settings: Settings, variant: str | None = None) -> list[str]:
     folds = {tau: evaluated_folds(settings, tau) for tau in taus}
     swept = seeds[:1] if settings.split.tau_sweep_seeds == "first" else seeds
     return [
-        format_policy_key(fold, seed, tau)
+        f"{format_fit_key(fold, seed)}{KEY_SEPARATOR}{tau_key(tau)}"
         for fold in fold_names(settings)
         for seed in seeds
         for tau in taus
@@ -59,7 +64,9 @@ def policy_keys(settings: Settings, variant: str | None = None) -> list[str]:
 def run_policies(settings: Settings) -> list[Policy]:
     """Every evaluated variant's policies of the run (``settings.evaluated_variants`` x ``policy_keys``)."""
     return [
-        Policy.from_key(v, key, settings.folds) for v in settings.evaluated_variants for key in policy_keys(settings, v)
+        Policy.from_key(v, key, settings.folds, settings.train.class_weights)
+        for v in settings.evaluated_variants
+        for key in policy_keys(settings, v)
     ]
 
 
@@ -82,7 +89,7 @@ def keep_run_policies(settings: Settings, frame: pl.DataFrame) -> pl.DataFrame:
         return frame
     grid: dict[tuple, list[float]] = {}
     for p in run_policies(settings):
-        grid.setdefault((p.variant.name, p.seed, p.fold.label), []).append(p.tau)
+        grid.setdefault((p.variant.name, p.seed, p.fold.label), []).append(p.task.tau)
     keys = frame.select(KEY_COLUMNS).unique()
     keep = keys.filter(
         pl.Series([_in_run(settings, grid, row) for row in keys.iter_rows(named=True)], dtype=pl.Boolean)
@@ -119,7 +126,7 @@ def one_universe(settings: Settings, frames: list[pl.DataFrame]) -> list[pl.Data
         current = pl.select(now[1])[MEMBERSHIP_COLUMNS[1]][0]
         (a, first), (b, second) = sorted(seen.items(), key=lambda kv: kv[0][1] == current, reverse=True)[:2]
         row = second.row(0, named=True)
-        policy = Policy.from_row(row, settings.folds)
+        policy = Policy.from_row(row, settings.folds, settings.train.class_weights)
         raise StalePairError(
             f"the universes compared were drawn under different membership files: {first['variant'][0]}'s under "
             f"{a[0] or '(none)'} sha256 {a[1][:16] or '-'}, {policy.variant.name}'s under {b[0] or '(none)'} sha256 "

@@ -20,7 +20,6 @@ from kinematic_pipeline.models.heads import (
     lora_target_modules,
 )
 from kinematic_pipeline.models.patchtst import PatchTST
-from kinematic_pipeline.tasks.buy_sell_hold import prior_logits, weighted_cross_entropy
 from kinematic_pipeline.variants import variant as lookup_variant
 
 BACKBONES = {"gpt": KinematicGPT, "patchtst": PatchTST}  # the registry's ``backbone`` names
@@ -43,6 +42,4 @@ __all__ = [
     "init_head_at_prior",
     "inject_lora",
     "lora_target_modules",
-    "prior_logits",
-    "weighted_cross_entropy",
 ]

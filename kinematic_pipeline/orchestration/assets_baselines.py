@@ -80,7 +80,7 @@ def probe_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
     def probe(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from kinematic_pipeline.stages.baselines import materialize_probe
 
-        fit = materialize_probe(settings, context_policy(context, variant, settings.folds))
+        fit = materialize_probe(settings, context_policy(context, variant, settings))
         return dg.MaterializeResult(metadata=dagster_metadata(fit.metadata()))
 
     return probe

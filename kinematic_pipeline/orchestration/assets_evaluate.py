@@ -57,7 +57,7 @@ def predictions_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
     def predictions(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from kinematic_pipeline.stages.predict import materialize_predictions
 
-        policy, started = context_policy(context, variant, settings.folds), time.perf_counter()
+        policy, started = context_policy(context, variant, settings), time.perf_counter()
         result = materialize_predictions(settings, policy)
         if result.missing_tickers:
             context.log.warning(f"test tickers with no test-period window: {', '.join(result.missing_tickers)}")
@@ -107,7 +107,7 @@ def backtests_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
         from kinematic_pipeline.stages.backtests import materialize_backtests
 
         result = materialize_backtests(
-            settings, context_policy(context, variant, settings.folds), code_versions(context.run_id)
+            settings, context_policy(context, variant, settings), code_versions(context.run_id)
         )
         yield dg.MaterializeResult(asset_key=name, metadata=dagster_metadata(result.metadata(settings.evaluate)))
         m = result.margin

@@ -73,7 +73,7 @@ def foundation_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
     def foundation(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from kinematic_pipeline.training.run import pretrain
 
-        result = pretrain(settings, context_policy(context, variant, settings.folds))
+        result = pretrain(settings, context_policy(context, variant, settings))
         parent = f", warm-started from {result.parent_foundation}" if result.parent_foundation else ""
         context.log.info(f"{result.policy}: {result.params_total:,} parameters, {result.seconds:.0f} s{parent}")
         return dg.MaterializeResult(
@@ -105,7 +105,7 @@ def adapter_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
     def adapter(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         from kinematic_pipeline.training.run import finetune
 
-        result = finetune(settings, context_policy(context, variant, settings.folds))
+        result = finetune(settings, context_policy(context, variant, settings))
         return dg.MaterializeResult(
             metadata=dagster_metadata(result.metadata(settings)), data_version=data_version(result)
         )

@@ -14,7 +14,7 @@ from kinematic_pipeline.lineage import CODE_VERSIONS
 from kinematic_pipeline.orchestration.assets_baselines import baseline_inputs
 from kinematic_pipeline.orchestration.assets_models import training_inputs
 from kinematic_pipeline.orchestration.metadata import dagster_metadata
-from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.policy import Foundation
 from kinematic_pipeline.stages.scaling import probe_of, scaling_variants
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
@@ -31,7 +31,7 @@ def scaling_deps(settings: Settings) -> list[dg.AssetDep]:
     every = dg.AllPartitionMapping()
     deps = []
     for variant in scaling_variants(settings):
-        key = Policy(variant, seed, None, fold).fit_key
+        key = Foundation(variant, seed, fold).fit_key
         deps.append(
             dg.AssetDep(f"{variant}_foundation", partition_mapping=dg.SpecificPartitionsPartitionMapping([key]))
         )

@@ -16,9 +16,9 @@ import dagster as dg
 
 from kinematic_pipeline.calendar import calendar_end, trading_day_on_or_after, trading_days, weekday_closures
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.folds import Fold, fold_names
+from kinematic_pipeline.folds import fold_names
 from kinematic_pipeline.nightly import EXCHANGE_TIMEZONE
-from kinematic_pipeline.policy import KEY_SEPARATOR, Policy, format_fit_key
+from kinematic_pipeline.policy import KEY_SEPARATOR, Foundation, Policy, format_fit_key
 from kinematic_pipeline.run_keys import policy_keys, policy_seeds  # the run's grid (no dagster there)
 
 PARTITION_FORMAT = "%Y-%m-%d"
@@ -103,13 +103,15 @@ def warm_start_parents(settings: Settings, variant: str) -> dict[str, str]:
 
     out = {}
     for key in fit_partitions(settings, variant).get_partition_keys():
-        parent = parent_foundation(settings, Policy.from_key(variant, key, settings.folds))
+        parent = parent_foundation(
+            settings, Policy.from_key(variant, key, settings.folds, settings.train.class_weights)
+        )
         if parent is not None:
             out[key] = parent.fit_key
     return out
 
 
-def context_policy(context: dg.AssetExecutionContext, variant: str, folds: tuple[Fold, ...]) -> Policy:
-    """The policy of a run's partition (a foundation's fit key or a fine-tuned policy's key) on the settings' folds:
-    where an asset's policy is built, once."""
-    return Policy.from_key(variant, context.partition_key, folds)
+def context_policy(context: dg.AssetExecutionContext, variant: str, settings: Settings) -> Policy | Foundation:
+    """The foundation or policy of a run's partition (a fit key or a fine-tuned policy's key) on the settings' folds,
+    its task with the settings' class weights: where an asset's policy is built, once."""
+    return Policy.from_key(variant, context.partition_key, settings.folds, settings.train.class_weights)

@@ -21,6 +21,7 @@ from kinematic_pipeline.nightly import EXCHANGE_TIMEZONE, NIGHTLY_CRON, SessionP
 from kinematic_pipeline.orchestration.assets_evaluate import EVALUATION_ASSETS, evaluation_asset
 from kinematic_pipeline.orchestration.partitions import range_tags
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.run_keys import run_task
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
 
@@ -79,7 +80,7 @@ def ready_policies(settings: Settings) -> list[Policy]:
     partition order."""
     last = settings.folds[-1]
     policies = [
-        Policy(v, seed, tau, last)
+        Policy(v, run_task(settings, tau), seed, last)
         for seed in settings.train.seeds
         for tau in settings.tokenize.taus
         for v in settings.train.variants
@@ -104,7 +105,7 @@ def evaluate_run_requests(settings: Settings, origin: str, session: str) -> list
     """One run per (seed, tau) partition: the evaluation assets of every variant fine-tuned there."""
     by_partition: dict[tuple[str, str], list[Policy]] = {}
     for policy in ready_policies(settings):
-        by_partition.setdefault((policy.fit_key, policy.tau_key), []).append(policy)
+        by_partition.setdefault((policy.fit_key, policy.task.key), []).append(policy)
     return [
         dg.RunRequest(
             run_key=f"{origin}:evaluate:{seed}|{tau}:{','.join(p.variant.name for p in policies)}",

@@ -42,7 +42,6 @@ from kinematic_pipeline.probe_models import (
 )
 from kinematic_pipeline.stages.features import read_features
 from kinematic_pipeline.stages.probe_learners import LEARNERS, FitRows
-from kinematic_pipeline.tasks.buy_sell_hold import tau_column
 from kinematic_pipeline.variants import ProbeVariant, Variant, probes
 from kinematic_pipeline.warehouse.atomic import file_sha256, write_bytes_atomic
 
@@ -90,7 +89,7 @@ def train_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
     variant, started = policy.variant, time.perf_counter()
     if not probes([variant.name]):
         raise ValueError(f"{variant.name} is not a probe")
-    label = tau_column(policy.tau)
+    label = policy.task.label_column
     columns = variant.feature_columns
     frame = read_features(settings, policy.variant.name, policy.fold, ("train", "validation"), (label,))
     frame = frame.filter(pl.col(label).is_not_null() & (pl.col(label) >= 0))
@@ -120,7 +119,7 @@ def train_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
         "variant": policy.variant.name,
         "learner": variant.learner,
         "seed": policy.seed,
-        "tau": policy.tau,
+        "tau": policy.task.tau,
         "features": list(columns),
         "classes": model.classes_.tolist(),
         "mean": mean.tolist(),
@@ -170,7 +169,7 @@ def _(variant: ProbeVariant, settings: Settings, policy: Policy) -> tuple[ProbeM
 def baseline_probabilities(policy: Policy, frame: pl.DataFrame, probe: tuple[object, dict] | None) -> np.ndarray:
     """[n, 3] probabilities of a probe (loaded: ``fitted_probe``), or the one-hot action of a rule (no probe)."""
     if probe is None:
-        return np.eye(3)[policy.variant.actions(frame, policy.tau)]
+        return np.eye(3)[policy.variant.actions(frame, policy.task.tau)]
     return probe_probabilities(probe, frame)
 
 
@@ -182,11 +181,11 @@ def baseline_predictions(
     weighted argmax, as the models'), the rule's own action for a rule."""
     from kinematic_pipeline.backtest.sweep import predictions_frame
 
-    label = tau_column(policy.tau)
+    label = policy.task.label_column
     frame = read_features(settings, policy.variant.name, policy.fold, (split,), ("close", label))
     if tickers is not None:
         frame = frame.filter(pl.col("ticker").is_in(tickers))
     frame = frame.sort("ticker", "date")
     probe = fitted_probe(policy.variant, settings, policy) if probe is None else probe
     probs = baseline_probabilities(policy, frame, probe)
-    return predictions_frame(frame, (policy.variant.name, policy.tau, policy.seed), probs, label)
+    return predictions_frame(frame, (policy.variant.name, policy.task.tau, policy.seed), probs, label)

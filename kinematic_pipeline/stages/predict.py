@@ -31,7 +31,7 @@ from kinematic_pipeline.report.markdown import Markdown, markdown_table
 from kinematic_pipeline.run_keys import membership_columns
 from kinematic_pipeline.sources.membership import require_members
 from kinematic_pipeline.tasks.actions import UNKNOWN_LABEL
-from kinematic_pipeline.tasks.buy_sell_hold import same_tau, tau_column
+from kinematic_pipeline.tasks.buy_sell_hold import same_tau
 from kinematic_pipeline.variants import ModelVariant, Variant
 from kinematic_pipeline.warehouse import LABELS, PREDICTIONS, RAW_OHLCV, Warehouse
 from kinematic_pipeline.warehouse import exact_paths as exact
@@ -127,7 +127,7 @@ def predict(
     tickers = evaluation_tickers(settings, asset, days) if tickers is None else tickers
     stats = fold_stats(settings, variant.tokenization, policy.fold) if variant.normalized else None
     normalize = WindowNormalizer(variant, stats)
-    label_col = tau_column(policy.tau)
+    label_col = policy.task.label_column
     check_token_inputs(settings, asset, days)  # windows of the raw days as they are now, or nothing is predicted
     frame = _test_windows(wh, asset, days, tickers, label_col)
     hashes = {a: wh.content_hashes(a, days) for a in (asset, RAW_OHLCV)}
@@ -141,7 +141,7 @@ def predict(
         raise ValueError(f"{bad['ticker']} has a test window on {bad['date']} but no raw close that day")
     tokens = frame["tokens"].to_numpy() if frame.height else np.empty((0, N_TOKENS, N_CHANNELS), np.float32)
     probs = predict_probabilities(classifier, normalize(tokens), settings.evaluate.predict_batch_size)
-    out = predictions_frame(frame, (policy.variant.name, policy.tau, policy.seed), probs, label_col)
+    out = predictions_frame(frame, (policy.variant.name, policy.task.tau, policy.seed), probs, label_col)
     present = set(out["ticker"].unique().to_list())
     return Predictions(out, shards, [t for t in tickers if t not in present])
 
@@ -258,7 +258,7 @@ def _write(
         )
         wh.write(weights, wh.predictions_extra(PREDICTION_CLASS_WEIGHTS, policy))
     if result.calibration is not None:
-        row = result.calibration.to_frame(policy.variant.name, policy.tau, policy.seed, label)
+        row = result.calibration.to_frame(policy.variant.name, policy.task.tau, policy.seed, label)
         wh.write(row, wh.predictions_extra(PREDICTION_CALIBRATION, policy))
     if universe is not None and raw_universe is not None:  # with the membership file drawn under (run_keys)
         member = membership_columns(settings)
@@ -286,7 +286,7 @@ def materialize_predictions(settings: Settings, policy: Policy) -> Predictions:
     ``predictions`` view. Models load their adapter; probes and rules read the features file
     (``stages.baselines``)."""
     days = _check_test_period(settings, policy.variant.token_asset, policy.fold)
-    at_report_tau = same_tau(policy.tau, settings.evaluate.report_tau)
+    at_report_tau = same_tau(policy.task.tau, settings.evaluate.report_tau)
     result, validation, calibrated, universe = policy_predictions(policy.variant, settings, policy, days, at_report_tau)
     return dataclasses.replace(result, path=_write(settings, policy, result, validation, calibrated, universe))
 

@@ -42,6 +42,7 @@ from kinematic_pipeline.config import Settings, TrainConfig
 from kinematic_pipeline.folds import Fold
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report.markdown import Markdown, embedded_image, markdown_table
+from kinematic_pipeline.run_keys import run_task
 from kinematic_pipeline.stages.scaling_scores import VOL_REFERENCE, log_row, score_universe, with_vol20
 from kinematic_pipeline.variants import variant as lookup_variant
 
@@ -120,7 +121,8 @@ def scaling_fold(settings: Settings) -> Fold:
 
 def scaling_policy(settings: Settings, variant: str) -> Policy:
     """The policy the curves fine-tune: the first fold, the first training seed, the report's tau."""
-    return Policy(variant, settings.train.seeds[0], settings.evaluate.report_tau, scaling_fold(settings))
+    task = run_task(settings, settings.evaluate.report_tau)
+    return Policy(variant, task, settings.train.seeds[0], scaling_fold(settings))
 
 
 def scratch_dir(settings: Settings, variant: str, n: int) -> Path:

@@ -12,6 +12,7 @@ import polars as pl
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.run_keys import run_task
 from kinematic_pipeline.variants import variant as lookup_variant
 
 TRAINING_TABLE = "training"
@@ -24,7 +25,7 @@ def model_runs(settings: Settings):
     for variant in settings.train.variants:
         for fold in settings.folds:
             for seed in settings.train.seeds:
-                policy = Policy(variant, seed, settings.evaluate.report_tau, fold)
+                policy = Policy(variant, run_task(settings, settings.evaluate.report_tau), seed, fold)
                 yield variant, "pretraining", policy.foundation, wh.foundation_dir(policy)
                 yield variant, "fine-tuning", policy, wh.adapter_dir(policy)
 

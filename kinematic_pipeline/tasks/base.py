@@ -54,6 +54,10 @@ class Task(ABC):
         """The training loss of a batch (torch tensors), unknown targets ignored."""
 
     @abstractmethod
+    def val_loss(self, logits, target):
+        """The validation metric a run stops on and keeps its best state by (torch tensors)."""
+
+    @abstractmethod
     def prior(self, counts) -> np.ndarray:
         """The head's bias that predicts the training target's marginal whatever the input (its zero-skill start)."""
 

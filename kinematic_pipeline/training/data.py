@@ -29,7 +29,7 @@ from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import split_days
 from kinematic_pipeline.model_pins import warehouse_path
 from kinematic_pipeline.pins import fold_stats, verified_labels
-from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.policy import Foundation, Policy
 from kinematic_pipeline.sampling import epoch_sample, part_of
 from kinematic_pipeline.tasks.actions import ACTION_KEYS, UNKNOWN_LABEL
 from kinematic_pipeline.tasks.buy_sell_hold import same_tau, tau_column
@@ -181,13 +181,13 @@ class WindowDataModule(L.LightningDataModule):
     period, drawn from its window store; with the labels of the policy's tau when it has one (fine-tuning:
     rows with an unknown label are never drawn), seeded by the policy's seed."""
 
-    def __init__(self, settings: Settings, policy: Policy, *, num_workers: int = 0) -> None:
+    def __init__(self, settings: Settings, policy: Policy | Foundation, *, num_workers: int = 0) -> None:
         super().__init__()
-        if policy.tau is not None and not any(same_tau(policy.tau, t) for t in settings.tokenize.taus):
-            raise ValueError(f"tau={policy.tau} is not one of tokenize.taus {settings.tokenize.taus}")
+        self.task = policy.task  # the labels it serves (a foundation's: none)
+        if self.task is not None and not any(same_tau(self.task.tau, t) for t in settings.tokenize.taus):
+            raise ValueError(f"tau={self.task.tau} is not one of tokenize.taus {settings.tokenize.taus}")
         self.settings, self.policy, self.variant = settings, policy, policy.variant
         self.token_asset = self.variant.token_asset
-        self.tau = policy.tau
         self.num_workers = num_workers
         self.train_days: list[dt.date] = []
         self.val_days: list[dt.date] = []
@@ -207,8 +207,8 @@ class WindowDataModule(L.LightningDataModule):
         self.train_days, self.val_days = split_days(days, cfg.val_fraction)
         day_of_row = store.day_of_row
         usable = store.rows["finite"].to_numpy() & (day_of_row < len(days))
-        if self.tau is not None:
-            self._labels, self._label_hashes = store_labels(self.settings, store, self.tau, until=fold.label_end)
+        if self.task is not None:
+            self._labels, self._label_hashes = store_labels(self.settings, store, self.task.tau, until=fold.label_end)
             purged = store.rows["date"].to_numpy() > np.datetime64(fold.label_end, "D")  # label reaches the test
             self._labels[purged] = UNKNOWN_LABEL  # (not read: unknown already)
             usable = usable & (self._labels >= 0)
@@ -226,7 +226,7 @@ class WindowDataModule(L.LightningDataModule):
         )
         for split, mask in (("train", usable & ~is_val), ("val", usable & is_val)):
             rows = np.flatnonzero(mask)
-            if split == "train" and self.tau is not None and cfg.finetune_windows is not None:
+            if split == "train" and self.task is not None and cfg.finetune_windows is not None:
                 rows = distinct_sample(rows, cfg.finetune_windows, self.policy.seed)
             labels = None if self._labels is None else self._labels[rows]
             cap = common["cap"] if split == "train" else cfg.max_val_windows
@@ -263,7 +263,7 @@ class WindowDataModule(L.LightningDataModule):
     def window_cap(self) -> int | None:
         """Windows per epoch at most: the fine-tuning cap for labelled streams when one is set."""
         cfg = self.settings.train
-        if self.tau is not None and cfg.finetune_max_windows_per_epoch is not None:
+        if self.task is not None and cfg.finetune_max_windows_per_epoch is not None:
             return cfg.finetune_max_windows_per_epoch
         return cfg.max_windows_per_epoch
 
@@ -274,8 +274,8 @@ class WindowDataModule(L.LightningDataModule):
     def class_counts(self) -> dict[str, int]:
         """Buy/Sell/Hold counts of the known labels over every window of the training split."""
         self.setup()
-        if self.tau is None:
-            raise ValueError("class_counts needs labels (with_labels=True, tau=...)")
+        if self.task is None:
+            raise ValueError(f"class_counts needs labels: {self.policy} is a foundation, it has no task")
         counts = np.bincount(self._train.labels, minlength=3)
         return {name: int(counts[k]) for k, name in enumerate(ACTION_KEYS)}
 
@@ -319,7 +319,7 @@ class WindowDataModule(L.LightningDataModule):
                 served=int(served[k]),
             )
             rows.append({"asset": self.token_asset, **row})
-            if self.tau is not None and day["date"] in self._label_hashes:
+            if self.task is not None and day["date"] in self._label_hashes:
                 label = dict(
                     path=warehouse_path(wh, wh.shard(LABELS, day["date"])), content_hash=self._label_hashes[day["date"]]
                 )

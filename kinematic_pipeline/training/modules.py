@@ -16,11 +16,10 @@ import math
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from kinematic_pipeline.config import TrainConfig
-from kinematic_pipeline.tasks.buy_sell_hold import weighted_cross_entropy
+from kinematic_pipeline.tasks.base import Task
 
 
 def adamw_with_cosine(
@@ -63,15 +62,6 @@ def adamw_with_cosine(
 
 def warmup_steps(cfg: TrainConfig, total_steps: int) -> int:
     return int(round(cfg.warmup_fraction * total_steps))
-
-
-def deweighted_nll(logits: torch.Tensor, labels: torch.Tensor, class_weights) -> torch.Tensor:
-    """Unweighted NLL of the de-weighted probabilities p = (q/w)/sum(q/w), q = softmax(logits): since
-    q/w = exp(logits - ln w)/Z, p = softmax(logits - ln w). Rows labelled -1 are ignored."""
-    log_w = torch.log(torch.as_tensor(class_weights, dtype=logits.dtype, device=logits.device))
-    if not bool((labels != -1).any()):
-        return logits.sum() * 0.0
-    return F.cross_entropy(logits - log_w, labels.long(), ignore_index=-1)
 
 
 class PretrainModule(L.LightningModule):
@@ -118,10 +108,10 @@ class PretrainModule(L.LightningModule):
 class FinetuneModule(L.LightningModule):
     """Buy/Sell/Hold fine-tuning of a classifier with the paper's weighted cross entropy."""
 
-    def __init__(self, classifier: nn.Module, train_cfg: TrainConfig, total_steps: int) -> None:
+    def __init__(self, classifier: nn.Module, task: Task, train_cfg: TrainConfig, total_steps: int) -> None:
         super().__init__()
         self.classifier = classifier
-        self.train_cfg = train_cfg
+        self.task, self.train_cfg = task, train_cfg
         self.total_steps = total_steps
         self.save_hyperparameters({"train": dataclasses.asdict(train_cfg), "total_steps": total_steps})
 
@@ -131,7 +121,7 @@ class FinetuneModule(L.LightningModule):
     def model_step(self, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         x, y = batch  # (B, T, C), (B,)
         logits = self.classifier(x)  # (B, 3)
-        loss = weighted_cross_entropy(logits, y, self.train_cfg.class_weights)
+        loss = self.task.loss(logits, y)
         return loss, logits, y
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
@@ -142,7 +132,7 @@ class FinetuneModule(L.LightningModule):
     def validation_step(self, batch, batch_idx: int) -> None:
         # val/loss (what the run stops on and keeps the best state by) is the de-weighted log loss
         weighted, logits, y = self.model_step(batch)
-        nll = deweighted_nll(logits, y, self.train_cfg.class_weights)
+        nll = self.task.val_loss(logits, y)
         acc = (logits.argmax(dim=-1) == y).float().mean()
         log = dict(on_epoch=True, batch_size=len(y), sync_dist=True)
         self.log("val/loss", nll, prog_bar=True, **log)

@@ -31,10 +31,9 @@ from kinematic_pipeline.model_pins import (
 )
 from kinematic_pipeline.models import HEADS, build_model, count_parameters
 from kinematic_pipeline.pins import StalePairError
-from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.policy import Foundation, Policy
 from kinematic_pipeline.report.markdown import Markdown, embedded_image, markdown_table
 from kinematic_pipeline.report.training_figures import curve_table, loss_curves_png
-from kinematic_pipeline.tasks.buy_sell_hold import prior_logits
 from kinematic_pipeline.training.data import WindowDataModule, write_shards_used
 from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule
 from kinematic_pipeline.training.trainer import (
@@ -54,9 +53,9 @@ from kinematic_pipeline.warehouse.verified import verify_model_folder, write_mod
 
 @dataclass(frozen=True)
 class TrainingResult:
-    """One training run: a foundation (``policy.tau`` None) or an adapter."""
+    """One training run: a foundation (a ``Foundation``: no task) or an adapter (a ``Policy``)."""
 
-    policy: Policy
+    policy: Policy | Foundation
     out_dir: Path
     files_sha256: dict[str, str]  # saved file (relative to out_dir) -> sha256
     params_total: int
@@ -81,7 +80,7 @@ class TrainingResult:
     def checkpoint_path(self) -> Path:
         """The foundation's ``model.pt`` or the adapter's head (file or folder)."""
         head = self.policy.variant.head
-        return self.out_dir / MODEL_FILE if self.policy.tau is None else head.path(self.out_dir)
+        return self.out_dir / MODEL_FILE if self.policy.task is None else head.path(self.out_dir)
 
     @property
     def loss_curves(self) -> dict[str, list[tuple[float, float]]]:
@@ -92,7 +91,7 @@ class TrainingResult:
             "train": [(r["step"], r["train_loss"]) for r in rows if r["step"] > 0],
             "validation": [(r["step"], r["val_loss"]) for r in rows],
         }
-        if self.policy.tau is not None:
+        if self.policy.task is not None:
             curves["validation (weighted CE)"] = [(r["step"], r["val_weighted_loss"]) for r in rows]
         return curves
 
@@ -113,12 +112,12 @@ class TrainingResult:
             )
             .sort("asset", "split")
         )
-        kind = "pretraining" if policy.tau is None else f"fine-tuning, tau={policy.tau_key}"
+        kind = policy.training
         curves = result.loss_curves
         png = (result.out_dir / LOSS_PLOT_FILE).read_bytes()  # written with the model (``_result``)
         values = {
             "seed": policy.seed,
-            **({} if policy.tau is None else {"tau": policy.tau}),
+            **({} if policy.task is None else {"tau": policy.task.tau}),
             "params_total": result.params_total,
             "params_trainable": result.params_trainable,
             "checkpoint_path": result.checkpoint_path,
@@ -139,7 +138,7 @@ class TrainingResult:
             "final_train_loss": float(curves["train"][-1][1]) if curves["train"] else float("nan"),
             "final_val_loss": float(curves["validation"][-1][1]) if curves["validation"] else float("nan"),
         }
-        if policy.tau is None:
+        if policy.task is None:
             values["checkpoint_sha256"] = result.files_sha256[MODEL_FILE]
             values["model_config"] = json.loads(json.dumps(settings.model.__dict__))
             values["warm_started"] = result.parent_foundation is not None
@@ -207,7 +206,7 @@ def _result(settings, policy, out_dir, files, model, fitted, started, **extra) -
         curves=curves,
         **extra,
     )
-    kind = "pretraining" if policy.tau is None else f"fine-tuning, tau={policy.tau_key}"
+    kind = policy.training
     loss_curves_png(result.loss_curves, f"{policy.variant.name} {kind}", out_dir / LOSS_PLOT_FILE)
     return result
 
@@ -300,8 +299,8 @@ def build_classifier(
     settings: Settings, policy: Policy, backbone: nn.Module, class_counts: dict[str, int] | None = None
 ) -> nn.Module:
     """The variant's head kind on ``backbone``: LoRA + a classification head, or PatchTST's linear probe; with
-    ``class_counts`` (the training split's Buy/Sell/Hold) the head starts at the weighted prior (``prior_logits``)."""
-    prior = None if class_counts is None else prior_logits(class_counts, settings.train.class_weights)
+    ``class_counts`` (the training split's Buy/Sell/Hold) the head starts at its task's prior (``Task.prior``)."""
+    prior = None if class_counts is None else policy.task.prior(class_counts)
     return HEADS[policy.variant.head.kind].build(backbone, settings.train, prior)
 
 
@@ -328,13 +327,13 @@ def finetune(
         classifier = build_classifier(settings, policy, load_foundation(settings, policy, foundation), counts)
 
         def module_for(total_steps: int) -> FinetuneModule:
-            return FinetuneModule(classifier, settings.train, total_steps)
+            return FinetuneModule(classifier, policy.task, settings.train, total_steps)
 
         fitted = _fit(settings, module_for, out_dir, data, settings.train.finetune_steps, progress, callbacks)
         classifier.eval()
-        files = head.save(classifier, out_dir, policy.variant.name, policy.tau)
+        files = head.save(classifier, out_dir, policy.variant.name, policy.task.tau)
     extra = {"foundation_sha256": file_sha256(foundation), "class_counts": counts}
-    weights = settings.train.class_weights  # recorded with the adapter: what its probabilities mean
+    weights = policy.task.class_weights  # recorded with the adapter: what its probabilities mean
     pin_foundation(settings.warehouse, out_dir, foundation, extra["foundation_sha256"], weights)  # loads check it
     return _result(settings, policy, out_dir, files, classifier, fitted, started, **extra)
 

@@ -177,7 +177,7 @@ class Warehouse:
 
     def probe_dir(self, policy: Policy) -> Path:
         """``models/<variant>/seed=<seed>/probe/tau=<tau>/``: a fitted probe (model and ``fit.json``)."""
-        return self.model_dir(policy) / "probe" / f"tau={policy.tau_key}"
+        return self.model_dir(policy) / "probe" / f"tau={policy.task.key}"
 
     def alpha_estimates_file(self) -> Path:
         return self.shard(layout.ALPHA_ESTIMATES, "estimates")
@@ -197,7 +197,7 @@ class Warehouse:
         return self.foundation_dir(policy) / layout.MODEL_FILE
 
     def adapter_dir(self, policy: Policy) -> Path:
-        return self.model_dir(policy) / "adapters" / f"tau={policy.tau_key}"
+        return self.model_dir(policy) / "adapters" / f"tau={policy.task.key}"
 
     def adapter_pin(self, policy: Policy) -> Path:
         """``foundation.json`` in the adapter's folder: its foundation's sha256 and the class weights it was

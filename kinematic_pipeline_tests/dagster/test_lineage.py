@@ -16,6 +16,7 @@ from kinematic_pipeline.stages.pooled import materialize_pooled_backtests
 from kinematic_pipeline.stages.predict import materialize_predictions
 from kinematic_pipeline.stages.report import materialize_paper_tables, materialize_report
 from kinematic_pipeline.stages.verdict import materialize_verdict
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.training.run import finetune, pretrain
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline.warehouse.catalog import query
@@ -26,7 +27,7 @@ from kinematic_pipeline_tests.conftest import TOKENIZED_FOLD, copy_warehouse, re
 # fast lane); the nightly lane runs it, and the DAG lane traces lineage on the ci warehouse itself
 pytestmark = pytest.mark.slow
 
-POLICY = Policy("splinegpt", 1234, 0.01, TOKENIZED_FOLD)
+POLICY = Policy("splinegpt", BuySellHold(0.01), 1234, TOKENIZED_FOLD)
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ from kinematic_pipeline.orchestration.schedules import (
 )
 from kinematic_pipeline.orchestration.sensors import drop_directory_sensor
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline.warehouse.atomic import file_sha256
@@ -154,18 +155,27 @@ def test_the_evaluation_schedule_asks_for_each_fine_tuned_model_only(nightly_set
     wh, (first, second) = settings.warehouse, settings.train.seeds
     fold, earlier = settings.folds[-1], settings.folds[0]  # the last fold's test period is the one a night extends
     assert (fold.name, earlier.name) == ("2022H2", "2022H1")
-    spline, patch = Policy("splinegpt", second, 0.01, fold), Policy("patchtst", first, 0.02, fold)
+    spline, patch = (
+        Policy("splinegpt", BuySellHold(0.01), second, fold),
+        Policy("patchtst", BuySellHold(0.02), first, fold),
+    )
     (wh.adapter_dir(spline) / "adapter").mkdir(parents=True)
     (wh.adapter_dir(spline) / "adapter/adapter_config.json").write_text("{}")
     wh.adapter_dir(patch).mkdir(parents=True)
     (wh.adapter_dir(patch) / "head.pt").write_bytes(b"")
-    wh.adapter_dir(Policy("rawgpt", first, 0.005, fold)).mkdir(parents=True)  # a folder without a model: not ready
-    wh.adapter_dir(Policy("rawgpt", first, 0.005, earlier)).mkdir(parents=True)  # an earlier fold's: not nightly
-    (wh.adapter_dir(Policy("rawgpt", first, 0.005, earlier)) / "head.pt").write_bytes(b"")
-    fd = wh.adapter_dir(Policy("rawgpt_fd", first, 0.01, fold))
+    wh.adapter_dir(Policy("rawgpt", BuySellHold(0.005), first, fold)).mkdir(
+        parents=True
+    )  # a folder without a model: not ready
+    wh.adapter_dir(Policy("rawgpt", BuySellHold(0.005), first, earlier)).mkdir(
+        parents=True
+    )  # an earlier fold's: not nightly
+    (wh.adapter_dir(Policy("rawgpt", BuySellHold(0.005), first, earlier)) / "head.pt").write_bytes(b"")
+    fd = wh.adapter_dir(Policy("rawgpt_fd", BuySellHold(0.01), first, fold))
     fd.mkdir(parents=True)
     (fd / "head.pt").write_bytes(b"")  # a LoRA variant's is adapter/
-    retrained = Policy("rawgpt", second, 0.01, fold)  # fine-tuned from a foundation retrained since: never asked
+    retrained = Policy(
+        "rawgpt", BuySellHold(0.01), second, fold
+    )  # fine-tuned from a foundation retrained since: never asked
     (wh.adapter_dir(retrained) / "adapter").mkdir(parents=True)
     (wh.adapter_dir(retrained) / "adapter/adapter_config.json").write_text("{}")
     for policy in (spline, patch, retrained):  # each adapter pins the foundation it was fine-tuned from

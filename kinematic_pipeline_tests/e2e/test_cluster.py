@@ -43,7 +43,8 @@ from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.folds import fold_names
 from kinematic_pipeline.orchestration.assets_models import TRAINING_POOL
-from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.policy import Foundation, Policy
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline_tests.helpers import ROOT
 
@@ -316,8 +317,10 @@ def _grid() -> tuple[str, list[str], list[str]]:
     settings = load_settings("ci", env={})
     fold = fold_names(settings)[-1]
     seeds = settings.train.seeds
-    pretrain = [Policy.named(settings.folds, GRID_VARIANT, s, None, fold).fit_key for s in seeds]
-    finetune = [Policy.named(settings.folds, GRID_VARIANT, s, tau, fold).key for s in seeds for tau in GRID_TAUS]
+    pretrain = [Foundation.named(settings.folds, GRID_VARIANT, s, fold).fit_key for s in seeds]
+    finetune = [
+        Policy.named(settings.folds, GRID_VARIANT, s, BuySellHold(tau), fold).key for s in seeds for tau in GRID_TAUS
+    ]
     return fold, pretrain, finetune
 
 

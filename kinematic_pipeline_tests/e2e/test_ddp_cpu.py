@@ -23,7 +23,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.policy import Foundation
 from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline_tests.helpers import ROOT
@@ -62,7 +62,7 @@ def test_two_cpu_ranks_train_a_foundation_with_ddp_spawn_inside_a_dagster_step(t
     from kinematic_pipeline.training.data import WindowDataModule
 
     settings = load_settings(env=env)
-    policy = Policy.named(settings.folds, "splinegpt", 1234, None, "2022H1")
+    policy = Foundation.named(settings.folds, "splinegpt", 1234, "2022H1")
     dm = WindowDataModule(settings, policy)
     per_epoch = dm.steps_per_epoch(parts=2)
     env.update(KP_TRAIN_ACCELERATOR="cpu", KP_TRAIN_DEVICES="2", KP_TRAIN_SHARD_TRACE=str(trace))

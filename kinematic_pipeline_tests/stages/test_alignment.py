@@ -36,7 +36,7 @@ from kinematic_pipeline.stages import predict as predict_mod
 from kinematic_pipeline.stages.baselines import baseline_predictions
 from kinematic_pipeline.stages.features import materialize_features, read_features
 from kinematic_pipeline.stages.predict import predict
-from kinematic_pipeline.tasks.buy_sell_hold import tau_column
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold, tau_column
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.training import data as data_mod
 from kinematic_pipeline.training.data import WindowDataModule
@@ -281,7 +281,7 @@ def ctx(request, tmp_path_factory):
 def training_pairs(ctx, model: str) -> tuple[pl.DataFrame, dict]:
     """Every (window, label) pair the fine-tuning data module serves in an epoch (train and validation streams),
     each traced back to its store row by its bytes, with the row's (ticker, t) and its raw window's end."""
-    dm = WindowDataModule(ctx.settings, Policy(model, ctx.seed, ctx.tau, TOKENIZED_FOLD))
+    dm = WindowDataModule(ctx.settings, Policy(model, BuySellHold(ctx.tau), ctx.seed, TOKENIZED_FOLD))
     dm.setup()
     store = dm.store
     raw = store.read(np.arange(store.rows.height))
@@ -331,7 +331,9 @@ def prediction_pairs(ctx, model: str, served: dict, permute=(0, 1, 2)) -> tuple[
     oracle = Oracle(table, permute)
     store_days = ctx.settings.warehouse.shard_days(spec.token_asset, until=ctx.fold.train_end)
     days = sorted(set(store_days) | set(evaluation_days(ctx.settings, spec.token_asset, ctx.fold)))
-    frame = predict(ctx.settings, Policy(model, ctx.seed, ctx.tau, TOKENIZED_FOLD), oracle, days=days).frame
+    frame = predict(
+        ctx.settings, Policy(model, BuySellHold(ctx.tau), ctx.seed, TOKENIZED_FOLD), oracle, days=days
+    ).frame
     shown = np.concatenate(oracle.seen)
     assert len(shown) == frame.height
     normalize = WindowNormalizer(
@@ -380,7 +382,9 @@ def probe_pairs(ctx) -> pl.DataFrame:
 
 def rule_pairs(ctx) -> pl.DataFrame:
     """The momentum rule's test rows (features test file): label and close of each (ticker, t)."""
-    frame = baseline_predictions(ctx.settings, Policy("momentum_1d", 0, ctx.tau, TOKENIZED_FOLD), "test", None)
+    frame = baseline_predictions(
+        ctx.settings, Policy("momentum_1d", BuySellHold(ctx.tau), 0, TOKENIZED_FOLD), "test", None
+    )
     return frame.select(
         pl.lit("rule:momentum_1d").alias("source"), "ticker", "date", pl.col("label").cast(pl.Int64), "close"
     )
@@ -446,7 +450,7 @@ def test_training_and_prediction_normalize_a_window_identically(ctx):
     same bytes on the same raw windows (the whole store)."""
     for model in MODELS:
         spec = VARIANTS[model]
-        dm = WindowDataModule(ctx.settings, Policy(model, ctx.seed, ctx.tau, TOKENIZED_FOLD))
+        dm = WindowDataModule(ctx.settings, Policy(model, BuySellHold(ctx.tau), ctx.seed, TOKENIZED_FOLD))
         dm.setup()
         raw = dm.store.read(np.arange(dm.store.rows.height))
         stats = fold_stats(ctx.settings, spec.tokenization, TOKENIZED_FOLD) if spec.normalized else None
@@ -460,7 +464,9 @@ def test_training_and_prediction_normalize_a_window_identically(ctx):
 def test_the_momentum_rule_decides_in_the_label_class_codes(ctx):
     """The rule Buys (0) after a 1-day log return above tau and Sells (1) after one below -tau: its actions are the
     reference class of ln C_t - ln C_t-1, the same codes as the labels."""
-    frame = baseline_predictions(ctx.settings, Policy("momentum_1d", 0, ctx.tau, TOKENIZED_FOLD), "test", None)
+    frame = baseline_predictions(
+        ctx.settings, Policy("momentum_1d", BuySellHold(ctx.tau), 0, TOKENIZED_FOLD), "test", None
+    )
     joined = frame.join(ctx.reference, on=["ticker", "date"], suffix="_ref")
     assert joined.height == frame.height > 0
     for row in joined.iter_rows(named=True):

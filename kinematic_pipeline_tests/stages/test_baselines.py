@@ -26,7 +26,7 @@ from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.stages.window_store import materialize_window_store
 from kinematic_pipeline.tasks.actions import BUY, HOLD, SELL, unweighted_probabilities
-from kinematic_pipeline.tasks.buy_sell_hold import tau_column
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold, tau_column
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse.atomic import file_sha256
@@ -160,9 +160,9 @@ def _log_loss(p: np.ndarray, y: np.ndarray) -> float:
 def test_every_probe_lies_between_the_base_rates_and_the_informed_ceiling(drift_warehouse):
     settings, truth = drift_warehouse
     weights = settings.train.class_weights
-    test = baseline_predictions(settings, Policy("always_hold", 0, TAU, settings.folds[0]), "test", None).filter(
-        pl.col("label") >= 0
-    )
+    test = baseline_predictions(
+        settings, Policy("always_hold", BuySellHold(TAU), 0, settings.folds[0]), "test", None
+    ).filter(pl.col("label") >= 0)
     y = test["label"].to_numpy()
     train_labels = pl.read_parquet(settings.warehouse.features_file("raw", "training"))
     reference = base_rates(train_labels[tau_column(TAU)].drop_nulls().to_numpy())
@@ -173,7 +173,7 @@ def test_every_probe_lies_between_the_base_rates_and_the_informed_ceiling(drift_
     ceiling = 1 - _log_loss(np.stack([p_buy, p_sell, 1 - p_buy - p_sell], axis=1), y) / base_loss
     assert ceiling > 0.15  # the universe is strongly predictable
     for variant in ("lr_spline", "lr_fd", "lr_raw", "lr_trivial", "lightgbm_spline", "lightgbm_trivial"):
-        policy = Policy(variant, 0, TAU, settings.folds[0])
+        policy = Policy(variant, BuySellHold(TAU), 0, settings.folds[0])
         materialize_probe(settings, policy)
         rows = baseline_predictions(settings, policy, "test", None).filter(pl.col("label") >= 0)
         assert rows.select("ticker", "date").equals(test.select("ticker", "date"))
@@ -196,7 +196,7 @@ def test_a_probe_fit_ignores_bars_after_the_cut_and_is_deterministic(drift_wareh
         hashes = {file_sha256(s.warehouse.features_file("spline", part)) for s in (settings, other)}
         assert (len(hashes) == 1) is same, part
     for variant in ("lr_trivial", "lightgbm_spline"):
-        policy = Policy(variant, 0, TAU, settings.folds[0])
+        policy = Policy(variant, BuySellHold(TAU), 0, settings.folds[0])
         fits = [materialize_probe(s, policy).fit for s in (settings, other, settings)]
         same = [{k: v for k, v in f.items() if k not in ("fit_seconds", "features_sha256")} for f in fits]
         assert same[0] == same[1] == same[2]

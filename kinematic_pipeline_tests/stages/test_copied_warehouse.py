@@ -22,6 +22,7 @@ from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.stages.backtests import EVALUATION_SCHEMAS, materialize_backtests
 from kinematic_pipeline.stages.features import materialize_features
 from kinematic_pipeline.stages.predict import materialize_predictions
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.warehouse import PROVENANCE, RAW_OHLCV
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline.warehouse.catalog import query
@@ -30,7 +31,7 @@ from kinematic_pipeline_tests.conftest import TOKENIZED_FOLD, copy_warehouse
 
 pytestmark = pytest.mark.slow  # ~40 s (a rule evaluated, copied and moved four times): the nightly lane
 
-RULE = Policy("momentum_1d", 0, 0.01, TOKENIZED_FOLD)
+RULE = Policy("momentum_1d", BuySellHold(0.01), 0, TOKENIZED_FOLD)
 CODE = {"kinematic_pipeline": "test"}
 
 
@@ -129,7 +130,7 @@ def test_what_a_training_run_was_served_is_recorded_relative_and_resolves_in_a_m
     from kinematic_pipeline.training.data import WindowDataModule, write_shards_used
 
     copy = copy_warehouse(evaluated, tmp_path / "copy")
-    policy = Policy("splinegpt", 1234, 0.01, TOKENIZED_FOLD)
+    policy = Policy("splinegpt", BuySellHold(0.01), 1234, TOKENIZED_FOLD)
     served = WindowDataModule(copy, policy).shards_used(steps=1, evaluations=1)
     path = write_shards_used(copy, copy.warehouse.adapter_dir(policy), served)
     used = pl.read_parquet(path)

@@ -43,6 +43,7 @@ from kinematic_pipeline.stages.pooled import (
 from kinematic_pipeline.stages.predict import materialize_predictions
 from kinematic_pipeline.stages.report import materialize_report
 from kinematic_pipeline.stages.tokenize import materialize_tokens
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.warehouse import (
     BACKTESTS,
     EQUITY_CURVES,
@@ -62,7 +63,7 @@ CODE = {"kinematic_pipeline": "test"}
 def _evaluated(settings) -> None:
     materialize_features(settings, "raw_tokens", progress=False)
     for variant in (RULE, OTHER_RULE):
-        policy = Policy(variant, 0, TAU, TOKENIZED_FOLD)
+        policy = Policy(variant, BuySellHold(TAU), 0, TOKENIZED_FOLD)
         materialize_predictions(settings, policy)
         materialize_backtests(settings, policy, CODE)
 
@@ -121,14 +122,16 @@ def test_a_restated_bar_refuses_the_features_and_what_trades_them_until_they_are
     assert f"shard of {day}" in message
     with pytest.raises(StalePairError, match="re-materialize raw_features"):
         materialize_predictions(
-            settings, Policy(RULE, 0, TAU, settings.folds[0])
+            settings, Policy(RULE, BuySellHold(TAU), 0, settings.folds[0])
         )  # no rule or probe trades the old bar
     materialize_features(settings, "raw_tokens", progress=False)  # the fix: the probes read the corrected bar
     now = read_features(settings, RULE, TOKENIZED_FOLD, ("test",), ("close",)).filter(
         (pl.col("date") == day) & (pl.col("ticker") == ticker)
     )["close"][0]
     assert now == pytest.approx(before * 1.01)
-    materialize_predictions(settings, Policy(RULE, 0, TAU, settings.folds[0]))  # and the rules and probes trade it
+    materialize_predictions(
+        settings, Policy(RULE, BuySellHold(TAU), 0, settings.folds[0])
+    )  # and the rules and probes trade it
 
 
 # --- predictions re-materialized alone ------------------------------------------------------------------------
@@ -137,7 +140,7 @@ def test_a_restated_bar_refuses_the_features_and_what_trades_them_until_they_are
 def test_backtests_are_read_only_beside_the_predictions_they_were_swept_from(evaluated, tmp_path):
     settings = _copy(evaluated, tmp_path)
     wh = settings.warehouse
-    policy = Policy(RULE, 0, TAU, TOKENIZED_FOLD)
+    policy = Policy(RULE, BuySellHold(TAU), 0, TOKENIZED_FOLD)
     assert read_view(settings, BACKTESTS).height and pooled_record(settings).height
     predictions = wh.evaluation_file(PREDICTIONS, policy)
     frame = pl.read_parquet(predictions)
@@ -188,7 +191,7 @@ def test_the_report_is_never_rewritten_from_tables_older_than_the_evaluation_fil
         materialize_report(settings)  # tables without their pin: never materialized by this version
     pin_evaluation(wh, tables / TABLES_PIN_FILE, evaluation_digest(wh), run_keys_digest(settings))
     materialize_report(settings)  # as paper_tables pins them: read
-    policy = Policy(RULE, 0, TAU, TOKENIZED_FOLD)
+    policy = Policy(RULE, BuySellHold(TAU), 0, TOKENIZED_FOLD)
     predictions = wh.evaluation_file(PREDICTIONS, policy)
     _rewrite(predictions, p_hold=0.5)  # predictions re-made, then their backtests: the tables are older
     materialize_backtests(settings, policy, CODE)
@@ -208,7 +211,7 @@ def test_the_report_refuses_while_a_model_was_replaced_since_its_predictions_wer
     from kinematic_pipeline.warehouse.layout import TABLES_PIN_FILE
 
     settings = _copy(evaluated, tmp_path)
-    wh, probe = settings.warehouse, Policy("lr_raw", 0, TAU, TOKENIZED_FOLD)
+    wh, probe = settings.warehouse, Policy("lr_raw", BuySellHold(TAU), 0, TOKENIZED_FOLD)
     materialize_probe(settings, probe)
     materialize_predictions(settings, probe)
     materialize_backtests(settings, probe, CODE)
@@ -238,8 +241,8 @@ def test_the_report_refuses_while_a_model_was_replaced_since_its_predictions_wer
 
 def _as_model(settings, seed: int) -> Policy:
     """The rule's evaluation files relabelled as those of splinegpt ``seed`` (a model evaluated without training)."""
-    wh, rule = settings.warehouse, Policy(RULE, 0, TAU, TOKENIZED_FOLD)
-    model = Policy("splinegpt", seed, TAU, TOKENIZED_FOLD)
+    wh, rule = settings.warehouse, Policy(RULE, BuySellHold(TAU), 0, TOKENIZED_FOLD)
+    model = Policy("splinegpt", BuySellHold(TAU), seed, TOKENIZED_FOLD)
     for asset in (PREDICTIONS, BACKTESTS, EQUITY_CURVES, TRADES, MARGIN_BACKTESTS):
         frame = pl.read_parquet(wh.evaluation_file(asset, rule))
         wh.write(
@@ -304,8 +307,8 @@ def test_universes_drawn_under_two_membership_files_are_refused_naming_both(eval
     every, fewer = tmp_path / "every.csv", tmp_path / "fewer.csv"
     pl.DataFrame({"Symbol": tickers, "Date added": "2000-01-03"}).write_csv(every)
     pl.DataFrame({"Symbol": tickers[:-1], "Date added": "2000-01-03"}).write_csv(fewer)
-    materialize_predictions(_with(settings, membership=every), Policy(RULE, 0, TAU, TOKENIZED_FOLD))
-    materialize_predictions(_with(settings, membership=fewer), Policy(OTHER_RULE, 0, TAU, TOKENIZED_FOLD))
+    materialize_predictions(_with(settings, membership=every), Policy(RULE, BuySellHold(TAU), 0, TOKENIZED_FOLD))
+    materialize_predictions(_with(settings, membership=fewer), Policy(OTHER_RULE, BuySellHold(TAU), 0, TOKENIZED_FOLD))
     current = _with(settings, membership=every)
     with pytest.raises(StalePairError) as refused:
         universe_predictions(current, (RULE, OTHER_RULE))
@@ -313,9 +316,12 @@ def test_universes_drawn_under_two_membership_files_are_refused_naming_both(eval
     assert "\n" not in message and str(every) in message and str(fewer) in message
     assert file_sha256(every)[:16] in message and file_sha256(fewer)[:16] in message
     assert (
-        f"re-materialize {OTHER_RULE}_predictions partition {Policy(OTHER_RULE, 0, TAU, TOKENIZED_FOLD).key}" in message
+        f"re-materialize {OTHER_RULE}_predictions partition {Policy(OTHER_RULE, BuySellHold(TAU), 0, TOKENIZED_FOLD).key}"
+        in message
     )
-    materialize_predictions(current, Policy(OTHER_RULE, 0, TAU, current.folds[0]))  # the fix: one membership file
+    materialize_predictions(
+        current, Policy(OTHER_RULE, BuySellHold(TAU), 0, current.folds[0])
+    )  # the fix: one membership file
     universe = universe_predictions(current, (RULE, OTHER_RULE))
     assert set(universe["ticker"].unique().to_list()) == set(tickers)
     assert "membership_sha256" not in universe.columns

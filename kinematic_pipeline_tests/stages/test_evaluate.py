@@ -15,6 +15,7 @@ from kinematic_pipeline.model_pins import pin_foundation
 from kinematic_pipeline.models import PatchTSTClassifier, SequenceClassifier, build_model
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.stages.predict import evaluation_tickers, predict
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.warehouse.layout import (
     PREDICTION_CALIBRATION,
     UNIVERSE_PREDICTIONS,
@@ -59,8 +60,8 @@ def test_predictions_do_not_change_when_bars_after_the_decision_day_change(wareh
     base, other = warehouses
     # corpus_stats come from the training period (<= CUT), identical in both warehouses by construction
     assert pl.read_parquet(base.warehouse / "corpus_stats").equals(pl.read_parquet(other.warehouse / "corpus_stats"))
-    a = predict(base, Policy(variant, 1234, 0.01, base.folds[0]), _classifier(base, variant)).frame
-    b = predict(other, Policy(variant, 1234, 0.01, other.folds[0]), _classifier(other, variant)).frame
+    a = predict(base, Policy(variant, BuySellHold(0.01), 1234, base.folds[0]), _classifier(base, variant)).frame
+    b = predict(other, Policy(variant, BuySellHold(0.01), 1234, other.folds[0]), _classifier(other, variant)).frame
     assert a.height == b.height > 0 and a["date"].min() > CUT
     assert a.select("ticker", "date").equals(b.select("ticker", "date"))
     decided = ["p_buy", "p_sell", "p_hold", "action", "close"]
@@ -76,7 +77,7 @@ def test_predictions_do_not_change_when_bars_after_the_decision_day_change(wareh
 
 def test_predictions_cover_every_test_day_and_ticker_with_valid_probabilities(warehouses):
     base, _ = warehouses
-    result = predict(base, Policy("splinegpt", 1234, 0.01, base.folds[0]), _classifier(base, "splinegpt"))
+    result = predict(base, Policy("splinegpt", BuySellHold(0.01), 1234, base.folds[0]), _classifier(base, "splinegpt"))
     frame, days = result.frame, evaluation_days(base, "spline_tokens")
     assert days[0] > base.split.train_end and frame["date"].unique().sort().to_list() == days
     assert sorted(frame["ticker"].unique().to_list()) == evaluation_tickers(base, "spline_tokens", days)
@@ -107,7 +108,7 @@ def test_the_model_sees_the_same_batches_on_every_call(warehouses):
     runs = []
     for _ in range(4):
         recorder = _Recorder(_classifier(settings, "patchtst"))
-        frame = predict(settings, Policy("patchtst", 1234, 0.01, settings.folds[0]), recorder).frame
+        frame = predict(settings, Policy("patchtst", BuySellHold(0.01), 1234, settings.folds[0]), recorder).frame
         runs.append((recorder.batches, frame))
     first, frame = runs[0]
     assert len(first) > 1 and first[0].shape[0] == 7
@@ -119,7 +120,9 @@ def test_the_model_sees_the_same_batches_on_every_call(warehouses):
 def test_configured_test_tickers_missing_from_the_data_are_reported(warehouses):
     base, _ = warehouses
     settings = dataclasses.replace(base, evaluate=dataclasses.replace(base.evaluate, test_tickers=("SYN001", "NVDA")))
-    result = predict(settings, Policy("splinegpt", 1234, 0.01, settings.folds[0]), _classifier(settings, "splinegpt"))
+    result = predict(
+        settings, Policy("splinegpt", BuySellHold(0.01), 1234, settings.folds[0]), _classifier(settings, "splinegpt")
+    )
     assert result.frame["ticker"].unique().to_list() == ["SYN001"]
     assert result.missing_tickers == ["NVDA"]
 
@@ -142,7 +145,7 @@ def test_an_empty_test_period_fails_with_a_message_that_names_the_cut(warehouses
 
     base, _ = warehouses
     late = dataclasses.replace(base, split=dataclasses.replace(base.split, train_end=dt.date(2021, 12, 31)))
-    wh, policy = late.warehouse, Policy("splinegpt", 1234, 0.01, late.folds[0])
+    wh, policy = late.warehouse, Policy("splinegpt", BuySellHold(0.01), 1234, late.folds[0])
     adapter = wh.adapter_dir(policy) / "adapter" / "adapter_config.json"
     foundation = wh.foundation_checkpoint(policy)
     for path in (adapter, foundation):
@@ -166,7 +169,7 @@ def test_written_predictions_are_calibrated_on_validation_days_only(warehouses, 
     from kinematic_pipeline.training import run
 
     base, _ = warehouses
-    policy = Policy("splinegpt", 1234, 0.01, TOKENIZED_FOLD)  # at the report's tau: the universe files too
+    policy = Policy("splinegpt", BuySellHold(0.01), 1234, TOKENIZED_FOLD)  # at the report's tau: the universe files too
     monkeypatch.setattr(run, "load_classifier", lambda settings, p: _classifier(settings, p.variant.name))
     from kinematic_pipeline import model_pins
 

@@ -15,7 +15,7 @@ from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import SyntheticConfig, TrainConfig, load_settings
 from kinematic_pipeline.folds import evaluation_days, fold_named, store_cut, walk_forward
 from kinematic_pipeline.pins import fold_stats
-from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.policy import Foundation, Policy
 from kinematic_pipeline.sources.synthetic import SyntheticSource
 from kinematic_pipeline.stages.baselines import baseline_predictions, materialize_probe
 from kinematic_pipeline.stages.corpus import materialize_corpus_stats
@@ -25,7 +25,7 @@ from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.stages.window_store import materialize_window_store
 from kinematic_pipeline.tasks.actions import unweighted_probabilities
-from kinematic_pipeline.tasks.buy_sell_hold import tau_column
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold, tau_column
 from kinematic_pipeline.tasks.rules import choose_margin
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 
@@ -136,7 +136,7 @@ def test_a_folds_statistics_thresholds_and_weights_ignore_its_test_period_and_la
         a, b = (fold_stats(s, "spline", fold).drop("shards_digest") for s in (base, moved))
         assert a.equals(b) is same, fold
     # the fold's training rows, labels (the purge included) and validation split
-    modules = [WindowDataModule(s, Policy("splinegpt", 7, TAU, first)) for s in (base, moved)]
+    modules = [WindowDataModule(s, Policy("splinegpt", BuySellHold(TAU), 7, first)) for s in (base, moved)]
     for m in modules:
         m.setup()
         days = m.store.days["date"].to_numpy()[m.store.day_of_row[m._train.rows]]
@@ -144,7 +144,7 @@ def test_a_folds_statistics_thresholds_and_weights_ignore_its_test_period_and_la
     assert np.array_equal(modules[0]._train.rows, modules[1]._train.rows)
     assert np.array_equal(modules[0]._train.labels, modules[1]._train.labels)
     # a probe's fit, its validation predictions and the margin rule's threshold chosen on them
-    policy = Policy("lr_spline", 0, TAU, first)
+    policy = Policy("lr_spline", BuySellHold(TAU), 0, first)
     fits = [materialize_probe(s, policy).fit for s in (base, moved)]
     drop = ("fit_seconds", "features_sha256")
     assert {k: v for k, v in fits[0].items() if k not in drop} == {k: v for k, v in fits[1].items() if k not in drop}
@@ -161,8 +161,8 @@ def test_a_folds_statistics_thresholds_and_weights_ignore_its_test_period_and_la
     # the fold's foundation weights: byte-identical tensors
     weights = []
     for s in (base, moved):
-        pretrain(s, Policy("splinegpt", 7, None, first))
-        state = torch.load(s.warehouse.foundation_checkpoint(Policy("splinegpt", 7, None, first)), weights_only=False)
+        pretrain(s, Foundation("splinegpt", 7, first))
+        state = torch.load(s.warehouse.foundation_checkpoint(Foundation("splinegpt", 7, first)), weights_only=False)
         weights.append(state["state_dict"] if "state_dict" in state else state)
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
@@ -189,7 +189,7 @@ def test_the_purge_keeps_the_label_that_reads_the_first_test_bar_out_of_a_single
         _run_all(settings)
         _training_inputs(settings)
         labels.append(pl.read_parquet(settings.warehouse.shard("labels", fold.train_end))[tau_column(TAU)])
-        module = WindowDataModule(settings, Policy("splinegpt", 7, TAU, settings.folds[0]))
+        module = WindowDataModule(settings, Policy("splinegpt", BuySellHold(TAU), 7, settings.folds[0]))
         module.setup()
         modules.append(module)
     assert not labels[0].equals(labels[1])  # the cut day's label reads the first test bar ...

@@ -15,6 +15,7 @@ import pytest
 from kinematic_pipeline.model_pins import check_pair, check_predictions_model, model_files, model_files_frame
 from kinematic_pipeline.pins import StalePairError
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.training.run import finetune, load_classifier, pretrain
 from kinematic_pipeline.warehouse.layout import PREDICTION_MODEL
 from kinematic_pipeline.warehouse.verified import CorruptFileError
@@ -23,7 +24,7 @@ from kinematic_pipeline_tests.unit.test_verified_files import flip_keeping_mtime
 
 pytestmark = pytest.mark.slow  # trains two models (seconds each on the tiny budget, but torch and Lightning load)
 
-POLICY = Policy("splinegpt", 1234, 0.01, TOKENIZED_FOLD)
+POLICY = Policy("splinegpt", BuySellHold(0.01), 1234, TOKENIZED_FOLD)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from scipy.stats import spearmanr
 from kinematic_pipeline.backtest.calibration import fit_calibration
 from kinematic_pipeline.config import TrainConfig
 from kinematic_pipeline.folds import walk_forward
-from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.policy import Foundation
 from kinematic_pipeline.probe_features import feature_columns
 from kinematic_pipeline.stages.features import materialize_features
 from kinematic_pipeline.stages.scaling import (
@@ -70,7 +70,7 @@ def built(tmp_path_factory):
     for asset in ("spline_tokens", "fd_tokens"):
         materialize_features(settings, asset, progress=False)
     for variant in VARIANTS:
-        pretrain(settings, Policy(variant, settings.train.seeds[0], None, settings.folds[0]), progress=False)
+        pretrain(settings, Foundation(variant, settings.train.seeds[0], settings.folds[0]), progress=False)
     return settings, materialize_scaling_curves(settings)
 
 

@@ -20,10 +20,10 @@ from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.folds import split_days
 from kinematic_pipeline.models import build_model
-from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.policy import Foundation, Policy
 from kinematic_pipeline.sampling import expected_distinct_days
 from kinematic_pipeline.stages.window_store import materialize_window_store
-from kinematic_pipeline.tasks.buy_sell_hold import tau_column
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold, tau_column
 from kinematic_pipeline.training import data as data_mod
 from kinematic_pipeline.training.data import WindowDataModule
 from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule, adamw_with_cosine
@@ -70,7 +70,7 @@ def tiny(ci_warehouse):
 
 @pytest.fixture(scope="session")
 def foundations(tiny):
-    return {v: pretrain(tiny, Policy(v, SEED, None, tiny.folds[0]), progress=False) for v in ("splinegpt", "patchtst")}
+    return {v: pretrain(tiny, Foundation(v, SEED, tiny.folds[0]), progress=False) for v in ("splinegpt", "patchtst")}
 
 
 def _windows(loader) -> list:
@@ -85,7 +85,7 @@ def test_split_by_date_puts_the_last_days_in_validation():
 
 
 def test_validation_days_are_the_last_days_of_the_training_period(ci_warehouse):
-    dm = WindowDataModule(ci_warehouse, Policy("splinegpt", SEED, None, ci_warehouse.folds[0]))
+    dm = WindowDataModule(ci_warehouse, Foundation("splinegpt", SEED, ci_warehouse.folds[0]))
     dm.setup()
     train_days, val_days = dm.train_days, dm.val_days
     assert max(train_days) < min(val_days)
@@ -119,7 +119,7 @@ def test_no_shard_after_train_end_is_ever_opened(ci_warehouse, tmp_path):
     for asset in ("spline_tokens", "raw_tokens"):
         materialize_window_store(settings, asset, progress=False)
     for variant in ("splinegpt", "patchtst"):
-        dm = WindowDataModule(settings, Policy(variant, SEED, TAU, settings.folds[0]))
+        dm = WindowDataModule(settings, Policy(variant, BuySellHold(TAU), SEED, settings.folds[0]))
         dm.setup()
         assert sum(len(b) for b in _windows(dm.train_dataloader())) > 0
         assert sum(len(b) for b in _windows(dm.val_dataloader())) > 0
@@ -129,7 +129,9 @@ def test_no_shard_after_train_end_is_ever_opened(ci_warehouse, tmp_path):
 def _module(settings, cap=None, tau=None, seed=None, trace=None):
     train = dataclasses.replace(settings.train, max_windows_per_epoch=cap, shard_trace=trace)
     settings = dataclasses.replace(settings, train=train)
-    dm = WindowDataModule(settings, Policy("splinegpt", SEED if seed is None else seed, tau, settings.folds[0]))
+    dm = WindowDataModule(
+        settings, Policy("splinegpt", BuySellHold(tau), SEED if seed is None else seed, settings.folds[0])
+    )
     dm.setup()
     return dm
 
@@ -211,7 +213,7 @@ def test_the_trace_records_each_day_served_and_no_day_after_the_cut(ci_warehouse
 
 
 def test_labels_are_those_of_the_served_windows_and_unknown_labels_are_never_drawn(ci_warehouse):
-    dm = WindowDataModule(ci_warehouse, Policy("splinegpt", SEED, TAU, ci_warehouse.folds[0]))
+    dm = WindowDataModule(ci_warehouse, Policy("splinegpt", BuySellHold(TAU), SEED, ci_warehouse.folds[0]))
     dm.setup()
     got = torch.cat([y for _, y in dm.val_dataloader()]).numpy()
     col = tau_column(TAU)
@@ -240,9 +242,9 @@ def test_pretrain_module_loss_equals_the_plain_torch_loss(ci_warehouse):
 
 def test_finetune_module_loss_is_the_weighted_cross_entropy(ci_warehouse):
     torch.manual_seed(0)
-    policy = Policy("splinegpt", SEED, TAU, ci_warehouse.folds[0])
+    policy = Policy("splinegpt", BuySellHold(TAU), SEED, ci_warehouse.folds[0])
     classifier = build_classifier(ci_warehouse, policy, build_model("splinegpt", ci_warehouse.model)).eval()
-    module = FinetuneModule(classifier, ci_warehouse.train, total_steps=10)
+    module = FinetuneModule(classifier, policy.task, ci_warehouse.train, total_steps=10)
     x, y = torch.randn(16, 64, 9), torch.randint(0, 3, (16,))
     loss, logits, _ = module.model_step((x, y))
     weight = torch.tensor(ci_warehouse.train.class_weights)
@@ -284,7 +286,7 @@ def test_pretrain_writes_a_checkpoint_whose_hash_matches(foundations, tiny, vari
 @pytest.mark.parametrize("variant", ["splinegpt", "patchtst"])
 def test_finetune_saves_an_adapter_that_reloads_to_identical_predictions(foundations, tiny, tmp_path, variant):
     foundation = foundations[variant].checkpoint_path
-    policy = Policy(variant, SEED, TAU, tiny.folds[0])
+    policy = Policy(variant, BuySellHold(TAU), SEED, tiny.folds[0])
     result = finetune(tiny, policy, tmp_path / "ft", progress=False)
     for name, digest in result.files_sha256.items():
         assert file_sha256(tmp_path / "ft" / name) == digest
@@ -322,7 +324,7 @@ def test_finetune_saves_an_adapter_that_reloads_to_identical_predictions(foundat
     x = torch.randn(32, 64, 9 if variant != "patchtst" else 2)
     if result.best_step == result.steps:
         ckpt = torch.load(tmp_path / "ft" / "checkpoints" / "last.ckpt", weights_only=False)
-        trained = FinetuneModule(untrained, tiny.train, 1)
+        trained = FinetuneModule(untrained, policy.task, tiny.train, 1)
         trained.load_state_dict(ckpt["state_dict"])
         with torch.no_grad():
             torch.testing.assert_close(reloaded(x), trained.eval()(x), rtol=0, atol=0)
@@ -362,7 +364,7 @@ def test_a_head_at_the_prior_predicts_the_training_base_rates_whatever_its_input
     for variant in ("splinegpt", "patchtst"):
         torch.manual_seed(0)
         backbone = build_model(variant, ci_warehouse.model)
-        policy = Policy(variant, SEED, TAU, ci_warehouse.folds[0])
+        policy = Policy(variant, BuySellHold(TAU), SEED, ci_warehouse.folds[0])
         xv = x if variant != "patchtst" else x[:, :, :2]
         with torch.no_grad():
             q = torch.softmax(build_classifier(ci_warehouse, policy, backbone, counts).eval()(xv), -1).double().numpy()
@@ -389,7 +391,7 @@ def test_on_labels_without_information_the_saved_adapter_scores_no_worse_than_th
         return labels, hashes
 
     monkeypatch.setattr(data_mod, "store_labels", noise)
-    policy = Policy("splinegpt", SEED, TAU, tiny.folds[0])
+    policy = Policy("splinegpt", BuySellHold(TAU), SEED, tiny.folds[0])
     settings = dataclasses.replace(tiny, train=dataclasses.replace(tiny.train, finetune_steps=24, patience=0))
     result = finetune(settings, policy, tmp_path / "ft", foundations["splinegpt"].checkpoint_path, progress=False)
     dm = WindowDataModule(settings, policy)
@@ -411,8 +413,8 @@ def test_split_keeps_at_least_one_training_day():
 
 def test_the_same_seed_gives_the_same_weights_and_another_seed_other_weights(foundations, tiny, tmp_path):
     first, second = tiny.train.seeds[:2]
-    again = pretrain(tiny, Policy("splinegpt", first, None, tiny.folds[0]), tmp_path / "again", progress=False)
-    other = pretrain(tiny, Policy("splinegpt", second, None, tiny.folds[0]), tmp_path / "other", progress=False)
+    again = pretrain(tiny, Foundation("splinegpt", first, tiny.folds[0]), tmp_path / "again", progress=False)
+    other = pretrain(tiny, Foundation("splinegpt", second, tiny.folds[0]), tmp_path / "other", progress=False)
     base = torch.load(foundations["splinegpt"].checkpoint_path, weights_only=True)["state_dict"]
     same = torch.load(again.checkpoint_path, weights_only=True)["state_dict"]
     different = torch.load(other.checkpoint_path, weights_only=True)["state_dict"]

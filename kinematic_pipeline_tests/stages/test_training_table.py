@@ -8,6 +8,7 @@ import math
 
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.stages.training_table import learnability_table, training_table
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.training.trainer import CURVE_COLUMNS, CURVES_FILE
 
 
@@ -34,7 +35,7 @@ def test_a_model_stopped_while_improving_and_one_stopped_early_read_as_such(tmp_
 
     settings = load_settings("ci", warehouse=tmp_path / "warehouse", env={})
     fold, seed, tau = settings.folds[0], settings.train.seeds[0], settings.evaluate.report_tau
-    policy = Policy("splinegpt", seed, tau, fold)
+    policy = Policy("splinegpt", BuySellHold(tau), seed, fold)
     wh = settings.warehouse
     _write_curves(wh.foundation_dir(policy), [(0, 0.9, False), (20, 0.5, False), (40, 0.3, True)])
     _write_curves(wh.adapter_dir(policy), [(0, 0.8, False), (20, 0.7, True), (40, 0.75, False), (60, 0.76, False)])
@@ -66,10 +67,12 @@ def test_learnability_is_the_best_skill_over_the_prior_so_far_at_each_fraction_o
     fold, seed, tau = settings.folds[0], settings.train.seeds[0], settings.evaluate.report_tau
     wh = settings.warehouse
     curve = [(0, 1.0, False), (25, 0.9, False), (50, 0.95, False), (75, 0.8, True), (100, 0.85, False)]
-    _write_curves(wh.adapter_dir(Policy("splinegpt", seed, tau, fold)), curve)
+    _write_curves(wh.adapter_dir(Policy("splinegpt", BuySellHold(tau), seed, fold)), curve)
     stopped = [(0, 1.0, True), (25, 1.01, False), (50, 0.98, False)]  # stopped early (patience) at step 50
-    _write_curves(wh.adapter_dir(Policy("rawgpt_fd", seed, tau, fold)), stopped)
-    _write_curves(wh.foundation_dir(Policy("patchtst", seed, tau, fold)), curve)  # pretraining: not compared
+    _write_curves(wh.adapter_dir(Policy("rawgpt_fd", BuySellHold(tau), seed, fold)), stopped)
+    _write_curves(
+        wh.foundation_dir(Policy("patchtst", BuySellHold(tau), seed, fold)), curve
+    )  # pretraining: not compared
 
     rows = {r["Tokenization"]: r for r in learnability_table(settings).rows(named=True)}
 

@@ -21,13 +21,14 @@ from kinematic_pipeline.config import SyntheticConfig, load_settings
 from kinematic_pipeline.folds import walk_forward
 from kinematic_pipeline.model_pins import PARENT_FILE, parent_foundation
 from kinematic_pipeline.pins import StalePairError
-from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.policy import Foundation, Policy
 from kinematic_pipeline.sources.synthetic import SyntheticSource
 from kinematic_pipeline.stages.corpus import materialize_corpus_stats
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.stages.window_store import materialize_window_store
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline_tests.conftest import copy_warehouse
 
@@ -93,7 +94,7 @@ def _warehouse(folder, name: str, bars: pl.DataFrame):
 def _train_folds(settings) -> list:
     from kinematic_pipeline.training.run import pretrain
 
-    return [pretrain(settings, Policy(VARIANT, SEED, None, f), progress=False) for f in walk_forward(settings)]
+    return [pretrain(settings, Foundation(VARIANT, SEED, f), progress=False) for f in walk_forward(settings)]
 
 
 def class_weight_vector(result) -> dict[str, torch.Tensor]:
@@ -159,7 +160,7 @@ def test_a_warm_started_foundation_is_refused_once_its_parent_changes(trained, t
     from kinematic_pipeline.training.run import finetune, load_foundation, pretrain
 
     settings = copy_warehouse(trained[0], tmp_path / "copy")
-    first, second = (Policy(VARIANT, SEED, None, f) for f in walk_forward(settings))
+    first, second = (Foundation(VARIANT, SEED, f) for f in walk_forward(settings))
     child, parent = settings.warehouse.foundation_checkpoint(second), settings.warehouse.foundation_checkpoint(first)
     load_foundation(settings, second)  # the copy holds its pins (recorded relative to the warehouse root)
     pinned = file_sha256(parent)
@@ -172,7 +173,9 @@ def test_a_warm_started_foundation_is_refused_once_its_parent_changes(trained, t
     fix = f"re-materialize {VARIANT}_foundation partition {second.fit_key}"
     for load in (
         lambda: load_foundation(settings, second),
-        lambda: finetune(settings, Policy(VARIANT, SEED, 0.01, second.fold), tmp_path / "adapter", progress=False),
+        lambda: finetune(
+            settings, Policy(VARIANT, BuySellHold(0.01), SEED, second.fold), tmp_path / "adapter", progress=False
+        ),
     ):
         with pytest.raises(StalePairError) as refused:
             load()
@@ -242,7 +245,7 @@ def test_the_warm_start_budget(tmp_path):
     from kinematic_pipeline.training.run import pretrain_budget
 
     settings = load_settings("ci", warehouse=tmp_path, env={"KP_WARM_START_STEPS": "60"})
-    first, second = (Policy(VARIANT, SEED, None, f) for f in settings.folds)
+    first, second = (Foundation(VARIANT, SEED, f) for f in settings.folds)
     assert (pretrain_budget(settings, first), pretrain_budget(settings, second)) == (300, 60)
     same = load_settings("ci", warehouse=tmp_path, env={})
     assert pretrain_budget(same, second) == same.train.pretrain_steps == 300

@@ -8,8 +8,16 @@ import datetime as dt
 import pytest
 
 from kinematic_pipeline.folds import Fold, fold_labelled
-from kinematic_pipeline.policy import Policy
-from kinematic_pipeline.tasks.buy_sell_hold import TAU_TOLERANCE, at_tau, same_tau, tau_column, tau_key
+from kinematic_pipeline.policy import Foundation, Policy
+from kinematic_pipeline.tasks.buy_sell_hold import (
+    PAPER_CLASS_WEIGHTS,
+    TAU_TOLERANCE,
+    BuySellHold,
+    at_tau,
+    same_tau,
+    tau_column,
+    tau_key,
+)
 from kinematic_pipeline.variants import variant
 from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline.warehouse.layout import VALIDATION_PREDICTIONS
@@ -21,32 +29,38 @@ SINGLE, WALK_FORWARD = (CUT,), (FOLD_2019, FOLD_2020)
 
 
 def test_a_policy_formats_and_parses_its_partition_keys():
-    policy = Policy("splinegpt", 1234, 0.01, CUT)
-    assert policy.key == "1234|0.01" and Policy.from_key("splinegpt", policy.key, SINGLE) == policy
-    assert Policy.from_key("patchtst", "1235", SINGLE) == Policy("patchtst", 1235, None, CUT)
-    assert policy.foundation == Policy("splinegpt", 1234, None, CUT) and policy.foundation.tau is None
-    folded = Policy.named(WALK_FORWARD, "rawgpt", 7, 0.0025, "2019")
+    policy = Policy("splinegpt", BuySellHold(0.01), 1234, CUT)
+    assert policy.key == "1234|0.01" and Policy.from_key("splinegpt", policy.key, SINGLE, PAPER_CLASS_WEIGHTS) == policy
+    assert Policy.from_key("patchtst", "1235", SINGLE, PAPER_CLASS_WEIGHTS) == Foundation("patchtst", 1235, CUT)
+    assert policy.foundation == Foundation("splinegpt", 1234, CUT) and policy.foundation.task is None
+    folded = Policy.named(WALK_FORWARD, "rawgpt", 7, BuySellHold(0.0025), "2019")
     assert folded.fit_key == "2019@7" and folded.key == "2019@7|0.0025"
-    assert Policy.from_key("rawgpt", folded.key, WALK_FORWARD) == folded
-    assert Policy.from_key("rawgpt", "2019@7", WALK_FORWARD).tau is None
+    assert Policy.from_key("rawgpt", folded.key, WALK_FORWARD, PAPER_CLASS_WEIGHTS) == folded
+    foundation = Policy.from_key("rawgpt", "2019@7", WALK_FORWARD, PAPER_CLASS_WEIGHTS)
+    assert type(foundation) is Foundation and foundation.key == "2019@7"  # a foundation by its type, not a None
 
 
 def test_a_policy_holds_its_variant_and_fold_not_their_names():
-    policy = Policy.from_key("rawgpt", "2020@7|0.01", WALK_FORWARD)
+    policy = Policy.from_key("rawgpt", "2020@7|0.01", WALK_FORWARD, PAPER_CLASS_WEIGHTS)
     assert policy.variant is variant("rawgpt") and policy.fold is FOLD_2020
     assert policy.fold.train_end == dt.date(2019, 12, 31) and policy.variant.token_asset == "raw_tokens"
-    assert Policy.from_row({"variant": "rawgpt", "seed": 7, "tau": 0.01, "fold": "2020"}, WALK_FORWARD) == policy
+    assert (
+        Policy.from_row(
+            {"variant": "rawgpt", "seed": 7, "tau": 0.01, "fold": "2020"}, WALK_FORWARD, PAPER_CLASS_WEIGHTS
+        )
+        == policy
+    )
     single = {"variant": "rawgpt", "seed": 7, "tau": 0.01, "fold": CUT.label}  # "all": the label's inverse
-    assert CUT.label == "all" and Policy.from_row(single, SINGLE).fold is CUT
+    assert CUT.label == "all" and Policy.from_row(single, SINGLE, PAPER_CLASS_WEIGHTS).fold is CUT
     assert fold_labelled(WALK_FORWARD, "2019") is FOLD_2019
     with pytest.raises(TypeError, match="a Policy's fold is a Fold"):
-        Policy("rawgpt", 7, 0.01, "2020")
+        Policy("rawgpt", BuySellHold(0.01), 7, "2020")
     with pytest.raises(ValueError, match=r"fold '2030' is not one of this run's folds \(2019, 2020; split.folds=2\)"):
-        Policy.from_key("rawgpt", "2030@7|0.01", WALK_FORWARD)
+        Policy.from_key("rawgpt", "2030@7|0.01", WALK_FORWARD, PAPER_CLASS_WEIGHTS)
 
 
 def test_a_policy_names_its_files_folders_and_lineage_command(tmp_path):
-    policy = Policy("splinegpt", 1234, 0.01, CUT)
+    policy = Policy("splinegpt", BuySellHold(0.01), 1234, CUT)
     wh = Warehouse(tmp_path)
     assert policy.stem == "splinegpt_tau0.01_seed1234"
     assert wh.evaluation_file("backtests", policy) == tmp_path / "backtests" / "splinegpt_tau0.01_seed1234.parquet"
@@ -57,17 +71,24 @@ def test_a_policy_names_its_files_folders_and_lineage_command(tmp_path):
         == tmp_path / "predictions/validation/splinegpt_tau0.01_seed1234.parquet"
     )
     assert policy.lineage_args == "--model splinegpt --tau 0.01 --seed 1234"
-    folded = policy.foundation.at(0.01)
-    assert folded == policy and Policy("splinegpt", 1234, 0.01, FOLD_2019).stem.endswith("_seed1234_fold2019")
-    with pytest.raises(ValueError, match="is a foundation: it has no tau"):
-        _ = policy.foundation.stem
+    folded = policy.foundation.on(BuySellHold(0.01))
+    assert folded == policy and Policy("splinegpt", BuySellHold(0.01), 1234, FOLD_2019).stem.endswith(
+        "_seed1234_fold2019"
+    )
+    assert not hasattr(policy.foundation, "stem")  # a foundation has no evaluation shards
+    with pytest.raises(TypeError, match="a Policy's task is a Task"):
+        Policy("splinegpt", 0.01, 1234, CUT)  # a tau is not a task
 
 
 def test_a_tau_read_back_from_text_is_the_same_tau():
     for tau in (0.0025, 0.005, 0.01, 0.02):
         key = tau_key(tau)
-        assert same_tau(float(key), tau) and Policy("rawgpt", 1, float(key), CUT) == Policy("rawgpt", 1, tau, CUT)
-        assert hash(Policy("rawgpt", 1, float(key), CUT)) == hash(Policy("rawgpt", 1, tau, CUT))
+        assert same_tau(float(key), tau) and Policy("rawgpt", BuySellHold(float(key)), 1, CUT) == Policy(
+            "rawgpt", BuySellHold(tau), 1, CUT
+        )
+        assert hash(Policy("rawgpt", BuySellHold(float(key)), 1, CUT)) == hash(
+            Policy("rawgpt", BuySellHold(tau), 1, CUT)
+        )
     assert tau_column(0.0025) == "label_tau_0p0025" and tau_key(0.0025) == "0.0025"
     assert not same_tau(0.01, 0.01 + 10 * TAU_TOLERANCE)
 
@@ -81,4 +102,4 @@ def test_at_tau_selects_the_rows_of_one_tau_and_never_a_null():
 
 def test_an_unknown_variant_is_refused_naming_the_choices():
     with pytest.raises(ValueError, match="unknown model variant 'nope': expected one of splinegpt"):
-        Policy("nope", 1, 0.01, CUT)
+        Policy("nope", BuySellHold(0.01), 1, CUT)

@@ -25,12 +25,13 @@ import pytest
 
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.warehouse import PREDICTIONS
 from kinematic_pipeline_tests.conftest import CI_FOLDS, cli, golden_ci_settings
 
 pytestmark = pytest.mark.e2e
 FOLD, TAU, TICKER = "2022H1", 0.01, "SYN000"
-POLICY = Policy.named(CI_FOLDS, "splinegpt", 1234, TAU, FOLD)
+POLICY = Policy.named(CI_FOLDS, "splinegpt", 1234, BuySellHold(TAU), FOLD)
 BACKTESTING = "splinegpt_backtests,splinegpt_margin_backtests"  # one multi-asset: the Dagster CLI selects it whole
 
 

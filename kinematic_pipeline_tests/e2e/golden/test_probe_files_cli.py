@@ -17,6 +17,7 @@ import pytest
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.probe_models import FIT_FILE, LEGACY_PICKLE
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.warehouse import PREDICTIONS
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline_tests.conftest import cli
@@ -59,7 +60,7 @@ def test_a_planted_pickle_a_flipped_byte_or_a_truncated_probe_is_refused_by_the_
         pytest.skip("set KP_GOLDEN_WAREHOUSE (and DAGSTER_HOME) to a ci-profile warehouse materialized whole")
     settings = load_settings("ci", warehouse=path)
     wh = settings.warehouse
-    policy = Policy.named(settings.folds, variant, 0, TAU, FOLD)
+    policy = Policy.named(settings.folds, variant, 0, BuySellHold(TAU), FOLD)
     folder, predictions = wh.probe_dir(policy), wh.evaluation_file(PREDICTIONS, policy)
     model_file = next(f for f in folder.iterdir() if f.name.startswith("model."))
     assert model_file.suffix in (".json", ".txt") and not (folder / LEGACY_PICKLE).exists()
@@ -103,7 +104,7 @@ def test_a_probe_under_a_new_training_cut_refuses_features_split_for_other_folds
     settings = load_settings("ci", warehouse=path)
     moved = {**os.environ, "KP_PROFILE": "ci", "KP_TRAIN_END": "2021-09-30"}
     cut = load_settings("ci", warehouse=path, env=moved)
-    policy = Policy.named(cut.folds, "lr_spline", 0, TAU)  # the single cut's one fold
+    policy = Policy.named(cut.folds, "lr_spline", 0, BuySellHold(TAU))  # the single cut's one fold
     before = sorted(p.name for p in settings.warehouse.root.joinpath("predictions").iterdir())
     key = policy.key
     expected = {  # the probe reads the features; its predictions need the probe of this cut first

@@ -22,7 +22,7 @@ import torch
 
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.orchestration.runs import INVOCATION_TAG, PID_TAG
-from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.policy import Foundation
 from kinematic_pipeline_tests.conftest import CI_FOLDS, golden_ci_settings
 
 pytestmark = pytest.mark.e2e
@@ -51,7 +51,7 @@ def class_weight_vector(copy: Path) -> dict[tuple[str, int], dict[str, torch.Ten
     wh = load_settings("ci", warehouse=copy, env={}).warehouse
     out = {}
     for fold, seed in FITS:
-        path = wh.foundation_checkpoint(Policy.named(CI_FOLDS, "splinegpt", seed, None, fold))
+        path = wh.foundation_checkpoint(Foundation.named(CI_FOLDS, "splinegpt", seed, fold))
         out[fold, seed] = torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
     return out
 

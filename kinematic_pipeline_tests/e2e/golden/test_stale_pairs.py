@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.warehouse import PREDICTIONS
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline.warehouse.verified import MODEL_MANIFEST
@@ -39,8 +40,8 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 def test_a_retrained_foundation_under_an_old_adapter_is_refused(settings):
     wh = settings.warehouse
     policy, other = (
-        Policy.named(settings.folds, "splinegpt", 1235, TAU, FOLD),
-        Policy.named(settings.folds, "splinegpt", 1234, TAU, FOLD),
+        Policy.named(settings.folds, "splinegpt", 1235, BuySellHold(TAU), FOLD),
+        Policy.named(settings.folds, "splinegpt", 1234, BuySellHold(TAU), FOLD),
     )
     foundation, replacement = wh.foundation_checkpoint(policy), wh.foundation_checkpoint(other)
     predictions = wh.evaluation_file(PREDICTIONS, policy)
@@ -79,8 +80,8 @@ def test_a_retrained_foundation_under_an_old_adapter_is_refused(settings):
 def test_predictions_made_by_an_adapter_since_replaced_are_not_backtested(settings):
     wh = settings.warehouse
     policy, other = (
-        Policy.named(settings.folds, "splinegpt", 1235, TAU, FOLD),
-        Policy.named(settings.folds, "splinegpt", 1234, TAU, FOLD),
+        Policy.named(settings.folds, "splinegpt", 1235, BuySellHold(TAU), FOLD),
+        Policy.named(settings.folds, "splinegpt", 1234, BuySellHold(TAU), FOLD),
     )
     ours = next(p for p in wh.adapter_files(policy) if p.suffix == ".safetensors")
     theirs = next(p for p in wh.adapter_files(other) if p.suffix == ".safetensors")
@@ -110,7 +111,7 @@ def test_predictions_refuse_token_days_whose_raw_days_were_re_ingested(settings,
     from kinematic_pipeline.warehouse import QUARANTINE, RAW_OHLCV
 
     wh = settings.warehouse
-    policy = Policy.named(settings.folds, "splinegpt", 1235, TAU, FOLD)
+    policy = Policy.named(settings.folds, "splinegpt", 1235, BuySellHold(TAU), FOLD)
     predictions = wh.evaluation_file(PREDICTIONS, policy)
     before = file_sha256(predictions)
     day = evaluation_days(settings, "spline_tokens", fold_named(settings.folds, FOLD))[3]
@@ -168,7 +169,7 @@ def test_labels_whose_next_day_was_re_ingested_and_re_tokenized_are_refused(sett
     from kinematic_pipeline.warehouse import LABELS, QUARANTINE, RAW_OHLCV
 
     wh = settings.warehouse
-    policy = Policy.named(settings.folds, "splinegpt", 1235, TAU, "2022H2")
+    policy = Policy.named(settings.folds, "splinegpt", 1235, BuySellHold(TAU), "2022H2")
     predictions = wh.evaluation_file(PREDICTIONS, policy)
     before = file_sha256(predictions)
     *_, previous, last = evaluation_days(settings, SPLINE_TOKENS)
@@ -215,8 +216,8 @@ def test_a_report_rebuilt_after_an_adapter_was_replaced_is_refused_and_two_runs_
     second = {p.name: file_sha256(p) for p in sorted(wh.report_tables_dir.iterdir()) if p.is_file()}
     assert first == second  # the same inputs, the same bytes (a day with an IC of exactly 0 flipped "Days IC > 0")
     policy, other = (
-        Policy.named(settings.folds, "splinegpt", 1235, TAU, FOLD),
-        Policy.named(settings.folds, "splinegpt", 1234, TAU, FOLD),
+        Policy.named(settings.folds, "splinegpt", 1235, BuySellHold(TAU), FOLD),
+        Policy.named(settings.folds, "splinegpt", 1234, BuySellHold(TAU), FOLD),
     )
     ours = next(p for p in wh.adapter_files(policy) if p.suffix == ".safetensors")
     theirs = next(p for p in wh.adapter_files(other) if p.suffix == ".safetensors")

@@ -16,6 +16,7 @@ import pytest
 
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.warehouse import PREDICTIONS
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline_tests.conftest import CI_FOLDS, cli, golden_ci_settings
@@ -40,7 +41,7 @@ def _materialize(select: str, partition: str | None) -> subprocess.CompletedProc
 @pytest.mark.e2e
 def test_a_damaged_foundation_adapter_or_window_store_is_refused_by_the_cli():
     wh = golden_ci_settings().warehouse  # skipped without the ci warehouse, a failure under CI
-    policy = Policy.named(CI_FOLDS, "splinegpt", 1234, TAU, FOLD)
+    policy = Policy.named(CI_FOLDS, "splinegpt", 1234, BuySellHold(TAU), FOLD)
     key = policy.key
     predictions = wh.evaluation_file(PREDICTIONS, policy)
     before = file_sha256(predictions)
@@ -82,7 +83,7 @@ def test_a_copied_warehouse_whose_model_was_replaced_is_refused_while_the_origin
     import shutil
 
     path = golden_ci_settings().warehouse.root  # skipped without the ci warehouse, a failure under CI
-    policy = Policy.named(CI_FOLDS, "splinegpt", 1234, TAU, FOLD)
+    policy = Policy.named(CI_FOLDS, "splinegpt", 1234, BuySellHold(TAU), FOLD)
     copy = Path(shutil.copytree(path, tmp_path / "copy" / "warehouse", symlinks=True))
     home = tmp_path / "home"
     home.mkdir()

@@ -1,0 +1,111 @@
+"""A new task costs its own module: a tiny task defined here alone (no package file edited) is held by a policy, builds
+its target, trains through ``FinetuneModule`` with its own loss and validation metric, starts its head at its own
+prior, and decides through its own rule into the backtest engine."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import polars as pl
+import torch
+from torch import nn
+
+from kinematic_pipeline.backtest.engine import run_backtest
+from kinematic_pipeline.config import TrainConfig
+from kinematic_pipeline.folds import Fold
+from kinematic_pipeline.models.heads import init_head_at_prior
+from kinematic_pipeline.policy import Foundation, Policy
+from kinematic_pipeline.tasks.actions import BUY, HOLD
+from kinematic_pipeline.tasks.base import DecisionRule, Task
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
+from kinematic_pipeline.training.modules import FinetuneModule
+
+FOLD = Fold("2019", dt.date(2018, 12, 31), dt.date(2018, 12, 28), dt.date(2019, 1, 2), None)
+
+
+@dataclass(frozen=True)
+class LongWhenUp(DecisionRule):
+    """Long while the forecast probability of an up session exceeds a bar, else cash."""
+
+    bar: float = 0.5
+    name: ClassVar[str] = "long_when_up"
+
+    def actions(self, predictions: pl.DataFrame, validation: pl.DataFrame | None = None) -> np.ndarray:
+        return np.where(predictions["p_up"].to_numpy() > self.bar, BUY, HOLD).astype(np.int8)
+
+
+@dataclass(frozen=True)
+class UpDown(Task):
+    """Up (1) or down (0) over the next ``h`` sessions; unknown (-1) where the return is not known yet."""
+
+    h: int = 1
+    kind: ClassVar[str] = "updown"
+    horizon: ClassVar[int] = 1
+    outputs: ClassVar[tuple[str, ...]] = ("p_down", "p_up")
+    head_width: ClassVar[int] = 2
+
+    @property
+    def key(self) -> str:
+        return f"updown{self.h}"
+
+    def target(self, returns: np.ndarray) -> np.ndarray:
+        r = np.asarray(returns, dtype=np.float64)
+        return np.where(np.isnan(r), -1, (r > 0).astype(np.int8)).astype(np.int8)
+
+    def loss(self, logits, target):
+        return nn.functional.cross_entropy(logits, target.long(), ignore_index=-1)
+
+    def val_loss(self, logits, target):
+        return self.loss(logits, target) * 2.0  # a metric of its own, so the test can tell it from the loss
+
+    def prior(self, counts) -> np.ndarray:
+        counts = np.asarray(counts, dtype=np.float64)
+        return np.log((counts + 1.0) / (counts.sum() + len(counts)))
+
+    @property
+    def rules(self) -> tuple[DecisionRule, ...]:
+        return (LongWhenUp(),)
+
+
+def test_a_task_defined_outside_the_package_runs_through_policy_training_and_decisions():
+    task = UpDown()
+    policy = Foundation("splinegpt", 7, FOLD).on(task)
+    assert policy.task is task and policy.key == "2019@7|updown1" and policy.foundation.task is None
+    assert policy != Policy("splinegpt", BuySellHold(0.01), 7, FOLD)  # the task is part of the identity
+
+    returns = np.array([0.01, -0.02, 0.0, np.nan, 0.03])
+    np.testing.assert_array_equal(task.target(returns), [1, 0, 0, -1, 1])
+
+    torch.manual_seed(0)
+    classifier = nn.Sequential(nn.Flatten(), nn.Linear(64 * 9, task.head_width))
+    init_head_at_prior(classifier[1], task.prior([30, 10]))  # the head starts at the task's own prior
+    x, y = torch.randn(8, 64, 9), torch.tensor([1, 0, 1, 1, -1, 0, 1, 1])
+    torch.testing.assert_close(classifier(x).softmax(-1)[0], torch.tensor([31 / 42, 11 / 42]))
+    module = FinetuneModule(classifier, task, TrainConfig(), total_steps=4)
+    loss, logits, _ = module.model_step((x, y))
+    torch.testing.assert_close(loss, task.loss(classifier(x), y))  # training calls the task
+    assert logits.shape == (8, task.head_width)
+    logged = {}
+    module.log = lambda name, value, **kw: logged.setdefault(name, value)
+    module.validation_step((x, y), 0)
+    torch.testing.assert_close(logged["val/loss"], task.val_loss(classifier(x), y))  # and validates by its metric
+
+    close = np.array([10.0, 10.5, 10.2, 10.8, 11.0, 10.9])
+    predictions = pl.DataFrame({"close": close, "p_up": [0.7, 0.4, 0.9, 0.6, 0.2, 0.5]})
+    (rule,) = task.rules
+    decided = rule.decide(predictions)
+    np.testing.assert_array_equal(decided["action"].to_numpy(), [BUY, HOLD, BUY, BUY, HOLD, HOLD])
+    result = run_backtest(close, decided["action"].to_numpy())
+    assert result.equity.shape == close.shape and np.isfinite(result.equity).all()
+
+
+def test_buy_sell_hold_is_a_task_with_its_three_rules():
+    task = BuySellHold(0.01, (2.0, 10.0, 1.0))
+    assert (task.key, task.horizon, task.head_width, task.outputs) == ("0.01", 1, 3, ("p_buy", "p_sell", "p_hold"))
+    assert [r.name for r in task.rules] == ["paper", "calibrated", "margin"]
+    assert task.label_column == "label_tau_0p0100"
+    np.testing.assert_array_equal(task.target(np.array([0.02, -0.02, 0.01, np.nan])), [0, 1, 2, -1])
+    np.testing.assert_allclose(np.exp(task.prior([10, 10, 10])), np.array([2.0, 10.0, 1.0]) / 3)  # ln(w * pi)
