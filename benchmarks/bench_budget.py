@@ -33,14 +33,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import polars as pl  # noqa: E402
-import torch  # noqa: E402
 
 from kinematic_pipeline.config import load_settings  # noqa: E402
 from kinematic_pipeline.folds import fold_names  # noqa: E402
 from kinematic_pipeline.models import build_model  # noqa: E402
 from kinematic_pipeline.policy import Foundation, Policy  # noqa: E402
 from kinematic_pipeline.run_keys import run_task  # noqa: E402
-from kinematic_pipeline.training.run import finetune, pretrain  # noqa: E402
+from kinematic_pipeline.training.run import finetune, pretrain, save_foundation  # noqa: E402
 from kinematic_pipeline.variants import variant as lookup_variant  # noqa: E402
 from kinematic_pipeline.warehouse.layout import MODEL_FILE  # noqa: E402
 from kinematic_pipeline.warehouse.verified import write_model_manifest  # noqa: E402
@@ -67,8 +66,7 @@ def random_foundation(settings, policy: Policy, folder: Path) -> Path:
     L.seed_everything(policy.seed, workers=True, verbose=False)
     model = build_model(policy.variant.name, settings.model)
     path = folder / MODEL_FILE
-    config = dataclasses.asdict(settings.model)
-    torch.save({"variant": policy.variant.name, "model_config": config, "state_dict": model.state_dict()}, path)
+    save_foundation(settings, policy, model.state_dict(), path)
     write_model_manifest(folder, [path])
     return path
 
@@ -77,7 +75,8 @@ def from_horizon(settings, policy: Policy, horizon: int, tmp: Path) -> dict:
     """Pretrain ``policy``'s foundation from scratch with the target ``horizon`` tokens ahead (the 1x budget), then
     fine-tune from it at the 1x budget: both runs' rows (the foundation is pinned to that model config, so the
     fine-tuning runs under it too; fine-tuning itself does not read the horizon)."""
-    far = dataclasses.replace(settings, model=dataclasses.replace(settings.model, pretrain_horizon=horizon))
+    gpt = dataclasses.replace(settings.model.gpt, pretrain_horizon=horizon)
+    far = dataclasses.replace(settings, model=dataclasses.replace(settings.model, gpt=gpt))
     folder = tmp / f"{policy.variant.name}_horizon{horizon}_pretrain"
     foundation = policy.foundation
     pretrained = run(far, foundation, "pretrain", 1, folder)
@@ -124,7 +123,7 @@ def main() -> None:
     parser.add_argument(
         "--pretrain-horizon",
         type=int,
-        help="also pretrain each GPT family's foundation with the target h tokens ahead (model.pretrain_horizon) at "
+        help="also pretrain each GPT family's foundation with the target h tokens ahead (model.gpt.pretrain_horizon) at "
         "the 1x budget and fine-tune from it: the ablation's third column",
     )
     parser.add_argument(

@@ -120,7 +120,7 @@ def row_keys(policy: Policy, fold, learner: str, commit: str) -> dict:
         "learner": learner,
         "fold": fold.label,
         "seed": policy.seed,
-        "tau": policy.tau,
+        "tau": policy.task.tau,
         "commit": commit,
     }
 

@@ -63,7 +63,8 @@ def validation_loss(model: torch.nn.Module, val: list[torch.Tensor]) -> float:
 
 def run_width(settings, d_model: int, seconds: float, dm: WindowDataModule, val: list[torch.Tensor]) -> dict:
     cfg = settings.train
-    model_cfg = dataclasses.replace(settings.model, d_model=d_model, d_ff=4 * d_model, dropout=0.0)
+    gpt = dataclasses.replace(settings.model.gpt, d_model=d_model, d_ff=4 * d_model, dropout=0.0)
+    model_cfg = dataclasses.replace(settings.model, gpt=gpt)
     torch.manual_seed(cfg.seeds[0])
     model = build_model(VARIANT, model_cfg)
     probe = batches(dm, 8, cfg.batch_size)

@@ -44,10 +44,10 @@ def _step_seconds(variant: str, threads: int, batch: int, steps: int, warmup: in
 
     torch.set_num_threads(threads)
     settings = _settings()
-    cfg = settings.model
     train = settings.train
     torch.manual_seed(0)
-    model = build_model(variant, cfg)
+    model = build_model(variant, settings.model)
+    cfg = model.cfg  # the variant's backbone's own config
     model.train()
     channels = 2 if variant == "patchtst" else cfg.n_channels
     x = torch.randn(batch, cfg.context, channels)

@@ -211,7 +211,8 @@ def measure_variants(
     """One row per variant: median step, tokens/s, FLOP/s, MFU against ``peaks`` ("float32", "bfloat16" when
     bf16 is tried), speed-up and held-out loss difference to float32 (``variants[0]``), verdict.
     ``pool`` holds at least ``steps`` x the largest scale batches of the profile's size."""
-    exact = dataclasses.replace(settings, model=dataclasses.replace(settings.model, dropout=0.0))
+    no_dropout = dataclasses.replace(settings.model.gpt, dropout=0.0)
+    exact = dataclasses.replace(settings, model=dataclasses.replace(settings.model, gpt=no_dropout))
     data = {v.name: joined(pool, v.scale)[:steps] for v in variants}
     flops = {v.scale: step_flops(fresh_module(settings, 1).model, data[v.name][0]) for v in variants}
     seconds: dict[str, list[float]] = {v.name: [] for v in variants}
@@ -383,7 +384,7 @@ def main() -> None:
     dm = WindowDataModule(settings, Foundation(VARIANT, settings.train.seeds[0], settings.folds[0]))
     dm.setup()
     print(
-        f"demo profile: {VARIANT} d_model={settings.model.d_model} layers={settings.model.n_layers}, batch "
+        f"demo profile: {VARIANT} d_model={settings.model.gpt.d_model} layers={settings.model.gpt.n_layers}, batch "
         f"{cfg.batch_size}, {len(dm.train_days)} training days, epoch cap {cfg.max_windows_per_epoch}, "
         f"torch {torch.__version__}, threads {torch.get_num_threads()}"
     )

@@ -1,11 +1,12 @@
 """Configuration: frozen dataclasses, four named profiles and the operator's environment variables.
 
-``settings.py`` holds the dataclasses (``Settings`` and its sections), ``profiles.py`` the named profiles
-(``ci``, ``demo``, ``real``, ``paper``) and ``environment.py`` ``load_settings``, the only reader of the ``KP_*``
-variables (a grep test holds it to that). Import from here: ``from kinematic_pipeline.config import Settings``.
-Nothing here imports dagster.
+``settings.py`` holds the dataclasses (``Settings`` and its sections), ``backbones.py`` one config per backbone,
+``profiles.py`` the named profiles (``ci``, ``demo``, ``real``, ``paper``) and ``environment.py`` ``load_settings``,
+the only reader of the ``KP_*`` variables (a grep test holds it to that). Import from here:
+``from kinematic_pipeline.config import Settings``. Nothing here imports dagster.
 """
 
+from kinematic_pipeline.config.backbones import GPTConfig, ModelConfig, PatchTSTConfig
 from kinematic_pipeline.config.environment import TRAIN_BUDGET_ENV, TRAIN_ENV, check_training_cut, load_settings
 from kinematic_pipeline.config.profiles import (
     CPU_LORA_DROPOUT,
@@ -25,7 +26,6 @@ from kinematic_pipeline.config.settings import (
     DataConfig,
     EvalConfig,
     IngestConfig,
-    ModelConfig,
     Settings,
     SplitConfig,
     SyntheticConfig,
@@ -51,8 +51,10 @@ __all__ = [
     "TRAIN_ENV",
     "DataConfig",
     "EvalConfig",
+    "GPTConfig",
     "IngestConfig",
     "ModelConfig",
+    "PatchTSTConfig",
     "Settings",
     "SplitConfig",
     "SyntheticConfig",

@@ -171,7 +171,8 @@ def load_settings(
     if env.get("KP_PRETRAIN_HORIZON"):  # the GPTs' pretraining target: token t + h (1: the paper's next token)
         if not env["KP_PRETRAIN_HORIZON"].isdigit():
             raise ValueError(f"KP_PRETRAIN_HORIZON={env['KP_PRETRAIN_HORIZON']!r}: expected a positive integer")
-        model = dataclasses.replace(model, pretrain_horizon=int(env["KP_PRETRAIN_HORIZON"]))
+        gpt = dataclasses.replace(model.gpt, pretrain_horizon=int(env["KP_PRETRAIN_HORIZON"]))
+        model = dataclasses.replace(model, gpt=gpt)
     train = dataclasses.replace(
         base.train,
         **{field: env[var] for var, field in TRAIN_ENV.items() if env.get(var)},

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import datetime as dt
 
+from kinematic_pipeline.config.backbones import GPTConfig, ModelConfig, PatchTSTConfig
 from kinematic_pipeline.config.settings import (
     DataConfig,
     EvalConfig,
-    ModelConfig,
     Settings,
     SplitConfig,
     SyntheticConfig,
@@ -27,15 +27,8 @@ PAPER_TEST_TICKERS = ("INTC", "NVDA", "JPM", "XOM", "PFE", "TSLA")  # the paper'
 # a third of a step on 2 cores (bench_training.py: 175 -> 113 ms a pretraining step, 244 -> 148 ms fine-tuning).
 CPU_LORA_DROPOUT = 0.0
 SMALL_CPU_MODEL = ModelConfig(
-    d_model=64,
-    n_layers=4,
-    n_heads=4,
-    d_ff=256,
-    dropout=0.0,
-    patchtst_d_model=64,
-    patchtst_heads=4,
-    patchtst_layers=2,
-    patchtst_d_ff=256,
+    gpt=GPTConfig(d_model=64, n_layers=4, n_heads=4, d_ff=256, dropout=0.0),
+    patchtst=PatchTSTConfig(d_model=64, n_heads=4, n_layers=2, d_ff=256, dropout=0.0),
 )
 
 
@@ -43,15 +36,8 @@ def _profile_ci() -> Settings:
     return Settings(
         profile="ci",
         model=ModelConfig(
-            d_model=32,
-            n_layers=4,
-            n_heads=4,
-            d_ff=64,
-            dropout=0.0,
-            patchtst_d_model=32,
-            patchtst_heads=4,
-            patchtst_layers=2,
-            patchtst_d_ff=64,
+            gpt=GPTConfig(d_model=32, n_layers=4, n_heads=4, d_ff=64, dropout=0.0),
+            patchtst=PatchTSTConfig(d_model=32, n_heads=4, n_layers=2, d_ff=64, dropout=0.0),
         ),
         train=TrainConfig(
             pretrain_steps=300,

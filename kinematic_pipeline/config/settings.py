@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kinematic_pipeline.config.backbones import ModelConfig
 from kinematic_pipeline.paper_conventions import BacktestConfig
 from kinematic_pipeline.tasks.targets import LABEL_SOURCES
 from kinematic_pipeline.variants import BASELINE_NAMES, VARIANT_NAMES
 from kinematic_pipeline.warehouse import Warehouse
-from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
 
 if TYPE_CHECKING:
     from kinematic_pipeline.folds import Fold
@@ -149,40 +149,6 @@ class TokenizeConfig:
         check_choice("tokenize.alpha_mle_scope", self.alpha_mle_scope, ALPHA_MLE_SCOPES)
         check_choice("tokenize.time_unit", self.time_unit, TIME_UNITS)
         check_choice("tokenize.label_source", self.label_source, LABEL_SOURCES)
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Backbones (paper Tables "Hyperparameters" and "Model Specifications"); paper values by default."""
-
-    d_model: int = 512  # embedding width ("short & wide")
-    n_layers: int = 4  # decoder blocks
-    n_heads: int = 8  # attention heads
-    d_ff: int = 2048  # MLP width (GELU)
-    context: int = N_TOKENS  # tokens per window (windows.py: the window geometry's one home)
-    n_channels: int = N_CHANNELS  # 4 price + 5 volume coefficients per token
-    dropout: float = 0.1
-    rope_base: float = 10000.0  # rotary position embedding frequency base
-    # The GPTs' pretraining target: position t regresses token t + pretrain_horizon (1: the paper's next token). A
-    # spline token's successor is nearly its own continuation (pretraining validation loss 0.05 on ci against
-    # RawGPT-FD's 0.32), so a longer horizon asks what continuity alone cannot answer (an option; the paper's is
-    # the default). PatchTST's objective is its masked patches.
-    pretrain_horizon: int = 1
-    # PatchTST (external baseline): channel independent, RevIN, patch 16 / stride 8, d_model 256, 4 heads
-    patch_len: int = 16
-    patch_stride: int = 8
-    patchtst_d_model: int = 256
-    patchtst_heads: int = 4
-    patchtst_layers: int = 4
-    patchtst_d_ff: int = 5328  # sized so PatchTST has ~12.0 M parameters, the paper's matched capacity
-    patchtst_mask_ratio: float = 0.4  # share of patches masked in self-supervised pretraining
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.pretrain_horizon < self.context:
-            raise ValueError(
-                f"model.pretrain_horizon={self.pretrain_horizon!r}: expected a number of tokens ahead in "
-                f"[1, {self.context - 1}] (1: the next token)"
-            )
 
 
 @dataclass(frozen=True)

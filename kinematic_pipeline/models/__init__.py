@@ -22,12 +22,14 @@ from kinematic_pipeline.models.heads import (
 from kinematic_pipeline.models.patchtst import PatchTST
 from kinematic_pipeline.variants import variant as lookup_variant
 
-BACKBONES = {"gpt": KinematicGPT, "patchtst": PatchTST}  # the registry's ``backbone`` names
+BACKBONES = {"gpt": KinematicGPT, "patchtst": PatchTST}  # the registry's ``backbone`` names, ModelConfig's fields
 
 
 def build_model(variant: str, cfg: ModelConfig) -> nn.Module:
-    """The backbone of ``variant`` (the registry's ``backbone``); each owns its ``pretrain_loss``."""
-    return BACKBONES[lookup_variant(variant).backbone](cfg)
+    """The backbone of ``variant`` (the registry's ``backbone``) built from its own config (``cfg.of``); each owns
+    its ``pretrain_loss``."""
+    backbone = lookup_variant(variant).backbone
+    return BACKBONES[backbone](cfg.of(backbone))
 
 
 __all__ = [

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kinematic_pipeline.config import ModelConfig
+from kinematic_pipeline.config import GPTConfig
 
 
 def rotary_cos_sin(positions: torch.Tensor, head_dim: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -36,7 +36,7 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: GPTConfig):
         super().__init__()
         assert cfg.d_model % cfg.n_heads == 0, "d_model must be a multiple of n_heads"
         self.n_heads = cfg.n_heads
@@ -64,7 +64,7 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.fc = nn.Linear(cfg.d_model, cfg.d_ff)
         self.gelu = nn.GELU()
@@ -78,7 +78,7 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """Pre-norm decoder block: x + attn(ln(x)), then x + mlp(ln(x))."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.ln_1 = nn.LayerNorm(cfg.d_model)
         self.attn = CausalSelfAttention(cfg)
@@ -96,7 +96,7 @@ class Block(nn.Module):
 class KinematicGPT(nn.Module):
     """Input projection 9 -> d_model, ``n_layers`` RoPE decoder blocks, final LayerNorm, head d_model -> 9."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.cfg = cfg
         self.input_proj = nn.Linear(cfg.n_channels, cfg.d_model)

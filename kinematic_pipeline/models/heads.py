@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from kinematic_pipeline.config import ModelConfig, TrainConfig
+from kinematic_pipeline.config import GPTConfig, TrainConfig
 from kinematic_pipeline.models.gpt import KinematicGPT
 from kinematic_pipeline.models.patchtst import PatchTST
 from kinematic_pipeline.variants import LORA_HEAD, PROBE_HEAD
@@ -53,7 +53,7 @@ class PatchTSTClassifier(nn.Module):
         self.backbone = backbone
         self.backbone.requires_grad_(False)
         self.backbone.eval()
-        self.cls_head = nn.Linear(backbone.n_vars * backbone.cfg.patchtst_d_model, n_classes)
+        self.cls_head = nn.Linear(backbone.n_vars * backbone.cfg.d_model, n_classes)
 
     def train(self, mode: bool = True) -> PatchTSTClassifier:
         # A probe reads fixed features: the frozen encoder never runs with dropout.
@@ -78,7 +78,7 @@ def init_head_at_prior(head: nn.Linear, logits: np.ndarray | None) -> None:
         head.bias.copy_(torch.as_tensor(logits, dtype=head.bias.dtype))
 
 
-def lora_target_modules(cfg: ModelConfig, layers: Sequence[int] = (0, 1, 3)) -> list[str]:
+def lora_target_modules(cfg: GPTConfig, layers: Sequence[int] = (0, 1, 3)) -> list[str]:
     """Names of the linear layers of KinematicGPT that receive LoRA adapters, e.g. ``blocks.0.attn.qkv``."""
     bad = [i for i in layers if not 0 <= i < cfg.n_layers]
     if bad:

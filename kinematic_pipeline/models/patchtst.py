@@ -5,7 +5,7 @@ a window is a separate univariate series through one shared encoder), RevIN with
 biased std (detached), patching by ``unfold(patch_len, stride)`` after padding the end with the last
 value repeated ``stride`` times (64 points -> 8 patches), a shared linear patch embedding, a learned
 positional embedding and pre-norm transformer encoder layers. Attention is bidirectional inside a
-window, which only holds the past. Self-supervised pretraining masks ``patchtst_mask_ratio`` of the
+window, which only holds the past. Self-supervised pretraining masks ``mask_ratio`` of the
 patches (their values are zeroed before the embedding, as in the official code) and reconstructs
 their RevIN-normalized values; the downstream use is a frozen linear probe (``heads.PatchTSTClassifier``).
 
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kinematic_pipeline.config import ModelConfig
+from kinematic_pipeline.config import PatchTSTConfig
 
 POS_INIT_STD = 0.5  # the positional embedding's initial std: the patch embeddings' scale (~0.65 per entry)
 
@@ -57,15 +57,15 @@ class RevIN(nn.Module):
 class PatchTST(nn.Module):
     """Channel-independent patch transformer encoder with a masked-patch reconstruction head."""
 
-    def __init__(self, cfg: ModelConfig, n_vars: int = 2, revin_affine: bool = True):
+    def __init__(self, cfg: PatchTSTConfig, n_vars: int = 2, revin_affine: bool = True):
         super().__init__()
-        assert cfg.patchtst_d_model % cfg.patchtst_heads == 0, "patchtst_d_model must be a multiple of heads"
-        assert 0.0 < cfg.patchtst_mask_ratio < 1.0, "the mask ratio must leave some patches masked and some seen"
+        assert cfg.d_model % cfg.n_heads == 0, "d_model must be a multiple of n_heads"
+        assert 0.0 < cfg.mask_ratio < 1.0, "the mask ratio must leave some patches masked and some seen"
         self.cfg = cfg
         self.n_vars = n_vars  # input channels (ln close, ln volume)
         self.patch_len, self.stride = cfg.patch_len, cfg.patch_stride
         self.n_patches = (cfg.context - cfg.patch_len) // cfg.patch_stride + 2  # +1 from the end padding
-        d = cfg.patchtst_d_model
+        d = cfg.d_model
         self.revin = RevIN(n_vars, affine=revin_affine)
         self.patch_embed = nn.Linear(cfg.patch_len, d)  # shared across channels and patches
         self.pos_embed = nn.Parameter(POS_INIT_STD * torch.randn(self.n_patches, d))  # module docstring
@@ -73,14 +73,14 @@ class PatchTST(nn.Module):
         self.layers = nn.ModuleList(
             nn.TransformerEncoderLayer(
                 d_model=d,
-                nhead=cfg.patchtst_heads,
-                dim_feedforward=cfg.patchtst_d_ff,
+                nhead=cfg.n_heads,
+                dim_feedforward=cfg.d_ff,
                 dropout=cfg.dropout,
                 activation="gelu",
                 batch_first=True,
                 norm_first=True,
             )
-            for _ in range(cfg.patchtst_layers)
+            for _ in range(cfg.n_layers)
         )
         self.ln_f = nn.LayerNorm(d)
         self.recon_head = nn.Linear(d, cfg.patch_len)  # pretraining only: embedding -> patch values
@@ -114,7 +114,7 @@ class PatchTST(nn.Module):
         return self.ln_f(h).reshape(B, C, N, -1)  # (B, C, N, d)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """Windows (B, L, C) -> patch embeddings (B, C, n_patches, patchtst_d_model)."""
+        """Windows (B, L, C) -> patch embeddings (B, C, n_patches, d_model)."""
         patches, _ = self._patches(x)
         return self._encode_patches(patches)
 
@@ -122,8 +122,8 @@ class PatchTST(nn.Module):
         """Masked-patch reconstruction MSE, on the masked patches only (official random masking)."""
         patches, target = self._patches(x)  # (B, C, N, P) each
         B, C, N, _ = patches.shape
-        n_keep = int(N * (1 - self.cfg.patchtst_mask_ratio))
-        assert 0 < n_keep < N, f"mask ratio {self.cfg.patchtst_mask_ratio} leaves no patch to mask or to keep"
+        n_keep = int(N * (1 - self.cfg.mask_ratio))
+        assert 0 < n_keep < N, f"mask ratio {self.cfg.mask_ratio} leaves no patch to mask or to keep"
         noise = torch.rand(B, C, N, generator=generator, device=generator.device if generator is not None else x.device)
         rank = noise.to(x.device).argsort(dim=-1).argsort(dim=-1)  # (B, C, N): rank of each patch's noise
         masked = rank >= n_keep  # (B, C, N), N - n_keep patches per channel

@@ -1,7 +1,7 @@
 """What the pretrain and finetune assets call: build, fit with Lightning, save, hash, report.
 
-No dagster here. ``pretrain`` writes the policy's foundation folder (``model.pt``: a plain state_dict and the
-ModelConfig); ``finetune`` writes the head the variant's head kind saves in its adapter folder (PEFT's
+No dagster here. ``pretrain`` writes the policy's foundation folder (``model.pt``: a plain state_dict and its
+backbone's config); ``finetune`` writes the head the variant's head kind saves in its adapter folder (PEFT's
 ``adapter/`` for the GPT variants, ``head.pt`` for the PatchTST probe: ``models.heads.HEADS``);
 ``load_classifier`` is the inverse of that saving, for prediction. Lightning checkpoints (for resuming), CSV
 logs and ``shards_used.parquet`` (what was served) live in the same folders.
@@ -9,7 +9,6 @@ logs and ``shards_used.parquet`` (what was served) live in the same folders.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ import polars as pl
 import torch
 from torch import nn
 
-from kinematic_pipeline.config import ModelConfig, Settings
+from kinematic_pipeline.config import Settings
 from kinematic_pipeline.model_pins import (
     PARENT_FILE,
     check_pair,
@@ -140,7 +139,7 @@ class TrainingResult:
         }
         if policy.task is None:
             values["checkpoint_sha256"] = result.files_sha256[MODEL_FILE]
-            values["model_config"] = json.loads(json.dumps(settings.model.__dict__))
+            values["model_config"] = json.loads(json.dumps(settings.model.record(policy.variant.backbone)))
             values["warm_started"] = result.parent_foundation is not None
             if result.parent_foundation is not None:
                 values["parent_foundation"] = result.parent_foundation
@@ -266,9 +265,7 @@ def pretrain(
         fitted = _fit(settings, module_for, out_dir, data, pretrain_budget(settings, policy), progress)
     path = out_dir / MODEL_FILE
     pin_parent(settings.warehouse, out_dir, None, None)  # the old record goes before the new weights come
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    config = dataclasses.asdict(settings.model)
-    torch.save({"variant": policy.variant.name, "model_config": config, "state_dict": state}, path)
+    save_foundation(settings, policy, {k: v.detach().cpu() for k, v in model.state_dict().items()}, path)
     extra = {}
     if parent is not None:
         pin_parent(settings.warehouse, out_dir, parent[0], parent[1])  # loads check it (model_pins.check_parent)
@@ -279,8 +276,16 @@ def pretrain(
     return _result(settings, policy, out_dir, [path], model, fitted, started, **extra)
 
 
+def save_foundation(settings: Settings, policy: Foundation, state: dict[str, torch.Tensor], path: Path) -> None:
+    """``model.pt``: the variant, the config of its backbone alone (what ``load_foundation`` checks; another
+    backbone's sizes are not its concern) and the weights."""
+    config = settings.model.record(policy.variant.backbone)
+    torch.save({"variant": policy.variant.name, "model_config": config, "state_dict": state}, path)
+
+
 def load_foundation(settings: Settings, policy: Policy, path: Path | None = None) -> nn.Module:
-    """The pretrained backbone of ``policy`` (``model.pt``); its ModelConfig must be the settings' one."""
+    """The pretrained backbone of ``policy`` (``model.pt``); the config of its backbone must be the settings' one
+    (another backbone's config is not its concern)."""
     path = Path(path or settings.warehouse.foundation_checkpoint(policy))
     fix = f"re-materialize {policy.variant.name}_foundation partition {policy.fit_key}"
     verify_model_folder(path.parent, fix)  # the bytes its files.json records, or one line naming the file
@@ -288,8 +293,9 @@ def load_foundation(settings: Settings, policy: Policy, path: Path | None = None
     saved = torch.load(path, map_location="cpu", weights_only=True)
     if saved["variant"] != policy.variant.name:
         raise ValueError(f"{path} holds a {saved['variant']} backbone, not {policy.variant.name}")
-    if ModelConfig(**saved["model_config"]) != settings.model:
-        raise ValueError(f"{path} was trained with {saved['model_config']}, not {settings.model}")
+    differences = settings.model.differences(policy.variant.backbone, saved["model_config"])
+    if differences:
+        raise ValueError(f"{path} was trained with {', '.join(differences)}: {fix}")
     model = build_model(policy.variant.name, settings.model)
     model.load_state_dict(saved["state_dict"])
     return model

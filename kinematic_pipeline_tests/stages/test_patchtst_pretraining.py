@@ -18,7 +18,7 @@ import torch
 from kinematic_pipeline.config import profile_settings
 from kinematic_pipeline.models.patchtst import PatchTST
 
-CI = profile_settings("ci").model  # d_model 32, 2 layers, d_ff 64, patch 16 / stride 8, mask ratio 0.4
+CI = profile_settings("ci").model.patchtst  # d_model 32, 2 layers, d_ff 64, patch 16 / stride 8, mask ratio 0.4
 
 
 def _random_walks(n: int, seed: int) -> torch.Tensor:
@@ -30,7 +30,7 @@ def _random_walks(n: int, seed: int) -> torch.Tensor:
 def _masks(model: PatchTST, batch: int, seed: int) -> torch.Tensor:
     """The masks ``pretrain_loss`` draws from ``torch.Generator().manual_seed(seed)`` (B, C, N)."""
     noise = torch.rand(batch, model.n_vars, model.n_patches, generator=torch.Generator().manual_seed(seed))
-    n_keep = int(model.n_patches * (1 - model.cfg.patchtst_mask_ratio))
+    n_keep = int(model.n_patches * (1 - model.cfg.mask_ratio))
     return noise.argsort(dim=-1).argsort(dim=-1) >= n_keep
 
 

@@ -44,9 +44,10 @@ def test_bench_training_mfu_of_a_tiny_gpt_is_a_fraction_of_the_matmul_peak(tmp_p
     from kinematic_pipeline.config import load_settings
 
     settings = load_settings("ci", warehouse=tmp_path, env={})
-    settings = dataclasses.replace(settings, model=dataclasses.replace(settings.model, n_layers=1, dropout=0.1))
+    gpt = dataclasses.replace(settings.model.gpt, n_layers=1, dropout=0.1)
+    settings = dataclasses.replace(settings, model=dataclasses.replace(settings.model, gpt=gpt))
     torch.manual_seed(0)
-    pool = [torch.randn(8, settings.model.context, settings.model.n_channels) for _ in range(4)]
+    pool = [torch.randn(8, gpt.context, gpt.n_channels) for _ in range(4)]
     variants = [bt.FP32, bt.StepVariant("batch x2", 2e-2, scale=2), bt.StepVariant("bf16", 2e-2, bf16=True)]
     peaks = {"float32": bt.matmul_peak(torch.float32, 256), "bfloat16": bt.matmul_peak(torch.bfloat16, 256)}
     rows = bt.measure_variants(settings, pool, pool[-1], variants, 2, 1, peaks)

@@ -115,8 +115,8 @@ def test_every_kp_variable_is_read_by_load_settings_and_nowhere_else(tmp_path):
 def test_kp_pretrain_horizon_sets_the_gpts_pretraining_target_and_refuses_nonsense():
     from kinematic_pipeline.config import load_settings
 
-    assert load_settings("ci", env={}).model.pretrain_horizon == 1  # the paper's next token
-    assert load_settings("ci", env={"KP_PRETRAIN_HORIZON": "5"}).model.pretrain_horizon == 5
+    assert load_settings("ci", env={}).model.gpt.pretrain_horizon == 1  # the paper's next token
+    assert load_settings("ci", env={"KP_PRETRAIN_HORIZON": "5"}).model.gpt.pretrain_horizon == 5
     for bad in ("0", "-1", "x", "64"):
         with pytest.raises(ValueError, match="(?i)horizon"):
             load_settings("ci", env={"KP_PRETRAIN_HORIZON": bad})

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from kinematic_pipeline.config import ModelConfig
+from kinematic_pipeline.config import GPTConfig, PatchTSTConfig
 from kinematic_pipeline.models import PatchTST, SequenceClassifier, inject_lora
 from kinematic_pipeline.models.gpt import KinematicGPT
 from kinematic_pipeline.tasks.buy_sell_hold import weighted_cross_entropy
@@ -22,7 +22,7 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 
-PAPER = ModelConfig(dropout=0.0)  # the paper's shape (512 wide, 4 layers, 8 heads, 64 tokens), deterministic
+PAPER = GPTConfig(dropout=0.0)  # the paper's shape (512 wide, 4 layers, 8 heads, 64 tokens), deterministic
 
 
 @pytest.fixture(autouse=True)
@@ -38,11 +38,14 @@ def _tokens(batch: int, channels: int = PAPER.n_channels, seed: int = 0) -> torc
     return torch.randn(batch, PAPER.context, channels, generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize(("backbone", "channels"), [(KinematicGPT, PAPER.n_channels), (PatchTST, 2)])
-def test_a_paper_size_backbone_gives_the_cpus_numbers_on_the_gpu(backbone, channels):
+@pytest.mark.parametrize(
+    ("backbone", "cfg", "channels"),
+    [(KinematicGPT, PAPER, PAPER.n_channels), (PatchTST, PatchTSTConfig(dropout=0.0), 2)],
+)
+def test_a_paper_size_backbone_gives_the_cpus_numbers_on_the_gpu(backbone, cfg, channels):
     """The GPT's outputs, PatchTST's patch embeddings (ln close, ln volume windows)."""
     torch.manual_seed(0)
-    model = backbone(PAPER).eval()
+    model = backbone(cfg).eval()
     run = model if backbone is KinematicGPT else model.encode
     x = _tokens(16, channels)
     with torch.no_grad():

@@ -9,7 +9,7 @@ import peft
 import pytest
 import torch
 
-from kinematic_pipeline.config import ModelConfig, profile_settings
+from kinematic_pipeline.config import GPTConfig, profile_settings
 from kinematic_pipeline.models import (
     KinematicGPT,
     PatchTST,
@@ -25,7 +25,8 @@ from kinematic_pipeline.models.heads import for_inference
 from kinematic_pipeline.tasks.buy_sell_hold import weighted_cross_entropy
 from kinematic_pipeline.variants import VARIANTS
 
-CI = profile_settings("ci").model
+MODELS = profile_settings("ci").model
+CI, CI_PATCH = MODELS.gpt, MODELS.patchtst
 TINY = dataclasses.replace(CI, d_model=32, n_layers=2, n_heads=4, d_ff=64, context=16, dropout=0.0)
 
 
@@ -33,7 +34,7 @@ def _tokens(batch: int = 4, length: int = 64, seed: int = 0) -> torch.Tensor:
     return torch.randn(batch, length, 9, generator=torch.Generator().manual_seed(seed))
 
 
-def _trained_lora_classifier(cfg: ModelConfig) -> tuple[peft.PeftModel, dict[str, torch.Tensor]]:
+def _trained_lora_classifier(cfg: GPTConfig) -> tuple[peft.PeftModel, dict[str, torch.Tensor]]:
     """A LoRA classifier after a few optimizer steps, and the backbone weights it started from."""
     torch.manual_seed(0)
     backbone = KinematicGPT(cfg).eval()
@@ -167,7 +168,7 @@ def test_for_inference_merges_lora_into_a_copy_with_the_same_probabilities():
 
 
 def test_lora_target_modules_name_the_paper_layers():
-    names = lora_target_modules(profile_settings("paper").model)
+    names = lora_target_modules(profile_settings("paper").model.gpt)
     assert names[:4] == ["blocks.0.attn.qkv", "blocks.0.attn.proj", "blocks.0.mlp.fc", "blocks.0.mlp.proj"]
     assert {n.split(".")[1] for n in names} == {"0", "1", "3"} and len(names) == 12
     with pytest.raises(ValueError, match="outside"):
@@ -231,13 +232,13 @@ def test_lora_adapter_round_trips_through_peft_save_and_load(tmp_path):
 
 
 def test_patchtst_encodes_eight_patches_per_channel_and_is_window_scale_invariant():
-    cfg = profile_settings("paper").model
-    model = PatchTST(CI).eval()
+    cfg = profile_settings("paper").model.patchtst
+    model = PatchTST(CI_PATCH).eval()
     assert PatchTST(cfg).n_patches == 8  # 64 points, patch 16, stride 8, end padding
     x = torch.randn(3, 64, 2, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         z = model.encode(x)
-        assert z.shape == (3, 2, 8, CI.patchtst_d_model)
+        assert z.shape == (3, 2, 8, CI_PATCH.d_model)
         # RevIN: a window's level and scale (per channel) do not reach the encoder.
         torch.testing.assert_close(model.encode(3.0 * x + 5.0), z, atol=1e-4, rtol=1e-4)
         # Channel independence: channel 0's embeddings ignore channel 1.
@@ -248,7 +249,7 @@ def test_patchtst_encodes_eight_patches_per_channel_and_is_window_scale_invarian
 
 def test_patchtst_pretrain_loss_is_finite_and_falls_on_a_tiny_batch():
     torch.manual_seed(0)
-    model = PatchTST(CI)
+    model = PatchTST(CI_PATCH)
     t = torch.arange(64, dtype=torch.float32)
     x = torch.stack([torch.sin(0.3 * t + p) for p in torch.rand(8, 2).flatten() * 6]).view(8, 2, 64).transpose(1, 2)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
@@ -264,12 +265,12 @@ def test_patchtst_pretrain_loss_is_finite_and_falls_on_a_tiny_batch():
 
 
 def test_patchtst_classifier_probes_a_frozen_backbone():
-    backbone = PatchTST(CI)
+    backbone = PatchTST(CI_PATCH)
     before = {k: v.clone() for k, v in backbone.state_dict().items()}
     clf = PatchTSTClassifier(backbone).train()
     assert not backbone.training  # the probe never runs the encoder with dropout
     assert all(not p.requires_grad for p in clf.backbone.parameters())
-    assert count_parameters(clf)[1] == 2 * CI.patchtst_d_model * 3 + 3  # the linear probe only
+    assert count_parameters(clf)[1] == 2 * CI_PATCH.d_model * 3 + 3  # the linear probe only
     x = torch.randn(4, 64, 2)
     opt = torch.optim.Adam([p for p in clf.parameters() if p.requires_grad], lr=1e-2)
     logits = clf(x)
@@ -280,10 +281,17 @@ def test_patchtst_classifier_probes_a_frozen_backbone():
 
 
 def test_build_model_rejects_an_unknown_variant():
-    assert isinstance(build_model("patchtst", CI), PatchTST)
-    assert isinstance(build_model("rawgpt_fd", CI), KinematicGPT)
+    assert isinstance(build_model("patchtst", MODELS), PatchTST)
+    assert isinstance(build_model("rawgpt_fd", MODELS), KinematicGPT)
     with pytest.raises(ValueError, match="expected one of splinegpt, patchtst, rawgpt_fd, rawgpt"):
-        build_model("lstm", CI)
+        build_model("lstm", MODELS)
+
+
+def test_build_model_passes_each_backbone_its_own_config():
+    assert build_model("splinegpt", MODELS).cfg is MODELS.gpt
+    assert build_model("patchtst", MODELS).cfg is MODELS.patchtst
+    with pytest.raises(ValueError, match="backbone 'lstm': expected one of 'gpt', 'patchtst'"):
+        MODELS.of("lstm")
 
 
 @pytest.mark.parametrize("horizon", [1, 5])
