@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 import polars as pl
 
 from kinematic_pipeline.calendar import (
+    EXCHANGE_TIMEZONE,
     is_trading_day,
     previous_trading_day,
     trading_day_on_or_after,
@@ -24,7 +25,6 @@ from kinematic_pipeline.calendar import (
 )
 from kinematic_pipeline.config import Settings
 
-EXCHANGE_TIMEZONE = "America/New_York"
 NIGHTLY_CRON = "0 18 * * 1-5"  # 18:00 New York, Monday to Friday: two hours after the 16:00 close
 DROP_FORMATS = ("parquet", "csv")  # the sources whose files can arrive in a drop directory
 

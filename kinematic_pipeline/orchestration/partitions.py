@@ -14,10 +14,15 @@ from collections.abc import Mapping
 
 import dagster as dg
 
-from kinematic_pipeline.calendar import calendar_end, trading_day_on_or_after, trading_days, weekday_closures
+from kinematic_pipeline.calendar import (
+    EXCHANGE_TIMEZONE,
+    calendar_end,
+    trading_day_on_or_after,
+    trading_days,
+    weekday_closures,
+)
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import Fold, fold_names
-from kinematic_pipeline.nightly import EXCHANGE_TIMEZONE
 from kinematic_pipeline.policy import KEY_SEPARATOR, Policy, format_fit_key
 from kinematic_pipeline.run_keys import policy_keys, policy_seeds  # the run's grid (no dagster there)
 
