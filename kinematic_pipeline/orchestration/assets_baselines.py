@@ -9,8 +9,8 @@ modules (scikit-learn, LightGBM) are imported inside the bodies.
 
 import dagster as dg
 
+from kinematic_pipeline.code_versions import CODE_VERSIONS
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.lineage import CODE_VERSIONS
 from kinematic_pipeline.orchestration.metadata import class_weights_text, dagster_metadata
 from kinematic_pipeline.orchestration.partitions import context_policy, policy_partitions
 from kinematic_pipeline.probe_features import features_asset_name

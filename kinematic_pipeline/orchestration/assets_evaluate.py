@@ -10,8 +10,8 @@ import time
 
 import dagster as dg
 
+from kinematic_pipeline.code_versions import CODE_VERSIONS, code_versions
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.lineage import CODE_VERSIONS
 from kinematic_pipeline.orchestration.metadata import dagster_metadata
 from kinematic_pipeline.orchestration.partitions import context_policy, policy_partitions
 from kinematic_pipeline.variants import variant as lookup_variant
@@ -103,7 +103,6 @@ def backtests_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
         partitions_def=policy_partitions(settings, variant),
     )
     def backtesting(context: dg.AssetExecutionContext):
-        from kinematic_pipeline.lineage import code_versions
         from kinematic_pipeline.stages.backtests import materialize_backtests
 
         result = materialize_backtests(

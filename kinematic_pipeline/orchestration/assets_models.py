@@ -7,8 +7,8 @@ imported inside the bodies: loading the definitions stays light (no torch, Light
 
 import dagster as dg
 
+from kinematic_pipeline.code_versions import CODE_VERSIONS
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.lineage import CODE_VERSIONS
 from kinematic_pipeline.orchestration.metadata import class_weights_text, dagster_metadata
 from kinematic_pipeline.orchestration.partitions import (
     context_policy,

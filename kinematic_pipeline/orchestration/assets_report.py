@@ -6,8 +6,8 @@ The stage module is imported inside the bodies: loading the definitions stays li
 
 import dagster as dg
 
+from kinematic_pipeline.code_versions import CODE_VERSIONS
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.lineage import CODE_VERSIONS
 from kinematic_pipeline.orchestration.assets_baselines import baseline_inputs
 from kinematic_pipeline.orchestration.assets_evaluate import evaluation_asset
 from kinematic_pipeline.orchestration.assets_scaling import report_waits_for_scaling

@@ -9,8 +9,8 @@ raw bars. Training, scikit-learn and matplotlib are imported inside the body.
 
 import dagster as dg
 
+from kinematic_pipeline.code_versions import CODE_VERSIONS
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.lineage import CODE_VERSIONS
 from kinematic_pipeline.orchestration.assets_baselines import baseline_inputs
 from kinematic_pipeline.orchestration.assets_models import training_inputs
 from kinematic_pipeline.orchestration.metadata import dagster_metadata
