@@ -11,6 +11,7 @@ foundation -> window store and token shards -> raw bars. No dagster here.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import math
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ from kinematic_pipeline.model_pins import check_pair, recorded_file, warehouse_p
 from kinematic_pipeline.pins import check_backtests_current, check_evaluation, stale_token_days
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report.tables import runs_at, sharpe_cell, with_days_in_market
+from kinematic_pipeline.run_keys import keep_run_policies, run_keys_digest
+from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.variants import ModelVariant, ProbeVariant, Variant, models
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import file_sha256
@@ -160,9 +163,6 @@ def _input_link(asset: str) -> str:
 def _check_token_pins(settings: Settings, prov: pl.DataFrame, report: LineageReport) -> None:
     """The token shards of the chain (test and training days) against the raw days behind their windows, the
     64-session look-back included: each day's recorded raw-input digest equals that of the raw manifests now."""
-    import datetime as dt
-
-    from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 
     shards = prov.filter(pl.col("asset").is_in(TOKEN_ASSETS) & pl.col("date").is_not_null())
     checked, stale = 0, []
@@ -299,8 +299,6 @@ def pooled_record(settings: Settings) -> pl.DataFrame:
     """The pooled walk-forward backtests the report's tables read (``reports/pooled/backtests.parquet``, the
     ``pooled_backtests`` asset, once checked against the evaluation files it was pooled from; the ``backtests``
     view itself with a single fold), read only: never recomputed here."""
-    from kinematic_pipeline.run_keys import keep_run_policies, run_keys_digest
-
     wh = settings.warehouse
     if len(settings.folds) == 1:  # the run's policies, each beside the predictions it was swept from
         frame = keep_run_policies(settings, wh.query("SELECT * FROM backtests"))

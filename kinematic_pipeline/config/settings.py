@@ -11,16 +11,13 @@ import datetime as dt
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from kinematic_pipeline.folds import Fold, walk_forward
 from kinematic_pipeline.label_rules import LABEL_SOURCES
 from kinematic_pipeline.paper_conventions import BacktestConfig
 from kinematic_pipeline.variants import BASELINE_NAMES, VARIANT_NAMES
 from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline.windows import N_CHANNELS, N_KNOTS, N_TOKENS
-
-if TYPE_CHECKING:
-    from kinematic_pipeline.folds import Fold
 
 SOURCES = ("synthetic", "parquet", "csv", "yfinance")
 HL_POLICIES = ("quarantine", "flag")
@@ -400,8 +397,6 @@ class Settings:
     def folds(self) -> tuple[Fold, ...]:
         """The run's walk-forward folds (``folds.walk_forward``), in time order: built on first use, then kept
         (the settings are frozen, so they cannot change)."""
-        from kinematic_pipeline.folds import walk_forward  # folds.py is the home of the rule; imported lazily
-
         return walk_forward(self)
 
     @property

@@ -23,6 +23,7 @@ from kinematic_pipeline.calendar import (
 )
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import Fold, fold_names
+from kinematic_pipeline.model_pins import parent_foundation
 from kinematic_pipeline.policy import KEY_SEPARATOR, Policy, format_fit_key
 from kinematic_pipeline.run_keys import policy_keys, policy_seeds  # the run's grid (no dagster there)
 
@@ -104,8 +105,6 @@ def warm_start_parents(settings: Settings, variant: str) -> dict[str, str]:
     are time windows, so this edge is not in the asset graph: ``fit_partitions`` lists the keys fold by fold (every
     parent before its children), the order in which ``materialize`` runs them, and the child's load refuses a parent
     that changed since (``model_pins.check_parent``)."""
-    from kinematic_pipeline.model_pins import parent_foundation
-
     out = {}
     for key in fit_partitions(settings, variant).get_partition_keys():
         parent = parent_foundation(settings, Policy.from_key(variant, key, settings.folds))
