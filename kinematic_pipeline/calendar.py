@@ -12,6 +12,7 @@ import functools
 import numpy as np
 
 CALENDAR_START = dt.date(1990, 1, 2)  # earliest day any profile can ask for
+EXCHANGE_TIMEZONE = "America/New_York"  # XNYS's zone: the partitions, the nightly schedule and a moment's date
 
 
 def calendar_end() -> dt.date:

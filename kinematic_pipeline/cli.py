@@ -9,6 +9,7 @@ range.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import gc
 import os
@@ -16,8 +17,15 @@ import sys
 from pathlib import Path
 
 from kinematic_pipeline.config import PROFILES, SOURCES, Settings, load_settings
-from kinematic_pipeline.folds import check_folds_have_test_days
+from kinematic_pipeline.folds import check_folds_have_test_days, evaluated_folds, fold_names
+from kinematic_pipeline.lineage import LineageReport, pooled_record, trace, trace_pooled
 from kinematic_pipeline.orchestration.plan import FOLD_GROUPS, normalize_selection, partition_range, plan_runs
+from kinematic_pipeline.orchestration.side_by_side import SIDE_BY_SIDE_GROUPS, chains, owners, run_side_by_side
+from kinematic_pipeline.orchestration.timings import print_timings
+from kinematic_pipeline.pins import StalePairError
+from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.run_keys import policy_seeds, run_policies
+from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline.warehouse.layout import MODELS_DIR
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -58,7 +66,6 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
     from kinematic_pipeline.orchestration.assets_scaling import off_dag_groups
     from kinematic_pipeline.orchestration.partitions import PARTITION_TAG, range_tags
     from kinematic_pipeline.orchestration.runs import fail_orphaned_runs, failure_line, owner_tags
-    from kinematic_pipeline.orchestration.side_by_side import run_side_by_side
 
     home = _ensure_dagster_home(settings)
     defs = build_definitions(settings)
@@ -141,7 +148,6 @@ def _side_by_side(settings: Settings, graph, keys, runs: list[dict[str, str]]):
     the assets planned beside them (the adapters' predictions and backtests, of the evaluation group): ``chains``
     refuses a group whose assets do not all belong to a model or tokenization."""
     from kinematic_pipeline.orchestration.partitions import PARTITION_TAG
-    from kinematic_pipeline.orchestration.side_by_side import SIDE_BY_SIDE_GROUPS, chains, owners
 
     splits = any(graph.get(k).group_name in SIDE_BY_SIDE_GROUPS for k in keys)
     if settings.train.side_by_side < 2 or not splits:
@@ -214,16 +220,12 @@ def lineage(
 ) -> int:
     import duckdb
 
-    from kinematic_pipeline.lineage import LineageReport, pooled_record, trace, trace_pooled
-    from kinematic_pipeline.pins import StalePairError
-    from kinematic_pipeline.policy import Policy
-    from kinematic_pipeline.run_keys import policy_seeds, run_policies, run_task
+    from kinematic_pipeline.run_keys import run_task
 
     variants = settings.evaluated_variants
     if model not in variants:
         print(f"unknown model {model!r}: expected one of {', '.join(variants)}", file=sys.stderr)
         return 2
-    from kinematic_pipeline.folds import evaluated_folds, fold_names
 
     if fold is not None and fold not in fold_names(settings):
         print(f"unknown fold {fold!r}: expected one of {', '.join(map(str, fold_names(settings)))}", file=sys.stderr)
@@ -293,8 +295,6 @@ def print_report(settings: Settings) -> int:
 def timings(run_id: str | None = None, invocation: bool = False) -> int:
     """Each step's wall time of a finished run (or of every run of one ``materialize``) and the shares of data
     preparation, training, evaluation and bookkeeping (``orchestration/timings.py``); reads the instance only."""
-    from kinematic_pipeline.orchestration.timings import print_timings
-
     if not os.environ.get("DAGSTER_HOME"):
         home = next((c for c in (Path.cwd(), PACKAGE_ROOT) if (c / "dagster.yaml").exists()), None)
         if home is None:
@@ -385,9 +385,6 @@ def _run(args: argparse.Namespace) -> int:
 def settings_tree(settings: Settings) -> str:
     """The resolved settings as an indented tree: one ``name: value`` line per field, a section per group
     (``data``, ``model``, ``train``, ...), tuples as comma lists (``seeds: 1234, 1235``)."""
-    import dataclasses
-
-    from kinematic_pipeline.warehouse import Warehouse
 
     def value(v) -> str:
         if isinstance(v, Warehouse):

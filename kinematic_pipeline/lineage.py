@@ -3,7 +3,7 @@
 ``provenance_frame`` records, beside a policy's backtests, one row per file the numbers depend on (its
 outputs, predictions and the shards they read, the adapter and foundation files, the window store and every
 training day shard whose windows were served, the test-period token and raw_ohlcv shards) with its sha256,
-plus the code versions (``CODE_VERSIONS``: the one home of the stages' versions, which the Dagster assets
+plus the code versions (``code_versions.py``: the one home of the stages' versions, which the Dagster assets
 declare too). ``trace`` reads the ``backtests`` and ``provenance`` views back and re-hashes every file the
 chain names, so each link is checked against the bytes on disk: backtest -> predictions -> adapter ->
 foundation -> window store and token shards -> raw bars. No dagster here.
@@ -11,21 +11,22 @@ foundation -> window store and token shards -> raw bars. No dagster here.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import math
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
 
-from kinematic_pipeline import __version__
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.model_pins import check_pair, recorded_file, warehouse_path
 from kinematic_pipeline.pins import check_backtests_current, check_evaluation, stale_token_days
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report.tables import runs_at, sharpe_cell, with_days_in_market
+from kinematic_pipeline.run_keys import keep_run_policies, run_keys_digest
 from kinematic_pipeline.tasks.buy_sell_hold import TAU_SQL
+from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.variants import ModelVariant, ProbeVariant, Variant, models
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import file_sha256
@@ -36,19 +37,7 @@ from kinematic_pipeline.warehouse.layout import (
     PREDICTION_MODEL,
     VALIDATION_PREDICTIONS,
 )
-from kinematic_pipeline.window_store import STORE_CODE_VERSION
 
-CODE_VERSIONS = {  # each stage's code version: a new one marks its assets (and everything after) stale
-    "ingest": "ingest-1",
-    "tokenize": "tokenize-1",
-    "window_store": STORE_CODE_VERSION,
-    "models": "models-2",  # 2: a walk-forward fold's foundation warm-starts from the previous fold's (issue 39)
-    "features": "features-2",  # 2: the token and raw days each features file was built from, checked on read
-    "probes": "probes-2",  # 2: saved as data (coefficients, LightGBM's text model), not a pickle (issue 30)
-    "evaluate": "evaluate-3",  # 3: universes record their membership file; backtests read only beside their predictions
-    "report": "report-4",  # 4: the training table (each model's budget, steps run, best step; issue 39)
-    "scaling": "scaling-2",  # n distinct windows under one step cap, and a 2x-steps row
-}
 LINK_ORDER = (
     "backtests",
     "equity_curves",
@@ -81,31 +70,6 @@ PROVENANCE_SCHEMA: dict[str, pl.DataType] = {  # every link holds for every tick
     "path": pl.String,
     "sha256": pl.String,  # of the file's bytes at the time of the backtest (code rows: the version)
 }
-
-
-@functools.lru_cache(maxsize=1)
-def code_revision() -> str:
-    """The git commit of the package's checkout (plus "+dirty" for local changes), or "unknown"."""
-    root = Path(__file__).resolve().parents[1]
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        if head.returncode != 0:
-            return "unknown"
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def code_versions(run_id: str) -> dict[str, str]:
-    """The code rows of a provenance: the package, its git commit, each stage's version and the Dagster run."""
-    return {"kinematic_pipeline": __version__, "git": code_revision(), **CODE_VERSIONS, "dagster_run_id": run_id}
 
 
 def provenance_frame(settings: Settings, policy: Policy, *, outputs: dict[str, Path], code_versions: dict[str, str]):
@@ -199,9 +163,6 @@ def _input_link(asset: str) -> str:
 def _check_token_pins(settings: Settings, prov: pl.DataFrame, report: LineageReport) -> None:
     """The token shards of the chain (test and training days) against the raw days behind their windows, the
     64-session look-back included: each day's recorded raw-input digest equals that of the raw manifests now."""
-    import datetime as dt
-
-    from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 
     shards = prov.filter(pl.col("asset").is_in(TOKEN_ASSETS) & pl.col("date").is_not_null())
     checked, stale = 0, []
@@ -338,8 +299,6 @@ def pooled_record(settings: Settings) -> pl.DataFrame:
     """The pooled walk-forward backtests the report's tables read (``reports/pooled/backtests.parquet``, the
     ``pooled_backtests`` asset, once checked against the evaluation files it was pooled from; the ``backtests``
     view itself with a single fold), read only: never recomputed here."""
-    from kinematic_pipeline.run_keys import keep_run_policies, run_keys_digest
-
     wh = settings.warehouse
     if len(settings.folds) == 1:  # the run's policies, each beside the predictions it was swept from
         frame = keep_run_policies(settings, wh.query("SELECT * FROM backtests"))

@@ -17,14 +17,15 @@ from zoneinfo import ZoneInfo
 import polars as pl
 
 from kinematic_pipeline.calendar import (
+    EXCHANGE_TIMEZONE,
     is_trading_day,
     previous_trading_day,
     trading_day_on_or_after,
     trading_days,
 )
 from kinematic_pipeline.config import Settings
+from kinematic_pipeline.sources.files import FileSource
 
-EXCHANGE_TIMEZONE = "America/New_York"
 NIGHTLY_CRON = "0 18 * * 1-5"  # 18:00 New York, Monday to Friday: two hours after the 16:00 close
 DROP_FORMATS = ("parquet", "csv")  # the sources whose files can arrive in a drop directory
 
@@ -120,8 +121,6 @@ def decode_cursor(cursor: str | None) -> dict[str, tuple[int, int]]:
 def sessions_in_files(paths: list[Path], fmt: str) -> list[dt.date]:
     """The trading-day partitions the rows of ``paths`` belong to (a bar dated on a closed day goes to
     the next session, as ingest assigns it)."""
-    from kinematic_pipeline.sources.files import FileSource
-
     dates: set[dt.date] = set()
     for path in paths:
         frame = FileSource(path, fmt).read(dt.date.min, dt.date.max)

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from kinematic_pipeline.code_versions import CODE_VERSIONS
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import Fold, split_days, store_cut
 from kinematic_pipeline.pins import StalePairError
@@ -46,7 +47,7 @@ from kinematic_pipeline.warehouse.atomic import digest
 from kinematic_pipeline.warehouse.verified import CorruptFileError, verify_blocks, verify_file
 from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
 
-STORE_CODE_VERSION = "window-store-2"  # 2: per-block sha256 of tokens.npy in the manifest (issue 40)
+STORE_CODE_VERSION = CODE_VERSIONS["window_store"]  # recorded in the store's manifest
 TOKENS_FILE, ROWS_FILE, DAYS_FILE, MANIFEST_FILE = "tokens.npy", "rows.parquet", "days.parquet", "manifest.parquet"
 _HASHED = {TOKENS_FILE: "tokens_sha256", ROWS_FILE: "rows_sha256", DAYS_FILE: "days_sha256"}  # file -> manifest
 WINDOW_BYTES = N_TOKENS * N_CHANNELS * 4

@@ -11,16 +11,14 @@ import datetime as dt
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from kinematic_pipeline.config.backbones import ModelConfig
+from kinematic_pipeline.folds import Fold, walk_forward
 from kinematic_pipeline.paper_conventions import BacktestConfig
 from kinematic_pipeline.tasks.targets import LABEL_SOURCES
 from kinematic_pipeline.variants import BASELINE_NAMES, VARIANT_NAMES
 from kinematic_pipeline.warehouse import Warehouse
-
-if TYPE_CHECKING:
-    from kinematic_pipeline.folds import Fold
+from kinematic_pipeline.windows import N_KNOTS
 
 SOURCES = ("synthetic", "parquet", "csv", "yfinance")
 HL_POLICIES = ("quarantine", "flag")
@@ -88,13 +86,16 @@ class SplitConfig:
 
     folds = 1 is the single cut ``train_end`` (test: every later session); n > 1 are the n consecutive periods
     (``fold_period``) after ``train_end``, each tested by policies trained on the sessions before it, less an
-    embargo of ``embargo_sessions`` (at least a window) between the training and test days; the last
+    embargo of ``embargo_sessions`` (at least a window's ``N_KNOTS``) between the training and test days; the last
     ``label_horizon`` sessions' labels before a test period are purged from training."""
 
     train_end: dt.date = dt.date(2021, 12, 31)  # last day of the training period (paper: 2022-12-31)
     folds: int = 1
     fold_period: str = "year"  # year | half | quarter
-    embargo_sessions: int = 65
+    # a window: it spans N_KNOTS sessions (its day and the LOOKBACK = 64 before it). N_KNOTS, not LOOKBACK: the
+    # last training day's label reads the next session's close, so with N_KNOTS sessions between the training and
+    # test days no session read for training (a window or its label) is in the first test day's window
+    embargo_sessions: int = N_KNOTS
     label_horizon: int = 1
     tau_sweep_folds: str = "all"  # "last": taus other than report_tau on the last fold only; "none": report_tau only
     tau_sweep_seeds: str = "all"  # "first": taus other than report_tau are trained with the first seed only
@@ -103,10 +104,10 @@ class SplitConfig:
         check_choice("split.fold_period", self.fold_period, FOLD_PERIODS)
         check_choice("split.tau_sweep_folds", self.tau_sweep_folds, TAU_SWEEP_FOLDS)
         check_choice("split.tau_sweep_seeds", self.tau_sweep_seeds, TAU_SWEEP_SEEDS)
-        if self.folds < 1 or self.embargo_sessions < 0 or self.label_horizon < 1:
+        if self.folds < 1 or self.embargo_sessions < N_KNOTS or self.label_horizon < 1:
             raise ValueError(
                 f"split.folds={self.folds}, embargo_sessions={self.embargo_sessions}, label_horizon="
-                f"{self.label_horizon}: expected folds >= 1, embargo >= 0, horizon >= 1"
+                f"{self.label_horizon}: expected folds >= 1, embargo >= {N_KNOTS} (a window), horizon >= 1"
             )
 
 
@@ -363,8 +364,6 @@ class Settings:
     def folds(self) -> tuple[Fold, ...]:
         """The run's walk-forward folds (``folds.walk_forward``), in time order: built on first use, then kept
         (the settings are frozen, so they cannot change)."""
-        from kinematic_pipeline.folds import walk_forward  # folds.py is the home of the rule; imported lazily
-
         return walk_forward(self)
 
     @property

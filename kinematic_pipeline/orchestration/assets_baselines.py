@@ -4,16 +4,18 @@
 test-period token shards (the whole universe), raw_ohlcv and the labels; ``<probe>_probe`` (group
 ``baselines``) fits a probe on it at each tau. Their predictions and backtests are the evaluation assets of
 ``assets_evaluate`` (``<variant>_predictions``, ``<variant>_backtesting``), in the same group. The stage
-modules (scikit-learn, LightGBM) are imported inside the bodies.
+modules import scikit-learn and LightGBM inside their functions: loading the definitions stays light.
 """
 
 import dagster as dg
 
+from kinematic_pipeline.code_versions import CODE_VERSIONS
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.lineage import CODE_VERSIONS
 from kinematic_pipeline.orchestration.metadata import class_weights_text, dagster_metadata
 from kinematic_pipeline.orchestration.partitions import context_policy, policy_partitions
 from kinematic_pipeline.probe_features import features_asset_name
+from kinematic_pipeline.stages.baselines import materialize_probe
+from kinematic_pipeline.stages.features import materialize_features
 from kinematic_pipeline.stages.probe_learners import LEARNERS
 from kinematic_pipeline.token_kinds import TOKEN_KINDS
 from kinematic_pipeline.variants import probes
@@ -51,8 +53,6 @@ def features_asset(settings: Settings, token_asset: str) -> dg.AssetsDefinition:
         f"$KP_WAREHOUSE/features/{tokenization}/ (training.parquet, test.parquet, inputs.parquet).",
     )
     def features(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        from kinematic_pipeline.stages.features import materialize_features
-
         summary = materialize_features(settings, token_asset)
         context.log.info(f"{summary.path}: {summary.rows} rows in {summary.seconds:.0f} s")
         return dg.MaterializeResult(metadata=dagster_metadata(summary.metadata()))
@@ -78,8 +78,6 @@ def probe_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
         "model file's sha256, checked on every read. $KP_WAREHOUSE/models/<variant>/seed=0/probe/tau=<tau>/.",
     )
     def probe(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        from kinematic_pipeline.stages.baselines import materialize_probe
-
         fit = materialize_probe(settings, context_policy(context, variant, settings))
         return dg.MaterializeResult(metadata=dagster_metadata(fit.metadata()))
 

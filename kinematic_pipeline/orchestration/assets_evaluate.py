@@ -2,18 +2,20 @@
 adapters (one fine-tuned policy per (seed, tau) partition).
 
 An evaluation asset holds one variant's results and has exactly that variant's chain upstream: its adapter,
-its foundation, its own token asset and statistics, labels, raw_ohlcv. The stage modules (torch, PEFT) are
-imported inside the bodies: loading the definitions stays light.
+its foundation, its own token asset and statistics, labels, raw_ohlcv. The stage modules import torch and PEFT
+inside their functions: loading the definitions stays light.
 """
 
 import time
 
 import dagster as dg
 
+from kinematic_pipeline.code_versions import CODE_VERSIONS, code_versions
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.lineage import CODE_VERSIONS
 from kinematic_pipeline.orchestration.metadata import dagster_metadata
 from kinematic_pipeline.orchestration.partitions import context_policy, policy_partitions
+from kinematic_pipeline.stages.backtests import materialize_backtests
+from kinematic_pipeline.stages.predict import materialize_predictions
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import BACKTESTS, MARGIN_BACKTESTS, PREDICTIONS
 
@@ -55,8 +57,6 @@ def predictions_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
         "tables). Realized labels ride along for evaluation only. View: predictions.",
     )
     def predictions(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        from kinematic_pipeline.stages.predict import materialize_predictions
-
         policy, started = context_policy(context, variant, settings), time.perf_counter()
         result = materialize_predictions(settings, policy)
         if result.missing_tickers:
@@ -103,9 +103,6 @@ def backtests_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
         partitions_def=policy_partitions(settings, variant),
     )
     def backtesting(context: dg.AssetExecutionContext):
-        from kinematic_pipeline.lineage import code_versions
-        from kinematic_pipeline.stages.backtests import materialize_backtests
-
         result = materialize_backtests(
             settings, context_policy(context, variant, settings), code_versions(context.run_id)
         )

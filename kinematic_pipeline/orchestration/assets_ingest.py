@@ -2,8 +2,8 @@
 
 import dagster as dg
 
+from kinematic_pipeline.code_versions import CODE_VERSIONS
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.lineage import CODE_VERSIONS
 from kinematic_pipeline.orchestration.metadata import dagster_metadata
 from kinematic_pipeline.orchestration.partitions import partition_days, trading_day_partitions
 from kinematic_pipeline.orchestration.resources import BarSourceOverride

@@ -7,8 +7,8 @@ imported inside the bodies: loading the definitions stays light (no torch, Light
 
 import dagster as dg
 
+from kinematic_pipeline.code_versions import CODE_VERSIONS
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.lineage import CODE_VERSIONS
 from kinematic_pipeline.orchestration.metadata import class_weights_text, dagster_metadata
 from kinematic_pipeline.orchestration.partitions import (
     context_policy,
@@ -20,6 +20,7 @@ from kinematic_pipeline.orchestration.partitions import (
 from kinematic_pipeline.token_kinds import token_kind
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS
+from kinematic_pipeline.warehouse.atomic import digest
 from kinematic_pipeline.window_store import window_store_asset
 
 # Every training step (a foundation, an adapter) claims a slot of this Dagster concurrency pool: an instance
@@ -30,8 +31,6 @@ TRAINING_POOL = "kinematic_pipeline/training"
 def data_version(result) -> dg.DataVersion:
     """A trained model's Dagster data version: the sha256 of its files. A retrained foundation with other bytes
     marks its adapters (and their evaluation) stale in the UI; loading refuses the pair (``model_pins.check_pair``)."""
-    from kinematic_pipeline.warehouse.atomic import digest
-
     return dg.DataVersion(digest([result.files_sha256[k] for k in sorted(result.files_sha256)]))
 
 

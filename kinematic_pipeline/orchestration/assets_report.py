@@ -1,17 +1,18 @@
 """Report stage: the pooled records, the verdict, the paper's tables, its figures, and one Markdown report, as files
 and as asset metadata.
 
-The stage module is imported inside the bodies: loading the definitions stays light (no matplotlib).
+The stage module imports the report (matplotlib) inside its functions: loading the definitions stays light.
 """
 
 import dagster as dg
 
+from kinematic_pipeline.code_versions import CODE_VERSIONS
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.lineage import CODE_VERSIONS
 from kinematic_pipeline.orchestration.assets_baselines import baseline_inputs
 from kinematic_pipeline.orchestration.assets_evaluate import evaluation_asset
 from kinematic_pipeline.orchestration.assets_scaling import report_waits_for_scaling
 from kinematic_pipeline.orchestration.metadata import dagster_metadata
+from kinematic_pipeline.stages import report_summaries
 from kinematic_pipeline.token_kinds import SPLINE_TOKENS
 from kinematic_pipeline.variants import TRIVIAL_PROBE
 from kinematic_pipeline.warehouse import BACKTESTS, LABELS, MARGIN_BACKTESTS, PREDICTIONS, RAW_OHLCV
@@ -44,8 +45,6 @@ def pooled_backtests_asset(settings: Settings) -> dg.AssetsDefinition:
         "the predictions and margin backtests it was pooled from (read back only while they are unchanged).",
     )
     def pooled_backtests() -> dg.MaterializeResult:
-        from kinematic_pipeline.stages import report_summaries
-
         return dg.MaterializeResult(metadata=dagster_metadata(report_summaries.pooled_backtests(settings).metadata()))
 
     return pooled_backtests
@@ -69,8 +68,6 @@ def verdict_asset(settings: Settings) -> dg.AssetsDefinition:
         "$KP_WAREHOUSE/reports/tables/verdict.parquet.",
     )
     def verdict() -> dg.MaterializeResult:
-        from kinematic_pipeline.stages import report_summaries
-
         return dg.MaterializeResult(metadata=dagster_metadata(report_summaries.verdict(settings).metadata()))
 
     return verdict
@@ -99,8 +96,6 @@ def paper_tables_asset(settings: Settings) -> dg.AssetsDefinition:
         "Files under $KP_WAREHOUSE/reports/tables/.",
     )
     def paper_tables() -> dg.MaterializeResult:
-        from kinematic_pipeline.stages import report_summaries
-
         return dg.MaterializeResult(metadata=dagster_metadata(report_summaries.paper_tables(settings).metadata()))
 
     return paper_tables
@@ -125,8 +120,6 @@ def figures_asset(settings: Settings) -> dg.AssetsDefinition:
         "and the responsiveness figure. PNGs under $KP_WAREHOUSE/reports/figures/.",
     )
     def figures() -> dg.MaterializeResult:
-        from kinematic_pipeline.stages import report_summaries
-
         return dg.MaterializeResult(metadata=dagster_metadata(report_summaries.figures(settings).metadata()))
 
     return figures
@@ -143,8 +136,6 @@ def report_asset(settings: Settings) -> dg.AssetsDefinition:
         "$KP_WAREHOUSE/reports/report.md; `python -m kinematic_pipeline report` prints its tables.",
     )
     def report(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        from kinematic_pipeline.stages import report_summaries
-
         summary = report_summaries.report(settings, context.run_id)
         return dg.MaterializeResult(metadata=dagster_metadata(summary.metadata()))
 

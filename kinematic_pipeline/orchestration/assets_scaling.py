@@ -4,18 +4,18 @@ One unpartitioned asset, ``scaling_curves``, off the whole-DAG materialize unles
 (``python -m kinematic_pipeline materialize --select scaling_curves`` runs it; the report shows it when it exists).
 It reads the foundation of the first fold and seed of SplineGPT and RawGPT-FD, their window stores (and corpus
 statistics), their token shards (the test period), the features of their tokens (the LR probes), the labels and the
-raw bars. Training, scikit-learn and matplotlib are imported inside the body.
+raw bars. The stage imports training, scikit-learn and matplotlib inside its functions.
 """
 
 import dagster as dg
 
+from kinematic_pipeline.code_versions import CODE_VERSIONS
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.lineage import CODE_VERSIONS
 from kinematic_pipeline.orchestration.assets_baselines import baseline_inputs
 from kinematic_pipeline.orchestration.assets_models import training_inputs
 from kinematic_pipeline.orchestration.metadata import dagster_metadata
 from kinematic_pipeline.policy import Foundation
-from kinematic_pipeline.stages.scaling import probe_of, scaling_variants
+from kinematic_pipeline.stages.scaling import materialize_scaling_curves, probe_of, scaling_variants
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
 
@@ -62,8 +62,6 @@ def scaling_curves_asset(settings: Settings) -> dg.AssetsDefinition:
         "$KP_WAREHOUSE/reports/tables/scaling_curves.parquet, reports/figures/scaling_curves.png.",
     )
     def scaling_curves(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        from kinematic_pipeline.stages.scaling import materialize_scaling_curves
-
         summary = materialize_scaling_curves(settings, log=context.log.info)
         return dg.MaterializeResult(metadata=dagster_metadata(summary.metadata()))
 

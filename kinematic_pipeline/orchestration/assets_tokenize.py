@@ -6,8 +6,8 @@ One factory per asset definition; each body calls one stage function and returns
 
 import dagster as dg
 
+from kinematic_pipeline.code_versions import CODE_VERSIONS
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.lineage import CODE_VERSIONS
 from kinematic_pipeline.orchestration.metadata import dagster_metadata
 from kinematic_pipeline.orchestration.partitions import partition_days, trading_day_partitions
 from kinematic_pipeline.stages.alpha import materialize_alpha_estimates

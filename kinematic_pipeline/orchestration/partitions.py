@@ -14,10 +14,16 @@ from collections.abc import Mapping
 
 import dagster as dg
 
-from kinematic_pipeline.calendar import calendar_end, trading_day_on_or_after, trading_days, weekday_closures
+from kinematic_pipeline.calendar import (
+    EXCHANGE_TIMEZONE,
+    calendar_end,
+    trading_day_on_or_after,
+    trading_days,
+    weekday_closures,
+)
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import fold_names
-from kinematic_pipeline.nightly import EXCHANGE_TIMEZONE
+from kinematic_pipeline.model_pins import parent_foundation
 from kinematic_pipeline.policy import KEY_SEPARATOR, Foundation, Policy, format_fit_key
 from kinematic_pipeline.run_keys import policy_keys, policy_seeds  # the run's grid (no dagster there)
 
@@ -99,8 +105,6 @@ def warm_start_parents(settings: Settings, variant: str) -> dict[str, str]:
     are time windows, so this edge is not in the asset graph: ``fit_partitions`` lists the keys fold by fold (every
     parent before its children), the order in which ``materialize`` runs them, and the child's load refuses a parent
     that changed since (``model_pins.check_parent``)."""
-    from kinematic_pipeline.model_pins import parent_foundation
-
     out = {}
     for key in fit_partitions(settings, variant).get_partition_keys():
         parent = parent_foundation(

@@ -15,9 +15,10 @@ from collections.abc import Sequence
 
 import dagster as dg
 
+from kinematic_pipeline.calendar import EXCHANGE_TIMEZONE
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.model_pins import check_pair
-from kinematic_pipeline.nightly import EXCHANGE_TIMEZONE, NIGHTLY_CRON, SessionPlan, exchange_date, tick_plan
+from kinematic_pipeline.nightly import NIGHTLY_CRON, SessionPlan, exchange_date, tick_plan
 from kinematic_pipeline.orchestration.assets_evaluate import EVALUATION_ASSETS, evaluation_asset
 from kinematic_pipeline.orchestration.partitions import range_tags
 from kinematic_pipeline.policy import Policy

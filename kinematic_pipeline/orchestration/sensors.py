@@ -14,10 +14,10 @@ from zoneinfo import ZoneInfo
 
 import dagster as dg
 
+from kinematic_pipeline.calendar import EXCHANGE_TIMEZONE
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.nightly import (
     DROP_FORMATS,
-    EXCHANGE_TIMEZONE,
     changed_files,
     decode_cursor,
     drop_sessions,

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.policy import KEY_SEPARATOR, parse_fit_key
+from kinematic_pipeline.token_kinds import TOKEN_KINDS
+from kinematic_pipeline.variants import ALL_VARIANT_NAMES
 
 TRAINING_GROUPS = frozenset({"pretrain", "finetune"})  # the groups whose steps claim the training pool
 SIDE_BY_SIDE_GROUPS = TRAINING_GROUPS | {"baselines", "corpus"}  # the groups whose work splits into chains
@@ -56,9 +58,6 @@ def model_of(asset: str, variants: Sequence[str]) -> str | None:
 
 def owners() -> tuple[str, ...]:
     """What a chain can belong to: every model (transformers, rules, probes) and every tokenization."""
-    from kinematic_pipeline.token_kinds import TOKEN_KINDS
-    from kinematic_pipeline.variants import ALL_VARIANT_NAMES
-
     return (*ALL_VARIANT_NAMES, *(kind.tokenization for kind in TOKEN_KINDS.values()))
 
 

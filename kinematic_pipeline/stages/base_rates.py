@@ -10,11 +10,13 @@ import polars as pl
 
 from kinematic_pipeline.backtest.policy_frames import PRIOR, FoldRates
 from kinematic_pipeline.backtest.skill import base_rates
+from kinematic_pipeline.backtest.sweep import predictions_frame
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.pins import verified_labels
 from kinematic_pipeline.tasks.buy_sell_hold import labels_from_returns, tau_column
 from kinematic_pipeline.warehouse import LABELS
 from kinematic_pipeline.warehouse import exact_paths as exact
+from kinematic_pipeline.window_store import validation_days
 
 TRAINED, CLOSE = "trained", "close"  # the outcomes: the trained-on label columns; labels of r_close
 
@@ -63,8 +65,6 @@ def validation_base_rates(settings: Settings, asset: str) -> dict[str, dict[floa
     the purge), every ticker: the probabilities a model that learned nothing is calibrated to (its head starts at the
     training prior; the calibration moves that constant to the validation days' rates, up to its ridge). None when a
     fold has no validation day of ``asset``."""
-    from kinematic_pipeline.window_store import validation_days
-
     wh, taus, per_fold = settings.warehouse, settings.tokenize.taus, []
     columns = ["date", *(tau_column(t) for t in taus), "r_close"]
     for fold in settings.folds:
@@ -83,7 +83,6 @@ def calibrated_prior_rows(rows: pl.DataFrame, rates: FoldRates, tau: float, clas
     ticker-day): each day its fold's validation-day base rates p, stored as a weighted-CE model's softmax q ∝ w ⊙ p
     (so the skill tables de-weight them back to p, as they do a model's). A model at its prior scores this row's
     skill after calibration, not 0."""
-    from kinematic_pipeline.backtest.sweep import predictions_frame
     from kinematic_pipeline.tasks.actions import class_weight_vector
 
     days = rows.unique(subset=["ticker", "date"], keep="first", maintain_order=True).sort("ticker", "date")

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from kinematic_pipeline.backtest.sweep import predictions_frame
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.pins import features_path, load_probe
 from kinematic_pipeline.policy import Policy
@@ -179,8 +180,6 @@ def baseline_predictions(
     """PREDICTIONS_SCHEMA rows of ``split`` (``test`` or ``validation``) of the features file, for ``tickers``
     (None: every ticker), sorted by ticker and date. The action is the argmax of the softmax (the paper's
     weighted argmax, as the models'), the rule's own action for a rule."""
-    from kinematic_pipeline.backtest.sweep import predictions_frame
-
     label = policy.task.label_column
     frame = read_features(settings, policy.variant.name, policy.fold, (split,), ("close", label))
     if tickers is not None:

@@ -55,13 +55,13 @@ from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import write_bytes_atomic
+from kinematic_pipeline.warehouse.layout import INPUTS_SCHEMA
 from kinematic_pipeline.window_store import fold_split, open_store
 from kinematic_pipeline.windows import LOOKBACK, N_CHANNELS, N_TOKENS
 
 CHUNK_WINDOWS = 131_072  # store rows turned into features at a time (~300 MB of tokens)
 TEST_DAYS_PER_READ = 64
 SPLITS = ("train", "validation", "test")
-INPUTS_SCHEMA = {"asset": pl.String, "date": pl.String, "path": pl.String, "content_hash": pl.String}
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from kinematic_pipeline.warehouse import LABELS, PREDICTIONS, RAW_OHLCV, Warehou
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline.warehouse.layout import (
+    INPUTS_SCHEMA,
     PREDICTION_CALIBRATION,
     PREDICTION_CLASS_WEIGHTS,
     PREDICTION_INPUTS,
@@ -50,7 +51,6 @@ from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS, WindowNormalizer
 
 N_DEFAULT_TEST_TICKERS = 6  # the paper backtests six names
 FOLD_PREDICTIONS_SCHEMA = {**PREDICTIONS_SCHEMA, "fold": pl.String}  # the view: every fold's rows, named
-INPUTS_SCHEMA = {"asset": pl.String, "date": pl.String, "path": pl.String, "content_hash": pl.String}
 
 
 def evaluation_tickers(settings: Settings, asset: str, days: list[dt.date]) -> list[str]:

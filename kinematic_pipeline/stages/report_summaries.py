@@ -9,6 +9,8 @@ from pathlib import Path
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.report.markdown import Markdown, embedded_image, markdown_table
+from kinematic_pipeline.stages.pooled import materialize_pooled_backtests
+from kinematic_pipeline.stages.report_titles import all_titles
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.layout import VERDICT_FILE
 
@@ -25,8 +27,6 @@ class Summary:
 
 def pooled_backtests(settings: Settings) -> Summary:
     """``pooled_backtests``: the rows of each pooled record and their folder."""
-    from kinematic_pipeline.stages.pooled import materialize_pooled_backtests
-
     frames = materialize_pooled_backtests(settings)
     return Summary(
         {**{f"{name} rows": f.height for name, f in frames.items()}, "folder": settings.warehouse.pooled_dir}
@@ -46,7 +46,6 @@ def paper_tables(settings: Settings) -> Summary:
     """``paper_tables``: every table under its title, the headline (mean Sharpe and return per variant at the
     report's tau and cost) and ``tables.md``."""
     from kinematic_pipeline.stages.report import headline, materialize_paper_tables
-    from kinematic_pipeline.stages.report_titles import all_titles
 
     built, path, metrics = materialize_paper_tables(settings)
     ev, titles = settings.evaluate, all_titles(settings)

@@ -39,11 +39,15 @@ import numpy as np
 import polars as pl
 
 from kinematic_pipeline.config import Settings, TrainConfig
-from kinematic_pipeline.folds import Fold
+from kinematic_pipeline.folds import Fold, evaluation_days
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report.markdown import Markdown, embedded_image, markdown_table
 from kinematic_pipeline.run_keys import run_task
+from kinematic_pipeline.stages.base_rates import CLOSE, train_base_rates
+from kinematic_pipeline.stages.baselines import train_probe
+from kinematic_pipeline.stages.predict import baseline_policy_predictions, model_predictions
 from kinematic_pipeline.stages.scaling_scores import VOL_REFERENCE, log_row, score_universe, with_vol20
+from kinematic_pipeline.variants import color, display_name
 from kinematic_pipeline.variants import variant as lookup_variant
 
 SCALED_MODELS = ("splinegpt", "rawgpt_fd")  # the tokenizations the curves compare
@@ -167,7 +171,6 @@ def transformer_row(
     """Fine-tune ``variant`` from ``foundation`` on n distinct windows (``long``: at twice the step cap) into its
     scratch folder and score it; ``universe_out``, when given, receives the universe predictions it was scored on."""
     from kinematic_pipeline.models import HEADS
-    from kinematic_pipeline.stages.predict import model_predictions
     from kinematic_pipeline.training.run import finetune, load_foundation
 
     started = time.perf_counter()
@@ -206,9 +209,6 @@ def probe_row(
 ) -> dict:
     """Fit ``variant``'s tokens' LR probe on a seeded sample of n labelled training rows (None: every row) and
     score it; ``universe_out``, when given, receives the universe predictions it was scored on."""
-    from kinematic_pipeline.stages.baselines import train_probe
-    from kinematic_pipeline.stages.predict import baseline_policy_predictions
-
     started = time.perf_counter()
     probe = probe_of(variant)
     policy = dataclasses.replace(scaling_policy(settings, variant), variant=probe)  # the sample's seed: the model's
@@ -247,7 +247,6 @@ def variant_rows(
     """One variant's rows: its transformer at every n (and the largest n at twice the step cap), its tokens' LR probe
     at every n and on every row, then the trailing-volatility reference (``with_vol20``). The variants are
     independent: with ``train.side_by_side`` > 1 each runs in its own process at its share of the cores."""
-    from kinematic_pipeline.folds import evaluation_days
     from kinematic_pipeline.training.trainer import configure_threads
 
     configure_threads(settings.train)
@@ -269,8 +268,6 @@ def variant_rows(
 
 def materialize_scaling_curves(settings: Settings, progress: bool = False, log=None) -> ScalingSummary:
     """Every (variant, learner, n) row (see the module docstring), the table and the figure."""
-    from kinematic_pipeline.stages.base_rates import CLOSE, train_base_rates
-
     started = time.perf_counter()
     variants = scaling_variants(settings)
     if not variants:
@@ -314,7 +311,6 @@ def scaling_png(frame: pl.DataFrame, subtitle: str, path: Path) -> Path:
     from matplotlib.figure import Figure
 
     from kinematic_pipeline.report.figures import save_figure
-    from kinematic_pipeline.variants import color, display_name
 
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     axes = fig.subplots(1, 2)

@@ -13,6 +13,7 @@ import polars as pl
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.run_keys import run_task
+from kinematic_pipeline.variants import color, display_name
 from kinematic_pipeline.variants import variant as lookup_variant
 
 TRAINING_TABLE = "training"
@@ -208,7 +209,6 @@ def learnability_test_png(frame: pl.DataFrame, path):
     from matplotlib.figure import Figure
 
     from kinematic_pipeline.report.figures import save_figure
-    from kinematic_pipeline.variants import color, display_name
 
     fig = Figure(figsize=(13, 4.2), layout="constrained")
     axes = fig.subplots(1, 3)

@@ -46,6 +46,9 @@ from kinematic_pipeline.config import Settings
 from kinematic_pipeline.pins import StalePairError, check_evaluation, evaluation_digest, pin_evaluation
 from kinematic_pipeline.report.markdown import markdown_table
 from kinematic_pipeline.run_keys import run_keys_digest
+from kinematic_pipeline.stages.evidence import universe_predictions
+from kinematic_pipeline.stages.oracle_control import oracle_days_in_market
+from kinematic_pipeline.stages.pooled import MARGIN_EQUITY_CURVES, PAPER_EQUITY_CURVES, read_pooled, read_view
 from kinematic_pipeline.stages.strategies import RULES, Strategies, count_trials, strategy_returns
 from kinematic_pipeline.stages.verdict_ablations import (
     spline_vs_fd,
@@ -184,18 +187,12 @@ def verdict_table(
 
 def pooled_curves(settings: Settings) -> dict[str, pl.DataFrame]:
     """{rule: its pooled equity curves} for every rule of ``strategies.RULES``."""
-    from kinematic_pipeline.stages.pooled import MARGIN_EQUITY_CURVES, PAPER_EQUITY_CURVES, read_pooled
-
     files = {"paper": PAPER_EQUITY_CURVES, "calibrated": EQUITY_CURVES, "margin": MARGIN_EQUITY_CURVES}
     return {rule: read_pooled(settings, files[rule]) for rule in RULES}
 
 
 def compute_verdict(settings: Settings) -> pl.DataFrame:
     """The verdict of the run's pooled out-of-sample records (``stages.pooled``) and its universe predictions."""
-    from kinematic_pipeline.stages.evidence import universe_predictions
-    from kinematic_pipeline.stages.oracle_control import oracle_days_in_market
-    from kinematic_pipeline.stages.pooled import read_view
-
     curves = pooled_curves(settings)
     try:
         universe = universe_predictions(settings, settings.evaluated_variants)

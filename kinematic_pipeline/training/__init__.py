@@ -1,20 +1,7 @@
-"""Training (no dagster): window samples from the store, LightningModules, and the pretrain/finetune entry points."""
+"""Training (no dagster; torch and Lightning): importers take what they use from its modules, this face imports none.
 
-from __future__ import annotations
-
-from kinematic_pipeline.folds import split_days
-from kinematic_pipeline.training.data import SampledWindows, WindowDataModule
-from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule
-from kinematic_pipeline.training.run import TrainingResult, finetune, load_classifier, pretrain
-
-__all__ = [
-    "FinetuneModule",
-    "PretrainModule",
-    "SampledWindows",
-    "TrainingResult",
-    "WindowDataModule",
-    "finetune",
-    "load_classifier",
-    "pretrain",
-    "split_days",
-]
+- ``data.py``: window samples from the store (``SampledWindows``, ``WindowDataModule``);
+- ``modules.py``: the LightningModules (``PretrainModule``, ``FinetuneModule``);
+- ``trainer.py``: the Lightning Trainer as training runs it;
+- ``run.py``: the pretrain and finetune entry points (``pretrain``, ``finetune``, ``load_classifier``).
+"""

@@ -97,6 +97,14 @@ SHARDS_USED_SCHEMA: dict[str, pl.DataType] = {
     "windows": pl.Int64,  # windows of the day (of the whole store for the store's row)
     "served": pl.Int64,  # windows of it served over every epoch (0: never drawn)
 }
+# what a features file or a prediction was built from (``features/<tokenization>/inputs.parquet``, the
+# predictions' ``inputs/``): one row per file, its path relative to the warehouse (a rule's: the features' files)
+INPUTS_SCHEMA: dict[str, pl.DataType] = {
+    "asset": pl.String,
+    "date": pl.String,  # the shard's day ("" for a file that is not a day's)
+    "path": pl.String,
+    "content_hash": pl.String,
+}
 
 
 def is_day_name(stem: str) -> bool:

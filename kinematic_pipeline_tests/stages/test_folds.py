@@ -28,6 +28,7 @@ from kinematic_pipeline.tasks.actions import unweighted_probabilities
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold, tau_column
 from kinematic_pipeline.tasks.rules import choose_margin
 from kinematic_pipeline.token_kinds import TOKEN_ASSETS
+from kinematic_pipeline.windows import N_KNOTS
 
 START, END = dt.date(2020, 6, 1), dt.date(2021, 12, 31)
 CUT = dt.date(2021, 6, 30)  # folds: 2021H2 (train <= 2021-03-31) and 2022H1 (train <= 2021-09-30)
@@ -61,7 +62,7 @@ def test_the_fold_calendar_embargo_and_purge(profile, env, expected):
     for fold in folds:
         gap = trading_days(fold.train_end, fold.test_start)[1:-1]  # sessions strictly between train and test
         embargo = 0 if len(folds) == 1 else settings.split.embargo_sessions
-        assert len(gap) == embargo and (len(folds) == 1 or embargo >= 65)  # at least a window's length
+        assert len(gap) == embargo and (len(folds) == 1 or embargo >= N_KNOTS)  # at least a window's length
         # the purge: the last learnable label's horizon (1 session) ends before the test period starts
         horizon_end = trading_days(fold.label_end, fold.test_start)[settings.split.label_horizon]
         assert horizon_end < fold.test_start and fold.label_end <= fold.train_end

@@ -7,11 +7,13 @@ import pytest
 from kinematic_pipeline.config import (
     PROFILES,
     IngestConfig,
+    SplitConfig,
     TokenizeConfig,
     TrainConfig,
     load_settings,
     profile_settings,
 )
+from kinematic_pipeline.windows import LOOKBACK, N_KNOTS
 
 
 def test_every_profile_resolves_with_its_defaults(tmp_path):
@@ -84,6 +86,13 @@ def test_training_deployment_settings_come_from_the_environment():
 def test_a_typo_in_an_enum_like_setting_names_the_field_and_the_choices(make, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         make()
+
+
+def test_the_embargo_is_a_window_and_no_shorter():
+    assert SplitConfig().embargo_sessions == N_KNOTS == LOOKBACK + 1 == 65  # the number the folds have always had
+    assert all(load_settings(p, env={"KP_SOURCE_PATH": "x"}).split.embargo_sessions >= N_KNOTS for p in PROFILES)
+    with pytest.raises(ValueError, match=re.escape(f"embargo_sessions={N_KNOTS - 1}, ")):
+        SplitConfig(folds=2, embargo_sessions=N_KNOTS - 1)
 
 
 def test_valid_settings_of_every_kind_load():

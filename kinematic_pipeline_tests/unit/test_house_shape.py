@@ -171,3 +171,153 @@ def test_the_readme_is_a_door():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= README_LINES
     assert any("make test" in line for line in lines)  # the test command .ci/run calls
+
+
+# An import inside a function is there for one of two reasons (issue 52), else it belongs at the module's top:
+# - it breaks a real cycle: at the top, it would close a circle of top-level imports;
+# - it defers a heavy package: its target imports one of HEAVY when it is imported (itself or through its own
+#   top-level imports), and the importing module does not already import that one.
+HEAVY = ("torch", "lightning", "peft", "dagster", "sklearn", "lightgbm", "arch", "matplotlib")
+# The imports inside functions that do neither, left in the modules the tasks/ and tokenizations/ refactors rewrite
+# (issue 52; "file: target" pairs). The list may only shrink: a hoisted import leaves it, nothing joins it.
+FUNCTION_IMPORTS_LEFT = {
+    "kinematic_pipeline/backtest/oracle.py: kinematic_pipeline.backtest.decisions",
+    "kinematic_pipeline/model_pins.py: kinematic_pipeline.run_keys",
+    "kinematic_pipeline/model_pins.py: kinematic_pipeline.warehouse.layout",
+    "kinematic_pipeline/model_pins.py: kinematic_pipeline.warehouse.verified",
+    "kinematic_pipeline/model_pins.py: kinematic_pipeline.window_store",
+    "kinematic_pipeline/stages/evidence.py: kinematic_pipeline.run_keys",
+    "kinematic_pipeline/stages/evidence.py: kinematic_pipeline.stages.alpha",
+    "kinematic_pipeline/stages/evidence.py: kinematic_pipeline.stages.features",
+    "kinematic_pipeline/stages/evidence.py: kinematic_pipeline.variants",
+    "kinematic_pipeline/stages/evidence.py: kinematic_pipeline.window_store",
+    "kinematic_pipeline/stages/oracle_control.py: kinematic_pipeline.sources.synthetic",
+    "kinematic_pipeline/stages/predict.py: kinematic_pipeline.model_pins",
+    "kinematic_pipeline/stages/predict.py: kinematic_pipeline.pins",
+    "kinematic_pipeline/stages/predict.py: kinematic_pipeline.stages.baselines",
+    "kinematic_pipeline/stages/predict.py: kinematic_pipeline.variants",
+    "kinematic_pipeline/stages/scaling_scores.py: kinematic_pipeline.backtest.decisions",
+    "kinematic_pipeline/stages/scaling_scores.py: kinematic_pipeline.backtest.policy_frames",
+    "kinematic_pipeline/stages/scaling_scores.py: kinematic_pipeline.backtest.sweep",
+    "kinematic_pipeline/stages/scaling_scores.py: kinematic_pipeline.backtest.volatility_reference",
+    "kinematic_pipeline/stages/scaling_scores.py: kinematic_pipeline.stages.reference_rows",
+    "kinematic_pipeline/variants.py: kinematic_pipeline.probe_features",
+    "kinematic_pipeline/variants.py: kinematic_pipeline.token_kinds",
+}
+
+
+def _import_graph(root: Path, package: str) -> tuple[dict, dict, list[tuple[str, int, str]]]:
+    """What importing each module of ``package`` (under ``root``) runs: ``top`` {module: the package modules it
+    imports at its top level (a class body's imports too; not those under ``if TYPE_CHECKING:``), with their
+    packages' faces, since importing ``a.b.c`` runs ``a`` and ``a.b`` first}, ``heavy`` {module: the HEAVY packages
+    among its top-level imports}, and ``inner``: every package import inside a function, as (module, line, target)."""
+    paths = {}
+    for path in (root / package).rglob("*.py"):
+        paths[".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")] = path
+
+    def resolve(name: str) -> str | None:
+        while name and name not in paths:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    def faces(name: str) -> list[str]:
+        parts = name.split(".")
+        return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+    top: dict[str, set[str]] = defaultdict(set)
+    heavy: dict[str, set[str]] = defaultdict(set)
+    inner: list[tuple[str, int, str]] = []
+
+    def walk(name: str, node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if (
+                isinstance(child, ast.If)
+                and getattr(child.test, "id", getattr(child.test, "attr", "")) == "TYPE_CHECKING"
+            ):
+                continue
+            if isinstance(child, ast.Import):
+                names = [a.name for a in child.names]
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+                own = child.module == package or child.module.startswith(f"{package}.")
+                names = [f"{child.module}.{a.name}" for a in child.names] if own else [child.module]
+            else:
+                walk(name, child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+                continue
+            for target in names:
+                if target.split(".")[0] != package:
+                    if target.split(".")[0] in HEAVY and not in_function:
+                        heavy[name].add(target.split(".")[0])
+                    continue
+                found = resolve(target)
+                if found is None or found == name or name.startswith(f"{found}."):  # itself, or its own face
+                    continue
+                if in_function:
+                    inner.append((name, child.lineno, found))
+                else:
+                    top[name].update(f for f in [*faces(found), found] if f != name and not name.startswith(f"{f}."))
+
+    for name, path in paths.items():
+        top[name].update(faces(name))
+        walk(name, ast.parse(path.read_text(), str(path)), False)
+    return top, heavy, inner
+
+
+def _function_import_offences(root: Path, package: str) -> set[str]:
+    """The imports inside functions of ``package`` that neither break a cycle nor defer a heavy package, as
+    "file: target" pairs."""
+    top, heavy, inner = _import_graph(root, package)
+
+    def reach(start: str) -> set[str]:
+        seen, todo = {start}, [start]
+        while todo:
+            for nxt in top.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    def heavies(name: str) -> set[str]:
+        return set().union(*(heavy.get(m, set()) for m in reach(name)))
+
+    def path_of(name: str) -> str:
+        base = root.joinpath(*name.split("."))
+        return str((base / "__init__.py" if base.is_dir() else base.with_suffix(".py")).relative_to(root))
+
+    return {
+        f"{path_of(name)}: {target}"
+        for name, _, target in inner
+        if name not in reach(target) and not heavies(target) - heavies(name)
+    }
+
+
+def test_an_import_inside_a_function_breaks_a_cycle_or_defers_a_heavy_package():
+    assert sorted(_function_import_offences(ROOT, PACKAGE.name) - FUNCTION_IMPORTS_LEFT) == []
+
+
+def test_the_list_of_function_imports_left_only_shrinks():
+    hoisted = FUNCTION_IMPORTS_LEFT - _function_import_offences(ROOT, PACKAGE.name)
+    assert sorted(hoisted) == []  # hoisted (or gone): take it off FUNCTION_IMPORTS_LEFT
+
+
+def test_an_import_inside_a_function_that_defers_nothing_is_found(tmp_path: Path):
+    files = {
+        "__init__.py": "",
+        "light.py": "import json\n",
+        "heavy.py": "import torch\n",
+        "via.py": "from pkg.heavy import X\n",  # heavy through its own top-level import
+        "a.py": "from pkg.b import g\n",
+        "b.py": "def g():\n    from pkg.a import h  # a imports b at its top: a cycle once hoisted\n",
+        "user.py": (
+            "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from pkg.light import T  # never runs\n"
+            "def f():\n    from pkg.light import x  # defers nothing\n"
+            "def g():\n    from pkg.via import y  # defers torch\n"
+            "class C:\n    def m(self):\n        import pkg.light  # defers nothing, in a method\n"
+        ),
+        "torch_user.py": "import torch\ndef f():\n    from pkg.via import y  # torch is here already\n",
+        "dagster_user.py": "import dagster\ndef f():\n    from pkg.via import y  # defers torch\n",
+    }
+    (tmp_path / "pkg").mkdir()
+    for name, text in files.items():
+        (tmp_path / "pkg" / name).write_text(text)
+    assert _function_import_offences(tmp_path, "pkg") == {"pkg/user.py: pkg.light", "pkg/torch_user.py: pkg.via"}

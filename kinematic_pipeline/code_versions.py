@@ -1,0 +1,49 @@
+"""The code versions: each stage's, declared by its Dagster assets (``code_version=``) and recorded in every
+provenance (``lineage.provenance_frame``), with the package's version and its git commit. A leaf: the assets
+read a version without importing the lineage.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+from pathlib import Path
+
+from kinematic_pipeline import __version__
+
+CODE_VERSIONS = {  # each stage's code version: a new one marks its assets (and everything after) stale
+    "ingest": "ingest-1",
+    "tokenize": "tokenize-1",
+    "window_store": "window-store-2",  # 2: per-block sha256 of tokens.npy in the manifest (issue 40)
+    "models": "models-2",  # 2: a walk-forward fold's foundation warm-starts from the previous fold's (issue 39)
+    "features": "features-2",  # 2: the token and raw days each features file was built from, checked on read
+    "probes": "probes-2",  # 2: saved as data (coefficients, LightGBM's text model), not a pickle (issue 30)
+    "evaluate": "evaluate-3",  # 3: universes record their membership file; backtests read only beside their predictions
+    "report": "report-4",  # 4: the training table (each model's budget, steps run, best step; issue 39)
+    "scaling": "scaling-2",  # n distinct windows under one step cap, and a 2x-steps row
+}
+
+
+@functools.lru_cache(maxsize=1)
+def code_revision() -> str:
+    """The git commit of the package's checkout (plus "+dirty" for local changes), or "unknown"."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def code_versions(run_id: str) -> dict[str, str]:
+    """The code rows of a provenance: the package, its git commit, each stage's version and the Dagster run."""
+    return {"kinematic_pipeline": __version__, "git": code_revision(), **CODE_VERSIONS, "dagster_run_id": run_id}
