@@ -6,6 +6,7 @@ Static reads of the source (``ast``), so each failure names the file and the imp
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -321,3 +322,45 @@ def test_an_import_inside_a_function_that_defers_nothing_is_found(tmp_path: Path
     for name, text in files.items():
         (tmp_path / "pkg" / name).write_text(text)
     assert _function_import_offences(tmp_path, "pkg") == {"pkg/user.py: pkg.light", "pkg/torch_user.py: pkg.via"}
+
+
+# --- the task axis (issue 52): what the Buy/Sell/Hold task names lives in tasks/ --------------------------------------
+TASK_NAMES = re.compile(r"\b(p_buy|p_sell|p_hold|tau_column)\b|class_weights")
+# Modules outside tasks/ that still name the task's columns, weights or label column: the list may only shrink (a
+# module that no longer names them must leave it). Most read the stored class-weighted q and de-weight it, which
+# goes when the predictions store the task's outputs (p) with the weights in their record.
+TASK_NAMES_ALLOWED = frozenset(
+    """backtest/calibration.py backtest/decisions.py backtest/oracle.py backtest/policy_frames.py backtest/skill.py
+    backtest/sweep.py backtest/volatility_reference.py config/settings.py model_pins.py orchestration/assets_baselines.py
+    orchestration/assets_models.py orchestration/metadata.py orchestration/partitions.py pins.py policy.py
+    report/evidence_tables.py report/figures.py run_keys.py stages/backtests.py stages/base_rates.py stages/baselines.py
+    stages/evidence.py stages/features.py stages/labels.py stages/oracle_control.py stages/pooled.py stages/predict.py
+    stages/reference_rows.py stages/report.py stages/report_titles.py stages/scaling.py stages/scaling_scores.py
+    stages/training_table.py stages/verdict_signal.py training/data.py training/run.py warehouse/layout.py""".split()
+)
+# singledispatch on a variant's class: each becomes a method of its predictor; the list may only shrink.
+SINGLEDISPATCH_ALLOWED = frozenset({"lineage.py", "stages/baselines.py", "stages/predict.py"})
+
+
+def _naming(pattern: re.Pattern, skip: str | None = None) -> set[str]:
+    return {
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if not (skip and str(path.relative_to(PACKAGE)).startswith(skip)) and pattern.search(path.read_text())
+    }
+
+
+def test_the_task_is_named_only_in_tasks_and_the_shrinking_list():
+    found = _naming(TASK_NAMES, skip="tasks/")
+    assert found - TASK_NAMES_ALLOWED == set(), "name the task's columns and weights through tasks/, not here"
+    assert TASK_NAMES_ALLOWED - found == set(), "these no longer name them: take them off TASK_NAMES_ALLOWED"
+
+
+def test_a_task_name_outside_tasks_is_found():
+    assert TASK_NAMES.search('q = frame["p_buy"]') and TASK_NAMES.search("w = settings.train.class_weights")
+    assert TASK_NAMES.search("tau_column(0.01)") and not TASK_NAMES.search("p_buyer = 1; tau = 0.01")
+
+
+def test_no_new_singledispatch_on_a_variant():
+    found = _naming(re.compile(r"singledispatch"))
+    assert found <= SINGLEDISPATCH_ALLOWED and found == SINGLEDISPATCH_ALLOWED, found
