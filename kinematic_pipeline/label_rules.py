@@ -6,7 +6,7 @@ is not known yet (the last day: its next bar does not exist) or not defined give
 Two sources of r_j (DESIGN.md "Labels"; record which one was used):
 - "spline" (the paper's r_j = c0(t_j+1) - c0(t_j)): the end-of-window positions of two consecutive
   causal fits, x_j+1(t_j+1) - x_j(t_j), each the fitted log price at the last knot of the window ending
-  that day (``spline_end_position``).
+  that day (``tokenizations.spline.spline_end_position``).
 - "close": the next-day close-to-close log return ln C_t+1 - ln C_t, what the backtest trades.
 
 tau, the labelling threshold, has its one home here: how a tau is spelled as a partition key and folder
@@ -20,7 +20,6 @@ import numpy as np
 import polars as pl
 
 from kinematic_pipeline.variants import BUY, HOLD, SELL, UNKNOWN_LABEL
-from kinematic_pipeline.windows import N_PRICE_COEFFS, N_TOKENS
 
 LABEL_SOURCES = ("spline", "close")
 TAU_TOLERANCE = 1e-12  # two taus are the same when they differ by less (floats read back from text)
@@ -54,24 +53,6 @@ def label_returns_close(log_close_t, log_close_next) -> np.ndarray:
 def label_returns_spline(end_position_t, end_position_next) -> np.ndarray:
     """r = x_t+1(t_t+1) - x_t(t_t) from consecutive causal fits' end positions; NaN where missing."""
     return _difference(end_position_next, end_position_t, "end_position_next", "end_position_t")
-
-
-def spline_end_position(price_tokens, h=1.0) -> np.ndarray:
-    """Fitted log price at the window's last knot: the cubic of token 63 evaluated at s = h.
-
-    price_tokens: [n, 64, 4] Taylor coefficients (c0, c1, c2, c3) at each token's left knot.
-    h: the last interval's length (scalar or [n]; 1 trading day by default).
-    """
-    tokens = np.asarray(price_tokens, dtype=np.float64)
-    if tokens.ndim != 3 or tokens.shape[1:] != (N_TOKENS, N_PRICE_COEFFS):
-        raise ValueError(f"price_tokens must have shape [n, {N_TOKENS}, {N_PRICE_COEFFS}], got {tokens.shape}")
-    h = np.asarray(h, dtype=np.float64)
-    if h.ndim > 1 or (h.ndim == 1 and h.shape != (tokens.shape[0],)):
-        raise ValueError(f"h must be a scalar or have shape ({tokens.shape[0]},), got {h.shape}")
-    if not (np.isfinite(h).all() and (h > 0).all()):
-        raise ValueError("h must be finite and > 0")
-    c0, c1, c2, c3 = (tokens[:, N_TOKENS - 1, j] for j in range(N_PRICE_COEFFS))
-    return c0 + h * (c1 + h * (c2 / 2.0 + h * c3 / 6.0))
 
 
 def labels_from_returns(r, tau: float) -> np.ndarray:

@@ -56,10 +56,10 @@ def model_of(asset: str, variants: Sequence[str]) -> str | None:
 
 def owners() -> tuple[str, ...]:
     """What a chain can belong to: every model (transformers, rules, probes) and every tokenization."""
-    from kinematic_pipeline.token_kinds import TOKEN_KINDS
+    from kinematic_pipeline.tokenizations import TOKENIZATIONS
     from kinematic_pipeline.variants import ALL_VARIANT_NAMES
 
-    return (*ALL_VARIANT_NAMES, *(kind.tokenization for kind in TOKEN_KINDS.values()))
+    return (*ALL_VARIANT_NAMES, *TOKENIZATIONS)
 
 
 def chains(assets: Sequence[str], partitions: Sequence[str | None], variants: Sequence[str]) -> list[Chain] | None:

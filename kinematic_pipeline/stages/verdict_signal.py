@@ -19,8 +19,8 @@ from kinematic_pipeline.backtest.signal import daily_ic, newey_west_lags, newey_
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.label_rules import labels_from_returns
 from kinematic_pipeline.model_pins import run_class_weights
-from kinematic_pipeline.probe_features import TRIVIAL_FEATURES
 from kinematic_pipeline.stages.features import read_features
+from kinematic_pipeline.tokenizations.raw import TRIVIAL_FEATURES
 from kinematic_pipeline.variants import TRIVIAL_PROBE as TRIVIAL
 from kinematic_pipeline.variants import trained
 

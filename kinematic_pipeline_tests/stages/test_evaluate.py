@@ -15,13 +15,13 @@ from kinematic_pipeline.model_pins import pin_foundation
 from kinematic_pipeline.models import PatchTSTClassifier, SequenceClassifier, build_model
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.stages.predict import evaluation_tickers, predict
+from kinematic_pipeline.tokenizations.spline import window_end_kinematics
 from kinematic_pipeline.warehouse.layout import (
     PREDICTION_CALIBRATION,
     UNIVERSE_PREDICTIONS,
     UNIVERSE_RAW_PREDICTIONS,
     VALIDATION_PREDICTIONS,
 )
-from kinematic_pipeline.windows import window_end_kinematics
 from kinematic_pipeline_tests.conftest import (
     CUT,
     TOKENIZED_FOLD,

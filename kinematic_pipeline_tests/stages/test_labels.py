@@ -10,8 +10,8 @@ from kinematic_pipeline.label_rules import (
     label_returns_close,
     label_returns_spline,
     labels_from_returns,
-    spline_end_position,
 )
+from kinematic_pipeline.tokenizations.spline import spline_end_position
 from kinematic_pipeline_tests.naive_baselines import naive_label, naive_spline_end_position
 
 

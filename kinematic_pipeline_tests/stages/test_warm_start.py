@@ -28,6 +28,7 @@ from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.stages.window_store import materialize_window_store
+from kinematic_pipeline.tokenizations import SPLINE
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline_tests.conftest import copy_warehouse
 
@@ -85,8 +86,8 @@ def _warehouse(folder, name: str, bars: pl.DataFrame):
     materialize_tokens(settings, days, progress=False)
     token_days = [d for d in days if settings.warehouse.shard("spline_tokens", d).exists()]
     materialize_labels(settings, token_days, progress=False)
-    materialize_window_store(settings, "spline_tokens", progress=False)
-    materialize_corpus_stats(settings, ("spline_tokens",))
+    materialize_window_store(settings, SPLINE, progress=False)
+    materialize_corpus_stats(settings, (SPLINE,))
     return settings
 
 
