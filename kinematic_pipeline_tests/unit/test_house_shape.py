@@ -1,11 +1,13 @@
 """The shape of the package (issue 31): no import cycle, no import running back up from below the stages, no
-branch on a variant's family outside the registry, no module past the size limit, a README that is a door.
+branch on a variant's family outside the registry, no asset name spelled outside its object (issue 52), no module
+past the size limit, a README that is a door.
 
 Static reads of the source (``ast``), so each failure names the file and the import or line at fault."""
 
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -160,6 +162,33 @@ def test_the_families_answer_what_their_flags_asked():
     for v in ALL_VARIANTS.values():
         assert not any(hasattr(v, flag) for flag in FAMILY_FLAGS), v.name
         assert {"inputs", "model_files", "data_seen", "training_record", "calibrated"} <= set(dir(v)), v.name
+
+
+# An asset's name is made by its object: a tokenization's in ``tokenizations/``, a variant's in ``variants.py``.
+ASSET_NAME_FSTRING = re.compile(
+    r'f"\{[a-z_.]+\}_(adapter|foundation|predictions|probe|backtests|features|corpus_stats|window_store|tokens|backtesting)"'
+)
+NAME_HOMES = ("tokenizations", "variants.py")
+
+
+def _asset_name_fstrings(source: str) -> list[int]:
+    """The lines of ``source`` that spell an asset's name as an f-string (``f"{variant}_adapter"``)."""
+    return [k for k, line in enumerate(source.splitlines(), 1) if ASSET_NAME_FSTRING.search(line)]
+
+
+def test_an_asset_name_is_spelled_only_by_its_object():
+    spelled = [
+        f"{path.relative_to(ROOT)}:{k}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if not any(part in NAME_HOMES for part in path.relative_to(PACKAGE).parts)
+        for k in _asset_name_fstrings(path.read_text())
+    ]
+    assert spelled == []
+
+
+def test_an_asset_name_fstring_is_found_when_there_is_one():
+    source = 'a = f"{variant}_adapter"\nb = f"{tok.name}_corpus_stats"\nc = f"{name}_{kind}"\nd = "spline_tokens"\n'
+    assert _asset_name_fstrings(source + 'e = rematerialize(f"{policy.variant.name}_probe", key)\n') == [1, 2, 5]
 
 
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
