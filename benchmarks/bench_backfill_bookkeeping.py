@@ -38,13 +38,13 @@ from kinematic_pipeline.orchestration import assets_ingest, assets_tokenize, che
 from kinematic_pipeline.stages import labels as labels_stage
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.tokenize import materialize_tokens
-from kinematic_pipeline.token_kinds import TOKEN_ASSETS
+from kinematic_pipeline.tokenizations import TOKENIZATIONS
 from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT.parent / "shared" / "data" / "sp500_daily_2000_2022.parquet"
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
-SELECTIONS = {"raw_ohlcv": [RAW_OHLCV], "tokens": list(TOKEN_ASSETS), "labels": [LABELS]}
+SELECTIONS = {"raw_ohlcv": [RAW_OHLCV], "tokens": [t.tokens_asset for t in TOKENIZATIONS.values()], "labels": [LABELS]}
 TIMED = {  # module, stage function the asset body (or check) calls -> bucket
     (assets_ingest, "materialize_raw_ohlcv"): "work",
     (assets_tokenize, "materialize_tokens"): "work",
@@ -103,7 +103,7 @@ def main() -> None:
         if args.asset != "raw_ohlcv":  # the inputs, outside the timing
             materialize_raw_ohlcv(settings, days, progress=False)
         if args.asset == "labels":
-            materialize_tokens(settings, days, kinds=("spline_tokens",), progress=False)
+            materialize_tokens(settings, days, tokenizations=(TOKENIZATIONS["spline"],), progress=False)
 
         home = tmp / "home"
         home.mkdir()

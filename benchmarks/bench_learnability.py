@@ -101,7 +101,7 @@ def probe_row(settings, policy: Policy, fold, days: list, rates: dict, commit: s
     from kinematic_pipeline.stages.predict import baseline_policy_predictions
     from kinematic_pipeline.variants import ALL_VARIANTS
 
-    probe = f"lr_{lookup_variant(policy.variant.name).tokenization}"
+    probe = f"lr_{lookup_variant(policy.variant.name).tokenization.name}"
     if probe not in ALL_VARIANTS:
         return None
     probe_policy = dataclasses.replace(policy, variant=probe)

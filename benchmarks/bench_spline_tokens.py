@@ -28,11 +28,12 @@ import datetime as dt, json, sys, time
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.stages.tokenize import materialize_tokens
+from kinematic_pipeline.tokenizations import TOKENIZATIONS
 args = json.loads(sys.argv[1])
 s = load_settings("paper", source="parquet", source_path=args["source"], warehouse=args["warehouse"], env={})
 days = trading_days(dt.date(2000, 1, 3), dt.date(2022, 12, 30))
 t0 = time.perf_counter()
-summaries = materialize_tokens(s, days, kinds=tuple(args["kinds"]), progress=False)
+summaries = materialize_tokens(s, days, tokenizations=tuple(t for t in TOKENIZATIONS.values() if t.tokens_asset in args["kinds"]), progress=False)
 elapsed = time.perf_counter() - t0
 print(json.dumps({"seconds": elapsed, "windows": {k: int(m.manifest["windows"].sum()) for k, m in summaries.items()}}))
 """

@@ -48,6 +48,7 @@ from kinematic_pipeline.config import load_settings  # noqa: E402
 from kinematic_pipeline.models import build_model  # noqa: E402
 from kinematic_pipeline.policy import Foundation  # noqa: E402
 from kinematic_pipeline.stages.window_store import materialize_window_store  # noqa: E402
+from kinematic_pipeline.tokenizations import SPLINE  # noqa: E402
 from kinematic_pipeline.training.data import WindowDataModule  # noqa: E402
 from kinematic_pipeline.training.modules import PretrainModule, adamw_with_cosine  # noqa: E402
 from kinematic_pipeline.training.trainer import configure_threads, quiet_lightning  # noqa: E402
@@ -81,8 +82,8 @@ def ensure_warehouse(settings, end: dt.date) -> None:
         days = trading_days(settings.data.start_date, end)
         materialize_raw_ohlcv(settings, days, progress=False)
         materialize_tokens(settings, days, progress=False)
-    materialize_window_store(settings, "spline_tokens", progress=False)
-    materialize_corpus_stats(settings, ("spline_tokens",))
+    materialize_window_store(settings, SPLINE, progress=False)
+    materialize_corpus_stats(settings, (SPLINE,))
     print(f"the demo warehouse {settings.warehouse} through {end} (not timed): {time.perf_counter() - t0:.0f} s")
 
 

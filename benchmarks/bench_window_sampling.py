@@ -45,13 +45,13 @@ from kinematic_pipeline.variants import variant as lookup_variant  # noqa: E402
 from kinematic_pipeline.window_store import StaleStoreError, open_store  # noqa: E402
 
 
-def ensure_store(settings, asset: str) -> None:
+def ensure_store(settings, tok) -> None:
     try:
-        open_store(settings, asset)
-        print(f"window store of {asset}: present and current")
+        open_store(settings, tok)
+        print(f"window store of {tok.tokens_asset}: present and current")
     except StaleStoreError as why:
         print(f"building the window store ({why})")
-        summary = materialize_window_store(settings, asset)
+        summary = materialize_window_store(settings, tok)
         gb = summary.manifest["windows"] * 64 * 9 * 4 / 1e9
         print(f"built in {summary.seconds:.1f} s: {summary.manifest['windows']:,} windows, {gb:.2f} GB")
 
@@ -104,7 +104,7 @@ def main() -> None:
     configure_threads()
     settings = load_settings(args.profile, warehouse=args.warehouse)
     asset = lookup_variant(args.variant).token_asset
-    ensure_store(settings, asset)
+    ensure_store(settings, lookup_variant(args.variant).tokenization)
     dm = WindowDataModule(settings, Foundation(args.variant, settings.train.seeds[0], settings.folds[0]))
     dm.setup()
     cfg = settings.train

@@ -24,7 +24,7 @@ from kinematic_pipeline.orchestration.side_by_side import SIDE_BY_SIDE_GROUPS, c
 from kinematic_pipeline.orchestration.timings import print_timings
 from kinematic_pipeline.pins import StalePairError
 from kinematic_pipeline.policy import Policy
-from kinematic_pipeline.run_keys import policy_seeds, run_policies
+from kinematic_pipeline.run_keys import policy_seeds, run_policies, run_task
 from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline.warehouse.layout import MODELS_DIR
 
@@ -219,8 +219,6 @@ def lineage(
     fold: str | None = None,
 ) -> int:
     import duckdb
-
-    from kinematic_pipeline.run_keys import run_task
 
     variants = settings.evaluated_variants
     if model not in variants:

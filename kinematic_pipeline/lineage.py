@@ -26,7 +26,7 @@ from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report.tables import runs_at, sharpe_cell, with_days_in_market
 from kinematic_pipeline.run_keys import keep_run_policies, run_keys_digest
 from kinematic_pipeline.tasks.buy_sell_hold import TAU_SQL
-from kinematic_pipeline.token_kinds import TOKEN_ASSETS
+from kinematic_pipeline.tokenizations import TOKENIZATIONS
 from kinematic_pipeline.variants import ModelVariant, ProbeVariant, Variant, models
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import file_sha256
@@ -128,20 +128,19 @@ def _model_provenance(variant: Variant, wh, policy: Policy, add) -> None:
 def _(variant: ProbeVariant, wh, policy: Policy, add) -> None:
     """A fitted probe: its model and fit record (the features file is an input)."""
     for path in variant.model_files(wh, policy):
-        add("probe", f"{variant.name}_probe", path)
+        add("probe", variant.asset("probe"), path)
 
 
 @_model_provenance.register
 def _(variant: ModelVariant, wh, policy: Policy, add) -> None:
     """The adapter and foundation files of a model, and what each was served in training."""
-    name = variant.name
     foundation, adapter = wh.policy_files(policy)
     for path in wh.adapter_files(policy):
-        add("adapter", f"{name}_adapter", path)
-    add("foundation", f"{name}_foundation", foundation)
+        add("adapter", variant.asset("adapter"), path)
+    add("foundation", variant.asset("foundation"), foundation)
     for prefix, model_dir in (("pretrain", foundation.parent), ("finetune", adapter)):
         used_file = wh.shards_used(model_dir)
-        add(f"{prefix}_lineage", f"{name}_{'foundation' if prefix == 'pretrain' else 'adapter'}", used_file)
+        add(f"{prefix}_lineage", variant.asset("foundation" if prefix == "pretrain" else "adapter"), used_file)
         used = exact.read_parquet(used_file)
         for row in used.filter(pl.col("served") > 0).iter_rows(named=True):  # what the model was served
             link = "window_store" if row["split"] == "store" else "training_shard"
@@ -164,7 +163,8 @@ def _check_token_pins(settings: Settings, prov: pl.DataFrame, report: LineageRep
     """The token shards of the chain (test and training days) against the raw days behind their windows, the
     64-session look-back included: each day's recorded raw-input digest equals that of the raw manifests now."""
 
-    shards = prov.filter(pl.col("asset").is_in(TOKEN_ASSETS) & pl.col("date").is_not_null())
+    tokens = [t.tokens_asset for t in TOKENIZATIONS.values()]
+    shards = prov.filter(pl.col("asset").is_in(tokens) & pl.col("date").is_not_null())
     checked, stale = 0, []
     for asset in sorted(set(shards["asset"].to_list())):
         days = sorted({dt.date.fromisoformat(str(d)) for d in shards.filter(pl.col("asset") == asset)["date"]})

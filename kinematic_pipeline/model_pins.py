@@ -14,6 +14,7 @@ import polars as pl
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.pins import StalePairError, rematerialize
 from kinematic_pipeline.policy import Foundation, Policy
+from kinematic_pipeline.tokenizations import TOKENIZATIONS
 from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import file_sha256, write_bytes_atomic
@@ -50,10 +51,11 @@ def _expected_files(wh, asset: str, date: str | None) -> list[Path]:
     tokens, a features file (either part), a day's shard."""
     from kinematic_pipeline.window_store import TOKENS_FILE
 
-    if asset.endswith("_window_store"):
-        return [wh.window_store_dir(asset.removesuffix("_window_store") + "_tokens") / TOKENS_FILE]
-    if asset.endswith("_features"):
-        return [wh.features_file(asset.removesuffix("_features"), part) for part in ("training", "test")]
+    for tok in TOKENIZATIONS.values():
+        if asset == tok.window_store_asset:
+            return [wh.window_store_dir(tok.tokens_asset) / TOKENS_FILE]
+        if asset == tok.features_asset:
+            return [wh.features_file(tok.name, part) for part in ("training", "test")]
     return [wh.shard(asset, date)] if date else []
 
 
@@ -112,7 +114,7 @@ def check_pair(wh: Warehouse, policy: Policy) -> str:
     from kinematic_pipeline.warehouse.verified import CorruptFileError
 
     foundation, adapter = wh.policy_files(policy)
-    fix = rematerialize(f"{policy.variant.name}_adapter", policy.key)
+    fix = rematerialize(policy.variant.asset("adapter"), policy.key)
     pin = adapter / PIN_FILE
     now = file_sha256(foundation)
     damaged = foundation_damage(wh, policy, now)
@@ -166,7 +168,7 @@ def check_parent(settings: Settings, policy: Policy, foundation_dir: Path | None
     wh, policy = settings.warehouse, policy.foundation
     folder = Path(foundation_dir or wh.foundation_dir(policy))
     child, pin = folder / MODEL_FILE, folder / PARENT_FILE
-    fix = rematerialize(f"{policy.variant.name}_foundation", policy.fit_key)
+    fix = rematerialize(policy.variant.asset("foundation"), policy.fit_key)
     expected = parent_foundation(settings, policy)
     recorded = json.loads(pin.read_text()) if pin.exists() else None
     if expected is None:
@@ -184,7 +186,7 @@ def check_parent(settings: Settings, policy: Policy, foundation_dir: Path | None
         )
     if recorded["parent"] != warehouse_path(wh, parent):
         raise StalePairError(f"{child} was warm-started from {recorded['parent']}, not from {parent}: {fix}")
-    parent_fix = rematerialize(f"{policy.variant.name}_foundation", expected.fit_key)
+    parent_fix = rematerialize(policy.variant.asset("foundation"), expected.fit_key)
     if not parent.exists():
         raise StalePairError(
             f"{child} was warm-started from {parent} (sha256 {recorded['parent_sha256'][:16]}), which is missing now: "
@@ -297,7 +299,7 @@ def predictions_class_weights(settings: Settings, policy: Policy) -> tuple[float
     if trained is None:
         return None
     path = settings.warehouse.predictions_extra(PREDICTION_CLASS_WEIGHTS, policy)
-    fix = rematerialize(f"{policy.variant.name}_predictions", policy.key)
+    fix = rematerialize(policy.variant.asset("predictions"), policy.key)
     if not path.exists():
         raise StalePairError(f"the predictions of {policy} record no class weights ({path} is missing): {fix}")
     carried = tuple(float(w) for w in exact.read_parquet(path).select(WEIGHT_COLUMNS).row(0))

@@ -25,13 +25,12 @@ from kinematic_pipeline.calendar import session_before, trading_days
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import Fold
 from kinematic_pipeline.policy import Policy
-from kinematic_pipeline.probe_features import features_tokenization
 from kinematic_pipeline.probe_models import (
     LinearProbeModel,
     ProbeModel,
     TreeProbeModel,
 )
-from kinematic_pipeline.token_kinds import SPLINE_TOKENS, TOKEN_ASSETS, token_kind
+from kinematic_pipeline.tokenizations import SPLINE, Tokenization
 from kinematic_pipeline.variants import BENCHMARK
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, MARGIN_BACKTESTS, PREDICTIONS, RAW_OHLCV, Warehouse
@@ -50,7 +49,7 @@ def rematerialize(asset: str, partition: str | None = None) -> str:
     return f"re-materialize {asset}" + ("" if partition is None else f" partition {partition}")
 
 
-LABEL_INPUTS = (SPLINE_TOKENS, RAW_OHLCV)  # the shards a labels day reads, of the day and of the next session
+LABEL_INPUTS = (SPLINE.tokens_asset, RAW_OHLCV)  # the shards a labels day reads, of the day and of the next session
 _HASHES: dict[str, tuple[tuple[int, int], str]] = {}  # manifest path -> ((size, mtime_ns), content_hash)
 
 
@@ -174,26 +173,22 @@ def check_token_inputs(settings: Settings, kind: str, days: list[dt.date]) -> No
 # corpus statistics: fitted on the token shards of a fold's training days
 
 
-def fold_stats(settings: Settings, tokenization: str, scope: Fold) -> pl.DataFrame:
-    """The corpus statistics of ``tokenization`` fitted on the training days of the fold ``scope``."""
-    path = settings.warehouse.corpus_stats_file(tokenization)
+def fold_stats(settings: Settings, tok: Tokenization, scope: Fold) -> pl.DataFrame:
+    """The corpus statistics of ``tok`` fitted on the training days of the fold ``scope``."""
+    path, fix = settings.warehouse.corpus_stats_file(tok.name), rematerialize(tok.corpus_stats_asset)
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: materialize {tokenization}_corpus_stats")
+        raise FileNotFoundError(f"{path} is missing: materialize {tok.corpus_stats_asset}")
     stats = exact.read_parquet(path)
     if "fold" not in stats.columns or not (stats["fold"] == scope.label).any():
-        raise ValueError(
-            f"{path} holds no statistics of fold {scope.label}: re-materialize {tokenization}_corpus_stats"
-        )
+        raise ValueError(f"{path} holds no statistics of fold {scope.label}: {fix}")
     stats = stats.filter(pl.col("fold") == scope.label)
     # pinned: the statistics were fitted on the token shards the warehouse holds now (their manifests' hashes)
-    asset = next(a for a in TOKEN_ASSETS if token_kind(a).tokenization == tokenization)
-    wh = settings.warehouse
+    wh, asset = settings.warehouse, tok.tokens_asset
     now = digest(wh.content_hashes(asset, wh.shard_days(asset, until=scope.train_end)))
     if stats["shards_digest"][0] != now:
         raise StalePairError(
-            f"the {tokenization} corpus statistics of fold {scope.label} were fitted on other {asset} shards (digest "
-            f"{stats['shards_digest'][0][:16]}, the warehouse's is {now[:16]}): re-materialize "
-            f"{tokenization}_corpus_stats"
+            f"the {tok.name} corpus statistics of fold {scope.label} were fitted on other {asset} shards (digest "
+            f"{stats['shards_digest'][0][:16]}, the warehouse's is {now[:16]}): {fix}"
         )
     return stats
 
@@ -203,7 +198,7 @@ def fold_stats(settings: Settings, tokenization: str, scope: Fold) -> pl.DataFra
 
 def features_path(settings: Settings, variant: str, part: str = "training") -> Path:
     """The variant's features file: ``training`` (train and validation rows) or ``test``."""
-    return settings.warehouse.features_file(features_tokenization(lookup_variant(variant).feature_set), part)
+    return settings.warehouse.features_file(lookup_variant(variant).tokenization.name, part)
 
 
 def load_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
@@ -212,7 +207,7 @@ def load_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
     one ValueError naming the file and the asset to re-materialize (a ``StalePairError`` when the probe was fitted
     on other features or another cut)."""
     model_file, fit_file = settings.warehouse.probe_files(policy)
-    fix = rematerialize(f"{policy.variant.name}_probe", policy.key)
+    fix = rematerialize(policy.variant.asset("probe"), policy.key)
     try:
         fit = json.loads(fit_file.read_text())
         expected = fit["model_sha256"], fit["model_file"], fit["learner"], fit["classes"]

@@ -1,16 +1,16 @@
 """The model variants (paper "Tokenization Ablations and External Baseline"), the simple baselines beside
 them.
 
-One registry says, for each variant, which token asset it reads, which channels of the token shard feed
-it, which backbone and head it trains, which files its fine-tuned head is saved in, and how the report
-names and draws it. A variant is of one ``family``:
+One registry says, for each variant, which tokenization it reads (``tokenizations/``), which channels of the
+token shard feed it, which backbone and head it trains, which files its fine-tuned head is saved in, what its assets
+are named and how the report names and draws it. A variant is of one ``family``:
 
 - ``model``: a transformer pretrained and fine-tuned on one tokenization (the paper's four);
 - ``probe``: a scikit-learn multinomial logistic regression (``lr``) or a LightGBM tree model (``lightgbm``)
   fitted on the fold's labelled training ticker-days of the universe (a seeded sample of at most
   ``evaluate.probe_max_train_rows``; the rows and LightGBM leaf size used are in its ``fit.json``), on the
   decision-time features of one feature set
-  (``probe_features.py``: a tokenization's last five tokens and window std, or the trivial pair);
+  (``Tokenization.features``: a tokenization's last five tokens and window std, or the raw tokens' trivial pair);
 - ``rule``: a fixed rule fitted on nothing (always Hold; the sign of the last 1-day or 20-day return).
 
 Probes and rules go through the same predictions, backtests and tables as the models. Everything else (training,
@@ -26,6 +26,11 @@ from pathlib import Path
 from typing import ClassVar
 
 from kinematic_pipeline.tasks.actions import BUY, HOLD, SELL
+from kinematic_pipeline.tokenizations import FD, RAW, SPLINE, TOKENIZATIONS, Tokenization, of_feature_set
+
+# A variant's own assets, each <variant>_<kind> (``Variant.asset``): a model's foundation and adapter, a probe's fit,
+# every variant's predictions and backtests (the margin rule's too), and the multi-asset that backtests them.
+ASSET_KINDS = ("foundation", "adapter", "probe", "predictions", "backtests", "margin_backtests", "backtesting")
 
 
 @dataclass(frozen=True)
@@ -61,14 +66,14 @@ PROBE_HEAD = HeadLayout("probe", "head.pt", False, None, "linear probe on the fr
 
 @dataclass(frozen=True)
 class Variant(ABC):
-    """What every variant has: the token asset it reads and how the report names and draws it. Its family's
-    behaviour is its class (``ModelVariant``, ``ProbeVariant``, ``RuleVariant``): what its predictions read
+    """What every variant has: the tokenization it reads, its assets' names and how the report names and draws it.
+    Its family's behaviour is its class (``ModelVariant``, ``ProbeVariant``, ``RuleVariant``): what its predictions read
     (``inputs``), which files make them (``model_files``), whether they are calibrated, what data it has seen
     (``data_seen``). Callers ask a variant, never which family it is; what needs torch or the stages is a generic
     function of the variant's class where it lives (``stages.predict.policy_predictions``)."""
 
     name: str
-    token_asset: str  # the token asset it pretrains, fine-tunes and predicts on (baselines: their features')
+    tokenization: Tokenization  # the tokens it pretrains, fine-tunes and predicts on (baselines: their features')
     display_name: str  # the paper's name (table headers)
     short_name: str  # the paper's column abbreviation
     title: str  # one line for asset descriptions
@@ -85,9 +90,15 @@ class Variant(ABC):
     group: ClassVar[str] = "baselines"  # the Dagster group of its evaluation assets
 
     @property
-    def tokenization(self) -> str:
-        """The token asset without its suffix (``spline``, ``fd``, ``raw``): the name of its statistics."""
-        return self.token_asset.removesuffix("_tokens")
+    def token_asset(self) -> str:
+        """Its tokenization's token asset (``spline_tokens``)."""
+        return self.tokenization.tokens_asset
+
+    def asset(self, kind: str) -> str:
+        """The name of its ``kind`` asset (``ASSET_KINDS``): ``splinegpt_adapter``."""
+        if kind not in ASSET_KINDS:
+            raise ValueError(f"unknown asset kind {kind!r}: expected one of {', '.join(ASSET_KINDS)}")
+        return f"{self.name}_{kind}"
 
     @abstractmethod
     def inputs(self) -> tuple[tuple[str, bool], ...]:
@@ -145,11 +156,10 @@ class ModelVariant(Variant):
         return self.channels is None
 
     def inputs(self) -> tuple[tuple[str, bool], ...]:
-        from kinematic_pipeline.token_kinds import token_kind
         from kinematic_pipeline.warehouse.layout import LABELS, RAW_OHLCV
 
-        stats = ((token_kind(self.token_asset).corpus_stats_asset, False),) if self.normalized else ()
-        return (f"{self.name}_adapter", False), (self.token_asset, True), *stats, (LABELS, True), (RAW_OHLCV, True)
+        stats = ((self.tokenization.corpus_stats_asset, False),) if self.normalized else ()
+        return (self.asset("adapter"), False), (self.token_asset, True), *stats, (LABELS, True), (RAW_OHLCV, True)
 
     def model_files(self, wh, policy) -> list[Path]:
         # the adapter's pin too: it records the foundation and the class weights its probabilities carry
@@ -159,27 +169,25 @@ class ModelVariant(Variant):
         return f"corpus statistics to {train_end}" if self.normalized else "RevIN (each window itself)"
 
     def training_record(self, wh, policy) -> tuple[Path, str, str] | None:
-        return wh.adapter_pin(policy), f"{self.name}_adapter", "fine-tuned"
+        return wh.adapter_pin(policy), self.asset("adapter"), "fine-tuned"
 
 
 @dataclass(frozen=True)
 class _FeaturesVariant(Variant):
-    """A baseline that decides on the rows of a features file (``probe_features``): the ``feature_set`` of its class."""
+    """A baseline that decides on the rows of its tokenization's features file: its ``feature_set`` there."""
 
-    feature_set: ClassVar[str]  # the features file it reads (``probe_features.FEATURE_SETS``)
+    feature_set: ClassVar[str]  # the columns it reads (``Tokenization.feature_sets``)
 
     @property
     def features_asset(self) -> str:
-        from kinematic_pipeline.probe_features import features_asset_name, features_tokenization
-
-        return features_asset_name(features_tokenization(self.feature_set))
+        return self.tokenization.features_asset
 
 
 @dataclass(frozen=True)
 class ProbeVariant(_FeaturesVariant):
     """A logistic regression or LightGBM probe fitted on one feature set's decision-time features."""
 
-    feature_set: str  # probe_features.FEATURE_SETS
+    feature_set: str  # FEATURE_SETS: one of its tokenization's feature_sets
     learner: str  # "lr" (scikit-learn) or "lightgbm": stages.probe_learners.LEARNERS
 
     family: ClassVar[str] = "probe"
@@ -188,12 +196,10 @@ class ProbeVariant(_FeaturesVariant):
     @property
     def feature_columns(self) -> tuple[str, ...]:
         """The columns of its features file it decides on."""
-        from kinematic_pipeline.probe_features import feature_columns  # probe_features reads windows, which reads us
-
-        return feature_columns(self.feature_set)
+        return self.tokenization.feature_sets[self.feature_set]
 
     def inputs(self) -> tuple[tuple[str, bool], ...]:
-        return (f"{self.name}_probe", False), (self.features_asset, False)
+        return (self.asset("probe"), False), (self.features_asset, False)
 
     def model_files(self, wh, policy) -> list[Path]:
         return wh.probe_files(policy)
@@ -202,7 +208,7 @@ class ProbeVariant(_FeaturesVariant):
         return "z-scores of the fit rows"
 
     def training_record(self, wh, policy) -> tuple[Path, str, str] | None:
-        return wh.probe_fit(policy), f"{self.name}_probe", "fitted"
+        return wh.probe_fit(policy), self.asset("probe"), "fitted"
 
 
 @dataclass(frozen=True)
@@ -216,7 +222,7 @@ class RuleVariant(_FeaturesVariant):
     probabilistic: ClassVar[bool] = False
     calibrated: ClassVar[bool] = False  # its one-hot action is not calibrated
 
-    feature_set: ClassVar[str] = "raw"  # ret1 and ret20 are columns of the raw features file
+    feature_set: ClassVar[str] = RAW.name  # ret1 and ret20 are columns of the raw features file
     feature_columns: ClassVar[tuple[str, ...]] = ("ret1", "ret20")
 
     def inputs(self) -> tuple[tuple[str, bool], ...]:
@@ -241,7 +247,7 @@ VARIANTS: dict[str, Variant] = {
     for v in (
         ModelVariant(
             name="splinegpt",
-            token_asset="spline_tokens",
+            tokenization=SPLINE,
             channels=None,
             backbone="gpt",
             head=LORA_HEAD,
@@ -253,7 +259,7 @@ VARIANTS: dict[str, Variant] = {
         ),
         ModelVariant(
             name="patchtst",
-            token_asset="raw_tokens",
+            tokenization=RAW,
             channels=(0, 4),
             backbone="patchtst",
             head=PROBE_HEAD,
@@ -265,7 +271,7 @@ VARIANTS: dict[str, Variant] = {
         ),
         ModelVariant(
             name="rawgpt_fd",
-            token_asset="fd_tokens",
+            tokenization=FD,
             channels=None,
             backbone="gpt",
             head=LORA_HEAD,
@@ -277,7 +283,7 @@ VARIANTS: dict[str, Variant] = {
         ),
         ModelVariant(
             name="rawgpt",
-            token_asset="raw_tokens",
+            tokenization=RAW,
             channels=None,
             backbone="gpt",
             head=LORA_HEAD,
@@ -291,7 +297,7 @@ VARIANTS: dict[str, Variant] = {
 }  # in the paper's column order
 VARIANT_NAMES = tuple(VARIANTS)  # the paper's models: the columns of its tables
 FAMILIES = ("model", "probe", "rule")
-FEATURE_SETS = ("spline", "fd", "raw", "trivial")  # probes: a tokenization's window features, or the trivial pair
+FEATURE_SETS = tuple(f for t in TOKENIZATIONS.values() for f in t.feature_sets)  # spline, fd, raw, trivial
 RULES = {"always_hold": None, "momentum_1d": "ret1", "momentum_20d": "ret20"}  # rule -> the return it follows
 _PROBE_STYLE = {
     "spline": ("tab:cyan", "Spline"),
@@ -309,11 +315,10 @@ def _probe(learner: str, features: str) -> ProbeVariant:
     )
     long = {"lr": "Logistic regression", "lightgbm": "LightGBM"}[learner]
     short = {"lr": "LR", "lightgbm": "GBM"}[learner]
-    color, feature_name = _PROBE_STYLE[features]
-    token_asset = "raw_tokens" if features == "trivial" else f"{features}_tokens"
+    color, feature_name = _PROBE_STYLE.get(features, ("tab:gray", features))  # a new tokenization: gray until styled
     return ProbeVariant(
         name=f"{learner}_{features}",
-        token_asset=token_asset,
+        tokenization=of_feature_set(features),
         display_name=f"{long} ({feature_name})",
         short_name=f"{short}-{feature_name}",
         title=f"{long} probe on {what}, fitted on the fold's training ticker-days (at most probe_max_train_rows)",
@@ -327,7 +332,7 @@ def _probe(learner: str, features: str) -> ProbeVariant:
 def _rule(name: str, display: str, short: str, title: str, color: str) -> RuleVariant:
     return RuleVariant(
         name=name,
-        token_asset="raw_tokens",
+        tokenization=RAW,
         display_name=display,
         short_name=short,
         title=title,

@@ -7,7 +7,7 @@ memory speed (page cache) or random-read speed (disk), without ever loading the 
 (~22.5 M windows) it is ~52 GB, of which an epoch touches only the rows it samples.
 
 Layout, ``$KP_WAREHOUSE/window_store/<token asset>/`` (``Warehouse.window_store_dir``), swapped in whole:
-- ``tokens.npy``: float32 [N, 64, 9], the shards' ``tokens`` in (day, shard row) order, as stored
+- ``tokens.npy``: float32 [N, 64, channels], the shards' ``tokens`` in (day, shard row) order, as stored
   (unanchored, unnormalized: corpus_stats normalize them where they are consumed); ``np.load(mmap_mode="r")``;
 - ``rows.parquet``: one row per window, same order: ``date``, ``ticker``, ``finite`` (every value finite);
 - ``days.parquet``: one row per day: ``date``, ``first_row``, ``windows``, ``path`` and ``content_hash`` of
@@ -42,15 +42,15 @@ from kinematic_pipeline.code_versions import CODE_VERSIONS
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import Fold, split_days, store_cut
 from kinematic_pipeline.pins import StalePairError
+from kinematic_pipeline.tokenizations import Tokenization
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import digest
 from kinematic_pipeline.warehouse.verified import CorruptFileError, verify_blocks, verify_file
-from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
+from kinematic_pipeline.windows import N_TOKENS
 
 STORE_CODE_VERSION = CODE_VERSIONS["window_store"]  # recorded in the store's manifest
 TOKENS_FILE, ROWS_FILE, DAYS_FILE, MANIFEST_FILE = "tokens.npy", "rows.parquet", "days.parquet", "manifest.parquet"
 _HASHED = {TOKENS_FILE: "tokens_sha256", ROWS_FILE: "rows_sha256", DAYS_FILE: "days_sha256"}  # file -> manifest
-WINDOW_BYTES = N_TOKENS * N_CHANNELS * 4
 ROWS_SCHEMA: dict[str, pl.DataType] = {"date": pl.Date, "ticker": pl.String, "finite": pl.Boolean}
 DAYS_SCHEMA: dict[str, pl.DataType] = {
     "date": pl.Date,
@@ -124,6 +124,7 @@ class WindowStore:
     manifest: dict
     days: pl.DataFrame  # DAYS_SCHEMA
     rows: pl.DataFrame  # ROWS_SCHEMA
+    tokenization: Tokenization  # whose tokens it holds
     _file: tuple | None = field(default=None, repr=False)  # (fd, data offset, thread pool) in this process
     # per block of tokens.npy: verified against the manifest's block_sha256 (carried to a pickled copy: a
     # DataLoader worker or a spawned rank does not hash again what its parent verified)
@@ -138,22 +139,26 @@ class WindowStore:
         return self.folder / TOKENS_FILE
 
     @property
+    def window_bytes(self) -> int:
+        return self.tokenization.window_bytes
+
+    @property
     def tokens(self) -> np.ndarray:
-        """The whole file as a read-only memory map [N, 64, 9] (for sequential reads; ``read`` for samples), once
-        every block is verified."""
+        """The whole file as a read-only memory map [N, 64, channels] (for sequential reads; ``read`` for samples),
+        once every block is verified."""
         self.verify_rows(0, self.manifest["windows"])
         return np.load(self.path, mmap_mode="r")
 
     @property
     def fix(self) -> str:
-        return f"materialize {window_store_asset(self.asset)}"
+        return f"materialize {self.tokenization.window_store_asset}"
 
     def _blocks_of(self, first: np.ndarray, last: np.ndarray) -> np.ndarray:
         """The blocks holding the bytes of rows ``first`` .. ``last`` (inclusive, paired arrays)."""
         _, offset, _ = self._open()
         size = int(self.manifest["block_bytes"])
-        lo = (offset + first.astype(np.int64) * WINDOW_BYTES) // size
-        hi = (offset + (last.astype(np.int64) + 1) * WINDOW_BYTES - 1) // size
+        lo = (offset + first.astype(np.int64) * self.window_bytes) // size
+        hi = (offset + (last.astype(np.int64) + 1) * self.window_bytes - 1) // size
         if lo.size == 1:
             return np.arange(int(lo[0]), int(hi[0]) + 1)
         return np.unique(np.concatenate([np.arange(a, b + 1) for a, b in zip(lo.tolist(), hi.tolist())]))
@@ -173,8 +178,8 @@ class WindowStore:
         """What block ``block`` of tokens.npy holds: its rows and their days."""
         _, offset, _ = self._open()
         size, n = int(self.manifest["block_bytes"]), int(self.manifest["windows"])
-        first = max(0, (block * size - offset) // WINDOW_BYTES)
-        last = min(n - 1, ((block + 1) * size - 1 - offset) // WINDOW_BYTES)
+        first = max(0, (block * size - offset) // self.window_bytes)
+        last = min(n - 1, ((block + 1) * size - 1 - offset) // self.window_bytes)
         if n == 0 or last < 0:
             return "the file's header"
         starts = self.days["first_row"].to_numpy()
@@ -209,14 +214,14 @@ class WindowStore:
                     offset = fh.tell()
             except ValueError as exc:  # a damaged header: numpy's own words, then the fix
                 raise CorruptFileError(f"{self.path} has no readable array header ({exc}): {self.fix}") from None
-            if shape != (self.manifest["windows"], N_TOKENS, N_CHANNELS) or dtype != np.dtype("<f4"):
+            if shape != (self.manifest["windows"], N_TOKENS, self.tokenization.n_channels) or dtype != np.dtype("<f4"):
                 raise StaleStoreError(f"{self.path} holds {dtype} {shape}, not what its manifest says: {self.fix}")
             size = self.path.stat().st_size
-            if size != offset + shape[0] * WINDOW_BYTES:
+            if size != offset + shape[0] * self.window_bytes:
                 raise CorruptFileError(
-                    f"{self.path} is not the file its manifest records: it holds {size:,} bytes, its "
-                    f"{shape[0]:,} windows take {offset + shape[0] * WINDOW_BYTES:,} (truncated or extended since it "
-                    f"was written): {self.fix}"
+                    f"{self.path} is not the file its manifest records: it holds {size:,} bytes, its {shape[0]:,} "
+                    f"windows take {offset + shape[0] * self.window_bytes:,} (truncated or extended since it was "
+                    f"written): {self.fix}"
                 )
             fd = os.open(self.path, os.O_RDONLY)
             if hasattr(os, "posix_fadvise"):
@@ -237,7 +242,7 @@ class WindowStore:
         fd, offset, pool = self._open()
         order = np.argsort(rows, kind="stable")
         ordered = rows[order]
-        buffer = np.empty((rows.size, N_TOKENS, N_CHANNELS), dtype=np.float32)
+        buffer = np.empty((rows.size, N_TOKENS, self.tokenization.n_channels), dtype=np.float32)
         raw = memoryview(buffer.reshape(-1).view(np.uint8))
         breaks = np.flatnonzero(np.diff(ordered) != 1) + 1
         starts, ends = np.r_[0, breaks], np.r_[breaks, rows.size]
@@ -247,11 +252,9 @@ class WindowStore:
 
         def read_run(k: int) -> None:
             lo, hi = int(starts[k]), int(ends[k])
-            view = raw[lo * WINDOW_BYTES : hi * WINDOW_BYTES]
-            if os.preadv(fd, [view], offset + int(ordered[lo]) * WINDOW_BYTES) != len(view):
-                raise StaleStoreError(
-                    f"{self.path} is shorter than its manifest says: re-materialize {window_store_asset(self.asset)}"
-                )
+            view = raw[lo * self.window_bytes : hi * self.window_bytes]
+            if os.preadv(fd, [view], offset + int(ordered[lo]) * self.window_bytes) != len(view):
+                raise StaleStoreError(f"{self.path} is shorter than its manifest says: re-{self.fix}")
 
         if rows.size:
             list(pool.map(read_run, range(starts.size)))
@@ -260,12 +263,11 @@ class WindowStore:
         return out
 
 
-def open_store(settings: Settings, asset: str) -> WindowStore:
-    """The store of ``asset`` for the settings' cut; ``StaleStoreError`` naming what to re-materialize when it is
+def open_store(settings: Settings, tok: Tokenization) -> WindowStore:
+    """The store of ``tok``'s tokens for the settings' cut; ``StaleStoreError`` naming what to re-materialize when it is
     missing, was built for another cut, or from shards other than the warehouse's current ones."""
-    wh = settings.warehouse
+    wh, asset, fix = settings.warehouse, tok.tokens_asset, f"materialize {tok.window_store_asset}"
     folder = wh.window_store_dir(asset)
-    fix = f"materialize {window_store_asset(asset)}"
     manifest = read_manifest(folder)
     if manifest is None:
         raise StaleStoreError(f"no window store of {asset} under {folder}: {fix}")
@@ -292,14 +294,9 @@ def open_store(settings: Settings, asset: str) -> WindowStore:
     rows = exact.read_parquet(folder / ROWS_FILE)
     if rows.height != manifest["windows"] or days.height != manifest["days"]:
         raise StaleStoreError(f"the window store of {asset} ({folder}) does not match its manifest: {fix}")
-    store = WindowStore(folder, manifest, days, rows)
+    store = WindowStore(folder, manifest, days, rows, tok)
     store.verify_rows(0, manifest["windows"])  # tokens.npy: every block against the build's hashes, once per open
     return store
-
-
-def window_store_asset(asset: str) -> str:
-    """The Dagster asset of a token asset's store: ``spline_tokens`` -> ``spline_window_store``."""
-    return asset.removesuffix("_tokens") + "_window_store"
 
 
 __all__ = [
@@ -308,5 +305,4 @@ __all__ = [
     "WindowStore",
     "open_store",
     "training_shard_days",
-    "window_store_asset",
 ]

@@ -119,10 +119,10 @@ def _training_inputs(settings) -> None:
     """What training reads beside the shards: the three window stores (the cut's windows), their corpus_stats."""
     from kinematic_pipeline.stages.corpus import materialize_corpus_stats
     from kinematic_pipeline.stages.window_store import materialize_window_store
-    from kinematic_pipeline.token_kinds import TOKEN_ASSETS
+    from kinematic_pipeline.tokenizations import TOKENIZATIONS
 
-    for asset in TOKEN_ASSETS:
-        materialize_window_store(settings, asset, progress=False)
+    for tok in TOKENIZATIONS.values():
+        materialize_window_store(settings, tok, progress=False)
     materialize_corpus_stats(settings)
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 
 from kinematic_pipeline.backtest.sweep import predictions_frame
-from kinematic_pipeline.tasks.actions import BUY, UNKNOWN_LABEL
+from kinematic_pipeline.tasks.actions import BUY, UNKNOWN_LABEL, class_weight_vector
 from kinematic_pipeline.tasks.buy_sell_hold import labels_from_returns
 from kinematic_pipeline.tasks.targets import label_returns_close
 
@@ -174,7 +174,6 @@ def conditional_oracle_predictions(rows: pl.DataFrame, tau: float, class_weights
     cross-entropy that had learned the law exactly. So every rule reads it as it reads a model (the de-weighted q is
     p again), and the argmax rules take argmax(w ⊙ p): whatever the oracle knows, a Buy needs w_buy p_buy above
     w_sell p_sell and w_hold p_hold. Rows sorted by ticker and date."""
-    from kinematic_pipeline.tasks.actions import class_weight_vector
 
     p = conditional_class_probabilities(rows["drift"].to_numpy(), rows["sd"].to_numpy(), tau)
     q = p * class_weight_vector(class_weights)
@@ -186,7 +185,6 @@ def least_buying_drift(tau: float, sd: float, class_weights, step: float = 0.001
     """The smallest one-day expected return, in units of ``sd``, at which the class-weighted argmax of an exactly
     calibrated forecast r ~ N(drift, sd^2) picks Buy (NaN if none up to 5 sd): what either argmax rule demands of a
     model's knowledge before it can hold a position."""
-    from kinematic_pipeline.tasks.actions import class_weight_vector
 
     z = np.arange(0.0, 5.0 + step, step)
     q = conditional_class_probabilities(z * sd, np.full(z.size, sd), tau) * class_weight_vector(class_weights)

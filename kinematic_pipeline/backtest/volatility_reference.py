@@ -3,7 +3,7 @@ earn that know nothing but each ticker's recent volatility.
 
 For a ticker's bar on day t: r_s = ln C_s - ln C_s' for each of its bars s and the bar s' before it (the ticker's
 consecutive raw bars, as the raw tokens' return channel holds them), and vol20(t) = the sample standard deviation
-(ddof 1, as ``probe_features.raw_extras``' vol20) of its last ``VOL_DAYS`` = 20 returns r_t-19 .. r_t: every one is
+(ddof 1, as ``tokenizations.raw.raw_extras``' vol20) of its last ``VOL_DAYS`` = 20 returns r_t-19 .. r_t: every one is
 known at the close of day t, the decision time, and no bar after t enters. Under a zero-mean normal next-day return
 r ~ N(0, vol20^2), at the threshold tau of the labels (``tasks.buy_sell_hold``: Buy r > tau, Sell r < -tau, else Hold):
 

@@ -16,7 +16,8 @@ from kinematic_pipeline.config.backbones import ModelConfig
 from kinematic_pipeline.folds import Fold, walk_forward
 from kinematic_pipeline.paper_conventions import BacktestConfig
 from kinematic_pipeline.tasks.targets import LABEL_SOURCES
-from kinematic_pipeline.variants import BASELINE_NAMES, VARIANT_NAMES
+from kinematic_pipeline.tokenizations import chosen
+from kinematic_pipeline.variants import BASELINE_NAMES, VARIANT_NAMES, variant
 from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline.windows import N_KNOTS
 
@@ -143,8 +144,10 @@ class TokenizeConfig:
     taus: tuple[float, ...] = (0.0025, 0.005, 0.01, 0.02)  # Buy/Sell thresholds on the next-day log return
     block_days: int = 256  # trading days tokenized per batch (bounds memory on long backfills)
     write_threads: int = 2  # Parquet shards compressed and written in parallel
+    tokenizations: tuple[str, ...] = ("spline", "fd", "raw")  # those the run computes (tokenizations.chosen)
 
     def __post_init__(self) -> None:
+        chosen(self.tokenizations)  # registered names, spline among them
         check_alpha("tokenize.alpha_price", self.alpha_price)
         check_alpha("tokenize.alpha_volume", self.alpha_volume)
         check_choice("tokenize.alpha_mle_scope", self.alpha_mle_scope, ALPHA_MLE_SCOPES)
@@ -340,6 +343,7 @@ class Settings:
             from kinematic_pipeline.sources.membership import check_membership
 
             check_membership(self.evaluate.membership_file, self._known_tickers(), f"the {self.data.source} source")
+        chosen(self.tokenize.tokenizations, {n: variant(n).tokenization for n in self.evaluated_variants})
 
     def _known_tickers(self) -> tuple[str, ...] | None:
         """The source's tickers when known without reading its bars (``data.tickers``, the synthetic source's names,

@@ -13,15 +13,13 @@ from kinematic_pipeline.code_versions import CODE_VERSIONS
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.orchestration.metadata import class_weights_text, dagster_metadata
 from kinematic_pipeline.orchestration.partitions import context_policy, policy_partitions
-from kinematic_pipeline.probe_features import features_asset_name
 from kinematic_pipeline.stages.baselines import materialize_probe
 from kinematic_pipeline.stages.features import materialize_features
 from kinematic_pipeline.stages.probe_learners import LEARNERS
-from kinematic_pipeline.token_kinds import TOKEN_KINDS
+from kinematic_pipeline.tokenizations import Tokenization, chosen
 from kinematic_pipeline.variants import probes
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
-from kinematic_pipeline.window_store import window_store_asset
 
 BASELINES_GROUP = "baselines"
 
@@ -31,29 +29,28 @@ def baseline_inputs(variant: str) -> str:
     return lookup_variant(variant).features_asset
 
 
-def features_asset(settings: Settings, token_asset: str) -> dg.AssetsDefinition:
-    tokenization = TOKEN_KINDS[token_asset].tokenization
+def features_asset(settings: Settings, tok: Tokenization) -> dg.AssetsDefinition:
     every_day = dg.AllPartitionMapping()
 
     @dg.asset(
-        name=features_asset_name(tokenization),
+        name=tok.features_asset,
         group_name="corpus",
         code_version=CODE_VERSIONS["features"],
         deps=[
-            dg.AssetDep(window_store_asset(token_asset)),
-            dg.AssetDep(token_asset, partition_mapping=every_day),
+            dg.AssetDep(tok.window_store_asset),
+            dg.AssetDep(tok.tokens_asset, partition_mapping=every_day),
             dg.AssetDep(RAW_OHLCV, partition_mapping=every_day),
             dg.AssetDep(LABELS, partition_mapping=every_day),
         ],
         kinds={"numpy", "parquet"},
-        description=f"Decision-time features of every {token_asset} window (the last five tokens, anchored, and "
+        description=f"Decision-time features of every {tok.tokens_asset} window (the last five tokens, anchored, and "
         "each channel's window std; the raw tokens' also the last return, 20-day volatility and 20-day return): "
         "the training period from the window store (train / validation days), the test period for the whole "
         "universe; with the close and every label. What the probes and rules read. "
-        f"$KP_WAREHOUSE/features/{tokenization}/ (training.parquet, test.parquet, inputs.parquet).",
+        f"$KP_WAREHOUSE/features/{tok.name}/ (training.parquet, test.parquet, inputs.parquet).",
     )
     def features(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-        summary = materialize_features(settings, token_asset)
+        summary = materialize_features(settings, tok)
         context.log.info(f"{summary.path}: {summary.rows} rows in {summary.seconds:.0f} s")
         return dg.MaterializeResult(metadata=dagster_metadata(summary.metadata()))
 
@@ -64,7 +61,7 @@ def probe_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
     spec = lookup_variant(variant)
 
     @dg.asset(
-        name=f"{variant}_probe",
+        name=spec.asset("probe"),
         group_name=BASELINES_GROUP,
         code_version=CODE_VERSIONS["probes"],
         partitions_def=policy_partitions(settings, variant),
@@ -87,9 +84,7 @@ def probe_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
 def baseline_features_assets(settings: Settings) -> list[dg.AssetsDefinition]:
     """The features assets the configured baselines read (none without baselines)."""
     needed = {baseline_inputs(v) for v in settings.evaluate.baselines}
-    return [
-        features_asset(settings, a) for a, k in TOKEN_KINDS.items() if features_asset_name(k.tokenization) in needed
-    ]
+    return [features_asset(settings, t) for t in chosen(settings.tokenize.tokenizations) if t.features_asset in needed]
 
 
 def build_baseline_assets(settings: Settings) -> list[dg.AssetsDefinition]:
@@ -97,4 +92,4 @@ def build_baseline_assets(settings: Settings) -> list[dg.AssetsDefinition]:
     return [*baseline_features_assets(settings), *fitted]
 
 
-__all__ = ["BASELINES_GROUP", "baseline_inputs", "build_baseline_assets", "features_asset_name"]
+__all__ = ["BASELINES_GROUP", "baseline_inputs", "build_baseline_assets"]

@@ -24,7 +24,7 @@ EVALUATION_ASSETS = (PREDICTIONS, BACKTESTS, MARGIN_BACKTESTS)  # one of each pe
 
 def evaluation_asset(variant: str, asset: str) -> str:
     """The name of a variant's evaluation asset: ``splinegpt_predictions``."""
-    return f"{variant}_{asset}"
+    return lookup_variant(variant).asset(asset)
 
 
 def evaluation_group(variant: str) -> str:
@@ -73,7 +73,7 @@ def backtests_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
     predictions = dg.AssetDep(evaluation_asset(variant, PREDICTIONS))  # the same (seed, tau) partition
 
     @dg.multi_asset(
-        name=f"{variant}_backtesting",
+        name=spec.asset("backtesting"),
         specs=[
             dg.AssetSpec(
                 name,

@@ -17,11 +17,9 @@ from kinematic_pipeline.orchestration.partitions import (
     policy_partitions,
     warm_start_parents,
 )
-from kinematic_pipeline.token_kinds import token_kind
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS
 from kinematic_pipeline.warehouse.atomic import digest
-from kinematic_pipeline.window_store import window_store_asset
 
 # Every training step (a foundation, an adapter) claims a slot of this Dagster concurrency pool: an instance
 # limits how many train at once (deploy/: one per GPU), while the grid's other steps run beside them.
@@ -37,9 +35,9 @@ def data_version(result) -> dg.DataVersion:
 def training_inputs(variant: str) -> list[dg.AssetDep]:
     """What a variant's training reads besides its own models: its window store, its corpus statistics."""
     spec = lookup_variant(variant)
-    deps = [dg.AssetDep(window_store_asset(spec.token_asset))]
+    deps = [dg.AssetDep(spec.tokenization.window_store_asset)]
     if spec.normalized:
-        deps.append(dg.AssetDep(token_kind(spec.token_asset).corpus_stats_asset))
+        deps.append(dg.AssetDep(spec.tokenization.corpus_stats_asset))
     return deps
 
 
@@ -48,7 +46,7 @@ def foundation_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
     warm_budget = settings.train.warm_start_steps or settings.train.pretrain_steps
 
     @dg.asset(
-        name=f"{variant}_foundation",
+        name=spec.asset("foundation"),
         group_name="pretrain",
         code_version=CODE_VERSIONS["models"],
         deps=training_inputs(variant),
@@ -86,12 +84,12 @@ def adapter_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
     spec = lookup_variant(variant)
 
     @dg.asset(
-        name=f"{variant}_adapter",
+        name=spec.asset("adapter"),
         group_name="finetune",
         code_version=CODE_VERSIONS["models"],
         partitions_def=policy_partitions(settings),
         deps=[
-            dg.AssetDep(f"{variant}_foundation", partition_mapping=foundation_of_policy(settings)),
+            dg.AssetDep(spec.asset("foundation"), partition_mapping=foundation_of_policy(settings)),
             *training_inputs(variant),
             dg.AssetDep(LABELS, partition_mapping=dg.AllPartitionMapping()),  # those on or before train_end
         ],

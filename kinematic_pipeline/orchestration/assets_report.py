@@ -13,7 +13,7 @@ from kinematic_pipeline.orchestration.assets_evaluate import evaluation_asset
 from kinematic_pipeline.orchestration.assets_scaling import report_waits_for_scaling
 from kinematic_pipeline.orchestration.metadata import dagster_metadata
 from kinematic_pipeline.stages import report_summaries
-from kinematic_pipeline.token_kinds import SPLINE_TOKENS
+from kinematic_pipeline.tokenizations import SPLINE
 from kinematic_pipeline.variants import TRIVIAL_PROBE
 from kinematic_pipeline.warehouse import BACKTESTS, LABELS, MARGIN_BACKTESTS, PREDICTIONS, RAW_OHLCV
 from kinematic_pipeline.warehouse.layout import POOLED_ASSET, VERDICT_ASSET
@@ -111,7 +111,7 @@ def figures_asset(settings: Settings) -> dg.AssetsDefinition:
         deps=[
             dg.AssetDep(POOLED_ASSET),
             *across_variants(settings, BACKTESTS, MARGIN_BACKTESTS, PREDICTIONS),
-            dg.AssetDep(SPLINE_TOKENS, partition_mapping=every),  # the kinematic manifold, responsiveness
+            dg.AssetDep(SPLINE.tokens_asset, partition_mapping=every),  # the kinematic manifold, responsiveness
             dg.AssetDep(RAW_OHLCV, partition_mapping=every),
         ],
         kinds={"matplotlib"},

@@ -33,7 +33,10 @@ def scaling_deps(settings: Settings) -> list[dg.AssetDep]:
     for variant in scaling_variants(settings):
         key = Foundation(variant, seed, fold).fit_key
         deps.append(
-            dg.AssetDep(f"{variant}_foundation", partition_mapping=dg.SpecificPartitionsPartitionMapping([key]))
+            dg.AssetDep(
+                lookup_variant(variant).asset("foundation"),
+                partition_mapping=dg.SpecificPartitionsPartitionMapping([key]),
+            )
         )
         deps += training_inputs(variant)
         deps.append(dg.AssetDep(lookup_variant(variant).token_asset, partition_mapping=every))

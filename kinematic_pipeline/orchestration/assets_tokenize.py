@@ -1,5 +1,5 @@
-"""Tokenize and corpus stages: alpha_estimates, the three token assets, labels, each tokenization's corpus
-statistics and window store.
+"""Tokenize and corpus stages: alpha_estimates, the token asset of each of the run's tokenizations
+(``tokenize.tokenizations``), labels, each tokenization's corpus statistics and window store.
 
 One factory per asset definition; each body calls one stage function and returns its metadata.
 """
@@ -15,9 +15,8 @@ from kinematic_pipeline.stages.corpus import materialize_corpus_stats
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.stages.window_store import materialize_window_store
-from kinematic_pipeline.token_kinds import SPLINE_TOKENS, TOKEN_ASSETS, token_kind
+from kinematic_pipeline.tokenizations import SPLINE, chosen
 from kinematic_pipeline.warehouse import ALPHA_ESTIMATES, LABELS, RAW_OHLCV
-from kinematic_pipeline.window_store import window_store_asset
 from kinematic_pipeline.windows import LOOKBACK
 
 TOKENIZE_CODE_VERSION = CODE_VERSIONS["tokenize"]
@@ -42,22 +41,22 @@ def alpha_estimates_asset(settings: Settings) -> dg.AssetsDefinition:
 
 
 def token_assets(settings: Settings) -> dg.AssetsDefinition:
-    """The three token assets: one multi-asset, since one pass over the bars feeds all three kernels."""
-    partitions = trading_day_partitions(settings)
+    """The token assets: one multi-asset, since one pass over the bars feeds every tokenization's kernel."""
+    partitions, toks = trading_day_partitions(settings), chosen(settings.tokenize.tokenizations)
     window_of_raw = dg.TimeWindowPartitionMapping(start_offset=-LOOKBACK, end_offset=0)
 
     @dg.multi_asset(
         specs=[
             dg.AssetSpec(
-                kind,
-                description=token_kind(kind).description,
+                tok.tokens_asset,
+                description=tok.description,
                 partitions_def=partitions,
                 group_name="tokenize",
                 code_version=TOKENIZE_CODE_VERSION,
                 deps=[dg.AssetDep(RAW_OHLCV, partition_mapping=window_of_raw), dg.AssetDep(ALPHA_ESTIMATES)],
                 kinds={"parquet", "numba"},
             )
-            for kind in TOKEN_ASSETS
+            for tok in toks
         ],
         partitions_def=partitions,
         backfill_policy=dg.BackfillPolicy.single_run(),
@@ -66,9 +65,9 @@ def token_assets(settings: Settings) -> dg.AssetsDefinition:
     )
     def tokenize_windows(context: dg.AssetExecutionContext):
         days = partition_days(context)
-        kinds = tuple(k for k in TOKEN_ASSETS if dg.AssetKey(k) in context.selected_asset_keys)
-        summaries = materialize_tokens(settings, days, kinds=kinds)
-        for kind in kinds:
+        selected = tuple(t for t in toks if dg.AssetKey(t.tokens_asset) in context.selected_asset_keys)
+        summaries = materialize_tokens(settings, days, selected)
+        for kind in (t.tokens_asset for t in selected):
             yield dg.MaterializeResult(asset_key=kind, metadata=dagster_metadata(summaries[kind].metadata()))
 
     return tokenize_windows
@@ -84,7 +83,7 @@ def labels_asset(settings: Settings) -> dg.AssetsDefinition:
         code_version=TOKENIZE_CODE_VERSION,
         backfill_policy=dg.BackfillPolicy.single_run(),
         deps=[
-            dg.AssetDep(SPLINE_TOKENS, partition_mapping=next_day),
+            dg.AssetDep(SPLINE.tokens_asset, partition_mapping=next_day),
             dg.AssetDep(RAW_OHLCV, partition_mapping=next_day),
         ],
         kinds={"parquet"},
@@ -102,28 +101,30 @@ def labels_asset(settings: Settings) -> dg.AssetsDefinition:
 def corpus_stats_assets(settings: Settings) -> dg.AssetsDefinition:
     """Each tokenization's channel statistics (``corpus_stats/<tokenization>.parquet``, view ``corpus_stats``),
     an asset of its own: one tokenization's change leaves the others' statistics (and models) current."""
+    toks = chosen(settings.tokenize.tokenizations)
 
     @dg.multi_asset(
         specs=[
             dg.AssetSpec(
-                token_kind(kind).corpus_stats_asset,
-                description=f"Mean/std of the 7 z-scored channels of {kind}, one row per fold over that fold's "
-                "training days only (read from its window store), with the fit window and a digest of the shards.",
+                tok.corpus_stats_asset,
+                description=f"Mean/std of the {len(tok.zscored)} z-scored channels of {tok.tokens_asset}, one row per "
+                "fold over that fold's training days only (read from its window store), with the fit window and a "
+                "digest of the shards.",
                 group_name="corpus",
                 code_version=TOKENIZE_CODE_VERSION,
-                deps=[dg.AssetDep(window_store_asset(kind))],  # the training period's windows, read in order
+                deps=[dg.AssetDep(tok.window_store_asset)],  # the training period's windows, read in order
                 kinds={"parquet", "duckdb"},
             )
-            for kind in TOKEN_ASSETS
+            for tok in toks
         ],
         can_subset=True,
         name="corpus_stats",
     )
     def corpus_stats(context: dg.AssetExecutionContext):
-        for kind in TOKEN_ASSETS:
-            name = token_kind(kind).corpus_stats_asset
+        for tok in toks:
+            name = tok.corpus_stats_asset
             if dg.AssetKey(name) in context.selected_asset_keys:
-                summary = materialize_corpus_stats(settings, (kind,))
+                summary = materialize_corpus_stats(settings, (tok,))
                 yield dg.MaterializeResult(asset_key=name, metadata=dagster_metadata(summary.metadata()))
 
     return corpus_stats
@@ -131,31 +132,32 @@ def corpus_stats_assets(settings: Settings) -> dg.AssetsDefinition:
 
 def window_store_assets(settings: Settings) -> dg.AssetsDefinition:
     """One window store per token asset (``window_store.py``): what training samples its windows from."""
+    toks = chosen(settings.tokenize.tokenizations)
 
     @dg.multi_asset(
         specs=[
             dg.AssetSpec(
-                window_store_asset(kind),
-                description=f"The training-period windows of {kind} (days <= the last fold's training cut, "
+                tok.window_store_asset,
+                description=f"The training-period windows of {tok.tokens_asset} (days <= the last fold's training cut, "
                 "folds.store_cut: each fold reads its own prefix) in one memory-mapped file indexed by row, built "
                 "from the day shards: every training epoch is a uniform sample of it. "
-                f"$KP_WAREHOUSE/window_store/{kind}/ (tokens.npy, rows, days, manifest with sha256s).",
+                f"$KP_WAREHOUSE/window_store/{tok.tokens_asset}/ (tokens.npy, rows, days, manifest with sha256s).",
                 group_name="corpus",
                 code_version=CODE_VERSIONS["window_store"],
-                deps=[dg.AssetDep(kind, partition_mapping=dg.AllPartitionMapping())],
+                deps=[dg.AssetDep(tok.tokens_asset, partition_mapping=dg.AllPartitionMapping())],
                 kinds={"numpy"},
             )
-            for kind in TOKEN_ASSETS
+            for tok in toks
         ],
         can_subset=True,
         name="window_stores",
     )
     def window_stores(context: dg.AssetExecutionContext):
-        for kind in TOKEN_ASSETS:
-            name = window_store_asset(kind)
+        for tok in toks:
+            name = tok.window_store_asset
             if dg.AssetKey(name) not in context.selected_asset_keys:
                 continue
-            summary = materialize_window_store(settings, kind)
+            summary = materialize_window_store(settings, tok)
             context.log.info(f"{name}: {summary}")
             yield dg.MaterializeResult(asset_key=name, metadata=dagster_metadata(summary.metadata()))
 

@@ -13,7 +13,7 @@ from kinematic_pipeline.orchestration.partitions import run_days
 from kinematic_pipeline.pins import stale_token_days
 from kinematic_pipeline.report.markdown import markdown_table
 from kinematic_pipeline.stages.ingest import data_quality, verify_raw_ohlcv
-from kinematic_pipeline.token_kinds import TOKEN_ASSETS
+from kinematic_pipeline.tokenizations import chosen
 from kinematic_pipeline.warehouse import RAW_OHLCV
 
 RAW_CHECKS = (
@@ -110,7 +110,7 @@ def build_token_checks(settings: Settings) -> list[dg.AssetChecksDefinition]:
                 additional_deps=[RAW_OHLCV],
                 automation_condition=dg.AutomationCondition.any_deps_updated(),
             )
-            for kind in TOKEN_ASSETS
+            for kind in (t.tokens_asset for t in chosen(settings.tokenize.tokenizations))
         ],
         name="tokens_match_raw_days",
         can_subset=True,

@@ -6,7 +6,7 @@ import dagster as dg
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.orchestration.partitions import fit_partitions, policy_partitions, trading_day_partitions
-from kinematic_pipeline.token_kinds import TOKEN_ASSETS
+from kinematic_pipeline.tokenizations import chosen
 from kinematic_pipeline.warehouse import ALPHA_ESTIMATES, LABELS
 
 
@@ -21,9 +21,11 @@ def build_jobs(settings: Settings) -> list[dg.UnresolvedAssetJobDefinition]:
         ),
         dg.define_asset_job(
             "tokenize_job",
-            selection=dg.AssetSelection.assets(*TOKEN_ASSETS, LABELS),
+            selection=dg.AssetSelection.assets(
+                *(t.tokens_asset for t in chosen(settings.tokenize.tokenizations)), LABELS
+            ),
             partitions_def=partitions,
-            description="Tokenize trading days: the three token assets and the labels.",
+            description="Tokenize trading days: the run's token assets and the labels.",
         ),
         dg.define_asset_job(
             "pretrain_job",

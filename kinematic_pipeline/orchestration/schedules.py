@@ -23,14 +23,18 @@ from kinematic_pipeline.orchestration.assets_evaluate import EVALUATION_ASSETS, 
 from kinematic_pipeline.orchestration.partitions import range_tags
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.run_keys import run_task
-from kinematic_pipeline.token_kinds import TOKEN_ASSETS
+from kinematic_pipeline.tokenizations import chosen
 from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
 
 NIGHTLY_SCHEDULE, NIGHTLY_EVALUATE_SCHEDULE = "nightly_tick", "nightly_evaluate"
 NIGHTLY_EVALUATE_CRON = "15 18 * * 1-5"  # after the tick's runs are queued
 QUEUE_TAG, NIGHTLY_QUEUE = "kinematic_pipeline/queue", "nightly"  # limit 1: deploy/local/dagster.yaml
 SESSION_TAG = "kinematic_pipeline/sessions"  # the new session(s) a run request belongs to
-SESSION_ASSETS = (RAW_OHLCV, *TOKEN_ASSETS)  # rebuilt for the new session(s)
+
+
+def session_assets(settings: Settings) -> tuple[str, ...]:
+    """What a new session rebuilds before its labels: raw_ohlcv and the run's token assets."""
+    return (RAW_OHLCV, *(t.tokens_asset for t in chosen(settings.tokenize.tokenizations)))
 
 
 def _partition(days: Sequence[dt.date]) -> tuple[str | None, dict[str, str]]:
@@ -44,7 +48,9 @@ def _span(days: Sequence[dt.date]) -> str:
     return days[0].isoformat() if len(days) == 1 else f"{days[0]}...{days[-1]}"
 
 
-def session_run_requests(plan: SessionPlan, origin: str, run_config: dict | None = None) -> list[dg.RunRequest]:
+def session_run_requests(
+    settings: Settings, plan: SessionPlan, origin: str, run_config: dict | None = None
+) -> list[dg.RunRequest]:
     """The runs of one block of new sessions, in the order they must run: ingest + tokens, then labels.
 
     ``origin`` prefixes the run keys (a re-evaluated tick or sensor cursor asks for the same keys, and
@@ -55,7 +61,7 @@ def session_run_requests(plan: SessionPlan, origin: str, run_config: dict | None
     requests = [
         dg.RunRequest(
             run_key=f"{origin}:sessions:{_span(plan.sessions)}",
-            asset_selection=[dg.AssetKey(a) for a in SESSION_ASSETS],
+            asset_selection=[dg.AssetKey(a) for a in session_assets(settings)],
             partition_key=key,
             tags={**common, **tags},
             run_config=run_config or {},
@@ -146,14 +152,18 @@ def nightly_tick_schedule(settings: Settings) -> dg.ScheduleDefinition:
         name=NIGHTLY_SCHEDULE,
         cron_schedule=NIGHTLY_CRON,
         execution_timezone=EXCHANGE_TIMEZONE,
-        target=dg.AssetSelection.assets(*SESSION_ASSETS, LABELS),
+        target=dg.AssetSelection.assets(*session_assets(settings), LABELS),
         description="After the NYSE close (18:00 New York, Mon-Fri): ingest and tokenize the new session "
         "(raw_ohlcv, spline_tokens, fd_tokens, raw_tokens), then the previous session's labels, one run after "
         "the other (tag kinematic_pipeline/queue=nightly). No run on a day the NYSE is closed.",
     )
     def nightly_tick(context: dg.ScheduleEvaluationContext):
         day, plan = _session_of(settings, context)
-        return dg.SkipReason(plan) if isinstance(plan, str) else session_run_requests(plan, f"{NIGHTLY_SCHEDULE}:{day}")
+        return (
+            dg.SkipReason(plan)
+            if isinstance(plan, str)
+            else session_run_requests(settings, plan, f"{NIGHTLY_SCHEDULE}:{day}")
+        )
 
     return nightly_tick
 

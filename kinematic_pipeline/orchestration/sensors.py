@@ -26,7 +26,7 @@ from kinematic_pipeline.nightly import (
     scan_drop_directory,
     sessions_in_files,
 )
-from kinematic_pipeline.orchestration.schedules import SESSION_ASSETS, session_run_requests
+from kinematic_pipeline.orchestration.schedules import session_assets, session_run_requests
 from kinematic_pipeline.warehouse import LABELS
 
 DROP_SENSOR = "drop_directory"
@@ -40,7 +40,7 @@ def drop_directory_sensor(settings: Settings) -> dg.SensorDefinition:
     @dg.sensor(
         name=DROP_SENSOR,
         minimum_interval_seconds=60,
-        target=dg.AssetSelection.assets(*SESSION_ASSETS, LABELS),
+        target=dg.AssetSelection.assets(*session_assets(settings), LABELS),
         description="New *.parquet / *.csv files (the format of KP_SOURCE) in KP_DROP_DIR (default "
         "$KP_WAREHOUSE/drop): ingest and tokenize the trading days they hold, then the labels those days "
         "complete. Drop files by writing a dot-named temporary file and renaming it. Skips for other sources.",
@@ -67,7 +67,9 @@ def drop_directory_sensor(settings: Settings) -> dg.SensorDefinition:
         run_config = {"resources": {"bar_source": {"config": {"source": fmt, "source_path": str(directory)}}}}
         context.log.info(f"{len(changed)} new file(s) in {directory}: {len(sessions)} session(s) {sessions[0]}..")
         requests = [
-            r for plan in plan_sessions(settings, sessions) for r in session_run_requests(plan, origin, run_config)
+            r
+            for plan in plan_sessions(settings, sessions)
+            for r in session_run_requests(settings, plan, origin, run_config)
         ]
         return dg.SensorResult(run_requests=requests, cursor=cursor)
 

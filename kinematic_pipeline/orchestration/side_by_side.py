@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.policy import KEY_SEPARATOR, parse_fit_key
-from kinematic_pipeline.token_kinds import TOKEN_KINDS
+from kinematic_pipeline.tokenizations import TOKENIZATIONS
 from kinematic_pipeline.variants import ALL_VARIANT_NAMES
 
 TRAINING_GROUPS = frozenset({"pretrain", "finetune"})  # the groups whose steps claim the training pool
@@ -58,7 +58,7 @@ def model_of(asset: str, variants: Sequence[str]) -> str | None:
 
 def owners() -> tuple[str, ...]:
     """What a chain can belong to: every model (transformers, rules, probes) and every tokenization."""
-    return (*ALL_VARIANT_NAMES, *(kind.tokenization for kind in TOKEN_KINDS.values()))
+    return (*ALL_VARIANT_NAMES, *TOKENIZATIONS)
 
 
 def chains(assets: Sequence[str], partitions: Sequence[str | None], variants: Sequence[str]) -> list[Chain] | None:

@@ -14,10 +14,10 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from kinematic_pipeline.report.figures import date_axis, no_data_figure, save_figure, ticker_window
 from kinematic_pipeline.report.tables import runs_at
+from kinematic_pipeline.tokenizations import SPLINE
 from kinematic_pipeline.variants import display_name
-from kinematic_pipeline.windows import CHANNEL_NAMES, CHANNEL_TITLES
 
-KINEMATIC_CHANNELS = tuple((c, f"{c} {title}") for c, title in zip(CHANNEL_NAMES, CHANNEL_TITLES))  # (column, title)
+KINEMATIC_CHANNELS = tuple((c.name, f"{c.name} {c.title}") for c in SPLINE.channels)  # (column, title)
 
 
 def _on_dates(dates: pl.DataFrame, frame: pl.DataFrame, columns: list[str]) -> pl.DataFrame:

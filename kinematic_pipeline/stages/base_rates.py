@@ -13,6 +13,7 @@ from kinematic_pipeline.backtest.skill import base_rates
 from kinematic_pipeline.backtest.sweep import predictions_frame
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.pins import verified_labels
+from kinematic_pipeline.tasks.actions import class_weight_vector
 from kinematic_pipeline.tasks.buy_sell_hold import labels_from_returns, tau_column
 from kinematic_pipeline.warehouse import LABELS
 from kinematic_pipeline.warehouse import exact_paths as exact
@@ -83,7 +84,6 @@ def calibrated_prior_rows(rows: pl.DataFrame, rates: FoldRates, tau: float, clas
     ticker-day): each day its fold's validation-day base rates p, stored as a weighted-CE model's softmax q ∝ w ⊙ p
     (so the skill tables de-weight them back to p, as they do a model's). A model at its prior scores this row's
     skill after calibration, not 0."""
-    from kinematic_pipeline.tasks.actions import class_weight_vector
 
     days = rows.unique(subset=["ticker", "date"], keep="first", maintain_order=True).sort("ticker", "date")
     q = rates.rows(days["date"]) * class_weight_vector(class_weights)

@@ -8,7 +8,7 @@ per window; a probe pins the training file's hash, so new test days never make a
   every ticker of every token shard of every fold's test period (the whole universe, not only the backtested
   names). A fold reads its own rows (``read_features``): the training rows up to its training
   end, split again by its own dates (``window_store.fold_split``), the test rows of its test period;
-- the features (``probe_features``: the last five tokens and window std; the raw tokens' file also ret1,
+- the features (``Tokenization.features``: the last five tokens and window std; the raw tokens' file also ret1,
   vol20 and ret20);
 - the close of the day (every fold's validation rows and the test rows: what a backtest trades) and the labels of every
   tau with ``r_close`` and ``r_spline`` (evaluation only: no feature reads them).
@@ -48,16 +48,15 @@ from kinematic_pipeline.pins import (
     rematerialize,
     verified_labels,
 )
-from kinematic_pipeline.probe_features import RAW_EXTRAS, TOKEN_FEATURES, raw_extras, token_features
 from kinematic_pipeline.tasks.buy_sell_hold import tau_column
-from kinematic_pipeline.token_kinds import token_kind
+from kinematic_pipeline.tokenizations import Tokenization
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import write_bytes_atomic
 from kinematic_pipeline.warehouse.layout import INPUTS_SCHEMA
 from kinematic_pipeline.window_store import fold_split, open_store
-from kinematic_pipeline.windows import LOOKBACK, N_CHANNELS, N_TOKENS
+from kinematic_pipeline.windows import LOOKBACK, N_TOKENS
 
 CHUNK_WINDOWS = 131_072  # store rows turned into features at a time (~300 MB of tokens)
 TEST_DAYS_PER_READ = 64
@@ -80,31 +79,21 @@ class FeaturesSummary:
         }
 
 
-def _feature_frame(tokens: np.ndarray, raw: bool) -> pl.DataFrame:
-    feats = token_features(tokens)
-    columns = {name: feats[:, j] for j, name in enumerate(TOKEN_FEATURES)}
-    if raw:
-        extras = raw_extras(tokens)
-        columns |= {name: extras[:, j] for j, name in enumerate(RAW_EXTRAS)}
-    return pl.DataFrame(columns)
-
-
-def _store_rows(settings: Settings, asset: str, progress: bool) -> tuple[pl.DataFrame, dict]:
-    store = open_store(settings, asset)
-    raw = token_kind(asset).tokenization == "raw"
+def _store_rows(settings: Settings, tok: Tokenization, progress: bool) -> tuple[pl.DataFrame, dict]:
+    store, asset = open_store(settings, tok), tok.tokens_asset
     _, validation = split_days(store.days["date"].to_list(), settings.train.val_fraction)
     parts, total = [], store.manifest["windows"]
     bar = tqdm(total=total, desc=f"{asset} features (training period)", unit="window", disable=not progress)
     for lo in range(0, total, CHUNK_WINDOWS):
         hi = min(total, lo + CHUNK_WINDOWS)
-        parts.append(_feature_frame(store.read(np.arange(lo, hi)), raw))  # plain reads: no mapped pages in the RSS
+        parts.append(pl.DataFrame(tok.features(store.read(np.arange(lo, hi)))))  # plain reads: no mapped pages
         bar.update(hi - lo)
     bar.close()
     frame = pl.concat([store.rows.select("ticker", "date", "finite"), pl.concat(parts)], how="horizontal")
     split = pl.when(pl.col("date").is_in(validation)).then(pl.lit("validation")).otherwise(pl.lit("train"))
     frame = frame.filter(pl.col("finite")).drop("finite").with_columns(split.alias("split"))
     store_input = {
-        "asset": f"{token_kind(asset).tokenization}_window_store",
+        "asset": tok.window_store_asset,
         "date": "",
         "path": warehouse_path(settings.warehouse, store.path),
         "content_hash": store.manifest["tokens_sha256"],
@@ -112,16 +101,18 @@ def _store_rows(settings: Settings, asset: str, progress: bool) -> tuple[pl.Data
     return frame, store_input
 
 
-def _test_rows(settings: Settings, asset: str, days: list[dt.date], progress: bool) -> pl.DataFrame:
-    wh, raw, parts = settings.warehouse, token_kind(asset).tokenization == "raw", []
+def _test_rows(settings: Settings, tok: Tokenization, days: list[dt.date], progress: bool) -> pl.DataFrame:
+    wh, asset, parts = settings.warehouse, tok.tokens_asset, []
     check_token_inputs(settings, asset, days)  # tokenized from the raw days on disk now, look-back included
     bar = tqdm(total=len(days), desc=f"{asset} features (test period)", unit="day", disable=not progress)
     for lo in range(0, len(days), TEST_DAYS_PER_READ):
         block = days[lo : lo + TEST_DAYS_PER_READ]
         frame = exact.read_parquet(wh.verified_shards(asset, block), columns=["ticker", "date", "tokens"])
         if frame.height:
-            tokens = frame["tokens"].to_numpy().reshape(-1, N_TOKENS, N_CHANNELS)
-            parts.append(pl.concat([frame.select("ticker", "date"), _feature_frame(tokens, raw)], how="horizontal"))
+            tokens = frame["tokens"].to_numpy().reshape(-1, N_TOKENS, tok.n_channels)
+            parts.append(
+                pl.concat([frame.select("ticker", "date"), pl.DataFrame(tok.features(tokens))], how="horizontal")
+            )
         bar.update(len(block))
     bar.close()
     if not parts:
@@ -143,10 +134,10 @@ def read_features(
     part = "test" if splits == ("test",) else "training"
     spec, path = lookup_variant(variant), features_path(settings, variant, part)
     if not path.exists():
-        asset = f"{path.parent.name}_features"
-        raise FileNotFoundError(f"{path} is missing: materialize {asset} (what {variant} reads)")
-    check_features_cut(settings, path.parent.name)  # split for this run's folds, or refused
-    check_features_inputs(settings, path)  # built from the token and raw days on disk now, or refused
+        raise FileNotFoundError(f"{path} is missing: materialize {spec.features_asset} (what {variant} reads)")
+    check_features_cut(settings, spec.tokenization)  # split for this run's folds, or refused
+    # built from the token and raw days on disk now, or refused
+    check_features_inputs(settings, spec.tokenization, path)
     columns = spec.feature_columns
     scan = exact.scan_parquet(path)
     date = pl.col("date")
@@ -208,11 +199,10 @@ def _cut_text(cut: dict) -> str:
     return ", ".join(f"{f['fold']}: train to {f['train_end']}, test {f['test_start']}.." for f in cut["folds"])
 
 
-def check_features_cut(settings: Settings, tokenization: str) -> None:
-    """A ValueError naming the asset to re-materialize unless ``tokenization``'s features were built for the folds
+def check_features_cut(settings: Settings, tok: Tokenization) -> None:
+    """A ValueError naming the asset to re-materialize unless ``tok``'s features were built for the folds
     ``settings`` give (a probe fitted or scored on another cut's rows would silently test another period)."""
-    path = settings.warehouse.features_cut_file(tokenization)
-    asset = f"{tokenization}_features"
+    path, asset = settings.warehouse.features_cut_file(tok.name), tok.features_asset
     if not path.exists():
         raise ValueError(f"{path} is missing (features built by an older version): re-materialize {asset}")
     try:
@@ -240,11 +230,11 @@ def _days_built_from(settings: Settings, asset: str, days: list[dt.date]) -> pl.
     return pl.DataFrame(rows, schema={"asset": pl.String, "date": pl.Date, "content_hash": pl.String})
 
 
-def check_features_inputs(settings: Settings, path: Path) -> None:
-    """``StalePairError`` in one line naming the features file ``path``, the first token or raw day re-materialized
-    since it was built and the fix (re-materialize ``<tokenization>_features``); a ValueError when it records none."""
-    wh, tokenization = settings.warehouse, path.parent.name
-    record, fix = wh.features_days_file(tokenization), rematerialize(f"{tokenization}_features")
+def check_features_inputs(settings: Settings, tok: Tokenization, path: Path) -> None:
+    """``StalePairError`` in one line naming ``tok``'s features file ``path``, the first token or raw day
+    re-materialized since it was built and the fix (re-materialize its features); a ValueError when it records none."""
+    wh = settings.warehouse
+    record, fix = wh.features_days_file(tok.name), rematerialize(tok.features_asset)
     if not record.exists():
         raise ValueError(f"{record} is missing (features built by an older version): {fix}")
     built = exact.read_parquet(record)
@@ -261,14 +251,13 @@ def check_features_inputs(settings: Settings, path: Path) -> None:
             )
 
 
-def materialize_features(settings: Settings, asset: str, progress: bool = True) -> FeaturesSummary:
-    """Write the features file of ``asset``'s tokenization and the list of its inputs."""
+def materialize_features(settings: Settings, tok: Tokenization, progress: bool = True) -> FeaturesSummary:
+    """Write the features file of ``tok`` and the list of its inputs."""
 
-    started, wh = time.perf_counter(), settings.warehouse
-    tokenization = token_kind(asset).tokenization
-    train, store_input = _store_rows(settings, asset, progress)
+    started, wh, asset, tokenization = time.perf_counter(), settings.warehouse, tok.tokens_asset, tok.name
+    train, store_input = _store_rows(settings, tok, progress)
     test_days = evaluation_days(settings, asset)  # every fold's test period
-    test = _test_rows(settings, asset, test_days, progress)
+    test = _test_rows(settings, tok, test_days, progress)
     frame = pl.concat([train, test], how="diagonal_relaxed") if test.height else train
     validation_days = {d for fold in settings.folds for d in fold_split(settings, asset, fold)[1]}
     closes = _closes(settings, sorted(validation_days | set(test_days)))

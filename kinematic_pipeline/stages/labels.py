@@ -23,7 +23,7 @@ from kinematic_pipeline.report.markdown import Markdown, markdown_table
 from kinematic_pipeline.tasks.actions import ACTION_KEYS, UNKNOWN_LABEL
 from kinematic_pipeline.tasks.buy_sell_hold import labels_from_returns, tau_column
 from kinematic_pipeline.tasks.targets import label_returns_close, label_returns_spline
-from kinematic_pipeline.token_kinds import SPLINE_TOKENS
+from kinematic_pipeline.tokenizations import SPLINE
 from kinematic_pipeline.warehouse import LABELS
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import combined_hash
@@ -68,9 +68,9 @@ def day_labels(settings: Settings, day: dt.date) -> tuple[pl.DataFrame, dt.date,
     nxt = trading_day_on_or_after(day + dt.timedelta(days=1))
     positions = {"ticker": pl.String, "end_position": pl.Float64}
     closes = {"ticker": pl.String, "close": pl.Float64}
-    today = _read(settings, SPLINE_TOKENS, day, positions, required=True)
+    today = _read(settings, SPLINE.tokens_asset, day, positions, required=True)
     # The next session may not exist yet (the newest day): its returns stay unknown.
-    tomorrow = _read(settings, SPLINE_TOKENS, nxt, positions, required=False)
+    tomorrow = _read(settings, SPLINE.tokens_asset, nxt, positions, required=False)
     bars_next = _read(settings, "raw_ohlcv", nxt, closes, required=False)
     frame = (
         today.join(_read(settings, "raw_ohlcv", day, closes, required=True), on="ticker", how="left")

@@ -26,11 +26,10 @@ from kinematic_pipeline.folds import Fold, evaluation_days
 from kinematic_pipeline.model_pins import WEIGHT_COLUMNS, check_class_weights, model_files_frame
 from kinematic_pipeline.pins import check_token_inputs, fold_stats, verified_labels
 from kinematic_pipeline.policy import Policy
-from kinematic_pipeline.probe_features import features_tokenization
 from kinematic_pipeline.report.markdown import Markdown, markdown_table
 from kinematic_pipeline.run_keys import membership_columns
 from kinematic_pipeline.sources.membership import require_members
-from kinematic_pipeline.tasks.actions import UNKNOWN_LABEL
+from kinematic_pipeline.tasks.actions import ACTION_KEYS, UNKNOWN_LABEL
 from kinematic_pipeline.tasks.buy_sell_hold import same_tau
 from kinematic_pipeline.variants import ModelVariant, Variant
 from kinematic_pipeline.warehouse import LABELS, PREDICTIONS, RAW_OHLCV, Warehouse
@@ -47,7 +46,7 @@ from kinematic_pipeline.warehouse.layout import (
     VALIDATION_PREDICTIONS,
 )
 from kinematic_pipeline.window_store import validation_days
-from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS, WindowNormalizer
+from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
 
 N_DEFAULT_TEST_TICKERS = 6  # the paper backtests six names
 FOLD_PREDICTIONS_SCHEMA = {**PREDICTIONS_SCHEMA, "fold": pl.String}  # the view: every fold's rows, named
@@ -89,7 +88,6 @@ class Predictions:
 
     def metadata(self) -> dict:
         """What the predictions asset shows: rows, days, per-ticker action counts and the calibration."""
-        from kinematic_pipeline.tasks.actions import ACTION_KEYS
 
         frame = self.frame
         per_ticker = (
@@ -126,7 +124,7 @@ def predict(
     days = evaluation_days(settings, asset, policy.fold) if days is None else days
     tickers = evaluation_tickers(settings, asset, days) if tickers is None else tickers
     stats = fold_stats(settings, variant.tokenization, policy.fold) if variant.normalized else None
-    normalize = WindowNormalizer(variant, stats)
+    normalize = variant.tokenization.normalizer(stats, variant.channels)
     label_col = policy.task.label_column
     check_token_inputs(settings, asset, days)  # windows of the raw days as they are now, or nothing is predicted
     frame = _test_windows(wh, asset, days, tickers, label_col)
@@ -380,9 +378,9 @@ def baseline_policy_predictions(
     fold = policy.fold
     validation = purge_labels(baseline_predictions(settings, policy, "validation", sorted(present), probe), fold)
     files = [features_path(settings, policy.variant.name, part) for part in ("training", "test")]
-    tokenization = features_tokenization(variant.feature_set)
-    inputs = exact.read_parquet(wh.features_inputs_file(tokenization))
-    shards = [dict(asset=f"{tokenization}_features", date="", path=f, content_hash=file_sha256(f)) for f in files]
+    tok = variant.tokenization
+    inputs = exact.read_parquet(wh.features_inputs_file(tok.name))
+    shards = [dict(asset=tok.features_asset, date="", path=f, content_hash=file_sha256(f)) for f in files]
     shards += [  # the features' inputs as files of this warehouse (recorded relative to the one they were built in)
         {**row, "path": recorded_file(wh, row["asset"], row["date"], row["path"])}
         for row in inputs.iter_rows(named=True)

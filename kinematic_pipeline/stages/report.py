@@ -54,15 +54,15 @@ from kinematic_pipeline.stages.training_table import (
 )
 from kinematic_pipeline.stages.verdict import read_verdict
 from kinematic_pipeline.tasks.buy_sell_hold import at_tau, same_tau
-from kinematic_pipeline.token_kinds import SPLINE_TOKENS
+from kinematic_pipeline.tokenizations import SPLINE
+from kinematic_pipeline.tokenizations.spline import window_end_kinematics
 from kinematic_pipeline.variants import BENCHMARK, FOCUS_VARIANT, models
 from kinematic_pipeline.warehouse import BACKTESTS, EQUITY_CURVES, PREDICTIONS, RAW_OHLCV
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.layout import TABLES_ASSET, TABLES_PIN_FILE
-from kinematic_pipeline.windows import CHANNEL_NAMES, window_end_kinematics
 
 CONTEXT_FILE = "context.json"  # under reports/tables/: the run the tables describe
-KINEMATIC_COLUMNS = CHANNEL_NAMES
+KINEMATIC_COLUMNS = tuple(c.name for c in SPLINE.channels)
 RULE_BACKTESTS = {"paper": PAPER_BACKTESTS, "calibrated": BACKTESTS}  # rule -> its pooled metrics
 RULE_EQUITY = {"paper": PAPER_EQUITY_CURVES, "calibrated": EQUITY_CURVES}
 
@@ -277,7 +277,7 @@ def load_bars_and_kinematics(settings: Settings, ticker: str, days: list[dt.date
         raw = exact.read_parquet(wh.verified_shards(RAW_OHLCV, [day])[0]).filter(pl.col("ticker") == ticker)
         bars.append(raw.select("ticker", "date", "open", "high", "low", "close", "volume"))
         tokens = exact.read_parquet(
-            wh.verified_shards(SPLINE_TOKENS, [day])[0], columns=["ticker", "date", "tokens"]
+            wh.verified_shards(SPLINE.tokens_asset, [day])[0], columns=["ticker", "date", "tokens"]
         ).filter(pl.col("ticker") == ticker)
         if tokens.height:
             state = window_end_kinematics(tokens["tokens"].to_numpy())

@@ -116,7 +116,7 @@ def scaling_variants(settings: Settings) -> tuple[str, ...]:
 
 def probe_of(variant: str) -> str:
     """The logistic-regression probe on the window features of ``variant``'s tokens (lr_spline, lr_fd)."""
-    return f"lr_{lookup_variant(variant).tokenization}"
+    return f"lr_{lookup_variant(variant).tokenization.name}"
 
 
 def scaling_fold(settings: Settings) -> Fold:

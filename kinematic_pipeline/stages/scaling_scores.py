@@ -13,6 +13,7 @@ import polars as pl
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.pins import verified_labels
+from kinematic_pipeline.tasks.actions import PROB_COLUMNS, unweighted_probabilities
 from kinematic_pipeline.warehouse import LABELS
 from kinematic_pipeline.warehouse import exact_paths as exact
 
@@ -36,7 +37,6 @@ def score_universe(settings: Settings, universe: pl.DataFrame, rates: dict) -> d
     from kinematic_pipeline.backtest.policy_frames import skill_frame
     from kinematic_pipeline.backtest.signal import daily_ic, ic_summary
     from kinematic_pipeline.stages.evidence import CLOSE_LABEL, skill_options, with_close_labels
-    from kinematic_pipeline.tasks.actions import PROB_COLUMNS, unweighted_probabilities
 
     weights, ev = settings.train.class_weights, settings.evaluate
     returns = _returns(settings, sorted(universe["date"].unique().to_list()))

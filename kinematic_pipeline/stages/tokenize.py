@@ -7,10 +7,11 @@ on day i, at most ``max_missing_price`` missing closes and at least ``min_valid_
 the window. Only sessions <= i are ever read for day i's window (no look-ahead).
 
 Each shard ``$KP_WAREHOUSE/<asset>/<date>.parquet`` holds, per ticker: ``ticker``, ``date``,
-``n_missing_price``, ``n_missing_volume``, ``tokens`` (float32 [64, 9]: price c0..c3, volume c~0..c~4 for
-spline_tokens; the same shape for fd_tokens and raw_tokens) and, for spline_tokens, ``end_position``
-(float64 fitted log price at the last knot, for the paper's spline labels). Tokens are stored unanchored
-and unnormalized; anchoring and z-scoring (corpus_stats) happen where windows are consumed.
+``n_missing_price``, ``n_missing_volume``, ``tokens`` (float32 [64, channels]) and the tokenization's extra
+columns (spline_tokens: ``end_position``, the float64 fitted log price at the last knot, for the paper's spline
+labels): ``Tokenization.shard_schema``. How each tokenization computes its tokens is its own
+(``tokenizations/``). Tokens are stored unanchored and unnormalized; anchoring and z-scoring (corpus_stats)
+happen where windows are consumed.
 """
 
 from __future__ import annotations
@@ -30,24 +31,14 @@ from kinematic_pipeline import __version__
 from kinematic_pipeline.calendar import session_before, trading_days
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.stages.alpha import AlphaLookup
-from kinematic_pipeline.tasks.targets import spline_end_position
-from kinematic_pipeline.token_kinds import TOKEN_ASSETS, token_kind
-from kinematic_pipeline.tokenize import fd_tokens, raw_tokens, tokenize_price_windows, tokenize_volume_windows
+from kinematic_pipeline.tokenizations import Tokenization, Workspace, chosen
 from kinematic_pipeline.warehouse import RAW_OHLCV
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import combined_hash, digest
-from kinematic_pipeline.windows import LOOKBACK, N_CHANNELS, N_KNOTS, N_PRICE_COEFFS, N_TOKENS, N_VOLUME_COEFFS
+from kinematic_pipeline.windows import LOOKBACK, N_KNOTS, N_TOKENS
 
 CALENDAR_DAYS_PER_SESSION = 365.25 / 252
 TOKEN_COMPRESSION = "lz4"  # float32 tokens barely compress (zstd saves ~4%); lz4 writes twice as fast
-SHARD_SCHEMA: dict[str, pl.DataType] = {
-    "ticker": pl.String,
-    "date": pl.Date,
-    "n_missing_price": pl.Int8,
-    "n_missing_volume": pl.Int8,
-    "tokens": pl.Array(pl.Float32, (N_TOKENS, N_CHANNELS)),
-}
-SPLINE_SCHEMA = {**SHARD_SCHEMA, "end_position": pl.Float64}
 TOKEN_MANIFEST_SCHEMA: dict[str, pl.DataType] = {
     "partition_date": pl.Date,
     "windows": pl.Int64,
@@ -163,73 +154,22 @@ def day_windows(settings: Settings, panel: Panel, day: dt.date) -> DayWindows:
     )
 
 
-class Workspace:
-    """Output buffers reused from block to block: first-touch page faults of fresh multi-hundred-MB arrays
-    cost more than the kernels themselves on this VM."""
-
-    def __init__(self) -> None:
-        self._buffers: dict[tuple[str, tuple[int, ...]], np.ndarray] = {}
-
-    def get(self, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
-        key = (name, shape[1:])
-        buf = self._buffers.get(key)
-        if buf is None or buf.shape[0] < shape[0] or buf.dtype != np.dtype(dtype):
-            buf = np.empty((max(shape[0], 1),) + tuple(shape[1:]), dtype=dtype)
-            self._buffers[key] = buf
-        return buf[: shape[0]]
-
-
-def spline_token_array(
-    windows: DayWindows,
-    alpha_price: np.ndarray | float,
-    alpha_volume: np.ndarray | float,
-    workspace: Workspace | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """float32 [n, 64, 9] spline tokens and the float64 end positions; alphas scalar or per window."""
-    ws = workspace or Workspace()
-    n = len(windows.tickers)
-    out = ws.get("tokens:spline_tokens", (n, N_TOKENS, N_CHANNELS), np.float32)
-    end = np.empty(n, dtype=np.float64)
-    a_p = np.broadcast_to(np.asarray(alpha_price, dtype=np.float64), (n,))
-    a_v = np.broadcast_to(np.asarray(alpha_volume, dtype=np.float64), (n,))
-    for ap, av in sorted(set(zip(a_p.tolist(), a_v.tolist()))):  # one kernel call per distinct alpha pair
-        every = bool((a_p == ap).all() and (a_v == av).all())
-        rows = slice(None) if every else np.flatnonzero((a_p == ap) & (a_v == av))
-        m = n if every else len(rows)
-        times = None if windows.times is None else windows.times[rows]
-        price = tokenize_price_windows(
-            windows.log_price[rows], ap, times, out=ws.get("price", (m, N_TOKENS, N_PRICE_COEFFS), np.float64)
-        )
-        volume = tokenize_volume_windows(
-            windows.log_volume[rows], av, times, out=ws.get("volume", (m, N_TOKENS, N_VOLUME_COEFFS), np.float64)
-        )
-        out[rows, :, :N_PRICE_COEFFS] = price
-        out[rows, :, N_PRICE_COEFFS:] = volume
-        h = 1.0 if times is None else times[:, -1] - times[:, -2]
-        end[rows] = spline_end_position(price, h)
-    return out, end
-
-
-BASELINE_KERNELS = {"fd_tokens": fd_tokens, "raw_tokens": raw_tokens}  # the token kinds that are not splines
-
-
-def baseline_token_array(windows: DayWindows, kind: str, workspace: Workspace | None = None) -> np.ndarray:
-    out = (workspace or Workspace()).get(f"tokens:{kind}", (len(windows.tickers), N_TOKENS, N_CHANNELS), np.float32)
-    return BASELINE_KERNELS[kind](windows.log_price, windows.log_volume, out=out)
-
-
-def shard_frame(windows: DayWindows, tokens: np.ndarray, end_position: np.ndarray | None = None) -> pl.DataFrame:
+def shard_frame(
+    tok: Tokenization, windows: DayWindows, tokens: np.ndarray, extras: dict[str, np.ndarray]
+) -> pl.DataFrame:
+    """One day's shard of ``tok`` (``tok.shard_schema``): ``tokens`` and its ``extras`` columns, a row per window."""
+    schema = tok.shard_schema
     frame = pl.DataFrame(
         {
             "ticker": pl.Series(windows.tickers, dtype=pl.String),
             "date": pl.Series([windows.day] * len(windows.tickers), dtype=pl.Date),
             "n_missing_price": pl.Series(windows.n_missing_price, dtype=pl.Int8),
             "n_missing_volume": pl.Series(windows.n_missing_volume, dtype=pl.Int8),
-            "tokens": pl.Series(tokens, dtype=SHARD_SCHEMA["tokens"]),
+            "tokens": pl.Series(tokens, dtype=schema["tokens"]),
         }
     )
-    if end_position is not None:
-        frame = frame.with_columns(pl.Series("end_position", end_position, dtype=pl.Float64))
+    if extras:
+        frame = frame.with_columns(pl.Series(name, extras[name], dtype=schema[name]) for name in tok.extra_columns)
     return frame
 
 
@@ -285,19 +225,18 @@ class TokensSummary:
 def materialize_tokens(
     settings: Settings,
     days: list[dt.date],
-    kinds: tuple[str, ...] = TOKEN_ASSETS,
+    tokenizations: tuple[Tokenization, ...] | None = None,
     alphas: AlphaLookup | None = None,
     progress: bool = True,
 ) -> dict[str, TokensSummary]:
-    """Write the token shards of ``days`` for each asset in ``kinds``; return each asset's summary."""
+    """Write the token shards of ``days`` of each of ``tokenizations`` (default: the run's,
+    ``tokenize.tokenizations``); return each token asset's summary."""
     started = time.perf_counter()
-    unknown = set(kinds) - set(TOKEN_ASSETS)
-    if unknown:
-        raise ValueError(f"unknown token asset(s) {sorted(unknown)}: expected {TOKEN_ASSETS}")
+    toks = chosen(settings.tokenize.tokenizations) if tokenizations is None else tuple(tokenizations)
     days = sorted(days)
     alphas = alphas or AlphaLookup.from_settings(settings)
     wh = settings.warehouse
-    records: dict[str, list[dict]] = {k: [] for k in kinds}
+    records: dict[str, list[dict]] = {t.tokens_asset: [] for t in toks}
     bar = tqdm(total=len(days), desc="token shards", unit="day", disable=not progress)
     workspaces = (Workspace(), Workspace())
     with ThreadPoolExecutor(max_workers=settings.tokenize.write_threads) as pool:
@@ -310,22 +249,18 @@ def materialize_tokens(
             merged = _concat(per_day)  # one kernel call per block: the kernels parallelize across windows
             bounds = np.cumsum([0] + [len(w.tickers) for w in per_day])
             jobs = []
-            for kind in kinds:
-                end, spline = None, token_kind(kind).spline
-                if spline:
-                    tokens, end = spline_token_array(merged, *alphas.for_tickers(merged.tickers), workspace)
-                else:
-                    tokens = baseline_token_array(merged, kind, workspace)
+            for tok in toks:
+                kind = tok.tokens_asset
+                tokens, extras = tok.tokenize(merged, alphas, workspace)
                 for k, windows in enumerate(per_day):
                     rows = slice(bounds[k], bounds[k + 1])
-                    frame = shard_frame(windows, tokens[rows], None if end is None else end[rows])
+                    frame = shard_frame(tok, windows, tokens[rows], {c: v[rows] for c, v in extras.items()})
                     meta = {
                         "kind": kind,
                         "partition_date": windows.day,
                         "windows": frame.height,
                         "raw_inputs_digest": windows.raw_inputs_digest,
-                        "alpha_price": alphas.describe("price") if spline else "",
-                        "alpha_volume": alphas.describe("volume") if spline else "",
+                        **tok.parameters(alphas),
                         "time_unit": settings.tokenize.time_unit,
                         "code_version": __version__,
                     }
@@ -338,10 +273,8 @@ def materialize_tokens(
             pending = [(len(block), jobs)]
         _collect(pending, records, bar)
     bar.close()
-    for kind in kinds:
-        wh.ensure_unit_views(
-            kind, {kind: SPLINE_SCHEMA if token_kind(kind).spline else SHARD_SCHEMA, "manifest": TOKEN_MANIFEST_SCHEMA}
-        )
+    for tok in toks:
+        wh.ensure_unit_views(tok.tokens_asset, {tok.tokens_asset: tok.shard_schema, "manifest": TOKEN_MANIFEST_SCHEMA})
     seconds = time.perf_counter() - started
     return {
         k: TokensSummary(

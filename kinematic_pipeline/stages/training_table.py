@@ -81,7 +81,7 @@ def learnability_table(settings: Settings) -> pl.DataFrame | None:
     rows = []
     for variant, curves_of_runs in runs.items():
         spec = lookup_variant(variant)
-        row = {"Model": spec.display_name, "Tokenization": spec.tokenization, "Runs": len(curves_of_runs)}
+        row = {"Model": spec.display_name, "Tokenization": spec.tokenization.name, "Runs": len(curves_of_runs)}
         for fraction in BUDGET_FRACTIONS:
             step = int(fraction * budget) // settings.train.eval_every * settings.train.eval_every  # a validation
             skills, windows = [], []
@@ -178,7 +178,7 @@ def learnability_test_table(settings: Settings) -> pl.DataFrame | None:
         rows.append(
             {
                 "Model": lookup_variant(r["learner"]).display_name if probe else spec.display_name,
-                "Tokenization": spec.tokenization,
+                "Tokenization": spec.tokenization.name,
                 "Fold": r["fold"],
                 "Seed": r["seed"],
                 "Step (budget)": "fitted" if probe else f"{r['step']} ({r['budget']})",

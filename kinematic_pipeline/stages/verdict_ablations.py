@@ -42,13 +42,9 @@ TOKENIZATION_QUESTIONS = {  # question -> what "better" reads in its answer
 }
 
 
-_INPUTS = {"spline": "spline", "fd": "finite differences", "raw": "raw values"}
-
-
 def _contrast(a: str, b: str) -> str:
     """What a matched ablation contrasts: "spline vs finite differences" or "spline vs raw values"."""
-    inputs = [lookup_variant(v).token_asset.removesuffix("_tokens") for v in (a, b)]
-    return " vs ".join(_INPUTS.get(i, i) for i in inputs)
+    return " vs ".join(lookup_variant(v).tokenization.called for v in (a, b))
 
 
 def _days_text(names: tuple[str, str], pair: tuple[str, str], in_market: dict[str, int] | None, total: int) -> str:

@@ -17,10 +17,10 @@ from kinematic_pipeline.backtest import multiple_testing as mt
 from kinematic_pipeline.backtest.signal import daily_ic, newey_west_lags, newey_west_t, partial_rank_ic
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.model_pins import run_class_weights
-from kinematic_pipeline.probe_features import TRIVIAL_FEATURES
 from kinematic_pipeline.stages.features import read_features
 from kinematic_pipeline.tasks.actions import unweighted_probabilities
 from kinematic_pipeline.tasks.buy_sell_hold import labels_from_returns
+from kinematic_pipeline.tokenizations.raw import TRIVIAL_FEATURES
 from kinematic_pipeline.variants import TRIVIAL_PROBE as TRIVIAL
 from kinematic_pipeline.variants import trained
 

@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import store_cut
 from kinematic_pipeline.pins import check_token_inputs
+from kinematic_pipeline.tokenizations import Tokenization
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import PARQUET_COMPRESSION, UMASK, digest, file_sha256, swap_in_folder
 from kinematic_pipeline.warehouse.verified import BLOCK_BYTES, BlockHasher
@@ -35,12 +36,10 @@ from kinematic_pipeline.window_store import (
     ROWS_SCHEMA,
     STORE_CODE_VERSION,
     TOKENS_FILE,
-    WINDOW_BYTES,
     read_manifest,
     training_shard_days,
-    window_store_asset,
 )
-from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
+from kinematic_pipeline.windows import N_TOKENS
 
 STORE_LOCK_TIMEOUT_S = 3600.0  # a second builder waits for the first (a real store takes minutes)
 BUILD_CHUNK_WINDOWS = 65_536  # windows read per Parquet call while building (~150 MB of tokens)
@@ -51,6 +50,7 @@ class StoreSummary:
     asset: str
     folder: Path
     manifest: dict
+    window_bytes: int  # one window of its tokenization: 64 x channels float32
     rebuilt: bool  # False: the store on disk already held exactly these shards (nothing was written)
     seconds: float = 0.0
 
@@ -70,22 +70,22 @@ class StoreSummary:
             "tokens_sha256": m["tokens_sha256"],
             "shards_digest": m["shards_digest"],
             "rebuilt": self.rebuilt,
-            "gigabytes": round(m["windows"] * WINDOW_BYTES / 1e9, 3),
+            "gigabytes": round(m["windows"] * self.window_bytes / 1e9, 3),
             "stage_seconds": round(self.seconds, 1),
             "path": self.folder,
             "dagster/row_count": m["windows"],
         }
 
 
-def materialize_window_store(settings: Settings, asset: str, progress: bool = True) -> StoreSummary:
-    """Build (or keep, when it already holds exactly these shards) the store of ``asset`` for the cut: one writer
+def materialize_window_store(settings: Settings, tok: Tokenization, progress: bool = True) -> StoreSummary:
+    """Build (or keep, when it already holds exactly these shards) the store of ``tok``'s tokens for the cut: one writer
     at a time (a lock per store; a second waits, then finds it current), and a full disk named with the store."""
     import errno
 
-    store = window_store_asset(asset)
+    asset, store = tok.tokens_asset, tok.window_store_asset
     with settings.warehouse.day_lock(store, "store", timeout_s=STORE_LOCK_TIMEOUT_S):
         try:
-            return _build_window_store(settings, asset, progress)
+            return _build_window_store(settings, tok, progress)
         except OSError as exc:
             if exc.errno != errno.ENOSPC:
                 raise
@@ -94,22 +94,22 @@ def materialize_window_store(settings: Settings, asset: str, progress: bool = Tr
             raise OSError(
                 exc.errno,
                 f"no space left on the device building the {store} ({folder}; {free / 1e9:.1f} GB free, about "
-                f"{_store_bytes(settings, asset) / 1e9:.1f} GB needed besides the old store): free space or move "
+                f"{_store_bytes(settings, tok) / 1e9:.1f} GB needed besides the old store): free space or move "
                 "KP_WAREHOUSE",
             ) from None
 
 
-def _store_bytes(settings: Settings, asset: str) -> int:
-    """The size of ``asset``'s tokens.npy for the cut (windows x 64 x 9 float32)."""
-    _, metas = training_shard_days(settings, asset)
-    return sum(int(m["windows"]) for m in metas) * N_TOKENS * N_CHANNELS * 4
+def _store_bytes(settings: Settings, tok: Tokenization) -> int:
+    """The size of ``tok``'s tokens.npy for the cut (windows x 64 x channels float32)."""
+    _, metas = training_shard_days(settings, tok.tokens_asset)
+    return sum(int(m["windows"]) for m in metas) * N_TOKENS * tok.n_channels * 4
 
 
-def _build_window_store(settings: Settings, asset: str, progress: bool) -> StoreSummary:
+def _build_window_store(settings: Settings, tok: Tokenization, progress: bool) -> StoreSummary:
     import time
 
     started = time.perf_counter()
-    wh = settings.warehouse
+    wh, asset, window = settings.warehouse, tok.tokens_asset, (N_TOKENS, tok.n_channels)
     days, metas = training_shard_days(settings, asset)
     if not days:
         raise ValueError(f"no {asset} windows on or before {store_cut(settings)}: materialize {asset} first")
@@ -120,7 +120,9 @@ def _build_window_store(settings: Settings, asset: str, progress: bool) -> Store
     clear_staging(staging_root, asset)  # before the check below: a current store leaves no staging behind either
     current = read_manifest(final)
     if current is not None and _holds(final, current, shards_digest, store_cut(settings)):
-        return StoreSummary(asset, final, current, rebuilt=False, seconds=time.perf_counter() - started)
+        return StoreSummary(
+            asset, final, current, tok.window_bytes, rebuilt=False, seconds=time.perf_counter() - started
+        )
 
     counts = np.array([m["windows"] for m in metas], dtype=np.int64)
     first_rows = np.concatenate([[0], np.cumsum(counts)[:-1]])
@@ -134,13 +136,13 @@ def _build_window_store(settings: Settings, asset: str, progress: bool) -> Store
         # plain appends, hashed as they are written (a memory map would count every written page in the RSS)
         with open(tmp / TOKENS_FILE, "wb") as out:
             tokens_hash = BlockHasher(out, BLOCK_BYTES)
-            header = {"descr": "<f4", "fortran_order": False, "shape": (total, N_TOKENS, N_CHANNELS)}
+            header = {"descr": "<f4", "fortran_order": False, "shape": (total, *window)}
             np.lib.format.write_array_header_1_0(tokens_hash, header)
             for lo, hi in _chunks(counts, BUILD_CHUNK_WINDOWS):
                 paths = wh.verified_shards(asset, days[lo:hi])  # the bytes its manifests record, or nothing
                 frame = exact.read_parquet(paths, columns=["ticker", "date", "tokens"])
                 _check_rows(frame, asset, days[lo:hi], counts[lo:hi])
-                block = frame["tokens"].to_numpy().reshape(-1, N_TOKENS, N_CHANNELS).astype("<f4", copy=False)
+                block = frame["tokens"].to_numpy().reshape(-1, *window).astype("<f4", copy=False)
                 tokens_hash.write(np.ascontiguousarray(block).tobytes())
                 rows.append(frame.select("date", "ticker", pl.Series("finite", np.isfinite(block).all(axis=(1, 2)))))
                 bar.update(hi - lo)
@@ -183,7 +185,7 @@ def _build_window_store(settings: Settings, asset: str, progress: bool) -> Store
         swap_in_folder(tmp, final, wh.durable)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # after the swap: the old store (if there was one)
-    return StoreSummary(asset, final, manifest, rebuilt=True, seconds=time.perf_counter() - started)
+    return StoreSummary(asset, final, manifest, tok.window_bytes, rebuilt=True, seconds=time.perf_counter() - started)
 
 
 def clear_staging(staging_root: Path, asset: str) -> list[Path]:

@@ -3,7 +3,7 @@
 Two sources of the next-day log return r_j (DESIGN.md "Labels"; a run records which one it used):
 - "spline" (the paper's r_j = c0(t_j+1) - c0(t_j)): the end-of-window positions of two consecutive
   causal fits, x_j+1(t_j+1) - x_j(t_j), each the fitted log price at the last knot of the window ending
-  that day (``spline_end_position``).
+  that day (``tokenizations.spline.spline_end_position``).
 - "close": the next-day close-to-close log return ln C_t+1 - ln C_t, what the backtest trades.
 
 A return that is not known yet (its next bar does not exist) or not defined is NaN.
@@ -12,8 +12,6 @@ A return that is not known yet (its next bar does not exist) or not defined is N
 from __future__ import annotations
 
 import numpy as np
-
-from kinematic_pipeline.windows import N_PRICE_COEFFS, N_TOKENS
 
 LABEL_SOURCES = ("spline", "close")
 
@@ -26,24 +24,6 @@ def label_returns_close(log_close_t, log_close_next) -> np.ndarray:
 def label_returns_spline(end_position_t, end_position_next) -> np.ndarray:
     """r = x_t+1(t_t+1) - x_t(t_t) from consecutive causal fits' end positions; NaN where missing."""
     return _difference(end_position_next, end_position_t, "end_position_next", "end_position_t")
-
-
-def spline_end_position(price_tokens, h=1.0) -> np.ndarray:
-    """Fitted log price at the window's last knot: the cubic of token 63 evaluated at s = h.
-
-    price_tokens: [n, 64, 4] Taylor coefficients (c0, c1, c2, c3) at each token's left knot.
-    h: the last interval's length (scalar or [n]; 1 trading day by default).
-    """
-    tokens = np.asarray(price_tokens, dtype=np.float64)
-    if tokens.ndim != 3 or tokens.shape[1:] != (N_TOKENS, N_PRICE_COEFFS):
-        raise ValueError(f"price_tokens must have shape [n, {N_TOKENS}, {N_PRICE_COEFFS}], got {tokens.shape}")
-    h = np.asarray(h, dtype=np.float64)
-    if h.ndim > 1 or (h.ndim == 1 and h.shape != (tokens.shape[0],)):
-        raise ValueError(f"h must be a scalar or have shape ({tokens.shape[0]},), got {h.shape}")
-    if not (np.isfinite(h).all() and (h > 0).all()):
-        raise ValueError("h must be finite and > 0")
-    c0, c1, c2, c3 = (tokens[:, N_TOKENS - 1, j] for j in range(N_PRICE_COEFFS))
-    return c0 + h * (c1 + h * (c2 / 2.0 + h * c3 / 6.0))
 
 
 def _difference(later, earlier, later_name: str, earlier_name: str) -> np.ndarray:

@@ -4,7 +4,9 @@
   cubic smoothing spline; token k = (c0, c1, c2, c3), Taylor coefficients at knot t_k.
 - ``tokenize_volume_windows(log_volume[n, 64], alpha, times) -> [n, 64, 5]``: paper eq. (2), the C3
   quartic spline fitted to interval integrals; token k = (c~0, ..., c~4).
-- alpha by maximum marginal likelihood (``alpha``) and the baseline tokens (``baselines``).
+- alpha by maximum marginal likelihood (``alpha``) and the baseline tokens of differences (``baselines``).
+
+The public wrappers of the pipeline's tokenizations are in ``tokenizations/``.
 """
 
 import os
@@ -27,7 +29,7 @@ from kinematic_pipeline.tokenize.alpha_mle import (  # noqa: E402
     price_profile_log_likelihood,
     volume_profile_log_likelihood,
 )
-from kinematic_pipeline.tokenize.baselines import fd_tokens, raw_tokens
+from kinematic_pipeline.tokenize.baselines import difference_tokens, fd_tokens, raw_tokens
 from kinematic_pipeline.tokenize.price import N_PRICE_COEF, tokenize_price_windows
 from kinematic_pipeline.tokenize.volume import N_VOLUME_COEF, tokenize_volume_windows
 
@@ -39,6 +41,7 @@ __all__ = [
     "estimate_alpha_price_pooled",
     "estimate_alpha_volume",
     "estimate_alpha_volume_pooled",
+    "difference_tokens",
     "fd_tokens",
     "price_profile_log_likelihood",
     "raw_tokens",

@@ -99,7 +99,11 @@ def _check_finite_or_nan(arr: np.ndarray, name: str) -> None:
         )
 
 
-def _tokens(log_price, log_volume, price_orders: int, volume_orders: int, out_dtype, out) -> np.ndarray:
+def difference_tokens(
+    log_price, log_volume, price_orders: int, volume_orders: int, *, out_dtype=np.float64, out=None
+) -> np.ndarray:
+    """Tokens [n, 64, 9] of backward differences of orders 0 .. ``price_orders`` - 1 of log price and
+    0 .. ``volume_orders`` - 1 of log volume, higher orders zeroed; arguments as ``fd_tokens``."""
     p = check_windows(log_price, N_KNOTS, "log_price")
     v = check_windows(log_volume, N_TOKENS, "log_volume")
     if p.shape[0] != v.shape[0]:
@@ -118,9 +122,9 @@ def fd_tokens(log_price, log_volume, *, out_dtype=np.float64, out=None) -> np.nd
     log_price [n, 65], log_volume [n, 64], NaN = missing; out_dtype float64 or float32, or a
     caller-provided C-contiguous ``out`` of shape [n, 64, 9].
     """
-    return _tokens(log_price, log_volume, PRICE_ORDERS, VOLUME_ORDERS, out_dtype, out)
+    return difference_tokens(log_price, log_volume, PRICE_ORDERS, VOLUME_ORDERS, out_dtype=out_dtype, out=out)
 
 
 def raw_tokens(log_price, log_volume, *, out_dtype=np.float64, out=None) -> np.ndarray:
     """RawGPT tokens [n, 64, 9]: price [y, Dy, 0, 0], volume [y~, Dy~, 0, 0, 0]; arguments as fd_tokens."""
-    return _tokens(log_price, log_volume, 2, 2, out_dtype, out)
+    return difference_tokens(log_price, log_volume, 2, 2, out_dtype=out_dtype, out=out)

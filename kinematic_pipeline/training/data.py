@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import lightning as L
@@ -35,8 +36,7 @@ from kinematic_pipeline.tasks.actions import ACTION_KEYS, UNKNOWN_LABEL
 from kinematic_pipeline.tasks.buy_sell_hold import same_tau, tau_column
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.layout import LABELS, SHARDS_USED_SCHEMA
-from kinematic_pipeline.window_store import WindowStore, open_store, window_store_asset
-from kinematic_pipeline.windows import WindowNormalizer
+from kinematic_pipeline.window_store import WindowStore, open_store
 
 
 def _part() -> tuple[int, int, int]:
@@ -60,7 +60,7 @@ class SampledWindows(IterableDataset):
         self,
         store: WindowStore,
         rows: np.ndarray,
-        normalize: WindowNormalizer,
+        normalize: Callable[[np.ndarray], np.ndarray],  # Tokenization.normalizer
         batch_size: int,
         *,
         cap: int | None,
@@ -201,7 +201,7 @@ class WindowDataModule(L.LightningDataModule):
         if self._train is not None:
             return
         cfg = self.settings.train
-        store = self.store = open_store(self.settings, self.token_asset)
+        store = self.store = open_store(self.settings, self.variant.tokenization)
         fold = self.fold = self.policy.fold
         days = [d for d in store.days["date"].to_list() if d <= fold.train_end]  # the fold's prefix of the store
         self.train_days, self.val_days = split_days(days, cfg.val_fraction)
@@ -218,7 +218,7 @@ class WindowDataModule(L.LightningDataModule):
             stats = fold_stats(self.settings, self.variant.tokenization, self.policy.fold)
         common = dict(
             store=store,
-            normalize=WindowNormalizer(self.variant, stats),
+            normalize=self.variant.tokenization.normalizer(stats, self.variant.channels),
             batch_size=cfg.batch_size,
             cap=self.window_cap(),
             seed=self.policy.seed,
@@ -298,7 +298,7 @@ class WindowDataModule(L.LightningDataModule):
             served += evaluations * np.bincount(day_of_row[self._val.served_rows(0, parts)], minlength=served.size)
         rows = [
             dict(
-                asset=window_store_asset(self.token_asset),
+                asset=self.variant.tokenization.window_store_asset,
                 split="store",
                 date=store.manifest["last_day"].isoformat(),
                 path=warehouse_path(wh, store.path),

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from kinematic_pipeline.token_kinds import TOKEN_ASSETS
+from kinematic_pipeline.tokenizations import TOKENIZATIONS
 
 # Asset names: each is the folder of its shards under the warehouse and the name of its catalog view.
 RAW_OHLCV, QUARANTINE = "raw_ohlcv", "quarantine"
@@ -50,7 +50,10 @@ MARGIN_BACKTESTS = "margin_backtests"  # the margin rule's backtests (beside the
 # ``<asset>/*/<file>``, which always matches the typed zero-row files of ``<asset>/_schema/``.
 DAY_UNITS: dict[str, dict[str, str]] = {
     RAW_OHLCV: {RAW_OHLCV: "bars.parquet", QUARANTINE: "quarantine.parquet", "manifest": "manifest.parquet"},
-    **{kind: {kind: "tokens.parquet", "manifest": "manifest.parquet"} for kind in TOKEN_ASSETS},
+    **{
+        t.tokens_asset: {t.tokens_asset: "tokens.parquet", "manifest": "manifest.parquet"}
+        for t in TOKENIZATIONS.values()
+    },
     LABELS: {LABELS: "labels.parquet", "manifest": "manifest.parquet"},
 }
 UNIT_OF = {member: asset for asset, members in DAY_UNITS.items() for member in members if member != "manifest"}

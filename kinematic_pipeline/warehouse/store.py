@@ -211,7 +211,7 @@ class Warehouse:
     def probe_files(self, policy: Policy) -> list[Path]:
         """The files of a fitted probe (its model, its fit record); a clear error naming the asset when it was not
         fitted, or was saved by an older version as a pickle (never loaded)."""
-        folder, asset = self.probe_dir(policy), f"{policy.variant.name}_probe"
+        folder, asset = self.probe_dir(policy), policy.variant.asset("probe")
         models = [folder / name for name in layout.PROBE_MODEL_FILES.values() if (folder / name).exists()]
         if not models and (folder / layout.PROBE_LEGACY_PICKLE).exists():
             raise ValueError(

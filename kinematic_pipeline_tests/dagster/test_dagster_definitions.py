@@ -129,21 +129,15 @@ def _upstream(graph, key: dg.AssetKey) -> set[str]:
 def test_each_variants_results_have_exactly_that_variants_chain_upstream(ci_settings):
     """The UI's lineage of a Sharpe equals the variant's own chain: its adapter, foundation, window store, token
     asset (and that tokenization's statistics when it normalizes), labels (built from spline tokens), raw bars."""
-    from kinematic_pipeline.token_kinds import SPLINE_TOKENS, token_kind
     from kinematic_pipeline.variants import variant as lookup_variant
 
     graph = build_definitions(ci_settings).resolve_asset_graph()
-    shared = {"raw_ohlcv", "alpha_estimates", "labels", SPLINE_TOKENS}  # labels read the spline end positions
+    shared = {"raw_ohlcv", "alpha_estimates", "labels", "spline_tokens"}  # labels read the spline end positions
     for name in ci_settings.train.variants:
         spec = lookup_variant(name)
-        kind = token_kind(spec.token_asset)
-        own = {
-            f"{name}_adapter",
-            f"{name}_foundation",
-            spec.token_asset,
-            kind.asset.removesuffix("_tokens") + "_window_store",
-        }
-        own |= {kind.corpus_stats_asset} if spec.normalized else set()
+        tokenization = spec.tokenization.name
+        own = {f"{name}_adapter", f"{name}_foundation", f"{tokenization}_tokens", f"{tokenization}_window_store"}
+        own |= {f"{tokenization}_corpus_stats"} if spec.normalized else set()
         predictions = own | shared
         assert _upstream(graph, dg.AssetKey(f"{name}_predictions")) == predictions, name
         for result in ("backtests", "margin_backtests"):

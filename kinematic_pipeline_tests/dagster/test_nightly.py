@@ -30,10 +30,11 @@ from kinematic_pipeline.orchestration.schedules import (
 from kinematic_pipeline.orchestration.sensors import drop_directory_sensor
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
-from kinematic_pipeline.token_kinds import TOKEN_ASSETS
 from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline_tests.conftest import execute_run_requests
+
+TOKEN_ASSETS = ("spline_tokens", "fd_tokens", "raw_tokens")  # the three tokenizations' assets
 
 NEW_YORK = ZoneInfo("America/New_York")
 HISTORY = ("2021-01-04", "2021-03-31")  # what exists before the first tick (61 sessions)

@@ -25,7 +25,7 @@ from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.stages.window_store import materialize_window_store
-from kinematic_pipeline.token_kinds import TOKEN_ASSETS
+from kinematic_pipeline.tokenizations import SPLINE, TOKENIZATIONS
 from kinematic_pipeline.training.data import store_labels
 from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline.warehouse.atomic import file_sha256
@@ -38,6 +38,7 @@ from kinematic_pipeline_tests.helpers import ROOT
 DAY, PREVIOUS = dt.date(2021, 4, 1), dt.date(2021, 3, 31)
 HISTORY_START = "2020-10-01"
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+TOKEN_ASSETS = tuple(t.tokens_asset for t in TOKENIZATIONS.values())
 
 # The nightly tick of DAY, run by the schedule's code path in a child process whose Parquet writer stalls
 # half-way through one chosen shard (as a slow disk would), so that the parent can kill it right there.
@@ -135,8 +136,8 @@ def _visible_windows(settings, asset: str) -> tuple[int, dt.date]:
 def _streamed(settings, tau: float | None = None) -> int:
     """Windows training can draw from spline_tokens (with a known label of ``tau`` when given): the window
     store built from the complete shards."""
-    materialize_window_store(settings, "spline_tokens", progress=False)
-    store = open_store(settings, "spline_tokens")
+    materialize_window_store(settings, SPLINE, progress=False)
+    store = open_store(settings, SPLINE)
     if tau is None:
         return store.rows.height
     return int((store_labels(settings, store, tau)[0] >= 0).sum())
@@ -181,7 +182,7 @@ def test_a_tick_killed_mid_write_leaves_no_partial_shard_and_the_next_run_repair
     # Fine-tuning reads labels up to train_end; DAY's labels wait for the next session, so stop before it.
     until_previous = dataclasses.replace(settings, split=dataclasses.replace(settings.split, train_end=PREVIOUS))
     streamed = _streamed(until_previous, tau=0.01)
-    store_days = open_store(until_previous, "spline_tokens").days["date"].implode()  # the cut's days (its purge)
+    store_days = open_store(until_previous, SPLINE).days["date"].implode()  # the cut's days (its purge)
     in_store = label_manifests.filter(pl.col("partition_date").is_in(store_days))
     assert streamed == in_store["known"].sum() > 0  # the labelled windows of the complete (old) shards
 

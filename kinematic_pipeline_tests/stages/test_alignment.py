@@ -37,12 +37,11 @@ from kinematic_pipeline.stages.baselines import baseline_predictions
 from kinematic_pipeline.stages.features import materialize_features, read_features
 from kinematic_pipeline.stages.predict import predict
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold, tau_column
-from kinematic_pipeline.token_kinds import TOKEN_ASSETS
+from kinematic_pipeline.tokenizations import TOKENIZATIONS
 from kinematic_pipeline.training import data as data_mod
 from kinematic_pipeline.training.data import WindowDataModule
 from kinematic_pipeline.variants import VARIANTS
 from kinematic_pipeline.variants import variant as lookup_variant
-from kinematic_pipeline.windows import WindowNormalizer
 from kinematic_pipeline_tests.conftest import TOKENIZED_FOLD, _bars, _run_all, _settings, _training_inputs
 
 BUY, SELL, HOLD, UNKNOWN = 0, 1, 2, -1  # written out here on purpose: the codes the paper's table uses
@@ -250,12 +249,12 @@ def ctx(request, tmp_path_factory):
     settings = _settings(tmp_path_factory.mktemp(f"align_{label_source}"), "w", bars, label_source=label_source)
     _run_all(settings)
     _training_inputs(settings)
-    for asset in TOKEN_ASSETS:
-        materialize_features(settings, asset, progress=False)
+    for tok in TOKENIZATIONS.values():
+        materialize_features(settings, tok, progress=False)
     wh = settings.warehouse
     shards = {}  # asset -> {(ticker, t): raw tokens [64, 9]} of every day's token shard, read here
     end_positions = {}
-    for asset in TOKEN_ASSETS:
+    for asset in (t.tokens_asset for t in TOKENIZATIONS.values()):
         frame = pl.concat([pl.read_parquet(wh.shard(asset, d)) for d in wh.shard_days(asset)])
         tokens = frame["tokens"].to_numpy()
         shards[asset] = {(t, d): tokens[i] for i, (t, d) in enumerate(frame.select("ticker", "date").iter_rows())}
@@ -336,8 +335,8 @@ def prediction_pairs(ctx, model: str, served: dict, permute=(0, 1, 2)) -> tuple[
     ).frame
     shown = np.concatenate(oracle.seen)
     assert len(shown) == frame.height
-    normalize = WindowNormalizer(
-        spec, fold_stats(ctx.settings, spec.tokenization, TOKENIZED_FOLD) if spec.normalized else None
+    normalize = spec.tokenization.normalizer(
+        fold_stats(ctx.settings, spec.tokenization, TOKENIZED_FOLD) if spec.normalized else None, spec.channels
     )
     probs = frame.select("p_buy", "p_sell", "p_hold").to_numpy()
     decided = probs.max(axis=1) > 0.5
@@ -446,7 +445,7 @@ def test_every_source_pairs_each_window_with_the_outcome_of_the_next_day(ctx, co
 
 
 def test_training_and_prediction_normalize_a_window_identically(ctx):
-    """The data module's normalizer and the one predict.py builds (WindowNormalizer(spec, fold_stats(...))) give the
+    """The data module's normalizer and the one predict.py builds (``Tokenization.normalizer``) give the
     same bytes on the same raw windows (the whole store)."""
     for model in MODELS:
         spec = VARIANTS[model]
@@ -454,7 +453,7 @@ def test_training_and_prediction_normalize_a_window_identically(ctx):
         dm.setup()
         raw = dm.store.read(np.arange(dm.store.rows.height))
         stats = fold_stats(ctx.settings, spec.tokenization, TOKENIZED_FOLD) if spec.normalized else None
-        prediction = WindowNormalizer(spec, stats)(raw)
+        prediction = spec.tokenization.normalizer(stats, spec.channels)(raw)
         assert np.array_equal(dm._train.normalize(raw), prediction) and np.array_equal(
             dm._val.normalize(raw), prediction
         )

@@ -18,7 +18,6 @@ from kinematic_pipeline.backtest.skill import base_rates
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.policy import Policy
-from kinematic_pipeline.probe_features import N_LAST, raw_extras, token_features
 from kinematic_pipeline.stages.baselines import baseline_predictions, materialize_probe
 from kinematic_pipeline.stages.features import materialize_features
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
@@ -27,7 +26,9 @@ from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.stages.window_store import materialize_window_store
 from kinematic_pipeline.tasks.actions import BUY, HOLD, SELL, unweighted_probabilities
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold, tau_column
-from kinematic_pipeline.token_kinds import TOKEN_ASSETS
+from kinematic_pipeline.tokenizations import SPLINE, TOKENIZATIONS
+from kinematic_pipeline.tokenizations.base import N_LAST
+from kinematic_pipeline.tokenizations.raw import raw_extras
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse.atomic import file_sha256
 
@@ -54,8 +55,9 @@ def slow_token_features(window: np.ndarray) -> list[float]:
 def test_token_features_equal_the_loop_twin():
     rng = np.random.default_rng(3)
     tokens = rng.normal(size=(7, 64, 9)).astype(np.float32) + np.arange(9, dtype=np.float32)
-    fast = token_features(tokens)
-    assert fast.shape == (7, 54) and fast.dtype == np.float32
+    columns = SPLINE.features(tokens)
+    fast = np.stack(list(columns.values()), axis=1)
+    assert tuple(columns) == SPLINE.token_features and fast.shape == (7, 54) and fast.dtype == np.float32
     for i in range(7):
         np.testing.assert_allclose(fast[i], slow_token_features(tokens[i]), rtol=1e-5, atol=1e-5)
 
@@ -140,9 +142,9 @@ def _warehouse(tmp_path, name: str, bars: pl.DataFrame):
     materialize_labels(
         settings, [d for d in days if settings.warehouse.shard("spline_tokens", d).exists()], progress=False
     )
-    for asset in TOKEN_ASSETS:
-        materialize_window_store(settings, asset, progress=False)
-        materialize_features(settings, asset, progress=False)
+    for tok in TOKENIZATIONS.values():
+        materialize_window_store(settings, tok, progress=False)
+        materialize_features(settings, tok, progress=False)
     return settings
 
 

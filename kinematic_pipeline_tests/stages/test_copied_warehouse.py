@@ -23,6 +23,7 @@ from kinematic_pipeline.stages.backtests import EVALUATION_SCHEMAS, materialize_
 from kinematic_pipeline.stages.features import materialize_features
 from kinematic_pipeline.stages.predict import materialize_predictions
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
+from kinematic_pipeline.tokenizations import RAW
 from kinematic_pipeline.warehouse import PROVENANCE, RAW_OHLCV
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline.warehouse.catalog import query
@@ -39,7 +40,7 @@ CODE = {"kinematic_pipeline": "test"}
 def evaluated(tokenized_once, tmp_path_factory):
     """A copy of the tokenized warehouse with the rule's features, predictions and backtests."""
     settings = copy_warehouse(tokenized_once, tmp_path_factory.mktemp("copied"))
-    materialize_features(settings, "raw_tokens", progress=False)
+    materialize_features(settings, RAW, progress=False)
     materialize_predictions(settings, RULE)
     materialize_backtests(settings, RULE, CODE)
     return settings

@@ -44,6 +44,7 @@ from kinematic_pipeline.stages.predict import materialize_predictions
 from kinematic_pipeline.stages.report import materialize_report
 from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
+from kinematic_pipeline.tokenizations import RAW
 from kinematic_pipeline.warehouse import (
     BACKTESTS,
     EQUITY_CURVES,
@@ -61,7 +62,7 @@ CODE = {"kinematic_pipeline": "test"}
 
 
 def _evaluated(settings) -> None:
-    materialize_features(settings, "raw_tokens", progress=False)
+    materialize_features(settings, RAW, progress=False)
     for variant in (RULE, OTHER_RULE):
         policy = Policy(variant, BuySellHold(TAU), 0, TOKENIZED_FOLD)
         materialize_predictions(settings, policy)
@@ -124,7 +125,7 @@ def test_a_restated_bar_refuses_the_features_and_what_trades_them_until_they_are
         materialize_predictions(
             settings, Policy(RULE, BuySellHold(TAU), 0, settings.folds[0])
         )  # no rule or probe trades the old bar
-    materialize_features(settings, "raw_tokens", progress=False)  # the fix: the probes read the corrected bar
+    materialize_features(settings, RAW, progress=False)  # the fix: the probes read the corrected bar
     now = read_features(settings, RULE, TOKENIZED_FOLD, ("test",), ("close",)).filter(
         (pl.col("date") == day) & (pl.col("ticker") == ticker)
     )["close"][0]

@@ -16,13 +16,13 @@ from kinematic_pipeline.models import PatchTSTClassifier, SequenceClassifier, bu
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.stages.predict import evaluation_tickers, predict
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
+from kinematic_pipeline.tokenizations.spline import window_end_kinematics
 from kinematic_pipeline.warehouse.layout import (
     PREDICTION_CALIBRATION,
     UNIVERSE_PREDICTIONS,
     UNIVERSE_RAW_PREDICTIONS,
     VALIDATION_PREDICTIONS,
 )
-from kinematic_pipeline.windows import window_end_kinematics
 from kinematic_pipeline_tests.conftest import (
     CUT,
     TOKENIZED_FOLD,
@@ -121,7 +121,9 @@ def test_configured_test_tickers_missing_from_the_data_are_reported(warehouses):
     base, _ = warehouses
     settings = dataclasses.replace(base, evaluate=dataclasses.replace(base.evaluate, test_tickers=("SYN001", "NVDA")))
     result = predict(
-        settings, Policy("splinegpt", BuySellHold(0.01), 1234, settings.folds[0]), _classifier(settings, "splinegpt")
+        settings,
+        Policy("splinegpt", BuySellHold(0.01), 1234, settings.folds[0]),
+        _classifier(settings, "splinegpt"),
     )
     assert result.frame["ticker"].unique().to_list() == ["SYN001"]
     assert result.missing_tickers == ["NVDA"]

@@ -27,7 +27,7 @@ from kinematic_pipeline.stages.window_store import materialize_window_store
 from kinematic_pipeline.tasks.actions import unweighted_probabilities
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold, tau_column
 from kinematic_pipeline.tasks.rules import choose_margin
-from kinematic_pipeline.token_kinds import TOKEN_ASSETS
+from kinematic_pipeline.tokenizations import SPLINE, TOKENIZATIONS
 from kinematic_pipeline.windows import N_KNOTS
 
 START, END = dt.date(2020, 6, 1), dt.date(2021, 12, 31)
@@ -115,10 +115,10 @@ def _warehouse(tmp_path, name: str, bars: pl.DataFrame):
     materialize_tokens(settings, days, progress=False)
     token_days = [d for d in days if settings.warehouse.shard("spline_tokens", d).exists()]
     materialize_labels(settings, token_days, progress=False)
-    for asset in TOKEN_ASSETS:
-        materialize_window_store(settings, asset, progress=False)
+    for tok in TOKENIZATIONS.values():
+        materialize_window_store(settings, tok, progress=False)
     materialize_corpus_stats(settings)
-    materialize_features(settings, "spline_tokens", progress=False)
+    materialize_features(settings, SPLINE, progress=False)
     return settings
 
 
@@ -134,7 +134,7 @@ def test_a_folds_statistics_thresholds_and_weights_ignore_its_test_period_and_la
     moved = _warehouse(tmp_path, "moved", _perturb_from(bars, first.test_start))  # fold 1's test period on
     # the fold's corpus statistics: the same numbers; the last fold's (it trains on the moved days) differ
     for fold, same in ((first, True), (last, False)):
-        a, b = (fold_stats(s, "spline", fold).drop("shards_digest") for s in (base, moved))
+        a, b = (fold_stats(s, SPLINE, fold).drop("shards_digest") for s in (base, moved))
         assert a.equals(b) is same, fold
     # the fold's training rows, labels (the purge included) and validation split
     modules = [WindowDataModule(s, Policy("splinegpt", BuySellHold(TAU), 7, first)) for s in (base, moved)]

@@ -7,7 +7,8 @@ import pytest
 
 from kinematic_pipeline.config import TokenizeConfig
 from kinematic_pipeline.tasks.buy_sell_hold import labels_from_returns
-from kinematic_pipeline.tasks.targets import label_returns_close, label_returns_spline, spline_end_position
+from kinematic_pipeline.tasks.targets import label_returns_close, label_returns_spline
+from kinematic_pipeline.tokenizations.spline import spline_end_position
 from kinematic_pipeline_tests.naive_baselines import naive_label, naive_spline_end_position
 
 

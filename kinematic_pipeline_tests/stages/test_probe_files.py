@@ -21,6 +21,7 @@ import kinematic_pipeline
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.probe_models import LinearProbeModel, TreeProbeModel
 from kinematic_pipeline.stages.features import check_features_cut, features_cut
+from kinematic_pipeline.tokenizations import SPLINE
 
 
 def _classification(n: int = 600, d: int = 5, classes=(0, 1, 2), seed: int = 0):
@@ -74,16 +75,16 @@ def test_features_split_for_other_folds_are_refused_naming_the_asset(tmp_path, e
     built = load_settings("ci", warehouse=tmp_path, env={})
     path = built.warehouse.features_cut_file("spline")
     with pytest.raises(ValueError, match="missing .*re-materialize spline_features"):
-        check_features_cut(built, "spline")
+        check_features_cut(built, SPLINE)
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(features_cut(built)))
-    check_features_cut(built, "spline")  # the folds it was built for
+    check_features_cut(built, SPLINE)  # the folds it was built for
     moved = load_settings("ci", warehouse=tmp_path, env=env)
     with pytest.raises(ValueError, match=r"built for other folds \(2022H1: train to 2021-09-29.*re-materialize spline"):
-        check_features_cut(moved, "spline")
+        check_features_cut(moved, SPLINE)
     path.write_text("{")
     with pytest.raises(ValueError, match="not a cut record"):
-        check_features_cut(built, "spline")
+        check_features_cut(built, SPLINE)
 
 
 def test_nothing_in_the_package_unpickles_or_loads_torch_files_unchecked():

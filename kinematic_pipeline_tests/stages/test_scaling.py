@@ -22,7 +22,6 @@ from kinematic_pipeline.backtest.calibration import fit_calibration
 from kinematic_pipeline.config import TrainConfig
 from kinematic_pipeline.folds import walk_forward
 from kinematic_pipeline.policy import Foundation
-from kinematic_pipeline.probe_features import feature_columns
 from kinematic_pipeline.stages.features import materialize_features
 from kinematic_pipeline.stages.scaling import (
     LR_ALL,
@@ -38,6 +37,7 @@ from kinematic_pipeline.stages.scaling import (
 )
 from kinematic_pipeline.stages.scaling_scores import BEYOND_VOL20
 from kinematic_pipeline.tasks.buy_sell_hold import tau_column
+from kinematic_pipeline.tokenizations import FD, SPLINE
 from kinematic_pipeline.training.data import distinct_sample
 from kinematic_pipeline.training.trainer import budget_steps
 from kinematic_pipeline.variants import variant as lookup_variant
@@ -67,8 +67,8 @@ def built(tmp_path_factory):
     )
     _run_all(settings)
     _training_inputs(settings)
-    for asset in ("spline_tokens", "fd_tokens"):
-        materialize_features(settings, asset, progress=False)
+    for tok in (SPLINE, FD):
+        materialize_features(settings, tok, progress=False)
     for variant in VARIANTS:
         pretrain(settings, Foundation(variant, settings.train.seeds[0], settings.folds[0]), progress=False)
     return settings, materialize_scaling_curves(settings)
@@ -144,7 +144,7 @@ def test_the_matched_probe_at_the_largest_n_equals_a_direct_fit_of_the_same_rows
     wh = settings.warehouse
     for variant, probe in (("splinegpt", "lr_spline"), ("rawgpt_fd", "lr_fd")):
         spec = lookup_variant(probe)
-        columns, label = list(feature_columns(spec.feature_set)), tau_column(tau)
+        columns, label = list(spec.feature_columns), tau_column(tau)
         training = pl.read_parquet(wh.features_file(spec.feature_set, "training")).filter(
             pl.col("date") <= fold.label_end
         )

@@ -17,12 +17,13 @@ from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.stages.window_store import materialize_window_store
 from kinematic_pipeline.tasks.buy_sell_hold import tau_column
-from kinematic_pipeline.token_kinds import TOKEN_ASSETS
+from kinematic_pipeline.tokenizations import SPLINE, TOKENIZATIONS
 from kinematic_pipeline.tokenize import tokenize_price_windows, tokenize_volume_windows
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline.warehouse.catalog import query
-from kinematic_pipeline.windows import normalize_windows
 from kinematic_pipeline_tests.conftest import CUT, END, START, _bars, _perturb_after, _run_all, _settings
+
+TOKEN_ASSETS = ("spline_tokens", "fd_tokens", "raw_tokens")  # the three tokenizations' assets
 
 
 @pytest.mark.slow
@@ -118,7 +119,7 @@ def test_mle_alpha_is_estimated_on_the_training_period_and_used_by_the_tokenizer
     estimates = materialize_alpha_estimates(settings).estimates
     corpus = estimates.filter(pl.col("scope") == "__corpus__")
     assert corpus["fit_end"].to_list() == [CUT, CUT] and (corpus["alpha"] > 0).all()
-    summaries = materialize_tokens(settings, days[-3:], kinds=("spline_tokens",), progress=False)
+    summaries = materialize_tokens(settings, days[-3:], tokenizations=(SPLINE,), progress=False)
     alpha_price = corpus.filter(pl.col("kind") == "price")["alpha"][0]
     assert summaries["spline_tokens"].manifest["alpha_price"][0] == f"mle:corpus:corpus={alpha_price:.6g}"
 
@@ -126,19 +127,19 @@ def test_mle_alpha_is_estimated_on_the_training_period_and_used_by_the_tokenizer
 def test_corpus_stats_never_read_a_shard_after_the_training_cut(tmp_path):
     settings = _settings(tmp_path, "wh", _bars())
     days = _run_all(settings)
-    for asset in TOKEN_ASSETS:
-        materialize_window_store(settings, asset, progress=False)
-    stats = pl.concat([fit_corpus_stats(settings, asset) for asset in TOKEN_ASSETS])
+    for tok in TOKENIZATIONS.values():
+        materialize_window_store(settings, tok, progress=False)
+    stats = pl.concat([fit_corpus_stats(settings, tok) for tok in TOKENIZATIONS.values()])
     assert (stats["fit_end"] <= CUT).all() and stats.height == 3 * 7
     for asset in TOKEN_ASSETS:  # wreck every later shard: an honest fit cannot notice
         for day in (d for d in days if d > CUT):
             settings.warehouse.shard(asset, day).write_bytes(b"not parquet")
-    assert pl.concat([fit_corpus_stats(settings, asset) for asset in TOKEN_ASSETS]).equals(stats)
+    assert pl.concat([fit_corpus_stats(settings, tok) for tok in TOKENIZATIONS.values()]).equals(stats)
     # anchored channels start at zero; z-scored spline channels are standardized on the training windows
     tokens = pl.read_parquet([settings.warehouse.shard("spline_tokens", d) for d in days if d <= CUT])[
         "tokens"
     ].to_numpy()
-    normalized = normalize_windows(tokens, stats, "spline")
+    normalized = SPLINE.normalize(tokens, stats)
     assert (normalized[:, 0, [0, 4]] == 0).all()
     # the slow way: every token of the training shards at once, numpy's mean and std
     values = tokens.astype(np.float64).reshape(-1, 9)
@@ -196,7 +197,7 @@ def test_token_days_are_pinned_to_the_raw_days_behind_their_windows(tmp_path):
     with pytest.raises(StalePairError, match=f"spline_tokens shard of {day} .* digest was {recorded[:16]}"):
         check_token_inputs(settings, "spline_tokens", days)
     with pytest.raises(StalePairError, match="Re-materialize spline_tokens"):
-        materialize_window_store(settings, "spline_tokens")
+        materialize_window_store(settings, SPLINE)
     check_token_inputs(settings, "spline_tokens", days[:10])  # days before d still hold
     # the asset check says the same in Dagster
     import dagster as dg

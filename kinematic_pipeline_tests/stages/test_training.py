@@ -24,6 +24,7 @@ from kinematic_pipeline.policy import Foundation, Policy
 from kinematic_pipeline.sampling import expected_distinct_days
 from kinematic_pipeline.stages.window_store import materialize_window_store
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold, tau_column
+from kinematic_pipeline.tokenizations import FD, RAW, SPLINE
 from kinematic_pipeline.training import data as data_mod
 from kinematic_pipeline.training.data import WindowDataModule
 from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule, adamw_with_cosine
@@ -53,8 +54,8 @@ def ci_warehouse(tmp_path_factory):
     materialize_raw_ohlcv(settings, days, progress=False)
     materialize_tokens(settings, days, progress=False)
     materialize_labels(settings, days, progress=False)
-    for asset in ("spline_tokens", "fd_tokens", "raw_tokens"):
-        materialize_window_store(settings, asset, progress=False)
+    for tok in (SPLINE, FD, RAW):
+        materialize_window_store(settings, tok, progress=False)
     materialize_corpus_stats(settings)
     return settings
 
@@ -116,8 +117,8 @@ def test_no_shard_after_train_end_is_ever_opened(ci_warehouse, tmp_path):
             corrupted += 1
     assert corrupted > 0
     shutil.rmtree(wh / "window_store")  # rebuilt from the shards: it must not open a day after the cut
-    for asset in ("spline_tokens", "raw_tokens"):
-        materialize_window_store(settings, asset, progress=False)
+    for tok in (SPLINE, RAW):
+        materialize_window_store(settings, tok, progress=False)
     for variant in ("splinegpt", "patchtst"):
         dm = WindowDataModule(settings, Policy(variant, BuySellHold(TAU), SEED, settings.folds[0]))
         dm.setup()

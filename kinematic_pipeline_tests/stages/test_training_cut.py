@@ -12,6 +12,7 @@ from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.folds import evaluation_days
 from kinematic_pipeline.stages.corpus import fit_corpus_stats
 from kinematic_pipeline.stages.window_store import materialize_window_store
+from kinematic_pipeline.tokenizations import SPLINE
 from kinematic_pipeline.window_store import open_store
 from kinematic_pipeline_tests.conftest import END, START, _bars, _run_all
 
@@ -37,10 +38,10 @@ def test_the_test_period_corpus_statistics_and_training_shards_follow_the_cut(so
     _run_all(settings)
     test_days = evaluation_days(settings, "spline_tokens")
     assert test_days[0] == trading_day_on_or_after(cut_day + dt.timedelta(days=1)) and test_days[-1] == END
-    materialize_window_store(settings, "spline_tokens", progress=False)
-    stats = fit_corpus_stats(settings, "spline_tokens")
+    materialize_window_store(settings, SPLINE, progress=False)
+    stats = fit_corpus_stats(settings, SPLINE)
     assert stats["fit_end"].max() == cut_day  # the last session on or before the cut (both cuts are sessions)
-    store = open_store(settings, "spline_tokens")
+    store = open_store(settings, SPLINE)
     assert store.days["date"].max() == cut_day and store.manifest["train_end"] == cut_day and min(test_days) > cut_day
 
 

@@ -29,6 +29,7 @@ from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.stages.window_store import materialize_window_store
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
+from kinematic_pipeline.tokenizations import SPLINE
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline_tests.conftest import copy_warehouse
 
@@ -86,8 +87,8 @@ def _warehouse(folder, name: str, bars: pl.DataFrame):
     materialize_tokens(settings, days, progress=False)
     token_days = [d for d in days if settings.warehouse.shard("spline_tokens", d).exists()]
     materialize_labels(settings, token_days, progress=False)
-    materialize_window_store(settings, "spline_tokens", progress=False)
-    materialize_corpus_stats(settings, ("spline_tokens",))
+    materialize_window_store(settings, SPLINE, progress=False)
+    materialize_corpus_stats(settings, (SPLINE,))
     return settings
 
 
@@ -174,7 +175,10 @@ def test_a_warm_started_foundation_is_refused_once_its_parent_changes(trained, t
     for load in (
         lambda: load_foundation(settings, second),
         lambda: finetune(
-            settings, Policy(VARIANT, BuySellHold(0.01), SEED, second.fold), tmp_path / "adapter", progress=False
+            settings,
+            Policy(VARIANT, BuySellHold(0.01), SEED, second.fold),
+            tmp_path / "adapter",
+            progress=False,
         ),
     ):
         with pytest.raises(StalePairError) as refused:

@@ -14,12 +14,13 @@ import pytest
 
 from kinematic_pipeline.sampling import epoch_sample, expected_distinct_days, part_of
 from kinematic_pipeline.stages.window_store import materialize_window_store
+from kinematic_pipeline.tokenizations import SPLINE
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline.warehouse.verified import SIDECAR_SUFFIX
 from kinematic_pipeline.window_store import StaleStoreError, open_store
 from kinematic_pipeline_tests.conftest import CUT, _bars, _perturb_after, _run_all, _settings, copy_warehouse
 
-ASSET = "spline_tokens"
+ASSET = SPLINE.tokens_asset
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def _files(folder) -> dict[str, str]:
 
 
 def test_the_store_holds_every_window_of_every_day_up_to_the_cut_as_the_shards_do(built):
-    store = open_store(built, ASSET)
+    store = open_store(built, SPLINE)
     wh = built.warehouse
     days = wh.shard_days(ASSET, until=built.split.train_end)
     assert store.days["date"].max() <= built.split.train_end and store.manifest["train_end"] == built.split.train_end
@@ -56,11 +57,11 @@ def test_a_rebuild_from_the_same_shards_is_byte_identical_and_an_unchanged_store
     folder = built.warehouse.window_store_dir(ASSET)
     before = _files(folder)
     mtimes = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
-    assert not materialize_window_store(built, ASSET, progress=False).rebuilt
+    assert not materialize_window_store(built, SPLINE, progress=False).rebuilt
     assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == mtimes
     copy = dataclasses.replace(built, warehouse=tmp_path / "copy")
     shutil.copytree(built.warehouse, copy.warehouse, ignore=shutil.ignore_patterns("window_store"))
-    assert materialize_window_store(copy, ASSET, progress=False).rebuilt
+    assert materialize_window_store(copy, SPLINE, progress=False).rebuilt
     assert _files(copy.warehouse.window_store_dir(ASSET)) == before
 
 
@@ -68,7 +69,7 @@ def test_a_rebuild_from_the_same_shards_is_byte_identical_and_an_unchanged_store
 def test_the_store_does_not_change_when_bars_after_the_cut_change(built, tmp_path):
     other = _settings(tmp_path, "perturbed", _perturb_after(_bars(), CUT), taus=(0.01,))
     _run_all(other)
-    materialize_window_store(other, ASSET, progress=False)
+    materialize_window_store(other, SPLINE, progress=False)
     assert _files(other.warehouse.window_store_dir(ASSET)) == _files(built.warehouse.window_store_dir(ASSET))
 
 
@@ -77,16 +78,16 @@ def test_a_store_of_other_shards_or_another_cut_is_an_error_naming_the_asset_to_
     shutil.copytree(built.warehouse, settings.warehouse)
     earlier = dataclasses.replace(settings, split=dataclasses.replace(settings.split, train_end=dt.date(2021, 5, 28)))
     with pytest.raises(StaleStoreError, match="built for the training cut .*: materialize spline_window_store"):
-        open_store(earlier, ASSET)
+        open_store(earlier, SPLINE)
     wh = settings.warehouse
     day = wh.shard_days(ASSET, until=settings.split.train_end)[-1]
     manifest = pl.read_parquet(wh.manifest(ASSET, day)).with_columns(pl.lit("0" * 64).alias("content_hash"))
     manifest.write_parquet(wh.manifest(ASSET, day))  # as a re-tokenized day would: its shard has new bytes
     with pytest.raises(StaleStoreError, match="built from other spline_tokens shards.*materialize spline_window_store"):
-        open_store(settings, ASSET)
+        open_store(settings, SPLINE)
     shutil.rmtree(wh.window_store_dir(ASSET))
     with pytest.raises(StaleStoreError, match="no window store of spline_tokens"):
-        open_store(settings, ASSET)
+        open_store(settings, SPLINE)
 
 
 def test_a_shard_that_does_not_hold_what_its_manifest_says_stops_the_build_naming_the_day(built, tmp_path):
@@ -98,7 +99,7 @@ def test_a_shard_that_does_not_hold_what_its_manifest_says_stops_the_build_namin
     shard.head(shard.height - 1).write_parquet(wh.shard(ASSET, day))
     # its bytes are checked against the manifest's sha256 before a row is read (``Warehouse.verified_shards``)
     with pytest.raises(ValueError, match=f"is not the file its manifest records .* Re-materialize {ASSET} for {day}"):
-        materialize_window_store(settings, ASSET, progress=False)
+        materialize_window_store(settings, SPLINE, progress=False)
     assert not wh.window_store_dir(ASSET).exists() and not list(wh.window_store_dir(ASSET).parent.glob(".staging/*"))
 
 
@@ -113,7 +114,7 @@ def test_a_full_disk_names_the_store_and_a_second_builder_waits_for_the_first(bu
 
     monkeypatch.setattr(window_store, "_build_window_store", full)
     with pytest.raises(OSError, match=r"no space left on the device building the spline_window_store .* GB free"):
-        materialize_window_store(built, ASSET, progress=False)
+        materialize_window_store(built, SPLINE, progress=False)
     order = []
 
     def slow(settings, asset, progress):
@@ -122,7 +123,7 @@ def test_a_full_disk_names_the_store_and_a_second_builder_waits_for_the_first(bu
         order.append("end")
 
     monkeypatch.setattr(window_store, "_build_window_store", slow)
-    builders = [threading.Thread(target=materialize_window_store, args=(built, ASSET, False)) for _ in range(2)]
+    builders = [threading.Thread(target=materialize_window_store, args=(built, SPLINE, False)) for _ in range(2)]
     for b in builders:
         b.start()
     for b in builders:
@@ -138,24 +139,24 @@ def test_a_byte_flipped_in_the_store_with_its_mtime_put_back_is_refused_naming_t
     settings = dataclasses.replace(built, warehouse=tmp_path / "wh")
     shutil.copytree(built.warehouse, settings.warehouse)
     folder = settings.warehouse.window_store_dir(ASSET)
-    store = open_store(settings, ASSET)
+    store = open_store(settings, SPLINE)
     assert store.manifest["block_sha256"] and store.manifest["block_bytes"] == 64 << 20
     tokens = folder / "tokens.npy"
     flip_keeping_mtime(tokens, offset=tokens.stat().st_size - 100)  # a value in the last window
     with pytest.raises(
         CorruptFileError, match=r"tokens.npy is not the file its manifest records: block 0 .*rows 0\.\."
     ):
-        open_store(settings, ASSET)
+        open_store(settings, SPLINE)
     try:
-        open_store(settings, ASSET)
+        open_store(settings, SPLINE)
     except CorruptFileError as exc:
         assert "\n" not in str(exc) and str(exc).endswith(": materialize spline_window_store")
     flip_keeping_mtime(folder / "rows.parquet")
     with pytest.raises(CorruptFileError, match="rows.parquet .* is not the file its manifest records"):
-        open_store(settings, ASSET)
-    summary = materialize_window_store(settings, ASSET, progress=False)  # the fix the line names
+        open_store(settings, SPLINE)
+    summary = materialize_window_store(settings, SPLINE, progress=False)  # the fix the line names
     assert summary.rebuilt and _files(folder) == _files(built.warehouse.window_store_dir(ASSET))
-    open_store(settings, ASSET)
+    open_store(settings, SPLINE)
 
 
 def test_a_read_verifies_the_blocks_it_touches_and_names_the_damaged_one(built, tmp_path, monkeypatch):
@@ -163,35 +164,35 @@ def test_a_read_verifies_the_blocks_it_touches_and_names_the_damaged_one(built, 
     refused naming its rows and days; a store built before block checksums is rebuilt, byte-identical."""
     from kinematic_pipeline.stages import window_store as stage
     from kinematic_pipeline.warehouse.verified import CorruptFileError
-    from kinematic_pipeline.window_store import WINDOW_BYTES, WindowStore, read_manifest
+    from kinematic_pipeline.window_store import WindowStore, read_manifest
     from kinematic_pipeline_tests.unit.test_verified_files import flip_keeping_mtime
 
     settings = dataclasses.replace(built, warehouse=tmp_path / "wh")
     shutil.copytree(built.warehouse, settings.warehouse, ignore=shutil.ignore_patterns("window_store"))
     monkeypatch.setattr(stage, "BLOCK_BYTES", 16 << 10)
-    materialize_window_store(settings, ASSET, progress=False)
-    store = open_store(settings, ASSET)
+    materialize_window_store(settings, SPLINE, progress=False)
+    store = open_store(settings, SPLINE)
     n, blocks = store.manifest["windows"], len(store.manifest["block_sha256"])
     assert blocks == -(-store.path.stat().st_size // (16 << 10)) > 10
-    offset = store.path.stat().st_size - n * WINDOW_BYTES
+    offset = store.path.stat().st_size - n * store.window_bytes
     row = n // 2
-    flip_keeping_mtime(store.path, offset=offset + row * WINDOW_BYTES + 7)
-    damaged = (offset + row * WINDOW_BYTES) // (16 << 10)
-    fresh = WindowStore(store.folder, store.manifest, store.days, store.rows)  # opened, nothing verified yet
+    flip_keeping_mtime(store.path, offset=offset + row * store.window_bytes + 7)
+    damaged = (offset + row * store.window_bytes) // (16 << 10)
+    fresh = WindowStore(store.folder, store.manifest, store.days, store.rows, SPLINE)  # opened, nothing verified yet
     fresh.read(np.array([0, 1, n - 1]))  # blocks 0 and the last: intact
     with pytest.raises(CorruptFileError, match=rf"block {damaged} \(bytes .*rows .*{row:,}.*, days 2021-"):
         fresh.read(np.array([2, row]))
     with pytest.raises(CorruptFileError, match=f"block {damaged} "):
-        open_store(settings, ASSET)
+        open_store(settings, SPLINE)
     # a manifest without block checksums (an older version's): refused, and the next build rebuilds it
-    materialize_window_store(settings, ASSET, progress=False)
+    materialize_window_store(settings, SPLINE, progress=False)
     folder = settings.warehouse.window_store_dir(ASSET)
     old = pl.read_parquet(folder / "manifest.parquet").drop("block_bytes", "block_sha256")
     old.write_parquet(folder / "manifest.parquet")
     with pytest.raises(StaleStoreError, match="built by an older version .*: materialize spline_window_store"):
-        open_store(settings, ASSET)
-    assert materialize_window_store(settings, ASSET, progress=False).rebuilt
-    assert read_manifest(folder)["block_sha256"] and open_store(settings, ASSET)
+        open_store(settings, SPLINE)
+    assert materialize_window_store(settings, SPLINE, progress=False).rebuilt
+    assert read_manifest(folder)["block_sha256"] and open_store(settings, SPLINE)
 
 
 def test_the_staging_a_killed_swap_left_is_cleared_by_the_next_build(built, tmp_path):
@@ -212,19 +213,20 @@ def test_the_staging_a_killed_swap_left_is_cleared_by_the_next_build(built, tmp_
     child = f"""
 import os, pickle, signal
 from kinematic_pipeline.stages import window_store as stage
+from kinematic_pipeline.tokenizations import SPLINE
 swap = stage.swap_in_folder
 def swap_then_die(*args, **kwargs):
     swap(*args, **kwargs)
     os.kill(os.getpid(), signal.SIGKILL)  # after the exchange, before the old store is removed
 stage.swap_in_folder = swap_then_die
-stage.materialize_window_store(pickle.loads(open({str(tmp_path / "settings.pickle")!r}, "rb").read()), {ASSET!r}, False)
+stage.materialize_window_store(pickle.loads(open({str(tmp_path / "settings.pickle")!r}, "rb").read()), SPLINE, False)
 """
     proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     staging = folder.parent / ".staging"
     left = list(staging.glob(f"{ASSET}.*"))
     assert len(left) == 1 and (left[0] / "tokens.npy").exists()  # the old (damaged) store, swapped out
-    assert not materialize_window_store(settings, ASSET, progress=False).rebuilt  # the new store is current
+    assert not materialize_window_store(settings, SPLINE, progress=False).rebuilt  # the new store is current
     assert not list(staging.glob(f"{ASSET}.*"))
     assert _files(folder) == _files(built.warehouse.window_store_dir(ASSET))
 

@@ -46,7 +46,10 @@ def test_a_policy_holds_its_variant_and_fold_not_their_names():
     assert policy.fold.train_end == dt.date(2019, 12, 31) and policy.variant.token_asset == "raw_tokens"
     assert (
         Policy.from_row(
-            {"variant": "rawgpt", "seed": 7, "tau": 0.01, "fold": "2020"}, WALK_FORWARD, PAPER_CLASS_WEIGHTS
+            {"variant": "rawgpt", "seed": 7, "tau": 0.01, "fold": "2020"},
+            WALK_FORWARD,
+            PAPER_CLASS_WEIGHTS,
+            PAPER_CLASS_WEIGHTS,
         )
         == policy
     )

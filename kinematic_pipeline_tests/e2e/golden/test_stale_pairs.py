@@ -165,7 +165,9 @@ def test_labels_whose_next_day_was_re_ingested_and_re_tokenized_are_refused(sett
 
     from kinematic_pipeline.folds import evaluation_days
     from kinematic_pipeline.stages.tokenize import materialize_tokens
-    from kinematic_pipeline.token_kinds import SPLINE_TOKENS
+    from kinematic_pipeline.tokenizations import SPLINE
+
+    SPLINE_TOKENS = SPLINE.tokens_asset
     from kinematic_pipeline.warehouse import LABELS, QUARANTINE, RAW_OHLCV
 
     wh = settings.warehouse
@@ -192,7 +194,7 @@ def test_labels_whose_next_day_was_re_ingested_and_re_tokenized_are_refused(sett
             dict(manifest.schema),
             companions={QUARANTINE: pl.read_parquet(quarantine) if quarantine.exists() else None},
         )
-        materialize_tokens(settings, [last], kinds=(SPLINE_TOKENS,), progress=False)
+        materialize_tokens(settings, [last], tokenizations=(SPLINE,), progress=False)
         failed = _run(*materialize)
         output = failed.stdout + failed.stderr
         assert failed.returncode != 0

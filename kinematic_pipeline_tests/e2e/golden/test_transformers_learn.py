@@ -27,7 +27,7 @@ def settings():
 
 def test_every_transformer_reaches_half_the_probe_ic_on_its_own_tokens(settings):
     models = settings.train.variants
-    probes = {v: f"lr_{lookup_variant(v).tokenization}" for v in models}
+    probes = {v: f"lr_{lookup_variant(v).tokenization.name}" for v in models}
     universe = universe_predictions(settings, (*models, *sorted(set(probes.values()))))
     stats = signal_statistics(settings, universe)
     close = next(
