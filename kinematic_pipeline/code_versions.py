@@ -15,7 +15,7 @@ CODE_VERSIONS = {  # each stage's code version: a new one marks its assets (and 
     "ingest": "ingest-1",
     "tokenize": "tokenize-1",
     "window_store": "window-store-2",  # 2: per-block sha256 of tokens.npy in the manifest (issue 40)
-    "models": "models-2",  # 2: a walk-forward fold's foundation warm-starts from the previous fold's (issue 39)
+    "models": "models-3",  # 3: a foundation records and is checked against its own backbone's config alone (issue 52)
     "features": "features-2",  # 2: the token and raw days each features file was built from, checked on read
     "probes": "probes-2",  # 2: saved as data (coefficients, LightGBM's text model), not a pickle (issue 30)
     "evaluate": "evaluate-3",  # 3: universes record their membership file; backtests read only beside their predictions
