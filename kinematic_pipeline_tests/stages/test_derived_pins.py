@@ -98,6 +98,7 @@ def _rewrite(path, **values) -> None:
 # --- a restated bar ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # nightly lane (the fast lane keeps its budget)
 def test_a_restated_bar_refuses_the_features_and_what_trades_them_until_they_are_rebuilt(evaluated, tmp_path):
     settings = _copy(evaluated, tmp_path)
     wh = settings.warehouse

@@ -55,6 +55,7 @@ def warehouses(tokenized_once, tmp_path_factory):
     return base, other
 
 
+@pytest.mark.slow  # nightly lane (the fast lane keeps its budget)
 @pytest.mark.parametrize("variant", ["splinegpt", "rawgpt_fd", "patchtst"])
 def test_predictions_do_not_change_when_bars_after_the_decision_day_change(warehouses, variant):
     base, other = warehouses

@@ -92,6 +92,7 @@ def test_a_zero_volume_day_is_a_missing_measurement_and_tokens_stay_finite(tmp_p
     np.testing.assert_array_equal(tokens[:, :4], expected_price.astype(np.float32))
 
 
+@pytest.mark.slow  # nightly lane (the fast lane keeps its budget)
 def test_labels_follow_the_next_days_return(tmp_path):
     settings = _settings(tmp_path, "wh", _bars())
     days = _run_all(settings)
@@ -124,6 +125,7 @@ def test_mle_alpha_is_estimated_on_the_training_period_and_used_by_the_tokenizer
     assert summaries["spline_tokens"].manifest["alpha_price"][0] == f"mle:corpus:corpus={alpha_price:.6g}"
 
 
+@pytest.mark.slow  # nightly lane (the fast lane keeps its budget)
 def test_corpus_stats_never_read_a_shard_after_the_training_cut(tmp_path):
     settings = _settings(tmp_path, "wh", _bars())
     days = _run_all(settings)

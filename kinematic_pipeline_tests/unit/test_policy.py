@@ -49,7 +49,6 @@ def test_a_policy_holds_its_variant_and_fold_not_their_names():
             {"variant": "rawgpt", "seed": 7, "tau": 0.01, "fold": "2020"},
             WALK_FORWARD,
             PAPER_CLASS_WEIGHTS,
-            PAPER_CLASS_WEIGHTS,
         )
         == policy
     )

@@ -202,6 +202,7 @@ def all_figures(metrics, path_of) -> dict[str, bytes]:
     }
 
 
+@pytest.mark.slow  # nightly lane (the fast lane keeps its budget)
 def test_figures_are_valid_pngs_and_identical_for_identical_input(metrics, tmp_path):
     first = all_figures(metrics, lambda name: tmp_path / "a" / f"{name}.png")
     second = all_figures(metrics, lambda name: tmp_path / "b" / f"{name}.png")

@@ -125,6 +125,7 @@ def test_too_few_observations_give_nan_tokens_only_for_that_window():
     assert np.isnan(tok[1:]).all()
 
 
+@pytest.mark.slow  # nightly lane (the fast lane keeps its budget)
 def test_float32_output_and_preallocated_out():
     y = _walks(np.random.default_rng(10), 5)
     ref = tokenize_price_windows(y, 5.0)

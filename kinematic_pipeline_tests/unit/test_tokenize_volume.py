@@ -128,6 +128,7 @@ def test_too_few_observations_give_nan_tokens():
     assert np.isnan(tok[1:]).all()
 
 
+@pytest.mark.slow  # nightly lane (the fast lane keeps its budget)
 def test_fast_and_general_paths_agree_and_float32_output():
     v = _log_volumes(np.random.default_rng(9), 20)
     fast = tokenize_volume_windows(v, 5.0)
