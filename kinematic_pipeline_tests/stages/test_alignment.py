@@ -44,6 +44,8 @@ from kinematic_pipeline.variants import VARIANTS
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline_tests.conftest import TOKENIZED_FOLD, _bars, _run_all, _settings, _training_inputs
 
+pytestmark = pytest.mark.slow  # the nightly lane: the fast lane keeps its 8 minutes on a slower machine
+
 BUY, SELL, HOLD, UNKNOWN = 0, 1, 2, -1  # written out here on purpose: the codes the paper's table uses
 MODELS = ("splinegpt", "rawgpt_fd", "rawgpt", "patchtst")
 PROBE_VARIANTS = {"spline": "lr_spline", "fd": "lr_fd", "raw": "lr_raw"}  # a probe reading each features file

@@ -57,6 +57,8 @@ from kinematic_pipeline.warehouse import (
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline_tests.conftest import CUT, END, TOKENIZED_FOLD, copy_warehouse
 
+pytestmark = pytest.mark.slow  # the nightly lane: the fast lane keeps its 8 minutes on a slower machine
+
 RULE, OTHER_RULE, TAU = "momentum_1d", "momentum_20d", 0.01
 CODE = {"kinematic_pipeline": "test"}
 
@@ -98,7 +100,6 @@ def _rewrite(path, **values) -> None:
 # --- a restated bar ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow  # nightly lane (the fast lane keeps its budget)
 def test_a_restated_bar_refuses_the_features_and_what_trades_them_until_they_are_rebuilt(evaluated, tmp_path):
     settings = _copy(evaluated, tmp_path)
     wh = settings.warehouse
