@@ -34,6 +34,8 @@ from kinematic_pipeline_tests.conftest import (
     copy_warehouse,
 )
 
+pytestmark = pytest.mark.slow  # the nightly lane: its warehouse and models take a minute of the fast lane's 8
+
 DECISION_DAY = dt.date(2021, 7, 9)  # "day t" of the perturbation: inside the test period (after CUT)
 
 
@@ -55,7 +57,6 @@ def warehouses(tokenized_once, tmp_path_factory):
     return base, other
 
 
-@pytest.mark.slow  # nightly lane (the fast lane keeps its budget)
 @pytest.mark.parametrize("variant", ["splinegpt", "rawgpt_fd", "patchtst"])
 def test_predictions_do_not_change_when_bars_after_the_decision_day_change(warehouses, variant):
     base, other = warehouses
