@@ -63,7 +63,7 @@ class Snapshots(L.Callback):
 def transformer_rows(settings, policy: Policy, fold, days: list, rates: dict, out: Path, commit: str) -> list[dict]:
     """``policy``'s fine-tuning, one row per validated state: its validation loss and skill over the prior, and the
     test scores of that state."""
-    from kinematic_pipeline.stages.predict import model_predictions
+    from kinematic_pipeline.predictors.families import predictor
     from kinematic_pipeline.training.run import finetune
 
     snapshots = Snapshots()
@@ -73,7 +73,8 @@ def transformer_rows(settings, policy: Policy, fold, days: list, rates: dict, ou
     for curve in result.curves:
         started = time.perf_counter()
         classifier = snapshots.states[curve["step"]]
-        _, _, universe, _ = model_predictions(settings, policy, classifier, days, True, settings.train.class_weights)
+        fitted = classifier, settings.train.class_weights
+        _, _, universe, _ = predictor(policy.variant).predictions(settings, policy, days, True, fitted)
         rows.append(
             {
                 **row_keys(policy, fold, "transformer", commit),
@@ -97,8 +98,8 @@ def transformer_rows(settings, policy: Policy, fold, days: list, rates: dict, ou
 
 def probe_row(settings, policy: Policy, fold, days: list, rates: dict, commit: str) -> dict | None:
     """The logistic-regression probe on ``policy``'s tokens' window features, fitted and scored on the same days."""
+    from kinematic_pipeline.predictors.families import predictor
     from kinematic_pipeline.stages.baselines import train_probe
-    from kinematic_pipeline.stages.predict import baseline_policy_predictions
     from kinematic_pipeline.variants import ALL_VARIANTS
 
     probe = f"lr_{lookup_variant(policy.variant.name).tokenization.name}"
@@ -106,7 +107,7 @@ def probe_row(settings, policy: Policy, fold, days: list, rates: dict, commit: s
         return None
     probe_policy = dataclasses.replace(policy, variant=probe)
     model, fit = train_probe(settings, probe_policy)
-    _, _, universe, _ = baseline_policy_predictions(settings, probe_policy, days, True, probe=(model, fit))
+    _, _, universe, _ = predictor(probe_policy.variant).predictions(settings, probe_policy, days, True, (model, fit))
     return {
         **row_keys(policy, fold, probe, commit),
         "windows": fit["train_rows"],

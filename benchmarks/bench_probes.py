@@ -30,8 +30,9 @@ import sklearn.linear_model  # noqa: E402, F401
 
 from kinematic_pipeline.config import load_settings  # noqa: E402
 from kinematic_pipeline.policy import Policy  # noqa: E402
+from kinematic_pipeline.predictors.families import predictor  # noqa: E402
 from kinematic_pipeline.run_keys import run_task  # noqa: E402
-from kinematic_pipeline.stages.baselines import baseline_predictions, materialize_probe  # noqa: E402
+from kinematic_pipeline.stages.baselines import materialize_probe  # noqa: E402
 from kinematic_pipeline.variants import probes  # noqa: E402
 
 
@@ -68,7 +69,7 @@ def main() -> None:
         fit = materialize_probe(settings, policy).fit
         fit_s = time.perf_counter() - started
         started = time.perf_counter()
-        rows = baseline_predictions(settings, policy, "test", None).height
+        rows = predictor(policy.variant).rows(settings, policy, "test", None).height
         predict_s = time.perf_counter() - started
         total_fit, total_predict = total_fit + fit_s, total_predict + predict_s
         print(

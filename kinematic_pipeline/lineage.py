@@ -12,7 +12,6 @@ foundation -> window store and token shards -> raw bars. No dagster here.
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,7 @@ from kinematic_pipeline.report.tables import runs_at, sharpe_cell, with_days_in_
 from kinematic_pipeline.run_keys import keep_run_policies, run_keys_digest
 from kinematic_pipeline.tasks.buy_sell_hold import TAU_SQL
 from kinematic_pipeline.tokenizations import TOKENIZATIONS
-from kinematic_pipeline.variants import ModelVariant, ProbeVariant, Variant, models
+from kinematic_pipeline.variants import models
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline.warehouse.layout import (
@@ -72,7 +71,9 @@ PROVENANCE_SCHEMA: dict[str, pl.DataType] = {  # every link holds for every tick
 }
 
 
-def provenance_frame(settings: Settings, policy: Policy, *, outputs: dict[str, Path], code_versions: dict[str, str]):
+def provenance_frame(
+    settings: Settings, policy: Policy, predictor, *, outputs: dict[str, Path], code_versions: dict[str, str]
+):
     """The lineage of one policy's backtests, one row per file (or code version) it depends on.
 
     ``outputs``: asset -> file written by the backtests (backtests, equity curves, trades, margin backtests);
@@ -97,7 +98,7 @@ def provenance_frame(settings: Settings, policy: Policy, *, outputs: dict[str, P
     }
     for asset, path in files.items():
         add(asset, asset, path)
-    _model_provenance(policy.variant, wh, policy, add)
+    predictor.provenance(wh, policy, add)  # the model's files (``predictors``): an adapter, a probe's fit, none
     for shard in exact.read_parquet(inputs).iter_rows(named=True):
         add(
             _input_link(shard["asset"]),
@@ -117,36 +118,6 @@ def provenance_frame(settings: Settings, policy: Policy, *, outputs: dict[str, P
         pl.lit(policy.fold.label).alias("fold"),
     )
     return frame.select(list(PROVENANCE_SCHEMA)).cast(PROVENANCE_SCHEMA)  # type: ignore[arg-type]
-
-
-@functools.singledispatch
-def _model_provenance(variant: Variant, wh, policy: Policy, add) -> None:
-    """The files that made a policy's predictions (a rule: none)."""
-
-
-@_model_provenance.register
-def _(variant: ProbeVariant, wh, policy: Policy, add) -> None:
-    """A fitted probe: its model and fit record (the features file is an input)."""
-    for path in variant.model_files(wh, policy):
-        add("probe", variant.asset("probe"), path)
-
-
-@_model_provenance.register
-def _(variant: ModelVariant, wh, policy: Policy, add) -> None:
-    """The adapter and foundation files of a model, and what each was served in training."""
-    foundation, adapter = wh.policy_files(policy)
-    for path in wh.adapter_files(policy):
-        add("adapter", variant.asset("adapter"), path)
-    add("foundation", variant.asset("foundation"), foundation)
-    for prefix, model_dir in (("pretrain", foundation.parent), ("finetune", adapter)):
-        used_file = wh.shards_used(model_dir)
-        add(f"{prefix}_lineage", variant.asset("foundation" if prefix == "pretrain" else "adapter"), used_file)
-        used = exact.read_parquet(used_file)
-        for row in used.filter(pl.col("served") > 0).iter_rows(named=True):  # what the model was served
-            link = "window_store" if row["split"] == "store" else "training_shard"
-            date = None if link == "window_store" else row["date"]
-            path = recorded_file(wh, row["asset"], row["date"], row["path"])
-            add(link, row["asset"], path, row["content_hash"], date=date, split=f"{prefix}_{row['split']}")
 
 
 def _input_link(asset: str) -> str:

@@ -68,9 +68,9 @@ PROBE_HEAD = HeadLayout("probe", "head.pt", False, None, "linear probe on the fr
 class Variant(ABC):
     """What every variant has: the tokenization it reads, its assets' names and how the report names and draws it.
     Its family's behaviour is its class (``ModelVariant``, ``ProbeVariant``, ``RuleVariant``): what its predictions read
-    (``inputs``), which files make them (``model_files``), whether they are calibrated, what data it has seen
-    (``data_seen``). Callers ask a variant, never which family it is; what needs torch or the stages is a generic
-    function of the variant's class where it lives (``stages.predict.policy_predictions``)."""
+    (``inputs``), which files make them (``model_files``), what data it has seen (``data_seen``); its predictor
+    (``predictors.families.predictor``: one class per family, where torch and the
+    stages are) loads, predicts and traces them. Callers ask a variant or its predictor, never which family it is."""
 
     name: str
     tokenization: Tokenization  # the tokens it pretrains, fine-tunes and predicts on (baselines: their features')
@@ -80,12 +80,11 @@ class Variant(ABC):
     color: str  # in every figure (the paper: SplineGPT blue, PatchTST red)
     line_style: str  # thin baseline lines in the equity panel ("-": the focus, drawn thick)
 
-    family: ClassVar[str]  # model | probe | rule (the module docstring): a name for tables, never a branch
-    predictor: ClassVar[str]  # what makes its predictions, for asset descriptions
+    family: ClassVar[str]  # model | probe | rule (the module docstring): a name for tables and ``predictors.families``
+    made_by: ClassVar[str]  # what makes its predictions, for asset descriptions
     seeded: ClassVar[bool] = False  # trained once per ``train.seeds``; else once, under seed 0 (``Policy``)
     every_tau: ClassVar[bool] = False  # a policy per ``tokenize.taus`` (baselines: ``evaluate.baseline_taus``)
     probabilistic: ClassVar[bool] = True  # states probabilities (a rule decides: its "probabilities" are one-hot)
-    calibrated: ClassVar[bool] = True  # a temperature and class biases fitted on its validation days (``predict``)
     compute_kind: ClassVar[str] = "python"  # the Dagster kind of its evaluation assets
     group: ClassVar[str] = "baselines"  # the Dagster group of its evaluation assets
 
@@ -144,7 +143,7 @@ class ModelVariant(Variant):
     head: HeadLayout  # how its fine-tuned head is saved (its torch side: models.heads.HEADS)
 
     family: ClassVar[str] = "model"
-    predictor: ClassVar[str] = "fine-tuned policy"
+    made_by: ClassVar[str] = "fine-tuned policy"
     seeded: ClassVar[bool] = True
     every_tau: ClassVar[bool] = True
     compute_kind: ClassVar[str] = "pytorch"
@@ -191,7 +190,7 @@ class ProbeVariant(_FeaturesVariant):
     learner: str  # "lr" (scikit-learn) or "lightgbm": stages.probe_learners.LEARNERS
 
     family: ClassVar[str] = "probe"
-    predictor: ClassVar[str] = "fitted probe"
+    made_by: ClassVar[str] = "fitted probe"
 
     @property
     def feature_columns(self) -> tuple[str, ...]:
@@ -218,9 +217,8 @@ class RuleVariant(_FeaturesVariant):
     follows: str | None  # the return column whose sign it follows (None: always Hold)
 
     family: ClassVar[str] = "rule"
-    predictor: ClassVar[str] = "rule"
+    made_by: ClassVar[str] = "rule"
     probabilistic: ClassVar[bool] = False
-    calibrated: ClassVar[bool] = False  # its one-hot action is not calibrated
 
     feature_set: ClassVar[str] = RAW.name  # ret1 and ret20 are columns of the raw features file
     feature_columns: ClassVar[tuple[str, ...]] = ("ret1", "ret20")

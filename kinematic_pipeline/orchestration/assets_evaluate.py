@@ -36,7 +36,7 @@ def _prediction_inputs(variant: str) -> tuple[list[dg.AssetDep], str]:
     """What a variant's predictions read, and what does the predicting (for the description)."""
     spec, every_day = lookup_variant(variant), dg.AllPartitionMapping()
     deps = [dg.AssetDep(a, partition_mapping=every_day) if daily else dg.AssetDep(a) for a, daily in spec.inputs()]
-    return deps, spec.predictor
+    return deps, spec.made_by
 
 
 def predictions_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:

@@ -26,6 +26,7 @@ from kinematic_pipeline.config import EvalConfig, Settings
 from kinematic_pipeline.lineage import PROVENANCE_SCHEMA, provenance_frame
 from kinematic_pipeline.model_pins import check_predictions_model, predictions_class_weights, run_class_weights
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.predictors.families import predictor
 from kinematic_pipeline.report.markdown import Markdown, markdown_table
 from kinematic_pipeline.tasks.rules import MarginRule
 from kinematic_pipeline.variants import BENCHMARK
@@ -136,7 +137,9 @@ def materialize_backtests(settings: Settings, policy: Policy, code_versions: dic
     margin = margin_rule_backtests(settings, predictions, validation, weights).with_columns(fold)
     paths[MARGIN_BACKTESTS] = wh.evaluation_file(MARGIN_BACKTESTS, policy)
     wh.write(margin, paths[MARGIN_BACKTESTS])
-    provenance = provenance_frame(settings, policy, outputs=paths, code_versions=code_versions)
+    provenance = provenance_frame(
+        settings, policy, predictor(policy.variant), outputs=paths, code_versions=code_versions
+    )
     paths[PROVENANCE] = wh.evaluation_file(PROVENANCE, policy)
     wh.write(provenance, paths[PROVENANCE])
     for asset in paths:

@@ -14,14 +14,13 @@
 - rules (fitted on nothing): always Hold; momentum: Buy when the last 1-day (20-day) log return is above
   tau, Sell when below -tau, else Hold. They decide: their "probabilities" are the one-hot action.
 
-``baseline_predictions`` turns either into the predictions of a policy (the same schema and files as the
+``predictors.features`` turns either into the predictions of a policy (the same schema and files as the
 models': the backtested tickers' test days, their validation days, and the universe at the report's tau).
 No dagster here.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import time
@@ -31,9 +30,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline.backtest.sweep import predictions_frame
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.pins import features_path, load_probe
+from kinematic_pipeline.pins import features_path
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.probe_models import (
     FIT_FILE,
@@ -43,7 +41,7 @@ from kinematic_pipeline.probe_models import (
 )
 from kinematic_pipeline.stages.features import read_features
 from kinematic_pipeline.stages.probe_learners import LEARNERS, FitRows
-from kinematic_pipeline.variants import ProbeVariant, Variant, probes
+from kinematic_pipeline.variants import probes
 from kinematic_pipeline.warehouse.atomic import file_sha256, write_bytes_atomic
 
 CLIP = 10.0  # z-scores beyond this are clipped (a winsorization of rare extreme windows)
@@ -154,37 +152,3 @@ def probe_probabilities(probe: tuple[ProbeModel, dict], frame: pl.DataFrame) -> 
     if x.shape[0] == 0:
         return np.empty((0, 3))
     return _classes3(model, model.predict_proba(x))
-
-
-@functools.singledispatch
-def fitted_probe(variant: Variant, settings: Settings, policy: Policy) -> tuple[ProbeModel, dict] | None:
-    """What a baseline decides with: a probe's fit, loaded and checked (``load_probe``); a rule's nothing."""
-    return None
-
-
-@fitted_probe.register
-def _(variant: ProbeVariant, settings: Settings, policy: Policy) -> tuple[ProbeModel, dict] | None:
-    return load_probe(settings, policy)
-
-
-def baseline_probabilities(policy: Policy, frame: pl.DataFrame, probe: tuple[object, dict] | None) -> np.ndarray:
-    """[n, 3] probabilities of a probe (loaded: ``fitted_probe``), or the one-hot action of a rule (no probe)."""
-    if probe is None:
-        return np.eye(3)[policy.variant.actions(frame, policy.task.tau)]
-    return probe_probabilities(probe, frame)
-
-
-def baseline_predictions(
-    settings: Settings, policy: Policy, split: str, tickers: list[str] | None, probe: tuple[object, dict] | None = None
-) -> pl.DataFrame:
-    """PREDICTIONS_SCHEMA rows of ``split`` (``test`` or ``validation``) of the features file, for ``tickers``
-    (None: every ticker), sorted by ticker and date. The action is the argmax of the softmax (the paper's
-    weighted argmax, as the models'), the rule's own action for a rule."""
-    label = policy.task.label_column
-    frame = read_features(settings, policy.variant.name, policy.fold, (split,), ("close", label))
-    if tickers is not None:
-        frame = frame.filter(pl.col("ticker").is_in(tickers))
-    frame = frame.sort("ticker", "date")
-    probe = fitted_probe(policy.variant, settings, policy) if probe is None else probe
-    probs = baseline_probabilities(policy, frame, probe)
-    return predictions_frame(frame, (policy.variant.name, policy.task.tau, policy.seed), probs, label)

@@ -18,8 +18,8 @@ on exactly the ticker-days that learner scored (those with a vol20), with a bloc
 (``policy_frames.skill_beyond_reference_frame``, as the information table's).
 
 Every learner is scored as the report scores the universe: its predictions on the fold's test days over the
-universe tickers (``predict.universe_tickers``), calibrated on the fold's validation days exactly as
-``materialize_predictions`` does (``predict.model_predictions`` / ``predict.baseline_policy_predictions``); the daily
+universe tickers (``predictors.base.universe_tickers``), calibrated on the fold's validation days exactly as
+``materialize_predictions`` does (``Predictor.predictions``, ``predictors/``); the daily
 cross-sectional rank IC of s = p_buy - p_sell of the de-weighted p against the next day's close-to-close return
 (``r_close`` of the labels shards) with its Newey-West t, and the log-loss skill of p on close-to-close labels
 against the fold's training base rates (``evidence.train_base_rates``, ``policy_frames.skill_frame``) with its
@@ -41,11 +41,11 @@ import polars as pl
 from kinematic_pipeline.config import Settings, TrainConfig
 from kinematic_pipeline.folds import Fold, evaluation_days
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.predictors.families import predictor
 from kinematic_pipeline.report.markdown import Markdown, embedded_image, markdown_table
 from kinematic_pipeline.run_keys import run_task
 from kinematic_pipeline.stages.base_rates import CLOSE, train_base_rates
 from kinematic_pipeline.stages.baselines import train_probe
-from kinematic_pipeline.stages.predict import baseline_policy_predictions, model_predictions
 from kinematic_pipeline.stages.scaling_scores import VOL_REFERENCE, log_row, score_universe, with_vol20
 from kinematic_pipeline.variants import color, display_name
 from kinematic_pipeline.variants import variant as lookup_variant
@@ -180,14 +180,8 @@ def transformer_row(
     result = finetune(scaled, policy, out_dir=out, foundation=foundation, progress=progress)
     head = HEADS[lookup_variant(variant).head.kind]
     classifier = head.load(load_foundation(settings, policy, foundation), out).eval()
-    _, _, universe, _ = model_predictions(
-        settings,
-        policy,
-        classifier,
-        days,
-        True,
-        settings.train.class_weights,  # fine-tuned here, with these
-    )
+    fitted = classifier, settings.train.class_weights  # fine-tuned here, with these
+    _, _, universe, _ = predictor(policy.variant).predictions(settings, policy, days, True, fitted)
     if universe_out is not None:
         universe_out.append(universe)
     return {
@@ -214,7 +208,7 @@ def probe_row(
     policy = dataclasses.replace(scaling_policy(settings, variant), variant=probe)  # the sample's seed: the model's
     capped = dataclasses.replace(settings, evaluate=dataclasses.replace(settings.evaluate, probe_max_train_rows=n))
     model, fit = train_probe(capped, policy)
-    _, _, universe, _ = baseline_policy_predictions(settings, policy, days, True, probe=(model, fit))
+    _, _, universe, _ = predictor(policy.variant).predictions(settings, policy, days, True, (model, fit))
     if universe_out is not None:
         universe_out.append(universe)
     return {

@@ -32,10 +32,9 @@ import torch
 from kinematic_pipeline.folds import evaluation_days
 from kinematic_pipeline.pins import fold_stats
 from kinematic_pipeline.policy import Policy
-from kinematic_pipeline.stages import predict as predict_mod
-from kinematic_pipeline.stages.baselines import baseline_predictions
+from kinematic_pipeline.predictors import model as predict_mod
+from kinematic_pipeline.predictors.model import predict
 from kinematic_pipeline.stages.features import materialize_features, read_features
-from kinematic_pipeline.stages.predict import predict
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold, tau_column
 from kinematic_pipeline.tokenizations import TOKENIZATIONS
 from kinematic_pipeline.training import data as data_mod
@@ -43,6 +42,7 @@ from kinematic_pipeline.training.data import WindowDataModule
 from kinematic_pipeline.variants import VARIANTS
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline_tests.conftest import TOKENIZED_FOLD, _bars, _run_all, _settings, _training_inputs
+from kinematic_pipeline_tests.helpers.predictions import baseline_predictions
 
 pytestmark = pytest.mark.slow  # the nightly lane: the fast lane keeps its 8 minutes on a slower machine
 

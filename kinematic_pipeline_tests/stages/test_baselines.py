@@ -18,7 +18,7 @@ from kinematic_pipeline.backtest.skill import base_rates
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.policy import Policy
-from kinematic_pipeline.stages.baselines import baseline_predictions, materialize_probe
+from kinematic_pipeline.stages.baselines import materialize_probe
 from kinematic_pipeline.stages.features import materialize_features
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
@@ -31,6 +31,7 @@ from kinematic_pipeline.tokenizations.base import N_LAST
 from kinematic_pipeline.tokenizations.raw import raw_extras
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse.atomic import file_sha256
+from kinematic_pipeline_tests.helpers.predictions import baseline_predictions
 
 # --- the features, against loops -------------------------------------------------------------------------
 

@@ -14,7 +14,8 @@ from kinematic_pipeline.folds import evaluation_days
 from kinematic_pipeline.model_pins import pin_foundation
 from kinematic_pipeline.models import PatchTSTClassifier, SequenceClassifier, build_model
 from kinematic_pipeline.policy import Policy
-from kinematic_pipeline.stages.predict import evaluation_tickers, predict
+from kinematic_pipeline.predictors.base import evaluation_tickers, purge_labels
+from kinematic_pipeline.predictors.model import predict
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.tokenizations.spline import window_end_kinematics
 from kinematic_pipeline.warehouse.layout import (
@@ -23,6 +24,7 @@ from kinematic_pipeline.warehouse.layout import (
     UNIVERSE_RAW_PREDICTIONS,
     VALIDATION_PREDICTIONS,
 )
+from kinematic_pipeline.window_store import validation_days
 from kinematic_pipeline_tests.conftest import (
     CUT,
     TOKENIZED_FOLD,
@@ -178,21 +180,25 @@ def test_written_predictions_are_calibrated_on_validation_days_only(warehouses, 
     from kinematic_pipeline import model_pins
 
     monkeypatch.setattr(model_pins, "model_files", lambda settings, p: [])  # no adapter on disk to hash
-    monkeypatch.setattr(stage, "check_class_weights", lambda settings, p: settings.train.class_weights)  # nor its pin
+    from kinematic_pipeline.predictors import model as model_predictor
+
+    monkeypatch.setattr(
+        model_predictor, "check_class_weights", lambda settings, p: settings.train.class_weights
+    )  # nor pin
     result = stage.materialize_predictions(base, policy)
     path = result.path
 
     wh, fold = base.warehouse, policy.fold
     raw_test = predict(base, policy, _classifier(base, "splinegpt")).frame
     tickers = sorted(raw_test["ticker"].unique().to_list())
-    days = stage.validation_days(base, "spline_tokens", fold)
+    days = validation_days(base, "spline_tokens", fold)
     raw_val = predict(base, policy, _classifier(base, "splinegpt"), days, tickers).frame
     assert raw_val.height > 0 and raw_val["date"].max() <= CUT < raw_test["date"].min()
     # the universe is the test tickers here: the fitting set is their validation rows, less the labels that read a
     # close after the purge (a single cut: the last validation day's label reads the first test close)
     late = raw_val.filter((pl.col("date") > fold.label_end) & (pl.col("label") >= 0))
     assert late.height > 0 and fold.label_end < CUT
-    fitting = stage.purge_labels(raw_val, fold)
+    fitting = purge_labels(raw_val, fold)
     expected = fit_calibration(
         fitting.select(PROB_COLUMNS).to_numpy(), fitting["label"].to_numpy(), base.train.class_weights
     )

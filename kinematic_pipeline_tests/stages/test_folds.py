@@ -17,7 +17,7 @@ from kinematic_pipeline.folds import evaluation_days, fold_named, store_cut, wal
 from kinematic_pipeline.pins import fold_stats
 from kinematic_pipeline.policy import Foundation, Policy
 from kinematic_pipeline.sources.synthetic import SyntheticSource
-from kinematic_pipeline.stages.baselines import baseline_predictions, materialize_probe
+from kinematic_pipeline.stages.baselines import materialize_probe
 from kinematic_pipeline.stages.corpus import materialize_corpus_stats
 from kinematic_pipeline.stages.features import materialize_features, read_features
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
@@ -29,6 +29,7 @@ from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold, tau_column
 from kinematic_pipeline.tasks.rules import choose_margin
 from kinematic_pipeline.tokenizations import SPLINE, TOKENIZATIONS
 from kinematic_pipeline.windows import N_KNOTS
+from kinematic_pipeline_tests.helpers.predictions import baseline_predictions
 
 START, END = dt.date(2020, 6, 1), dt.date(2021, 12, 31)
 CUT = dt.date(2021, 6, 30)  # folds: 2021H2 (train <= 2021-03-31) and 2022H1 (train <= 2021-09-30)

@@ -347,8 +347,8 @@ def test_learnability_on_test_days_scores_every_validated_state_and_the_kept_one
     probe beside it; the report table and figure read the rows."""
     from kinematic_pipeline.folds import evaluation_days
     from kinematic_pipeline.models import HEADS
+    from kinematic_pipeline.predictors.families import predictor
     from kinematic_pipeline.stages.base_rates import CLOSE, train_base_rates
-    from kinematic_pipeline.stages.predict import model_predictions
     from kinematic_pipeline.stages.scaling_scores import score_universe
     from kinematic_pipeline.stages.training_table import (
         LEARNABILITY_TEST_SCHEMA,
@@ -371,7 +371,8 @@ def test_learnability_on_test_days_scores_every_validated_state_and_the_kept_one
     assert len({round(r["logloss_skill"], 9) for r in rows}) > 1  # each state is scored, not one model again
 
     saved = HEADS[policy.variant.head.kind].load(load_foundation(settings, policy), out).eval()
-    _, _, universe, _ = model_predictions(settings, policy, saved, days, True, settings.train.class_weights)
+    fitted = saved, settings.train.class_weights
+    _, _, universe, _ = predictor(policy.variant).predictions(settings, policy, days, True, fitted)
     direct, kept = score_universe(settings, universe, rates), next(r for r in rows if r["kept"])
     assert kept["logloss_skill"] == pytest.approx(direct["logloss_skill"], abs=1e-9)
     assert kept["rank_ic"] == pytest.approx(direct["rank_ic"], abs=1e-9, nan_ok=True)

@@ -24,9 +24,9 @@ from kinematic_pipeline.backtest.sweep import predictions_frame, run_sweep
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.folds import Fold
 from kinematic_pipeline.paper_conventions import PAPER
+from kinematic_pipeline.predictors.base import purge_labels
 from kinematic_pipeline.report import tables
 from kinematic_pipeline.sources.synthetic import PLANTED_NOISE
-from kinematic_pipeline.stages.predict import purge_labels
 from kinematic_pipeline.tasks.actions import BUY, SELL, SOFTMAX_COLUMNS, UNKNOWN_LABEL
 from kinematic_pipeline.tasks.rules import PaperArgmax
 

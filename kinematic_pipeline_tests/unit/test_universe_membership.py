@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from kinematic_pipeline.config import load_settings
+from kinematic_pipeline.predictors import base as predict
 from kinematic_pipeline.sources.membership import members_on
-from kinematic_pipeline.stages import predict
 from kinematic_pipeline_tests.helpers.cli import assert_one_line_error, cli_env
 
 CSV = "Symbol,Security,Date added\nAAA,A Inc,1990-01-02\nBBB,B Inc,2020-06-22\nCCC,C Inc,2019-01-02\n"
