@@ -26,6 +26,7 @@ from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report.markdown import Markdown, markdown_table
 from kinematic_pipeline.sources.membership import require_members
 from kinematic_pipeline.tasks.actions import ACTION_KEYS, UNKNOWN_LABEL
+from kinematic_pipeline.variants import Variant
 from kinematic_pipeline.warehouse import exact_paths as exact
 
 N_DEFAULT_TEST_TICKERS = 6  # the paper backtests six names
@@ -73,7 +74,7 @@ class Predictions:
 class Predictor(ABC):
     """What makes the predictions of ``variant``'s policies (``Variant.predictor()``)."""
 
-    variant: object  # the Variant it predicts for (typed loosely: variants.py names its predictor, not the reverse)
+    variant: Variant  # the variant whose policies it predicts for
 
     calibrated: ClassVar[bool] = True  # a temperature and class biases fitted on its validation days
 

@@ -130,9 +130,9 @@ def test_no_shard_after_train_end_is_ever_opened(ci_warehouse, tmp_path):
 def _module(settings, cap=None, tau=None, seed=None, trace=None):
     train = dataclasses.replace(settings.train, max_windows_per_epoch=cap, shard_trace=trace)
     settings = dataclasses.replace(settings, train=train)
-    dm = WindowDataModule(
-        settings, Policy("splinegpt", BuySellHold(tau), SEED if seed is None else seed, settings.folds[0])
-    )
+    seed = SEED if seed is None else seed
+    fit = Foundation("splinegpt", seed, settings.folds[0])  # no tau: the pretraining windows
+    dm = WindowDataModule(settings, fit if tau is None else fit.on(BuySellHold(tau)))
     dm.setup()
     return dm
 
