@@ -13,10 +13,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kinematic_pipeline.warehouse.layout import PROBE_FIT_FILE, PROBE_LEGACY_PICKLE, PROBE_MODEL_FILES
+from kinematic_pipeline.warehouse.layout import (
+    PROBE_FIT_FILE,
+    PROBE_LEGACY_PICKLE,
+    PROBE_MODEL_FILES,
+    PROBE_TIMING_FILE,
+)
 
 MODEL_FILES = PROBE_MODEL_FILES  # learner -> the model's file (data, not code)
 FIT_FILE = PROBE_FIT_FILE  # how a probe was fitted, beside its model
+TIMING_FILE = PROBE_TIMING_FILE  # how long it took: beside them, in no pin and no check
 LEGACY_PICKLE = PROBE_LEGACY_PICKLE  # what versions before issue 30 saved: refused, never loaded
 LINEAR_FORMAT = "kinematic_pipeline linear probe 1"
 

@@ -9,8 +9,11 @@ the registry (``variants.HeadLayout``) its torch side: build on a backbone, save
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import shutil
+import tempfile
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +27,7 @@ from kinematic_pipeline.config import GPTConfig, TrainConfig
 from kinematic_pipeline.models.gpt import KinematicGPT
 from kinematic_pipeline.models.patchtst import PatchTST
 from kinematic_pipeline.variants import LORA_HEAD, PROBE_HEAD
+from kinematic_pipeline.warehouse.atomic import UMASK, write_bytes_atomic, write_text_atomic
 from kinematic_pipeline.warehouse.verified import without_sidecars
 
 if TYPE_CHECKING:
@@ -121,10 +125,23 @@ class LoraHead:
         return inject_lora(classifier, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_layers)
 
     def save(self, classifier: nn.Module, adapter_dir: Path, variant: str, tau: float) -> list[Path]:
+        """PEFT writes a folder: staged beside the head's path and renamed in whole, so that a link planted at
+        the path (or in the old folder) is replaced, never written through."""
         path = self.layout.path(adapter_dir)
-        shutil.rmtree(path, ignore_errors=True)
-        classifier.save_pretrained(path)
-        _sort_target_modules(path / "adapter_config.json")
+        for stale in Path(adapter_dir).glob(f".{path.name}.*"):  # left by a save that was killed: repair
+            shutil.rmtree(stale, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(dir=adapter_dir, prefix=f".{path.name}."))
+        try:
+            staging.chmod(0o777 & ~UMASK)  # mkdtemp's 0700 would become the folder's: the user's umask decides
+            classifier.save_pretrained(staging)
+            _sort_target_modules(staging / "adapter_config.json")
+            if path.is_symlink():
+                path.unlink()
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+            os.rename(staging, path)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)  # after the rename: nothing
         return without_sidecars(self.layout.files(adapter_dir))
 
     def load(self, backbone: KinematicGPT, adapter_dir: Path) -> nn.Module:
@@ -160,7 +177,9 @@ class ProbeHead:
 
     def save(self, classifier: nn.Module, adapter_dir: Path, variant: str, tau: float) -> list[Path]:
         head = {n: p.detach().cpu() for n, p in classifier.named_parameters() if p.requires_grad}
-        torch.save({"variant": variant, "tau": tau, "state_dict": head}, self.layout.path(adapter_dir))
+        buffer = io.BytesIO()  # saved in memory, written whole: a rename over the path, never through a link
+        torch.save({"variant": variant, "tau": tau, "state_dict": head}, buffer)
+        write_bytes_atomic(self.layout.path(adapter_dir), buffer.getvalue())
         return without_sidecars(self.layout.files(adapter_dir))
 
     def load(self, backbone: PatchTST, adapter_dir: Path) -> nn.Module:
@@ -182,7 +201,7 @@ def _sort_target_modules(config_path: Path) -> None:
     config = json.loads(config_path.read_text())
     if isinstance(config.get("target_modules"), list):
         config["target_modules"] = sorted(config["target_modules"])
-        config_path.write_text(json.dumps(config, indent=2, sort_keys=True))
+        write_text_atomic(config_path, json.dumps(config, indent=2, sort_keys=True))
 
 
 def count_parameters(module: nn.Module) -> tuple[int, int]:

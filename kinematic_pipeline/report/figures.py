@@ -7,6 +7,7 @@ metadata, so the same input gives the same bytes. Empty inputs give a figure tha
 from __future__ import annotations
 
 import datetime as dt
+import io
 from pathlib import Path
 
 import matplotlib.dates as mdates
@@ -28,15 +29,18 @@ from kinematic_pipeline.variants import (
     short_name,
 )
 from kinematic_pipeline.variants import variant as lookup_variant
+from kinematic_pipeline.warehouse.atomic import write_bytes_atomic
 
 DPI = 110  # fixed, so PNG bytes do not depend on matplotlib's rc defaults
 
 
 def save_figure(fig: Figure, path: Path) -> bytes:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=DPI, metadata={"Software": None})
-    return path.read_bytes()
+    """The PNG of ``fig``, rendered in memory and written whole (a rename over ``path``, never through a link)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+    data = buffer.getvalue()
+    write_bytes_atomic(Path(path), data)
+    return data
 
 
 def no_data_figure(title: str, path: Path) -> bytes:

@@ -8,8 +8,9 @@
   the models' class weights (``train.class_weights``), so that their softmax is read like the models' (the
   paper's weighted argmax; the weights undone elsewhere). Saved under ``Warehouse.probe_dir`` as data, never
   as code: a logistic regression's classes, coefficients and intercepts (``model.json``), a LightGBM model's own
-  text format (``model.txt``), and ``fit.json`` (scaler, rows, days, iterations, validation loss, seconds, the
-  model file's sha256). Nothing here unpickles: a probe folder received from someone else can hold wrong numbers
+  text format (``model.txt``), and ``fit.json`` (scaler, rows, days, iterations, validation loss, the model file's
+  sha256: the record the predictions pin, free of wall times, so that an unchanged refit writes the same bytes);
+  the fit's seconds go to ``fit_timing.json`` beside them, in no pin and no check. Nothing here unpickles: a probe folder received from someone else can hold wrong numbers
   (refused by the sha256 check), never a payload that runs (a pickle of an older version is refused unread).
 - rules (fitted on nothing): always Hold; momentum: Buy when the last 1-day (20-day) log return is above
   tau, Sell when below -tau, else Hold. They decide: their "probabilities" are the one-hot action.
@@ -37,6 +38,7 @@ from kinematic_pipeline.probe_models import (
     FIT_FILE,
     LEGACY_PICKLE,
     MODEL_FILES,
+    TIMING_FILE,
     ProbeModel,
 )
 from kinematic_pipeline.stages.features import read_features
@@ -52,9 +54,10 @@ class ProbeFit:
     policy: Policy
     folder: Path
     fit: dict
+    timing: dict  # ``fit_timing.json``: the wall time, kept out of the pinned ``fit``
 
     def metadata(self) -> dict:
-        return {k: v for k, v in self.fit.items() if not isinstance(v, list)} | {"path": self.folder}
+        return {k: v for k, v in self.fit.items() if not isinstance(v, list)} | self.timing | {"path": self.folder}
 
 
 def _matrix(frame: pl.DataFrame, columns: tuple[str, ...]) -> np.ndarray:
@@ -68,7 +71,8 @@ def _standardize(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray
 
 def materialize_probe(settings: Settings, policy: Policy) -> ProbeFit:
     """Fit the probe of ``policy`` on the training rows of its features file; save it (data, not a pickle) with
-    its fit record, which holds the model file's sha256; the fit record."""
+    its fit record, which holds the model file's sha256 (and its wall time beside it, unpinned); the fit."""
+    started = time.perf_counter()
     model, fit = train_probe(settings, policy)
     folder = settings.warehouse.probe_dir(policy)
     folder.mkdir(parents=True, exist_ok=True)
@@ -76,8 +80,10 @@ def materialize_probe(settings: Settings, policy: Policy) -> ProbeFit:
     fit = fit | {"model_file": MODEL_FILES[fit["learner"]], "model_sha256": hashlib.sha256(data).hexdigest()}
     write_bytes_atomic(folder / fit["model_file"], data)
     write_bytes_atomic(folder / FIT_FILE, json.dumps(fit, indent=1).encode())
+    timing = {"fit_seconds": round(time.perf_counter() - started, 2)}
+    write_bytes_atomic(folder / TIMING_FILE, json.dumps(timing, indent=1).encode())
     (folder / LEGACY_PICKLE).unlink(missing_ok=True)
-    return ProbeFit(policy, folder, fit)
+    return ProbeFit(policy, folder, fit, timing)
 
 
 def train_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
@@ -85,7 +91,7 @@ def train_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
     ``evaluate.probe_max_train_rows``: a sample seeded by the policy's seed) and its fit record, as ``load_probe``
     returns them (the model as the numbers it is saved as, so it predicts alike loaded or not); nothing is
     written."""
-    variant, started = policy.variant, time.perf_counter()
+    variant = policy.variant
     if not probes([variant.name]):
         raise ValueError(f"{variant.name} is not a probe")
     label = policy.task.label_column
@@ -133,8 +139,7 @@ def train_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
         "fold": policy.fold.label,
         "train_end": str(policy.fold.train_end),  # the cut it was fitted for: checked on load
         "features_sha256": file_sha256(features_path(settings, policy.variant.name)),  # the training file's
-        "fit_seconds": round(time.perf_counter() - started, 2),
-    }
+    }  # no wall time: the predictions pin this record (``fit_timing.json`` holds the seconds)
     return model, fit
 
 

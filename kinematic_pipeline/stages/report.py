@@ -59,6 +59,7 @@ from kinematic_pipeline.tokenizations.spline import window_end_kinematics
 from kinematic_pipeline.variants import BENCHMARK, FOCUS_VARIANT, models
 from kinematic_pipeline.warehouse import BACKTESTS, EQUITY_CURVES, PREDICTIONS, RAW_OHLCV
 from kinematic_pipeline.warehouse import exact_paths as exact
+from kinematic_pipeline.warehouse.atomic import write_text_atomic
 from kinematic_pipeline.warehouse.layout import TABLES_ASSET, TABLES_PIN_FILE
 
 CONTEXT_FILE = "context.json"  # under reports/tables/: the run the tables describe
@@ -253,14 +254,15 @@ def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame
     sections = []
     for name, frame in built.items():
         if name != "verdict":  # the verdict asset's own files
-            (out / f"{name}.md").write_text(markdown_table(frame) + "\n")
-            frame.write_parquet(out / f"{name}.parquet")
+            write_text_atomic(out / f"{name}.md", markdown_table(frame) + "\n")
+            settings.warehouse.write(frame, out / f"{name}.parquet")
         sections.append(f"### {titles[name]}\n\n{markdown_table(frame)}\n")
     context = _context(settings, metrics)
-    (out / CONTEXT_FILE).write_text(json.dumps(context, indent=1))
+    write_text_atomic(out / CONTEXT_FILE, json.dumps(context, indent=1))
     lines = "\n".join(f"- {k}: {v}" for k, v in context.items())
     path = settings.warehouse.tables_file
-    path.write_text(f"## The paper's tables ({settings.profile} profile)\n\n{lines}\n\n" + "\n".join(sections))
+    text = f"## The paper's tables ({settings.profile} profile)\n\n{lines}\n\n" + "\n".join(sections)
+    write_text_atomic(path, text, settings.warehouse.durable)
     pin_evaluation(settings.warehouse, out / TABLES_PIN_FILE, inputs, run_keys_digest(settings))
     return built, path, metrics
 
@@ -384,7 +386,7 @@ def materialize_report(settings: Settings, extra_context: dict[str, str] | None 
         figure_headings=FIGURE_HEADINGS,
     )
     path = wh.report_file
-    path.write_text(text)
+    write_text_atomic(path, text, wh.durable)
     return path
 
 

@@ -49,6 +49,7 @@ from kinematic_pipeline.stages.baselines import train_probe
 from kinematic_pipeline.stages.scaling_scores import VOL_REFERENCE, log_row, score_universe, with_vol20
 from kinematic_pipeline.variants import color, display_name
 from kinematic_pipeline.variants import variant as lookup_variant
+from kinematic_pipeline.warehouse.atomic import write_text_atomic
 
 SCALED_MODELS = ("splinegpt", "rawgpt_fd")  # the tokenizations the curves compare
 TRANSFORMER, LR_MATCHED, LR_ALL = "transformer", "lr_matched", "lr_all"
@@ -290,7 +291,7 @@ def materialize_scaling_curves(settings: Settings, progress: bool = False, log=N
     tables.mkdir(parents=True, exist_ok=True)
     table_path = tables / f"{TABLE_NAME}.parquet"
     wh.write(frame, table_path)
-    (tables / f"{TABLE_NAME}.md").write_text(markdown_table(frame) + "\n")
+    write_text_atomic(tables / f"{TABLE_NAME}.md", markdown_table(frame) + "\n")
     seed = settings.train.seeds[0]
     figure_path = scaling_png(frame, f"fold {fold.label}, seed {seed}, tau = {tau:g}", figures / f"{TABLE_NAME}.png")
     return ScalingSummary(frame, table_path, figure_path, fold.label, seed, tau, time.perf_counter() - started)

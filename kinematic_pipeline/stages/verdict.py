@@ -71,6 +71,7 @@ from kinematic_pipeline.stages.verdict_signal import (
 from kinematic_pipeline.stages.verdict_trials import SHARPE_CONVENTION, luck_of_the_trials
 from kinematic_pipeline.warehouse import EQUITY_CURVES, PREDICTIONS
 from kinematic_pipeline.warehouse import exact_paths as exact
+from kinematic_pipeline.warehouse.atomic import write_text_atomic
 from kinematic_pipeline.warehouse.layout import VERDICT_FILE, VERDICT_PIN_FILE
 
 VERDICT_SCHEMA = {
@@ -219,7 +220,7 @@ def materialize_verdict(settings: Settings) -> pl.DataFrame:
         table = pl.DataFrame([row], schema=VERDICT_SCHEMA)
     out = wh.report_tables_dir
     out.mkdir(parents=True, exist_ok=True)
-    (out / "verdict.md").write_text(markdown_table(table) + "\n")
+    write_text_atomic(out / "verdict.md", markdown_table(table) + "\n")
     wh.write(table, out / VERDICT_FILE)
     pin_evaluation(wh, out / VERDICT_PIN_FILE, inputs, run_keys_digest(settings))  # and the run's policies
     return table

@@ -36,6 +36,7 @@ from kinematic_pipeline.tasks.actions import ACTION_KEYS, UNKNOWN_LABEL
 from kinematic_pipeline.tasks.buy_sell_hold import same_tau, tau_column
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.layout import LABELS, SHARDS_USED_SCHEMA
+from kinematic_pipeline.warehouse.no_follow import append_text
 from kinematic_pipeline.window_store import WindowStore, open_store
 
 
@@ -130,12 +131,12 @@ def _trace(stream: SampledWindows, folder: Path, rank: int, served: np.ndarray) 
     name = f"rank{rank}.tsv" if info is None or info.id == 0 else f"rank{rank}.worker{info.id}.tsv"
     days = stream.store.days["date"].to_list()
     Path(folder).mkdir(parents=True, exist_ok=True)
-    with open(Path(folder) / name, "a") as out:
-        out.writelines(
-            f"{stream.epoch}\t{stream.split}\t{rank}\t{days[d].isoformat()}\t{n}\n"
-            for d in np.flatnonzero(served)
-            for n in [served[d]]
-        )
+    lines = (
+        f"{stream.epoch}\t{stream.split}\t{rank}\t{days[d].isoformat()}\t{n}\n"
+        for d in np.flatnonzero(served)
+        for n in [served[d]]
+    )
+    append_text(Path(folder) / name, "".join(lines))  # appended, never through a link (``no_follow``)
 
 
 class EpochSeed(L.Callback):

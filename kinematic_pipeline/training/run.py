@@ -9,6 +9,7 @@ logs and ``shards_used.parquet`` (what was served) live in the same folders.
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from dataclasses import dataclass, field
@@ -45,7 +46,7 @@ from kinematic_pipeline.training.trainer import (
     ranks,
     read_curves,
 )
-from kinematic_pipeline.warehouse.atomic import digest, file_sha256
+from kinematic_pipeline.warehouse.atomic import digest, file_sha256, write_bytes_atomic
 from kinematic_pipeline.warehouse.layout import LOSS_PLOT_FILE, MODEL_FILE, SHARDS_USED_SCHEMA
 from kinematic_pipeline.warehouse.verified import verify_model_folder, write_model_manifest
 
@@ -280,7 +281,9 @@ def save_foundation(settings: Settings, policy: Foundation, state: dict[str, tor
     """``model.pt``: the variant, the config of its backbone alone (what ``load_foundation`` checks; another
     backbone's sizes are not its concern) and the weights."""
     config = settings.model.record(policy.variant.backbone)
-    torch.save({"variant": policy.variant.name, "model_config": config, "state_dict": state}, path)
+    buffer = io.BytesIO()  # saved in memory, written whole: a rename over ``path``, never through a link
+    torch.save({"variant": policy.variant.name, "model_config": config, "state_dict": state}, buffer)
+    write_bytes_atomic(path, buffer.getvalue(), settings.warehouse.durable)
 
 
 def load_foundation(settings: Settings, policy: Policy, path: Path | None = None) -> nn.Module:

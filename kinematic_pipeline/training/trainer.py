@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import logging
 import math
 import os
@@ -22,6 +23,7 @@ from lightning.pytorch.loggers import CSVLogger
 from kinematic_pipeline.config import TrainConfig
 from kinematic_pipeline.training.data import EpochSeed
 from kinematic_pipeline.warehouse import exact_paths as exact
+from kinematic_pipeline.warehouse.atomic import write_text_atomic
 
 # Expected here, not problems: streaming needs no workers on 2 cores; tiny profiles log rarely;
 # re-materializing an asset reuses its folder.
@@ -109,10 +111,11 @@ class BestState(L.Callback):
         for row in self.rows:
             row["best"] = row["step"] == self.best_step
         if trainer.is_global_zero:
-            with open(self.out_dir / CURVES_FILE, "w", newline="") as out:
-                writer = csv.DictWriter(out, fieldnames=CURVE_COLUMNS, lineterminator="\n")
-                writer.writeheader()
-                writer.writerows(self.rows)
+            out = io.StringIO(newline="")
+            writer = csv.DictWriter(out, fieldnames=CURVE_COLUMNS, lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(self.rows)
+            write_text_atomic(self.out_dir / CURVES_FILE, out.getvalue())
 
 
 def training_threads(train=None) -> int:

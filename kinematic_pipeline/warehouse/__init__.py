@@ -4,7 +4,8 @@
 - ``layout.py``: the tree, every folder and file name;
 - ``store.py``: the ``Warehouse``, the paths of shards, manifests, model folders and reports, and its reads;
 - ``day_units.py``: a trading day's shards and manifests written as one unit (one rename);
-- ``atomic.py``: atomic files (stage, fsync on request, rename) and their sha256;
+- ``atomic.py``: atomic files (stage, fsync on request, rename) and their sha256: the one way a file is written;
+- ``no_follow.py``: the locks and an appended trace, opened in place without following a symbolic link;
 - ``catalog.py``: the DuckDB catalog, views over the shards;
 - ``repair.py``: what the catalog does with a file DuckDB cannot read, and the older flat layout's upgrade;
 - ``verified.py``: reads checked against the sha256 recorded when a file was written (sidecars, model manifests);

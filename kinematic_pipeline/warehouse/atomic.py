@@ -1,6 +1,8 @@
 """Files that appear whole or not at all: atomic Parquet writes, folders swapped in by one rename, hashes.
 
-A killed writer leaves the old file (or folder) or the new one, never a partial one: files are written under
+The one way the package writes a file outside a staging folder: ``write_bytes_atomic`` (``write_text_atomic``,
+``write_parquet_atomic``); a figure or a ``torch.save`` goes to a ``BytesIO`` first. The rename replaces a symbolic
+link planted at the final path, never writes through it (``test_one_way_to_write.py``). A killed writer leaves the old file (or folder) or the new one, never a partial one: files are written under
 a temporary name and renamed; a folder of several files is staged and exchanged with the old one in one
 ``renameat2(RENAME_EXCHANGE)`` (two renames where the kernel cannot). ``durable=True`` (``KP_DURABLE_WRITES=1``,
 read by ``config.load_settings``) also fsyncs before each rename, which survives a power loss. No dagster.
@@ -68,6 +70,11 @@ def write_bytes_atomic(path: Path, data: bytes, durable: bool = False) -> str:
     return _write_atomic(path, lambda tmp: Path(tmp).write_bytes(data), durable)
 
 
+def write_text_atomic(path: Path, text: str, durable: bool = False) -> str:
+    """``text`` (UTF-8) to ``path`` by ``write_bytes_atomic``; its sha256."""
+    return write_bytes_atomic(path, text.encode(), durable)
+
+
 def _write_atomic(path: Path, write, durable: bool) -> str:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -102,9 +109,10 @@ def write_staged_file(frame: pl.DataFrame, path: Path, compression: str, durable
 
 
 def holds(path: Path, sha: str, size: int) -> bool:
-    """Whether ``path`` already holds exactly the bytes with sha256 ``sha`` (size compared first)."""
+    """Whether ``path`` already holds exactly the bytes with sha256 ``sha`` (size compared first). A symbolic link
+    never does (what it points at may hold them): it is replaced by the file itself."""
     try:
-        return path.stat().st_size == size and file_sha256(path) == sha
+        return not path.is_symlink() and path.stat().st_size == size and file_sha256(path) == sha
     except FileNotFoundError:
         return False
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import re
 import sys
 import time
@@ -22,6 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+
+from kinematic_pipeline.warehouse.atomic import write_text_atomic
+from kinematic_pipeline.warehouse.no_follow import open_no_follow
 
 
 @dataclass(frozen=True)
@@ -45,11 +49,12 @@ def sql_str(text: str) -> str:
 def catalog_connection(
     warehouse: Path, read_only: bool = False, timeout_s: float = 120.0, repair: Repair | None = None
 ) -> Iterator:
-    """A DuckDB connection to the catalog; writers hold an exclusive file lock (one writer at a time)."""
+    """A DuckDB connection to the catalog; writers hold an exclusive file lock (one writer at a time), opened
+    without following a link (``no_follow``: a link planted at ``.catalog.lock`` is refused, naming it)."""
 
     warehouse = Path(warehouse)
     warehouse.mkdir(parents=True, exist_ok=True)
-    lock = open(warehouse / ".catalog.lock", "a+")
+    lock = open_no_follow(warehouse / ".catalog.lock", os.O_RDWR, "lock")
     try:
         deadline = time.monotonic() + timeout_s
         mode = fcntl.LOCK_SH if read_only else fcntl.LOCK_EX
@@ -70,7 +75,7 @@ def catalog_connection(
             con.close()
     finally:
         fcntl.flock(lock, fcntl.LOCK_UN)
-        lock.close()
+        os.close(lock)
 
 
 def catalog_file(warehouse: Path) -> Path:
@@ -82,13 +87,12 @@ def catalog_file(warehouse: Path) -> Path:
     if "?" not in str(warehouse.resolve()):
         return warehouse / "catalog.duckdb"
     import hashlib
-    import os
 
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     key = hashlib.sha256(str(warehouse.resolve()).encode()).hexdigest()[:32]
     folder = cache / "kinematic_pipeline" / "catalogs" / key
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "warehouse.txt").write_text(str(warehouse.resolve()) + "\n")
+    write_text_atomic(folder / "warehouse.txt", str(warehouse.resolve()) + "\n")
     return folder / "catalog.duckdb"
 
 

@@ -26,6 +26,7 @@ from kinematic_pipeline.warehouse.atomic import (
 )
 from kinematic_pipeline.warehouse.catalog import catalog_connection, create_view, sql_str
 from kinematic_pipeline.warehouse.layout import DAY_UNITS, LOCKS_DIR, SCHEMA_DIR, STAGING_DIR, is_day_name
+from kinematic_pipeline.warehouse.no_follow import open_no_follow, read_holder, write_holder
 
 
 def write_shard(
@@ -57,7 +58,9 @@ def write_shard(
 def day_lock(wh, asset: str, day: dt.date | str, timeout_s: float = 600.0):
     """An exclusive lock on one day of ``asset`` (``.locks/<asset>/<day>.lock``) for as long as it is written:
     two runs over the same partitions (a schedule and a manual backfill) write a day one after the other;
-    the second says once whom it waits for (pid, host, since) and stops after ``timeout_s`` naming them."""
+    the second says once whom it waits for (pid, host, since) and stops after ``timeout_s`` naming them.
+    The lock file is opened without following a link and never truncated (``no_follow``): a link planted there
+    is refused in one line naming it, never a file outside the warehouse emptied."""
     import fcntl
     import socket
     import sys
@@ -66,14 +69,15 @@ def day_lock(wh, asset: str, day: dt.date | str, timeout_s: float = 600.0):
     folder = wh.root / LOCKS_DIR / asset
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{day}.lock"
-    with open(path, "a+") as handle:
+    fd = open_no_follow(path, os.O_RDWR, "lock")
+    try:
         deadline, told = time.monotonic() + timeout_s, False
         while True:
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                holder = path.read_text().strip() or "another process"
+                holder = read_holder(fd) or "another process"
                 if time.monotonic() > deadline:
                     raise TimeoutError(
                         f"{asset} {day} is still being written by {holder} after {timeout_s:.0f} s"
@@ -83,16 +87,13 @@ def day_lock(wh, asset: str, day: dt.date | str, timeout_s: float = 600.0):
                     told = True
                 time.sleep(0.05)
         try:
-            handle.seek(0)
-            handle.truncate()
-            handle.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%H:%M:%S')}")
-            handle.flush()
+            write_holder(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%H:%M:%S')}")
             yield
         finally:
-            handle.seek(0)
-            handle.truncate()
-            handle.flush()
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            write_holder(fd, "")
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def _write_unit(wh, asset, day, frame, record, manifest_schema, compression, companions) -> dict:

@@ -87,6 +87,7 @@ UNIVERSE_PREDICTIONS = "universe"  # at the report's tau: the universe's predict
 UNIVERSE_RAW_PREDICTIONS = "universe_raw"  # and before calibration
 PREDICTION_CLASS_WEIGHTS = "class_weights"  # the class weights the model was trained with, one row
 PROBE_FIT_FILE = "fit.json"  # beside each probe's model: how it was fitted (stages/baselines.py)
+PROBE_TIMING_FILE = "fit_timing.json"  # beside it: the fit's wall time, never pinned (an unchanged refit: same bytes)
 PROBE_MODEL_FILES = {"lr": "model.json", "lightgbm": "model.txt"}  # learner -> the model's file (data, not code)
 PROBE_LEGACY_PICKLE = "model.joblib"  # what versions before issue 30 saved: refused, never loaded
 PIN_FILE = "foundation.json"  # beside each adapter: the sha256 of the foundation it was fine-tuned from

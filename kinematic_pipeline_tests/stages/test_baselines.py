@@ -201,9 +201,28 @@ def test_a_probe_fit_ignores_bars_after_the_cut_and_is_deterministic(drift_wareh
     for variant in ("lr_trivial", "lightgbm_spline"):
         policy = Policy(variant, BuySellHold(TAU), 0, settings.folds[0])
         fits = [materialize_probe(s, policy).fit for s in (settings, other, settings)]
-        same = [{k: v for k, v in f.items() if k not in ("fit_seconds", "features_sha256")} for f in fits]
+        same = [{k: v for k, v in f.items() if k != "features_sha256"} for f in fits]  # no wall time to drop
         assert same[0] == same[1] == same[2]
         a, b = (json.loads(s.warehouse.probe_dir(policy).joinpath("fit.json").read_text()) for s in (settings, other))
         assert a["mean"] == b["mean"] and a["train_days"] == b["train_days"]
         val = [baseline_predictions(s, policy, "validation", None) for s in (settings, other)]
         assert val[0].equals(val[1])
+
+
+@pytest.mark.slow
+def test_an_unchanged_probe_refit_writes_the_same_bytes(drift_warehouse):
+    """A refit on unchanged inputs leaves the pinned record and the model byte for byte as they were (what the
+    predictions pin: nothing downstream is stale); its wall time lives in an unpinned sidecar beside them."""
+    settings, _ = drift_warehouse
+    for variant in ("lr_trivial", "lightgbm_spline"):
+        policy = Policy(variant, BuySellHold(TAU), 0, settings.folds[0])
+        fit = materialize_probe(settings, policy)
+        pinned = settings.warehouse.probe_files(policy)  # what the predictions pin (model_pins.model_files)
+        assert [p.name for p in pinned] == [fit.fit["model_file"], "fit.json"]
+        first = {p.name: p.read_bytes() for p in pinned}
+        again = materialize_probe(settings, policy)
+        assert {p.name: p.read_bytes() for p in pinned} == first, variant
+        record = json.loads(first["fit.json"])
+        assert not [k for k in record if "seconds" in k or "time" in k], record  # no wall time in the record
+        timing = json.loads((fit.folder / "fit_timing.json").read_text())  # the sidecar: the last fit's seconds
+        assert timing == again.timing and again.metadata()["fit_seconds"] == timing["fit_seconds"] >= 0
