@@ -10,8 +10,9 @@
   as code: a logistic regression's classes, coefficients and intercepts (``model.json``), a LightGBM model's own
   text format (``model.txt``), and ``fit.json`` (scaler, rows, days, iterations, validation loss, the model file's
   sha256: the record the predictions pin, free of wall times, so that an unchanged refit writes the same bytes);
-  the fit's seconds go to ``fit_timing.json`` beside them, in no pin and no check. Nothing here unpickles: a probe folder received from someone else can hold wrong numbers
-  (refused by the sha256 check), never a payload that runs (a pickle of an older version is refused unread).
+  the fit's seconds go to ``fit_timing.json`` beside them, in no pin and no check. Nothing here unpickles: a probe
+  folder received from someone else can hold wrong numbers (refused by the sha256 check), never a payload that
+  runs (a pickle of an older version is refused unread).
 - rules (fitted on nothing): always Hold; momentum: Buy when the last 1-day (20-day) log return is above
   tau, Sell when below -tau, else Hold. They decide: their "probabilities" are the one-hot action.
 

@@ -2,8 +2,9 @@
 
 The one way the package writes a file outside a staging folder: ``write_bytes_atomic`` (``write_text_atomic``,
 ``write_parquet_atomic``); a figure or a ``torch.save`` goes to a ``BytesIO`` first. The rename replaces a symbolic
-link planted at the final path, never writes through it (``test_one_way_to_write.py``). A killed writer leaves the old file (or folder) or the new one, never a partial one: files are written under
-a temporary name and renamed; a folder of several files is staged and exchanged with the old one in one
+link planted at the final path, never writes through it (``test_one_way_to_write.py``). A killed writer leaves the
+old file (or folder) or the new one, never a partial one: files are written under a temporary name and renamed; a
+folder of several files is staged and exchanged with the old one in one
 ``renameat2(RENAME_EXCHANGE)`` (two renames where the kernel cannot). ``durable=True`` (``KP_DURABLE_WRITES=1``,
 read by ``config.load_settings``) also fsyncs before each rename, which survives a power loss. No dagster.
 """
