@@ -183,8 +183,8 @@ def skill_beyond_reference_frame(
 
     ``reference``: predictions-frame rows of one forecaster, one row per (tau, ticker, date); a policy row is paired
     with the reference row of its tau, ticker and date, and rows without one are left out of both sides. Both
-    sides' stored (de-weighted) probabilities p are scored on the policy rows' ``options.label_column`` against the training base rates of their tau (per fold with
-    ``FoldRates``). The day draws are seeded with ``sweep.bootstrap_seed(options.boot_seed, (variant, tau))``, as
+    sides' stored (de-weighted) probabilities p are scored on the policy rows' ``options.label_column`` against the
+    training base rates of their tau (per fold with ``FoldRates``). The day draws are seeded with ``sweep.bootstrap_seed(options.boot_seed, (variant, tau))``, as
     ``seed_mean_skill_frame``'s. A variant equal to the reference's own is left out."""
     label_column = options.label_column
     if reference.select(pl.struct("tau", "ticker", "date").is_duplicated().any()).item():
