@@ -42,10 +42,13 @@ def no_information_action(base_rates, class_weights) -> int:
     return int(np.argmax(class_weight_vector(class_weights) * rates))
 
 
-def buy_sell_margin(p) -> np.ndarray:
-    """ln(p_buy / p_sell) of the unweighted probabilities p (n, 3) (= ln(q_buy / q_sell) + ln(w_sell / w_buy)), (n,)."""
-    p = check_probabilities(p)
-    return np.log(np.maximum(p[:, BUY], _TINY)) - np.log(np.maximum(p[:, SELL], _TINY))
+def buy_sell_margin(p, class_weights) -> np.ndarray:
+    """ln(p_buy / p_sell) of the unweighted probabilities p (n, 3), taken as ln(q_buy / q_sell) + ln(w_sell / w_buy)
+    of the weighted q ∝ w ⊙ p, (n,): a class with p = 0 (a rule's one-hot) is clipped in q, so two zeros give
+    ln(w_sell / w_buy), the argmax's tie."""
+    q = check_probabilities(p) * class_weight_vector(class_weights)
+    w = class_weight_vector(class_weights)
+    return np.log(np.maximum(q[:, BUY], _TINY) / w[BUY]) - np.log(np.maximum(q[:, SELL], _TINY) / w[SELL])
 
 
 def decision_diagnostics(p, actions, train_base_rates, class_weights) -> dict:
@@ -67,7 +70,7 @@ def decision_diagnostics(p, actions, train_base_rates, class_weights) -> dict:
     if rates.shape != (3,) or not (np.isfinite(rates).all() and (rates >= 0).all()):
         raise ValueError(f"train_base_rates must be 3 non-negative shares, got {train_base_rates}")
     no_info = no_information_action(rates, w)
-    margin = buy_sell_margin(p)
+    margin = buy_sell_margin(p, w)
     threshold = float(np.log(w[SELL] / w[BUY]))
     above = margin > threshold
     hold_wins = w[HOLD] * p[:, HOLD] >= w[BUY] * p[:, BUY]  # q_hold >= q_buy: the weights applied to p

@@ -49,10 +49,12 @@ def test_undoing_the_weights_recovers_the_calibrated_probabilities():
 def test_a_margin_above_ln5_is_exactly_the_argmax_ranking_buy_above_sell():
     rng = np.random.default_rng(1)
     q = rng.dirichlet([1, 1, 1], 500)
-    margin = d.buy_sell_margin(unweighted_probabilities(q, W))  # of the de-weighted p the predictions store
+    margin = d.buy_sell_margin(unweighted_probabilities(q, W), W)  # of the de-weighted p the predictions store
     np.testing.assert_allclose(margin, np.log(q[:, B] / q[:, S]) + np.log(5), rtol=1e-12)
     np.testing.assert_array_equal(margin > np.log(5), q[:, B] > q[:, S])
-    assert np.isfinite(d.buy_sell_margin([[0.0, 0.5, 0.5], [0.5, 0.0, 0.5]])).all()  # float32 zeros
+    assert np.isfinite(d.buy_sell_margin([[0.0, 0.5, 0.5], [0.5, 0.0, 0.5]], W)).all()  # float32 zeros
+    # a rule's one-hot Hold: p_buy = p_sell = 0, the argmax's tie, ln(w_sell / w_buy)
+    assert d.buy_sell_margin([[0.0, 0.0, 1.0]], W)[0] == pytest.approx(np.log(5))
 
 
 # ------------------------------------------------------------------------------------------ the threshold rule
