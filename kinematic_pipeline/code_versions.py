@@ -18,7 +18,8 @@ CODE_VERSIONS = {  # each stage's code version: a new one marks its assets (and 
     "models": "models-3",  # 3: a foundation records and is checked against its own backbone's config alone (issue 52)
     "features": "features-2",  # 2: the token and raw days each features file was built from, checked on read
     "probes": "probes-2",  # 2: saved as data (coefficients, LightGBM's text model), not a pickle (issue 30)
-    "evaluate": "evaluate-3",  # 3: universes record their membership file; backtests read only beside their predictions
+    # 4: the predictions store the de-weighted calibrated p (float64), not the class-weighted q (issue 52)
+    "evaluate": "evaluate-4",
     "report": "report-4",  # 4: the training table (each model's budget, steps run, best step; issue 39)
     "scaling": "scaling-2",  # n distinct windows under one step cap, and a 2x-steps row
 }

@@ -1,13 +1,16 @@
 """Temperature-and-bias calibration of a weighted-CE classifier, fitted on a fold's validation days.
 
-The stored probabilities q are the softmax of a classifier trained with weighted cross-entropy (class weights
-w, q_i ∝ w_i p_i; ``decisions`` module docstring), and a fine-tuned network's softmax is often over- or
-under-confident on top of that. The calibration rescales the weighted logits ln q and shifts them per class:
+The network's softmax q (the predictions' ``SOFTMAX_COLUMNS``) is that of a classifier trained with weighted
+cross-entropy (class weights w, q_i ∝ w_i p_i; ``decisions`` module docstring), and a fine-tuned network's softmax
+is often over- or under-confident on top of that. The calibration rescales the weighted logits ln q and shifts them
+per class:
 
     z' = ln q / T + b,   q' = softmax(z'),   p' = softmax(ln q / T + b - ln w) = the de-weighted q'
 
-so that everything downstream (the calibrated argmax of q', the de-weighted p of the margin rule, the skill and
-IC tables) reads calibrated numbers the same way it read the raw ones. (ln T, b_buy, b_sell) minimise the
+The predictions store p' (``PROB_COLUMNS``: q' as float32, de-weighted in float64 with
+``tasks.actions.stored_probabilities``) and the argmax of q' as their action, so that everything downstream (the
+margin rule, the skill and IC tables) reads the calibrated p' and the calibrated argmax is the stored action.
+(ln T, b_buy, b_sell) minimise the
 UNWEIGHTED mean NLL of p' on the labelled validation rows (b_hold = 0: softmax is shift-invariant), plus a
 small ridge penalty towards the identity. Fitted only on validation days, never on test days.
 No dagster and no file I/O here.
@@ -21,7 +24,14 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline.tasks.actions import PROB_COLUMNS, check_labels, check_probabilities, class_weight_vector
+from kinematic_pipeline.tasks.actions import (
+    PROB_COLUMNS,
+    SOFTMAX_COLUMNS,
+    check_labels,
+    check_probabilities,
+    class_weight_vector,
+    stored_probabilities,
+)
 
 Q_FLOOR = 1e-7  # q is clipped here before the log: a float32 softmax can be exactly 0
 MIN_ROWS = 30  # fewer labelled validation rows than this: no fit, the identity
@@ -145,14 +155,17 @@ def fit_calibration(q, labels, class_weights, ridge: float = RIDGE, min_rows: in
     return Calibration(float(np.exp(log_t)), bias, n, before, after, fitted=True)
 
 
-def calibrate_predictions(frame: pl.DataFrame, calibration: Calibration) -> pl.DataFrame:
-    """``frame`` (PREDICTIONS_SCHEMA) with calibrated p_buy, p_sell, p_hold (float32) and the action recomputed
-    as their argmax (as ``sweep.predictions_frame`` does); unchanged under the identity."""
+def calibrate_predictions(frame: pl.DataFrame, calibration: Calibration, class_weights) -> pl.DataFrame:
+    """``frame`` (PREDICTIONS_SCHEMA) with p_buy, p_sell, p_hold the calibrated q' of its softmax (float32),
+    de-weighted with ``class_weights`` (float64, ``tasks.actions.stored_probabilities``), and the action recomputed
+    as the argmax of q' (as ``sweep.predictions_frame`` does); unchanged under the identity (its p are the
+    de-weighted softmax already)."""
     if calibration.is_identity or frame.height == 0:
         return frame
-    q = calibration.apply(frame.select(PROB_COLUMNS).to_numpy().astype(np.float64))
+    q = calibration.apply(frame.select(SOFTMAX_COLUMNS).to_numpy().astype(np.float64))
+    p = stored_probabilities(q, class_weights)
     return frame.with_columns(
-        *[pl.Series(name, q[:, k], dtype=pl.Float32) for k, name in enumerate(PROB_COLUMNS)],
+        *[pl.Series(name, p[:, k], dtype=pl.Float64) for k, name in enumerate(PROB_COLUMNS)],
         pl.Series("action", q.argmax(axis=1).astype(np.int8), dtype=pl.Int8),
     )
 
@@ -160,11 +173,12 @@ def calibrate_predictions(frame: pl.DataFrame, calibration: Calibration) -> pl.D
 def calibrate_frames(
     fitting: pl.DataFrame, frames: Sequence[pl.DataFrame | None], class_weights
 ) -> tuple[list[pl.DataFrame | None], Calibration]:
-    """Fit the calibration on ``fitting`` (PREDICTIONS_SCHEMA rows of validation days: its p_* and label) and
-    apply it to each of ``frames`` (None stays None). The frames' own labels are never read."""
-    q = fitting.select(PROB_COLUMNS).to_numpy().astype(np.float64)
+    """Fit the calibration on ``fitting`` (PREDICTIONS_SCHEMA rows of validation days: the network's softmax and
+    the label) and apply it to each of ``frames`` (None stays None). The frames' own labels are never read."""
+    q = fitting.select(SOFTMAX_COLUMNS).to_numpy().astype(np.float64)
     calibration = fit_calibration(q, fitting["label"].to_numpy(), class_weights)
-    return [None if f is None else calibrate_predictions(f, calibration) for f in frames], calibration
+    frames = [None if f is None else calibrate_predictions(f, calibration, class_weights) for f in frames]
+    return frames, calibration
 
 
 # ---------------------------------------------------------------------------------------------- kernels

@@ -6,12 +6,13 @@ over Sell only when p_buy / p_sell > w_sell / w_buy (= 5), and with no informati
 rates) it takes ``no_information_action`` = argmax_i w_i * base_rate_i: Sell on the paper's data
 (base rates B/S/H ≈ .25/.23/.52 at tau 1%, weighted .51/2.32/.52).
 
+The predictions store p (de-weighted, calibrated); the diagnostics apply the weights where the argmax does.
 Margin convention: ``buy_sell_margin`` is ln(p_buy / p_sell) of the UNWEIGHTED probabilities,
 = ln(q_buy / q_sell) + ln(w_sell / w_buy), and it is compared with ln(w_sell / w_buy) = ln 5: a margin
 above ln 5 is exactly q_buy > q_sell, i.e. the argmax ranks Buy above Sell. (The same statement as
 "ln(q_buy / q_sell) against 0".)
 
-The second rule, the margin rule (``tasks.rules.MarginRule``), undoes the weighting (p = q / w, renormalized).
+The second rule, the margin rule (``tasks.rules.MarginRule``), trades on the stored p directly.
 Codes: ``tasks.actions``. No dagster and no file I/O here.
 """
 
@@ -41,36 +42,39 @@ def no_information_action(base_rates, class_weights) -> int:
     return int(np.argmax(class_weight_vector(class_weights) * rates))
 
 
-def buy_sell_margin(q, class_weights) -> np.ndarray:
-    """ln(p_buy / p_sell) of the unweighted probabilities = ln(q_buy / q_sell) + ln(w_sell / w_buy), (n,)."""
-    q = check_probabilities(q)
+def buy_sell_margin(p, class_weights) -> np.ndarray:
+    """ln(p_buy / p_sell) of the unweighted probabilities p (n, 3), taken as ln(q_buy / q_sell) + ln(w_sell / w_buy)
+    of the weighted q ∝ w ⊙ p, (n,): a class with p = 0 (a rule's one-hot) is clipped in q, so two zeros give
+    ln(w_sell / w_buy), the argmax's tie."""
+    q = check_probabilities(p) * class_weight_vector(class_weights)
     w = class_weight_vector(class_weights)
     return np.log(np.maximum(q[:, BUY], _TINY) / w[BUY]) - np.log(np.maximum(q[:, SELL], _TINY) / w[SELL])
 
 
-def decision_diagnostics(q, actions, train_base_rates, class_weights) -> dict:
+def decision_diagnostics(p, actions, train_base_rates, class_weights) -> dict:
     """One flat row describing how the argmax policy of a weighted-CE classifier decides, on its test rows.
 
-    q: (n, 3) the classifier's softmax (weighted); actions: (n,) the policy's codes; train_base_rates:
+    p: (n, 3) the classifier's de-weighted probabilities (as the predictions store them; q ∝ w ⊙ p is its
+    weighted softmax); actions: (n,) the policy's codes; train_base_rates:
     ``skill.base_rates`` of the training period's labels. Keys: the training base rates and their weighted
     values, the no-information action, quantiles of ``buy_sell_margin`` and the share above its threshold
     ln(w_sell / w_buy), the share of those rows on which Hold still outranks Buy, the share of rows whose
     action differs from the no-information action, and the action shares.
     """
-    q = check_probabilities(q)
+    p = check_probabilities(p)
     actions = np.asarray(actions).astype(np.int64)
-    if actions.shape != (q.shape[0],) or actions.size == 0:
-        raise ValueError(f"actions must have shape ({q.shape[0]},) with n >= 1, got {actions.shape}")
+    if actions.shape != (p.shape[0],) or actions.size == 0:
+        raise ValueError(f"actions must have shape ({p.shape[0]},) with n >= 1, got {actions.shape}")
     w = class_weight_vector(class_weights)
     rates = np.asarray(train_base_rates, dtype=np.float64)
     if rates.shape != (3,) or not (np.isfinite(rates).all() and (rates >= 0).all()):
         raise ValueError(f"train_base_rates must be 3 non-negative shares, got {train_base_rates}")
     no_info = no_information_action(rates, w)
-    margin = buy_sell_margin(q, w)
+    margin = buy_sell_margin(p, w)
     threshold = float(np.log(w[SELL] / w[BUY]))
     above = margin > threshold
-    hold_wins = q[:, HOLD] >= q[:, BUY]
-    row: dict = {"n_rows": int(q.shape[0]), "class_weights": [float(x) for x in w]}
+    hold_wins = w[HOLD] * p[:, HOLD] >= w[BUY] * p[:, BUY]  # q_hold >= q_buy: the weights applied to p
+    row: dict = {"n_rows": int(p.shape[0]), "class_weights": [float(x) for x in w]}
     for code, name in enumerate(ACTION_NAMES):
         key = name.lower()
         row[f"base_rate_{key}"] = float(rates[code])

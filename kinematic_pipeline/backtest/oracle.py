@@ -169,16 +169,17 @@ def conditional_oracle_predictions(rows: pl.DataFrame, tau: float, class_weights
     ``CONDITIONAL_ORACLE``).
 
     rows: ticker, date, close, label and the law's ``drift`` and ``sd`` on each row (r_{t+1} ~ N(drift, sd^2)).
-    Its true probabilities p are ``conditional_class_probabilities``; what it stores, as probabilities and as its
-    own softmax, is q ∝ w ⊙ p (``class_weights`` w): the output of a network trained with the paper's weighted
-    cross-entropy that had learned the law exactly. So every rule reads it as it reads a model (the de-weighted q is
-    p again), and the argmax rules take argmax(w ⊙ p): whatever the oracle knows, a Buy needs w_buy p_buy above
-    w_sell p_sell and w_hold p_hold. Rows sorted by ticker and date."""
+    Its true probabilities p are ``conditional_class_probabilities``; what it stores as its own softmax is q ∝ w ⊙ p
+    (``class_weights`` w), the output of a network trained with the paper's weighted cross-entropy that had learned
+    the law exactly, and as its probabilities that q de-weighted (p again, up to float32), as a model's
+    (``sweep.predictions_frame``). So every rule reads it as it reads a model, and the argmax rules take
+    argmax(w ⊙ p): whatever the oracle knows, a Buy needs w_buy p_buy above w_sell p_sell and w_hold p_hold. Rows
+    sorted by ticker and date."""
 
     p = conditional_class_probabilities(rows["drift"].to_numpy(), rows["sd"].to_numpy(), tau)
     q = p * class_weight_vector(class_weights)
     q = (q / q.sum(axis=1, keepdims=True)).astype(np.float32)
-    return predictions_frame(rows, (CONDITIONAL_ORACLE, float(tau), seed), q, "label")
+    return predictions_frame(rows, (CONDITIONAL_ORACLE, float(tau), seed), q, "label", class_weights)
 
 
 def least_buying_drift(tau: float, sd: float, class_weights, step: float = 0.001) -> float:

@@ -2,7 +2,8 @@
 (decisions.py).
 
 Input: the predictions frame (``sweep.PREDICTIONS_SCHEMA``: variant, tau, seed, ticker, date,
-p_buy, p_sell, p_hold, action, label, optionally other label columns such as close-to-close labels) and,
+p_buy, p_sell, p_hold (the de-weighted p), action, label, optionally other label columns such as close-to-close
+labels) and,
 per tau, the TRAINING labels' base rates (``skill.base_rates``: {tau: (3,) array}) of the same outcome, or
 per tau a ``FoldRates``: each walk-forward fold's, which the rows of its test days are scored against.
 ``skill_frame`` and ``decision_frame``: one row per policy (variant, tau, seed); ``seed_mean_skill_frame``:
@@ -25,7 +26,7 @@ from kinematic_pipeline.backtest.decisions import decision_diagnostics, liquidat
 from kinematic_pipeline.backtest.skill import DEFAULT_BLOCK_DAYS, skill_table
 from kinematic_pipeline.backtest.skill_seeds import seed_mean_skill, seed_mean_skill_difference
 from kinematic_pipeline.backtest.sweep import bootstrap_seed
-from kinematic_pipeline.tasks.actions import PROB_COLUMNS, unweighted_probabilities
+from kinematic_pipeline.tasks.actions import PROB_COLUMNS
 from kinematic_pipeline.tasks.buy_sell_hold import at_tau
 
 POLICY_KEYS = ("variant", "tau", "seed")
@@ -119,19 +120,19 @@ DEFAULT_SKILL = SkillOptions()
 
 
 def skill_frame(
-    predictions: pl.DataFrame, train_base_rates: dict, class_weights, options: SkillOptions = DEFAULT_SKILL
+    predictions: pl.DataFrame, train_base_rates: dict, options: SkillOptions = DEFAULT_SKILL
 ) -> pl.DataFrame:
     """``skill_table`` of every policy: variant, tau, seed, n_rows, n_days, then each SKILL_METRICS entry
-    with its _ci_low/_ci_high. Every probability metric is of the unweighted probabilities p = q / w
-    (renormalized), the model's estimate of the label distribution, so no decision rule enters; the
+    with its _ci_low/_ci_high. Every probability metric is of the stored (de-weighted) probabilities p, the
+    model's estimate of the label distribution, so no decision rule enters; the
     policy's balanced accuracy is of its ``action`` column. Labels are ``options.label_column``. Days are the
     ``date`` column (all tickers of a date resampled together); each policy's resamples are seeded with
     ``sweep.bootstrap_seed(options.boot_seed, key)``, so a row does not change when other policies are added."""
     rows = []
     label_column = options.label_column
-    for key, group, q in _policies(predictions, label_column):
+    for key, group, p in _policies(predictions, label_column):
         table = skill_table(
-            unweighted_probabilities(q, class_weights),
+            p,
             group[label_column].to_numpy(),
             group["date"].to_physical().to_numpy(),
             _reference(train_base_rates, key[1], group),
@@ -145,7 +146,7 @@ def skill_frame(
 
 
 def seed_mean_skill_frame(
-    predictions: pl.DataFrame, train_base_rates: dict, class_weights, options: SkillOptions = DEFAULT_SKILL
+    predictions: pl.DataFrame, train_base_rates: dict, options: SkillOptions = DEFAULT_SKILL
 ) -> pl.DataFrame:
     """``skill_seeds.seed_mean_skill`` of every (variant, tau): variant, tau, n_seeds, n_rows, n_days, then
     each SKILL_METRICS entry (the mean over seeds) with _ci_low/_ci_high (the day-bootstrap interval of the
@@ -156,7 +157,7 @@ def seed_mean_skill_frame(
     for key, group in _groups(predictions, ("variant", "tau"), label_column):
         seeds = group.partition_by("seed", maintain_order=True)
         table = seed_mean_skill(
-            [unweighted_probabilities(_probs_of(g), class_weights) for g in seeds],
+            [_probs_of(g) for g in seeds],
             [g[label_column].to_numpy() for g in seeds],
             [g["date"].to_physical().to_numpy() for g in seeds],
             [_reference(train_base_rates, key[1], g) for g in seeds],
@@ -173,8 +174,6 @@ def skill_beyond_reference_frame(
     predictions: pl.DataFrame,
     reference: pl.DataFrame,
     train_base_rates: dict,
-    class_weights,
-    reference_class_weights,
     options: SkillOptions = DEFAULT_SKILL,
 ) -> pl.DataFrame:
     """Per (variant, tau) of ``predictions``: the mean over seeds of its log-loss skill minus the ``reference``
@@ -183,11 +182,9 @@ def skill_beyond_reference_frame(
     BEYOND_seed_std, paired_rows (labelled rows scored, all seeds), paired_days.
 
     ``reference``: predictions-frame rows of one forecaster, one row per (tau, ticker, date); a policy row is paired
-    with the reference row of its tau, ticker and date, and rows without one are left out of both sides. The
-    policies' probabilities are de-weighted with ``class_weights``, the reference's with
-    ``reference_class_weights`` (the trailing-volatility reference's are (1, 1, 1): it stores p itself). Both are
-    scored on the policy rows' ``options.label_column`` against the training base rates of their tau (per fold with
-    ``FoldRates``). The day draws are seeded with ``sweep.bootstrap_seed(options.boot_seed, (variant, tau))``, as
+    with the reference row of its tau, ticker and date, and rows without one are left out of both sides. Both
+    sides' stored (de-weighted) probabilities p are scored on the policy rows' ``options.label_column`` against the
+    training base rates of their tau (per fold with ``FoldRates``). The day draws are seeded with ``sweep.bootstrap_seed(options.boot_seed, (variant, tau))``, as
     ``seed_mean_skill_frame``'s. A variant equal to the reference's own is left out."""
     label_column = options.label_column
     if reference.select(pl.struct("tau", "ticker", "date").is_duplicated().any()).item():
@@ -204,13 +201,8 @@ def skill_beyond_reference_frame(
         if not seeds:
             continue
         table = seed_mean_skill_difference(
-            [unweighted_probabilities(_probs_of(g), class_weights) for g in seeds],
-            [
-                unweighted_probabilities(
-                    g.select(renamed.values()).to_numpy().astype(np.float64), reference_class_weights
-                )
-                for g in seeds
-            ],
+            [_probs_of(g) for g in seeds],
+            [g.select(renamed.values()).to_numpy().astype(np.float64) for g in seeds],
             [g[label_column].to_numpy() for g in seeds],
             [g["date"].to_physical().to_numpy() for g in seeds],
             [_reference(train_base_rates, key[1], g) for g in seeds],
@@ -241,10 +233,10 @@ def decision_frame(predictions: pl.DataFrame, train_base_rates: dict[float, np.n
     report's sentence (it says "No Liquidation Equilibrium" when the policy buys). The class weights are left
     out of the rows (one value per run)."""
     rows = []
-    for key, group, q in _policies(predictions):
+    for key, group, p in _policies(predictions):
         rates = _rates_for(train_base_rates, key[1])
         rates = rates.pooled(group["date"]) if isinstance(rates, FoldRates) else rates
-        diag = decision_diagnostics(q, group["action"].to_numpy(), rates, class_weights)
+        diag = decision_diagnostics(p, group["action"].to_numpy(), rates, class_weights)
         cause = liquidation_cause(diag)
         diag.pop("class_weights")
         rows.append(dict(zip(POLICY_KEYS, key)) | diag | {"liquidation_cause": cause})

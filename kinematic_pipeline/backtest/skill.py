@@ -14,9 +14,9 @@ circular blocks of ``DEFAULT_BLOCK_DAYS`` consecutive days unless told otherwise
 (n_boot,) resample values of every metric for given day resample counts.
 
 The classifier is trained with weighted cross-entropy, so its softmax q is tilted toward the heavy classes
-(q_i ∝ w_i p_i). Log loss and Brier score are proper scores of calibrated probabilities: pass
-``tasks.actions.unweighted_probabilities(q, class_weights)`` for them; the ranking metrics and the argmax
-metrics are of whatever probabilities are passed. No dagster and no file I/O here.
+(q_i ∝ w_i p_i). Log loss and Brier score are proper scores of calibrated probabilities: pass the de-weighted p
+the predictions store (``tasks.actions.stored_probabilities``); the ranking metrics and the argmax metrics are of
+whatever probabilities are passed. No dagster and no file I/O here.
 
 Why blocks: a day's scores are not independent of its neighbours' (volatility clusters, so the rows' losses of
 one week move together); resampling single days treats them as independent and gave intervals 2.4-3x too narrow

@@ -6,9 +6,10 @@ date) is backtested with ``run_backtest`` at every cost and summarized with the 
 ``metrics``; Buy & Hold rows (variant "buy_and_hold", tau and seed null) run over each ticker's dates.
 Output frames are sorted by their key columns (nulls first), then date; see ``SweepResult``.
 
-The stored probabilities are the softmax q of a classifier trained with weighted cross-entropy
-(q_i ∝ w_i p_i), miscalibrated by construction; given those ``class_weights``, the Brier score and ECE
-columns score the de-weighted probabilities p = (q/w)/Σ(q/w) (``tasks.actions.unweighted_probabilities``).
+The stored probabilities p_* are the policy's forecast of the label distribution: a weighted-CE classifier's
+softmax q (q_i ∝ w_i p_i) calibrated and de-weighted, p = (q/w)/Σ(q/w), when the predictions were made
+(``predictions_frame``, ``tasks.actions.stored_probabilities``); the Brier score and ECE columns score them as
+they are. The network's own softmax q stays beside them (``SOFTMAX_COLUMNS``).
 """
 
 from __future__ import annotations
@@ -26,19 +27,16 @@ from kinematic_pipeline.paper_conventions import PAPER, BacktestConfig
 from kinematic_pipeline.tasks.actions import (
     BUY,
     HOLD,
+    PROB_COLUMNS,
     SELL,
+    SOFTMAX_COLUMNS,
     UNKNOWN_LABEL,
-    class_weight_vector,
-    unweighted_probabilities,
+    stored_probabilities,
 )
 from kinematic_pipeline.variants import BENCHMARK
 
 EPOCH = dt.date(1970, 1, 1)  # day 0 of polars' Date
 SERIES_KEYS = ("variant", "tau", "seed", "ticker")
-PROB_COLUMNS = ("p_buy", "p_sell", "p_hold")  # in action-code order 0, 1, 2
-# The network's (or probe's) own softmax, as it output it: what the paper's rule takes the argmax of. The p_*
-# columns beside them are the same numbers calibrated (``backtest.calibration``) for models and probes.
-SOFTMAX_COLUMNS = ("softmax_buy", "softmax_sell", "softmax_hold")
 INPUT_SCHEMA: dict[str, pl.DataType] = {
     "variant": pl.String,
     "tau": pl.Float64,
@@ -58,10 +56,12 @@ PREDICTIONS_SCHEMA: dict[str, pl.DataType] = {
     "ticker": pl.String,
     "date": pl.Date,
     "close": pl.Float64,  # the day's raw close: the market-on-close fill price
-    "p_buy": pl.Float32,
-    "p_sell": pl.Float32,
-    "p_hold": pl.Float32,
-    "action": pl.Int8,  # argmax of the probabilities: a code of kinematic_pipeline.variants
+    # p: the de-weighted (calibrated) probabilities, float64 (``tasks.actions.stored_probabilities``); the class
+    # weights they were de-weighted with are the predictions' record (predictions/class_weights/)
+    "p_buy": pl.Float64,
+    "p_sell": pl.Float64,
+    "p_hold": pl.Float64,
+    "action": pl.Int8,  # the argmax of the (calibrated) softmax q: a code of kinematic_pipeline.variants
     "label": pl.Int8,  # the realized label of day t (needs day t+1; -1 when unknown): evaluation only
     "softmax_buy": pl.Float32,  # the model's own softmax before calibration (the paper's rule's input)
     "softmax_sell": pl.Float32,
@@ -69,10 +69,15 @@ PREDICTIONS_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-def predictions_frame(frame: pl.DataFrame, key: tuple[str, float, int], probs: np.ndarray, label: str) -> pl.DataFrame:
+def predictions_frame(
+    frame: pl.DataFrame, key: tuple[str, float, int], probs: np.ndarray, label: str, class_weights=None
+) -> pl.DataFrame:
     """PREDICTIONS_SCHEMA rows of a policy ``key`` (variant, tau, seed): ``frame``'s ticker, date, close and
-    ``label`` column (null: -1), the probabilities [n, 3] (Buy, Sell, Hold) and their argmax, sorted."""
+    ``label`` column (null: -1), the softmax ``probs`` [n, 3] (Buy, Sell, Hold) as float32, their argmax, and p:
+    the float32 softmax de-weighted with the ``class_weights`` it was trained with (None: itself, as a rule's one-hot
+    action), sorted."""
     variant, tau, seed = key
+    p = stored_probabilities(probs, class_weights)
     return (
         frame.select(
             pl.lit(variant).alias("variant"),
@@ -81,9 +86,7 @@ def predictions_frame(frame: pl.DataFrame, key: tuple[str, float, int], probs: n
             "ticker",
             "date",
             "close",
-            pl.Series("p_buy", probs[:, 0]),
-            pl.Series("p_sell", probs[:, 1]),
-            pl.Series("p_hold", probs[:, 2]),
+            *[pl.Series(name, p[:, k]) for k, name in enumerate(PROB_COLUMNS)],
             pl.Series("action", probs.argmax(axis=1).astype(np.int8)),
             pl.col(label).fill_null(UNKNOWN_LABEL).alias("label"),
             *[pl.Series(name, probs[:, k]) for k, name in enumerate(SOFTMAX_COLUMNS)],
@@ -124,9 +127,8 @@ METRICS_SCHEMA: dict[str, pl.DataType] = {
     "liquidation_equilibrium": pl.Boolean,
     "exposure": pl.Float64,  # fraction of days long at the close
     "accuracy": pl.Float64,  # share of labelled days whose action is the label; NaN if none, null for Buy & Hold
-    # Multi-class Brier score and top-label ECE (10 bins) on labelled days, of the de-weighted probabilities
-    # p = (q/w)/Σ(q/w) when run_sweep is given the class weights w the probabilities were trained with (the
-    # pipeline always passes them), of the stored probabilities as they are otherwise; NaN / null as accuracy.
+    # Multi-class Brier score and top-label ECE (10 bins) on labelled days of the stored (de-weighted)
+    # probabilities p; NaN / null as accuracy.
     "brier": pl.Float64,
     "ece": pl.Float64,
 }
@@ -267,9 +269,9 @@ def _series_sort_key(s: _Series) -> tuple:
     return (variant, tau is not None, tau or 0.0, seed is not None, seed or 0, ticker)  # nulls first, as polars
 
 
-def _prediction_metrics(s: _Series, class_weights: np.ndarray | None) -> dict:
+def _prediction_metrics(s: _Series) -> dict:
     """Cost-independent columns: action counts and, on labelled days, accuracy of the actions, and Brier
-    and ECE of the probabilities (de-weighted when ``class_weights`` is given)."""
+    and ECE of the probabilities."""
     counts = m.action_distribution(s.actions)
     out = {
         "n_buy": counts["Buy"],
@@ -282,12 +284,11 @@ def _prediction_metrics(s: _Series, class_weights: np.ndarray | None) -> dict:
     labelled = s.labels >= 0
     if not labelled.any():
         return {**out, "accuracy": float("nan"), "brier": float("nan"), "ece": float("nan")}
-    p = s.probs if class_weights is None else unweighted_probabilities(s.probs, class_weights)
     return {
         **out,
         "accuracy": float(np.mean(s.actions[labelled] == s.labels[labelled])),
-        "brier": m.brier_score(p, s.labels),
-        "ece": m.expected_calibration_error(p, s.labels),
+        "brier": m.brier_score(s.probs, s.labels),
+        "ece": m.expected_calibration_error(s.probs, s.labels),
     }
 
 
@@ -307,17 +308,13 @@ def _frame(row_keys: pl.DataFrame, counts: list[int], columns: dict, schema: dic
     return keys.with_columns(**cols).select(list(schema)).cast(schema)
 
 
-def run_sweep(
-    predictions: pl.DataFrame, config: BacktestConfig = PAPER, *, benchmark: bool = True, class_weights=None
-) -> SweepResult:
+def run_sweep(predictions: pl.DataFrame, config: BacktestConfig = PAPER, *, benchmark: bool = True) -> SweepResult:
     """Backtest every (variant, tau, seed, ticker) series of ``predictions`` at every cost of ``config`` (in
     ascending order), with its account, tax, risk-free rate and Sharpe bootstrap (``bootstrap_resamples`` = 0
-    skips it: CI columns NaN); see the module docstring. class_weights: the [Buy, Sell, Hold] weights of the
-    cross-entropy the stored probabilities were trained with (Brier and ECE then score p = (q/w)/Σ(q/w));
-    None: the stored probabilities are plain probabilities. Raises ValueError on bad input."""
+    skips it: CI columns NaN); see the module docstring. Brier and ECE score the stored probabilities p as they
+    are. Raises ValueError on bad input."""
     costs = sorted(config.costs_bps)
     n_boot, block_days, rf_annual = config.bootstrap_resamples, config.bootstrap_block_days, config.rf_annual
-    weights = None if class_weights is None else class_weight_vector(class_weights)
     series = _split_series(_validate(predictions))
     if benchmark:
         series = series + _benchmark_series(series)
@@ -325,7 +322,7 @@ def run_sweep(
 
     key_rows, metric_rows, eq_cols, eq_counts, tr_cols, tr_counts = [], [], {}, [], {}, []
     for s in series:
-        per_series = _prediction_metrics(s, weights)
+        per_series = _prediction_metrics(s)
         first_date, last_date = _date(s.days[0]), _date(s.days[-1])
         seed = bootstrap_seed(config.bootstrap_seed, s.key)
         for cost in costs:

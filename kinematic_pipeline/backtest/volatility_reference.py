@@ -15,11 +15,11 @@ p_buy = p_sell exactly, so the signal score p_buy - p_sell is 0 on every row: it
 undefined, and its argmax is Hold, or Buy where vol20 is large enough that p_buy = p_sell > p_hold (numpy's argmax
 breaks the tie toward the first class).
 
-How it is scored. The models' predictions frames hold the class-weighted softmax q (q ∝ w p), and the skill code
-turns them back into p with ``tasks.actions.unweighted_probabilities(q, class_weights)``. The reference has no class
-weights: its rows hold p itself, and are scored with ``REFERENCE_CLASS_WEIGHTS`` = (1, 1, 1), for which that same
-function returns p / sum(p) = p. (Storing w p instead and de-weighting it with the models' weights would round p_buy
-and p_sell apart in float32: a score of rounding noise, ranked as if it were a signal.)
+How it is stored. A model's predictions frame holds its softmax q (q ∝ w p, float32) and p, that q de-weighted with
+its class weights (``sweep.predictions_frame``). The reference has no class weights: its softmax columns hold p
+itself (float32) and its p columns that p de-weighted with ``REFERENCE_CLASS_WEIGHTS`` = (1, 1, 1), i.e. p / sum(p)
+= p renormalized after the float32 rounding. (Storing w p instead and de-weighting it with the models' weights would
+round p_buy and p_sell apart in float32: a score of rounding noise, ranked as if it were a signal.)
 
 Pure: frames and arrays in, frames out; no dagster, no file I/O (``stages.evidence.volatility_reference`` reads the
 bars). ``kinematic_pipeline_tests/unit/test_volatility_reference.py`` holds the loop twin.
@@ -36,7 +36,7 @@ from kinematic_pipeline.backtest.sweep import predictions_frame
 REFERENCE = "trailing_vol20"  # its variant name in the predictions-shaped frames and the tables
 REFERENCE_DISPLAY_NAME = "Trailing vol20 (no fit)"
 REFERENCE_SEED = 0  # one forecaster, one "seed"
-REFERENCE_CLASS_WEIGHTS = (1.0, 1.0, 1.0)  # its rows hold p itself: de-weighting with these returns it unchanged
+REFERENCE_CLASS_WEIGHTS = (1.0, 1.0, 1.0)  # its softmax is p itself: de-weighting with these renormalizes it
 REFERENCE_DATA_SEEN = "nothing fitted: each ticker's last 20 daily log returns up to day t (N(0, vol20^2) at tau)"
 VOL_DAYS = 20  # returns per window
 
@@ -100,9 +100,9 @@ def normal_class_probabilities(vol, tau: float) -> np.ndarray:
 
 def reference_predictions(bars: pl.DataFrame, rows: pl.DataFrame, tau: float) -> pl.DataFrame:
     """The reference's predictions-frame rows (``sweep.PREDICTIONS_SCHEMA``): variant ``REFERENCE``, ``tau``, seed
-    ``REFERENCE_SEED``, ticker, date, the day's close, p_buy/p_sell/p_hold (the unweighted p: score them with
+    ``REFERENCE_SEED``, ticker, date, the day's close, p_buy/p_sell/p_hold (the unweighted p, renormalized with
     ``REFERENCE_CLASS_WEIGHTS``), action = argmax of p, label (``rows``' label column; -1 when null), and the softmax
-    columns (the same p: the reference has no other), as ``sweep.predictions_frame`` makes them. ``rows``: the ticker-days to
+    columns (p: the reference has no other), as ``sweep.predictions_frame`` makes them. ``rows``: the ticker-days to
     forecast (ticker, date, label; one per ticker-day); ``bars``: ticker, date, close with each ticker's bars
     before the first of them (``VOL_DAYS`` returns). A ticker-day without vol20 gets no row. Sorted by ticker, date."""
     missing = [c for c in ("ticker", "date", "label") if c not in rows.columns]
@@ -113,4 +113,4 @@ def reference_predictions(bars: pl.DataFrame, rows: pl.DataFrame, tau: float) ->
     vol = trailing_volatility(bars).filter(pl.col("vol").is_not_nan())
     joined = rows.select("ticker", "date", "label").join(vol, on=["ticker", "date"], how="inner").sort("ticker", "date")
     p = normal_class_probabilities(joined["vol"].to_numpy(), tau)
-    return predictions_frame(joined, (REFERENCE, float(tau), REFERENCE_SEED), p, "label")
+    return predictions_frame(joined, (REFERENCE, float(tau), REFERENCE_SEED), p, "label", REFERENCE_CLASS_WEIGHTS)

@@ -31,7 +31,8 @@ from kinematic_pipeline.warehouse import exact_paths as exact
 
 N_DEFAULT_TEST_TICKERS = 6  # the paper backtests six names
 # What ``Predictor.predictions`` returns: the test tickers' calibrated predictions, their validation days',
-# and at the report's tau the universe's, calibrated and raw (None, None elsewhere).
+# and at the report's tau the universe's, calibrated and raw (its softmax de-weighted, uncalibrated; None, None
+# elsewhere).
 PolicyPredictions = tuple["Predictions", pl.DataFrame, pl.DataFrame | None, pl.DataFrame | None]
 
 
@@ -41,7 +42,8 @@ class Predictions:
     shards: list[dict]  # every shard read: asset, date, path, content_hash
     missing_tickers: list[str]  # configured test tickers with no test-period window
     calibration: Calibration | None = None  # fitted on the validation days and applied to frame (rules: None)
-    # the class weights [Buy, Sell, Hold] the model was trained with: what its probabilities mean (rules: None)
+    # the class weights [Buy, Sell, Hold] the model was trained with: its softmax q, de-weighted with them, is the
+    # stored p (rules: None)
     class_weights: tuple[float, float, float] | None = None
     path: Path | None = None  # the test-period shard written (None: nothing written yet)
 
@@ -155,9 +157,9 @@ def calibrated(
     result: Predictions, validation: pl.DataFrame, universe: pl.DataFrame | None, fitting: pl.DataFrame | None
 ) -> tuple[Predictions, pl.DataFrame, pl.DataFrame | None]:
     """The test, validation and universe predictions with the calibration (``backtest.calibration``) fitted on
-    ``fitting``, validation-day rows only (never a test day's), applied and the actions recomputed, the class
-    weights the model was trained with (``result.class_weights``) undone; unchanged where ``fitting`` is None (a
-    rule: its probabilities are its one-hot action)."""
+    ``fitting``, validation-day rows only (never a test day's), applied to their softmax, the class weights the
+    model was trained with (``result.class_weights``) undone and the actions recomputed; unchanged where
+    ``fitting`` is None (a rule: its probabilities are its one-hot action)."""
     if fitting is None:
         return result, validation, universe
     (test, validation, universe), calibration = calibrate_frames(

@@ -51,7 +51,8 @@ class FeaturesPredictor(Predictor):
     ) -> pl.DataFrame:
         """PREDICTIONS_SCHEMA rows of ``split`` (``test`` or ``validation``) of the features file, for ``tickers``
         (None: every ticker), sorted by ticker and date. The action is the argmax of the softmax (the paper's
-        weighted argmax, as the models'), the rule's own action for a rule."""
+        weighted argmax, as the models'), the rule's own action for a rule; p the softmax de-weighted with the
+        probe's class weights (a rule's one-hot action as it is)."""
         label = policy.task.label_column
         frame = read_features(settings, policy.variant.name, policy.fold, (split,), ("close", label))
         if tickers is not None:
@@ -59,7 +60,8 @@ class FeaturesPredictor(Predictor):
         frame = frame.sort("ticker", "date")
         fitted = self.load(settings, policy) if fitted is None else fitted
         probs = self.probabilities(policy, frame, fitted)
-        return predictions_frame(frame, (policy.variant.name, policy.task.tau, policy.seed), probs, label)
+        key = (policy.variant.name, policy.task.tau, policy.seed)
+        return predictions_frame(frame, key, probs, label, self.class_weights(fitted))
 
     def predictions(
         self, settings: Settings, policy: Policy, days: list[dt.date], at_report_tau: bool, fitted: object = None

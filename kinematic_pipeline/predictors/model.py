@@ -60,7 +60,7 @@ class ModelPredictor(Predictor):
         classifier = for_inference(classifier)  # LoRA merged once for both passes
         wanted = evaluation_tickers(settings, asset, days)
         names = universe_tickers(settings, asset, days) if at_report_tau else []
-        test = predict(settings, policy, classifier, days, union(wanted, names))
+        test = predict(settings, policy, classifier, days, union(wanted, names), class_weights)
         frame = test.frame.filter(pl.col("ticker").is_in(wanted))
         tickers = sorted(frame["ticker"].unique().to_list())
         missing = [t for t in wanted if t not in set(tickers)]
@@ -70,7 +70,8 @@ class ModelPredictor(Predictor):
         # (never on test days); at the report's tau the calibration also fits on the other universe tickers'
         # validation days (more rows, the same days).
         fit_days = validation_days(settings, asset, fold)
-        fitting = purge_labels(predict(settings, policy, classifier, fit_days, union(tickers, names)).frame, fold)
+        rows = predict(settings, policy, classifier, fit_days, union(tickers, names), class_weights)
+        fitting = purge_labels(rows.frame, fold)
         validation = fitting.filter(pl.col("ticker").is_in(tickers))
         universe = test.frame.filter(pl.col("ticker").is_in(names)) if at_report_tau else None
         result, validation, universe_calibrated = calibrated(result, validation, universe, fitting)
@@ -113,8 +114,10 @@ def predict(
     classifier,
     days: list[dt.date] | None = None,
     tickers: list[str] | None = None,
+    class_weights=None,
 ) -> Predictions:
-    """Actions and probabilities of one fine-tuned classifier on every test day (or ``days``) and ticker."""
+    """Actions and probabilities of one fine-tuned classifier on every test day (or ``days``) and ticker: its
+    softmax, and p de-weighted with the ``class_weights`` it was fine-tuned with (``sweep.predictions_frame``)."""
     wh, variant = settings.warehouse, policy.variant
     asset = variant.token_asset
     days = evaluation_days(settings, asset, policy.fold) if days is None else days
@@ -135,7 +138,8 @@ def predict(
         raise ValueError(f"{bad['ticker']} has a test window on {bad['date']} but no raw close that day")
     tokens = frame["tokens"].to_numpy() if frame.height else np.empty((0, N_TOKENS, N_CHANNELS), np.float32)
     probs = predict_probabilities(classifier, normalize(tokens), settings.evaluate.predict_batch_size)
-    out = predictions_frame(frame, (policy.variant.name, policy.task.tau, policy.seed), probs, label_col)
+    key = (policy.variant.name, policy.task.tau, policy.seed)
+    out = predictions_frame(frame, key, probs, label_col, class_weights)
     present = set(out["ticker"].unique().to_list())
     return Predictions(out, shards, [t for t in tickers if t not in present])
 

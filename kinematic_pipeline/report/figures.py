@@ -18,7 +18,7 @@ from matplotlib.lines import Line2D
 
 from kinematic_pipeline.backtest.metrics import confusion_matrix, reliability_curve
 from kinematic_pipeline.report.tables import runs_at
-from kinematic_pipeline.tasks.actions import ACTION_NAMES, BUY, unweighted_probabilities
+from kinematic_pipeline.tasks.actions import ACTION_NAMES, BUY, PROB_COLUMNS
 from kinematic_pipeline.variants import (
     ALL_VARIANT_NAMES,
     BENCHMARK,
@@ -132,36 +132,29 @@ def equity_curves_png(equity: pl.DataFrame, tau: float, cost_bps: float, path: P
     return save_figure(fig, path)
 
 
-def _reliability_panel(ax, by_variant: dict, variants: list[str], class_weights) -> None:
-    """Panel (C): reliability of p(Buy) per variant on labelled days. With ``class_weights`` (those of the
-    weighted cross-entropy) it is the de-weighted p = (q/w)/Σ(q/w): the weighted softmax q is miscalibrated
-    by construction (q_i ∝ w_i p_i), so its curve would sit off the diagonal even for a perfect model."""
+def _reliability_panel(ax, by_variant: dict, variants: list[str]) -> None:
+    """Panel (C): reliability of p(Buy) per variant on labelled days, of the stored de-weighted p = (q/w)/Σ(q/w):
+    the weighted softmax q is miscalibrated by construction (q_i ∝ w_i p_i), so its curve would sit off the diagonal
+    even for a perfect model."""
     ax.plot([0, 1], [0, 1], color="gray", ls="--", lw=0.8, label="perfect calibration")
     for v in variants:
         labelled = by_variant[(v,)].filter(pl.col("label") >= 0)
-        probs = labelled.select("p_buy", "p_sell", "p_hold").to_numpy().astype(np.float64)
-        if class_weights is not None and probs.shape[0]:
-            probs = unweighted_probabilities(probs, class_weights)
+        probs = labelled.select(PROB_COLUMNS).to_numpy().astype(np.float64)
         mean_p, freq, count = reliability_curve(probs[:, BUY], labelled["label"].to_numpy() == BUY)
         used = count > 0
         ax.plot(mean_p[used], freq[used], marker="o", ms=3, color=color(v), label=display_name(v))
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
-    if class_weights is None:
-        ax.set_xlabel("predicted p(Buy), as stored")
-        ax.set_title("(C) Calibration of p(Buy)", fontsize=10)
-    else:
-        ax.set_xlabel("de-weighted p(Buy), p = (q/w)/Σ(q/w)")
-        ax.set_title("(C) Calibration of the de-weighted p(Buy)", fontsize=10)
+    ax.set_xlabel("de-weighted p(Buy), p = (q/w)/Σ(q/w)")
+    ax.set_title("(C) Calibration of the de-weighted p(Buy)", fontsize=10)
     ax.set_ylabel("empirical Buy frequency")
     ax.legend(fontsize=7)
 
 
-def diagnostics_png(predictions: pl.DataFrame, ticker: str, tau: float, path: Path, class_weights=None) -> bytes:
+def diagnostics_png(predictions: pl.DataFrame, ticker: str, tau: float, path: Path) -> bytes:
     """Paper fig diagnostics: (A) action distribution per variant, (B) SplineGPT confusion matrix
     (true label x action, labelled days), (C) reliability of p(Buy) against the empirical Buy frequency, of
-    the de-weighted probabilities p = (q/w)/Σ(q/w) when ``class_weights`` (the training cross-entropy's
-    [Buy, Sell, Hold] weights) are given, of the stored ones otherwise. Several seeds are pooled."""
+    the stored de-weighted probabilities p = (q/w)/Σ(q/w). Several seeds are pooled."""
     runs = runs_at(predictions, tau=tau, ticker=ticker)
     if runs.is_empty():
         return no_data_figure(f"Diagnostics ({ticker})", path)
@@ -195,7 +188,7 @@ def diagnostics_png(predictions: pl.DataFrame, ticker: str, tau: float, path: Pa
         ax_b.set_ylabel("true label")
     ax_b.set_title("(B) SplineGPT confusion matrix (labelled days)", fontsize=10)
 
-    _reliability_panel(ax_c, by_variant, variants, class_weights)
+    _reliability_panel(ax_c, by_variant, variants)
     fig.suptitle(f"Behavioral diagnostics ({ticker}, tau = {100 * tau:.2f}%)", fontsize=11)
     return save_figure(fig, path)
 

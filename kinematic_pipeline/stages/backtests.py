@@ -1,7 +1,7 @@
 """backtests and margin_backtests: one policy's stored predictions swept over every cost, under both rules.
 
 The calibrated argmax (the argmax of the calibrated class-weighted probabilities, the ``action`` column of the
-predictions) and the margin rule (undo the weights, trade beyond a margin m chosen on validation days) are
+predictions) and the margin rule (trade beyond a margin m of the stored de-weighted p, m chosen on validation days) are
 backtested with the run's costs, tax and bootstrap; Buy & Hold rides along. The paper's rule (the argmax of the
 network's own softmax) is backtested on the pooled records (``stages.pooled``). Every output row's provenance is
 written beside it (``lineage.py``). No dagster here.
@@ -24,7 +24,7 @@ from kinematic_pipeline.backtest.sweep import (
 )
 from kinematic_pipeline.config import EvalConfig, Settings
 from kinematic_pipeline.lineage import PROVENANCE_SCHEMA, provenance_frame
-from kinematic_pipeline.model_pins import check_predictions_model, predictions_class_weights, run_class_weights
+from kinematic_pipeline.model_pins import check_predictions_model, predictions_class_weights
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.predictors.families import predictor
 from kinematic_pipeline.report.markdown import Markdown, markdown_table
@@ -66,19 +66,14 @@ MAIN_METRICS = (  # the columns the backtests asset shows at the report's cost
 )
 
 
-def margin_rule_backtests(
-    settings: Settings, predictions: pl.DataFrame, validation: pl.DataFrame, weights: tuple[float, ...]
-) -> pl.DataFrame:
-    """The margin rule, backtested like the calibrated argmax: undo the class weighting (p = q / w, ``weights``
-    those the policy's predictions carry) and Buy /
-    Sell when p_buy - p_sell exceeds +m / falls below -m, m chosen on the ``validation``-day predictions only
+def margin_rule_backtests(settings: Settings, predictions: pl.DataFrame, validation: pl.DataFrame) -> pl.DataFrame:
+    """The margin rule, backtested like the calibrated argmax: Buy / Sell when p_buy - p_sell of the stored
+    (de-weighted) p exceeds +m / falls below -m, m chosen on the ``validation``-day predictions only
     (``tasks.rules.choose_margin``: balanced accuracy over a fixed grid). Metrics rows with ``m`` beside."""
-    rule = MarginRule(weights)
+    rule = MarginRule()
     margin, rows = rule.margin(validation)
     actions = pl.Series("action", rule.at(predictions, margin), dtype=pl.Int8)
-    sweep = run_sweep(
-        predictions.with_columns(actions), settings.evaluate.backtest, benchmark=False, class_weights=weights
-    )
+    sweep = run_sweep(predictions.with_columns(actions), settings.evaluate.backtest, benchmark=False)
     return sweep.metrics.with_columns(
         pl.lit(margin).alias("margin"), pl.lit(rows).cast(pl.Int64).alias("validation_rows")
     )
@@ -122,10 +117,10 @@ def materialize_backtests(settings: Settings, policy: Policy, code_versions: dic
         )
     check_predictions_model(settings, policy)  # made by the adapter (foundation, probe) on disk now
     predictions = exact.read_parquet(predictions_file)
-    # the class weights the probabilities were trained with, as the predictions carry them (a rule's: the run's):
-    # Brier and ECE score the de-weighted probabilities
-    weights = predictions_class_weights(settings, policy) or run_class_weights(settings)
-    sweep = run_sweep(predictions, ev.backtest, class_weights=weights)
+    # the class weights the stored p were de-weighted with are the model's (a StalePairError otherwise); Brier and
+    # ECE score the stored p as they are
+    predictions_class_weights(settings, policy)
+    sweep = run_sweep(predictions, ev.backtest)
     fold = pl.lit(policy.fold.label).alias("fold")
     paths = {}
     for asset, frame in ((BACKTESTS, sweep.metrics), (EQUITY_CURVES, sweep.equity), (TRADES, sweep.trades)):
@@ -134,7 +129,7 @@ def materialize_backtests(settings: Settings, policy: Policy, code_versions: dic
         paths[asset] = wh.evaluation_file(asset, policy)
         wh.write(frame.filter(~is_benchmark), paths[asset])
     validation = exact.read_parquet(wh.predictions_extra(VALIDATION_PREDICTIONS, policy))
-    margin = margin_rule_backtests(settings, predictions, validation, weights).with_columns(fold)
+    margin = margin_rule_backtests(settings, predictions, validation).with_columns(fold)
     paths[MARGIN_BACKTESTS] = wh.evaluation_file(MARGIN_BACKTESTS, policy)
     wh.write(margin, paths[MARGIN_BACKTESTS])
     provenance = provenance_frame(

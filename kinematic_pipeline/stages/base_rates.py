@@ -81,10 +81,10 @@ def validation_base_rates(settings: Settings, asset: str) -> dict[str, dict[floa
 
 def calibrated_prior_rows(rows: pl.DataFrame, rates: FoldRates, tau: float, class_weights, label: str) -> pl.DataFrame:
     """The calibrated prior's predictions on the ticker-days of ``rows`` (ticker, date, close, ``label``; one per
-    ticker-day): each day its fold's validation-day base rates p, stored as a weighted-CE model's softmax q ∝ w ⊙ p
-    (so the skill tables de-weight them back to p, as they do a model's). A model at its prior scores this row's
-    skill after calibration, not 0."""
+    ticker-day): each day its fold's validation-day base rates p, stored as a weighted-CE model's are: its softmax
+    q ∝ w ⊙ p and that q de-weighted (p again, up to float32; ``sweep.predictions_frame``). A model at its prior
+    scores this row's skill after calibration, not 0."""
 
     days = rows.unique(subset=["ticker", "date"], keep="first", maintain_order=True).sort("ticker", "date")
     q = rates.rows(days["date"]) * class_weight_vector(class_weights)
-    return predictions_frame(days, (PRIOR, float(tau), 0), q / q.sum(axis=1, keepdims=True), label)
+    return predictions_frame(days, (PRIOR, float(tau), 0), q / q.sum(axis=1, keepdims=True), label, class_weights)

@@ -26,7 +26,7 @@ test period (or the seeded sample ``evaluate.universe_tickers``), the same rows 
   class-weighted probabilities, the predictions' action; ``backtest.decisions``): base rates, the no-information
   action, the Buy/Sell margin against ln(w_sell/w_buy).
 - ``decision_rules``: the three rules side by side: the paper's (the argmax of the network's own softmax), the
-  calibrated argmax and the margin rule (undo the weights, trade beyond a margin m chosen on validation days), as
+  calibrated argmax and the margin rule (trade beyond a margin m of the de-weighted p, chosen on validation days), as
   pooled by ``stages.pooled``, with each rule's equal-weight portfolio.
 - ``data_seen``: the dates each variant's fit, validation and normalization saw, per fold (contamination).
 
@@ -48,7 +48,6 @@ from kinematic_pipeline.backtest.policy_frames import (
     skill_beyond_reference_frame,
 )
 from kinematic_pipeline.backtest.signal import daily_ic, direction_auc, ic_summary, time_series_ic
-from kinematic_pipeline.backtest.volatility_reference import REFERENCE_CLASS_WEIGHTS
 from kinematic_pipeline.config import EvalConfig, Settings
 from kinematic_pipeline.model_pins import run_class_weights
 from kinematic_pipeline.pins import verified_labels
@@ -68,7 +67,7 @@ from kinematic_pipeline.stages.pooled import (
     rule_records,
 )
 from kinematic_pipeline.stages.reference_rows import volatility_reference, with_reference_scores
-from kinematic_pipeline.tasks.actions import UNKNOWN_LABEL, unweighted_probabilities
+from kinematic_pipeline.tasks.actions import PROB_COLUMNS, UNKNOWN_LABEL
 from kinematic_pipeline.tasks.buy_sell_hold import at_tau
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, PREDICTIONS
@@ -120,16 +119,16 @@ def skill_options(ev: EvalConfig, label_column: str = "label") -> SkillOptions:
 
 
 def _with_reference(
-    scored: pl.DataFrame, models: pl.DataFrame, reference: pl.DataFrame | None, rates: dict, weights, options
+    scored: pl.DataFrame, models: pl.DataFrame, reference: pl.DataFrame | None, rates: dict, options
 ) -> pl.DataFrame:
-    """``seed_mean_skill_frame`` of ``scored``, and with a ``reference`` its own row (de-weighted with
-    ``REFERENCE_CLASS_WEIGHTS``: it stores p itself) and each model's log-loss skill beyond it on the same ticker-days
-    (``skill_beyond_reference_frame``'s columns, null for the reference and the informed ceiling)."""
-    frame = seed_mean_skill_frame(scored, rates, weights, options)
+    """``seed_mean_skill_frame`` of ``scored``, and with a ``reference`` its own row and each model's log-loss skill
+    beyond it on the same ticker-days (``skill_beyond_reference_frame``'s columns, null for the reference and the
+    informed ceiling)."""
+    frame = seed_mean_skill_frame(scored, rates, options)
     if reference is None or reference.height == 0:
         return frame
-    own = seed_mean_skill_frame(reference, rates, REFERENCE_CLASS_WEIGHTS, options)
-    beyond = skill_beyond_reference_frame(models, reference, rates, weights, REFERENCE_CLASS_WEIGHTS, options)
+    own = seed_mean_skill_frame(reference, rates, options)
+    beyond = skill_beyond_reference_frame(models, reference, rates, options)
     both = pl.concat([frame, own], how="diagonal_relaxed")
     return both.join(beyond, on=["variant", "tau"], how="left").sort("variant", "tau")
 
@@ -147,7 +146,8 @@ def information_skill(
     ``reference`` (``volatility_reference`` of the same rows), its row and each model's skill beyond it; with
     ``prior`` (``base_rates.validation_base_rates``), the calibrated prior's row: the zero point of a model that
     learned nothing, after calibration."""
-    ev, weights, names = settings.evaluate, run_class_weights(settings), outcome_names(settings.tokenize.label_source)
+    ev, names = settings.evaluate, outcome_names(settings.tokenize.label_source)
+    weights = run_class_weights(settings) if prior is not None else None  # the prior's rows: a model's softmax
     options = skill_options(ev)
     report_rows = report_rows.drop("fold", strict=False)  # the folds' test days pooled: one record per policy
     oracle = oracle_test_predictions(settings, report_rows, tau) if report_rows.height else None
@@ -155,7 +155,7 @@ def information_skill(
     if prior is not None and report_rows.height:
         extra.append(calibrated_prior_rows(report_rows, prior[TRAINED][tau], tau, weights, "label"))
     scored = pl.concat([report_rows, *extra], how="vertical") if extra else report_rows
-    out = {names[TRAINED]: _with_reference(scored, report_rows, reference, rates[TRAINED], weights, options)}
+    out = {names[TRAINED]: _with_reference(scored, report_rows, reference, rates[TRAINED], options)}
     if CLOSE in names and report_rows.height:
         returns = prediction_day_returns(settings, report_rows)
         close = with_close_labels(report_rows, returns)
@@ -166,7 +166,7 @@ def information_skill(
             close_scored = pl.concat([close, with_close_labels(prior_rows, returns)], how="vertical")
         else:
             close_scored = close
-        out[names[CLOSE]] = _with_reference(close_scored, close, close_reference, rates[CLOSE], weights, close_options)
+        out[names[CLOSE]] = _with_reference(close_scored, close, close_reference, rates[CLOSE], close_options)
     return out
 
 
@@ -222,9 +222,7 @@ def universe_predictions(
         columns=["ticker", "date", "r_close", "r_spline"],
     )
     frame = frame.join(returns, on=["ticker", "date"], how="left", validate="m:1")
-    p = unweighted_probabilities(
-        frame.select("p_buy", "p_sell", "p_hold").to_numpy().astype(np.float64), run_class_weights(settings)
-    )
+    p = frame.select(PROB_COLUMNS).to_numpy().astype(np.float64)
     return frame.with_columns(pl.Series("score", p[:, 0] - p[:, 1]))
 
 

@@ -69,8 +69,8 @@ def oracle_rule_frames(settings: Settings, rows: pl.DataFrame) -> dict[str, pl.D
     """The oracle's predictions under each rule (``RULE_LABELS``' names), ready for ``run_sweep``."""
     weights = run_class_weights(settings)  # read as a model trained with the run's weights would be
     frame = conditional_oracle_predictions(rows, settings.evaluate.report_tau, weights)
-    margin = frame.with_columns(pl.Series("action", MarginRule(weights).at(frame, 0.0), dtype=pl.Int8))
-    return {"paper": PaperArgmax().decide(frame), "calibrated": frame, "margin": margin}
+    margin = frame.with_columns(pl.Series("action", MarginRule().at(frame, 0.0), dtype=pl.Int8))
+    return {"paper": PaperArgmax(weights).decide(frame), "calibrated": frame, "margin": margin}
 
 
 def oracle_rule_records(settings: Settings, predictions: pl.DataFrame, cost_bps: float) -> dict[str, tuple] | None:
@@ -79,9 +79,9 @@ def oracle_rule_records(settings: Settings, predictions: pl.DataFrame, cost_bps:
     rows = oracle_law_rows(settings, predictions)
     if rows is None or rows.height == 0:
         return None
-    ev, out, weights = settings.evaluate, {}, run_class_weights(settings)
+    ev, out = settings.evaluate, {}
     for rule, frame in oracle_rule_frames(settings, rows).items():
-        sweep = run_sweep(frame, ev.backtest, benchmark=False, class_weights=weights)
+        sweep = run_sweep(frame, ev.backtest, benchmark=False)
         metrics = sweep.metrics.filter(pl.col("cost_bps") == cost_bps)
         equity = sweep.equity.filter(pl.col("cost_bps") == cost_bps)
         summary = portfolio_summary(ticker_excess(equity, ev.backtest.rf_annual), ["variant"]).row(0, named=True)

@@ -88,18 +88,24 @@ def _by_fold_set(predictions: pl.DataFrame) -> list[pl.DataFrame]:
 
 def _pool(settings: Settings, predictions: pl.DataFrame, benchmark: bool) -> list:
     """Sweeps of the pooled predictions, one per fold set (Buy & Hold with the widest only)."""
-    out, backtest, weights = [], settings.evaluate.backtest, run_class_weights(settings)
+    out, backtest = [], settings.evaluate.backtest
     for k, group in enumerate(_by_fold_set(predictions)):
         group = group.sort("variant", "tau", "seed", "ticker", "date")
-        out.append(run_sweep(group, backtest, benchmark=benchmark and k == 0, class_weights=weights))
+        out.append(run_sweep(group, backtest, benchmark=benchmark and k == 0))
     return out
 
 
-def _margin_actions(settings: Settings, predictions: pl.DataFrame, margins: pl.DataFrame) -> pl.DataFrame:
+def _paper_rule(settings: Settings, predictions: pl.DataFrame) -> pl.DataFrame:
+    """The predictions under the paper's rule: the argmax of the network's softmax, its p that softmax de-weighted
+    with the run's class weights."""
+    return PaperArgmax(run_class_weights(settings)).decide(predictions)
+
+
+def _margin_actions(predictions: pl.DataFrame, margins: pl.DataFrame) -> pl.DataFrame:
     """The predictions with the margin rule's actions: each fold's rows thresholded at that fold's m."""
     m = margins.select(*POLICY_KEYS, "fold", "margin").unique(subset=[*POLICY_KEYS, "fold"])
     frame = predictions.join(m, on=[*POLICY_KEYS, "fold"], how="inner")
-    rule, margin = MarginRule(run_class_weights(settings)), frame["margin"].to_numpy()
+    rule, margin = MarginRule(), frame["margin"].to_numpy()
     actions = np.empty(frame.height, dtype=np.int8)
     for value in np.unique(margin):
         rows = margin == value
@@ -136,9 +142,9 @@ def pooled_evaluation(settings: Settings) -> dict[str, pl.DataFrame]:
         frames[MARGIN_BACKTESTS] = margins = margin_metrics(settings)
         frames[MARGIN_EQUITY_CURVES] = pl.DataFrame()
         if margins.height:
-            sweeps = _pool(settings, _margin_actions(settings, read_view(settings, PREDICTIONS), margins), False)
+            sweeps = _pool(settings, _margin_actions(read_view(settings, PREDICTIONS), margins), False)
             frames[MARGIN_EQUITY_CURVES] = pl.concat([s.equity for s in sweeps])
-        paper = _pool(settings, PaperArgmax().decide(read_view(settings, PREDICTIONS)), False)
+        paper = _pool(settings, _paper_rule(settings, read_view(settings, PREDICTIONS)), False)
         frames[PAPER_BACKTESTS] = pl.concat([s.metrics for s in paper])
         frames[PAPER_EQUITY_CURVES] = pl.concat([s.equity for s in paper])
         for name in (MARGIN_EQUITY_CURVES, PAPER_BACKTESTS, PAPER_EQUITY_CURVES):
@@ -161,7 +167,7 @@ def pooled_evaluation(settings: Settings) -> dict[str, pl.DataFrame]:
     }
     margins = margin_metrics(settings)
     if margins.height:
-        thresholded = _margin_actions(settings, predictions, margins)
+        thresholded = _margin_actions(predictions, margins)
         margin_sweeps = _pool(settings, thresholded, benchmark=False)
         summary = margins.group_by(POLICY_KEYS).agg(
             pl.col("margin").mean().alias("margin"), pl.col("validation_rows").sum().alias("validation_rows")
@@ -171,7 +177,7 @@ def pooled_evaluation(settings: Settings) -> dict[str, pl.DataFrame]:
         frames[MARGIN_EQUITY_CURVES] = with_folds(pl.concat([s.equity for s in margin_sweeps]))
     else:
         frames[MARGIN_BACKTESTS] = frames[MARGIN_EQUITY_CURVES] = margins
-    paper = _pool(settings, PaperArgmax().decide(predictions), benchmark=False)
+    paper = _pool(settings, _paper_rule(settings, predictions), benchmark=False)
     frames[PAPER_BACKTESTS] = with_folds(pl.concat([s.metrics for s in paper]))
     frames[PAPER_EQUITY_CURVES] = with_folds(pl.concat([s.equity for s in paper]))
     for name, frame in frames.items():

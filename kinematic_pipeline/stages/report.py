@@ -332,9 +332,7 @@ def materialize_figures(settings: Settings) -> dict[str, Path]:
     }
     figures.training_curves_png(training_curves(settings), paths["training_curves"])
     figures.equity_curves_png(equity, ev.report_tau, ev.report_cost_bps, paths["equity_curves"])
-    figures.diagnostics_png(
-        predictions, focus, ev.report_tau, paths["diagnostics"], class_weights=run_class_weights(settings)
-    )
+    figures.diagnostics_png(predictions, focus, ev.report_tau, paths["diagnostics"])
     figures.sweeps_png(metrics, focus, paths["sweeps"])
     figures.decision_rules_png(
         metrics, pooled_margin_metrics(settings), ev.report_tau, ev.report_cost_bps, paths["decision_rules"]

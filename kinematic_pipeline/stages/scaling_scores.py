@@ -5,7 +5,6 @@ ticker-days it scored, and the reference's own row on the ticker-days every lear
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import numpy as np
@@ -13,7 +12,7 @@ import polars as pl
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.pins import verified_labels
-from kinematic_pipeline.tasks.actions import PROB_COLUMNS, unweighted_probabilities
+from kinematic_pipeline.tasks.actions import PROB_COLUMNS
 from kinematic_pipeline.warehouse import LABELS
 from kinematic_pipeline.warehouse import exact_paths as exact
 
@@ -31,22 +30,22 @@ def _returns(settings: Settings, days: list) -> pl.DataFrame:
 
 
 def score_universe(settings: Settings, universe: pl.DataFrame, rates: dict) -> dict:
-    """The rank IC (and its Newey-West t) of s = p_buy - p_sell of the de-weighted p against r_close, and the
+    """The rank IC (and its Newey-West t) of s = p_buy - p_sell of the stored (de-weighted) p against r_close, and the
     log-loss skill (with its day-bootstrap interval) on close-to-close labels against ``rates`` ({tau:
     FoldRates}: ``train_base_rates(settings)[CLOSE]``), of one policy's calibrated universe predictions."""
     from kinematic_pipeline.backtest.policy_frames import skill_frame
     from kinematic_pipeline.backtest.signal import daily_ic, ic_summary
     from kinematic_pipeline.stages.evidence import CLOSE_LABEL, skill_options, with_close_labels
 
-    weights, ev = settings.train.class_weights, settings.evaluate
+    ev = settings.evaluate
     returns = _returns(settings, sorted(universe["date"].unique().to_list()))
-    p = unweighted_probabilities(universe.select(PROB_COLUMNS).to_numpy().astype(np.float64), weights)
+    p = universe.select(PROB_COLUMNS).to_numpy().astype(np.float64)
     scored = universe.with_columns(pl.Series("score", p[:, 0] - p[:, 1])).join(
         returns, on=["ticker", "date"], how="left", validate="m:1"
     )
     rank = ic_summary(daily_ic(scored, "score", "r_close"), "rank_ic")
     close = with_close_labels(universe, returns)
-    skill = skill_frame(close, rates, weights, skill_options(ev, CLOSE_LABEL)).row(0, named=True)
+    skill = skill_frame(close, rates, skill_options(ev, CLOSE_LABEL)).row(0, named=True)
     return {
         "rank_ic": rank["mean"],
         "rank_ic_t_nw": rank["t_nw"],
@@ -67,18 +66,11 @@ def skill_beyond_vol20(
     block-bootstrap interval of ``evaluate.skill_bootstrap_*``: the information table's
     ``skill_beyond_reference_frame``. Null, with 0 rows, where no ticker-day pairs."""
     from kinematic_pipeline.backtest.policy_frames import BEYOND, skill_beyond_reference_frame
-    from kinematic_pipeline.backtest.volatility_reference import REFERENCE_CLASS_WEIGHTS
     from kinematic_pipeline.stages.evidence import CLOSE_LABEL, skill_options, with_close_labels
 
     ev = settings.evaluate
-    beyond = skill_beyond_reference_frame(
-        with_close_labels(universe, returns),
-        reference,
-        rates,
-        settings.train.class_weights,
-        REFERENCE_CLASS_WEIGHTS,
-        skill_options(ev, CLOSE_LABEL),
-    )
+    options = skill_options(ev, CLOSE_LABEL)
+    beyond = skill_beyond_reference_frame(with_close_labels(universe, returns), reference, rates, options)
     if beyond.height > 1:
         raise ValueError(f"one learner's universe holds {beyond.height} policies: {beyond['variant'].to_list()}")
     row = beyond.row(0, named=True) if beyond.height else {}
@@ -102,16 +94,12 @@ def shared_ticker_days(universes: list[pl.DataFrame]) -> pl.DataFrame:
 
 def reference_row(settings: Settings, variant: str, forecast: pl.DataFrame, rows: pl.DataFrame, rates: dict) -> dict:
     """The trailing-volatility reference's row: its ``forecast`` (``stages.reference_rows.volatility_reference``) on
-    the ticker-days of ``rows`` (``shared_ticker_days``: those every learner scored), scored as the learners are,
-    with its own class weights (1, 1, 1: it stores p itself). Nothing is fitted: no windows, rows or steps; nothing
-    beyond itself."""
-    from kinematic_pipeline.backtest.volatility_reference import REFERENCE, REFERENCE_CLASS_WEIGHTS
+    the ticker-days of ``rows`` (``shared_ticker_days``: those every learner scored), scored as the learners are
+    (its p as it stores it). Nothing is fitted: no windows, rows or steps; nothing beyond itself."""
+    from kinematic_pipeline.backtest.volatility_reference import REFERENCE
 
     started = time.perf_counter()
     on_rows = forecast.join(rows.select("ticker", "date"), on=["ticker", "date"], how="semi")
-    unweighted = dataclasses.replace(
-        settings, train=dataclasses.replace(settings.train, class_weights=REFERENCE_CLASS_WEIGHTS)
-    )
     return {
         "variant": variant,
         "learner": VOL_REFERENCE,
@@ -121,7 +109,7 @@ def reference_row(settings: Settings, variant: str, forecast: pl.DataFrame, rows
         "train_rows": 0,
         "steps": None,
         "best_step": None,
-        **score_universe(unweighted, on_rows, rates),
+        **score_universe(settings, on_rows, rates),
         BEYOND_VOL20: None,
         f"{BEYOND_VOL20}_ci_low": None,
         f"{BEYOND_VOL20}_ci_high": None,

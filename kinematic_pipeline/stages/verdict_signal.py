@@ -16,9 +16,8 @@ from scipy import stats as sps
 from kinematic_pipeline.backtest import multiple_testing as mt
 from kinematic_pipeline.backtest.signal import daily_ic, newey_west_lags, newey_west_t, partial_rank_ic
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.model_pins import run_class_weights
 from kinematic_pipeline.stages.features import read_features
-from kinematic_pipeline.tasks.actions import unweighted_probabilities
+from kinematic_pipeline.tasks.actions import PROB_COLUMNS
 from kinematic_pipeline.tasks.buy_sell_hold import labels_from_returns
 from kinematic_pipeline.tokenizations.raw import TRIVIAL_FEATURES
 from kinematic_pipeline.variants import TRIVIAL_PROBE as TRIVIAL
@@ -145,13 +144,12 @@ class Comparison:
 def daily_log_losses(settings: Settings, universe: pl.DataFrame | None) -> dict[str, pl.DataFrame]:
     """{variant: (date, log_loss)}: per day, the mean over the universe's ticker-days (and seeds) of -ln p(label)
     of the de-weighted calibrated probabilities, on close-to-close labels at the report's tau."""
-    needed = {"variant", "date", "p_buy", "p_sell", "p_hold", "r_close"}
+    needed = {"variant", "date", *PROB_COLUMNS, "r_close"}
     if universe is None or universe.height == 0 or not needed <= set(universe.columns):
         return {}
     r = universe["r_close"].cast(pl.Float64).fill_null(float("nan")).to_numpy()
     labels = labels_from_returns(r, settings.evaluate.report_tau)
-    q = universe.select("p_buy", "p_sell", "p_hold").to_numpy().astype(np.float64)
-    p = unweighted_probabilities(q, run_class_weights(settings))
+    p = universe.select(PROB_COLUMNS).to_numpy().astype(np.float64)
     known = labels >= 0
     loss = np.full(universe.height, np.nan)
     loss[known] = -np.log(np.clip(p[np.flatnonzero(known), labels[known]], 1e-12, 1.0))

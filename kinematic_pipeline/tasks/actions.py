@@ -12,9 +12,11 @@ BUY, SELL, HOLD = 0, 1, 2
 UNKNOWN_LABEL = -1  # a label whose next-day return does not exist yet
 ACTION_NAMES = ("Buy", "Sell", "Hold")  # indexed by code
 ACTION_KEYS = ("buy", "sell", "hold")  # the same, as column and metadata keys
-PROB_COLUMNS = ("p_buy", "p_sell", "p_hold")  # the stored probabilities, in code order
-# The network's (or probe's) own softmax, as it output it: what the paper's rule takes the argmax of. The p_*
-# columns beside them are the same numbers calibrated (``backtest.calibration``) for models and probes.
+# The stored probabilities p, in code order: the label distribution the policy forecasts, its softmax calibrated
+# (``backtest.calibration``, models and probes) and de-weighted (``stored_probabilities``); float64.
+PROB_COLUMNS = ("p_buy", "p_sell", "p_hold")
+# The network's (or probe's) own softmax, as it output it (the class-weighted q of a weighted-CE classifier,
+# float32): what the paper's rule takes the argmax of.
 SOFTMAX_COLUMNS = ("softmax_buy", "softmax_sell", "softmax_hold")
 
 
@@ -59,3 +61,11 @@ def unweighted_probabilities(q, class_weights) -> np.ndarray:
     if (total <= 0).any():
         raise ValueError(f"row {int(np.argmax(total[:, 0] <= 0))} of q is all zero")
     return p / total
+
+
+def stored_probabilities(softmax, class_weights=None) -> np.ndarray:
+    """The p the predictions store for a softmax (n, 3) as it is stored (float32): de-weighted with the
+    ``class_weights`` it was trained with (``unweighted_probabilities``, in float64), or the softmax itself as float64
+    without weights (a rule's one-hot action)."""
+    q = np.asarray(softmax, dtype=np.float32).astype(np.float64)
+    return q if class_weights is None else unweighted_probabilities(q, class_weights)

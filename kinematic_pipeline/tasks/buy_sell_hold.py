@@ -5,8 +5,10 @@ r_j == +-tau is Hold; a return not known yet (its next bar does not exist) or no
 session's return (``targets.py``), so the horizon is 1.
 
 The head has three outputs and learns with weighted cross-entropy w = [w_buy, w_sell, w_hold] (paper [2, 10, 1]),
-so its softmax approximates q_i ∝ w_i p_i; it starts at the weighted prior ln(w * pi) (``prior``). Its decisions
-are the three rules of ``rules.py``.
+so its softmax approximates q_i ∝ w_i p_i; it starts at the weighted prior ln(w * pi) (``prior``). Its outputs,
+as the predictions store them, are p = (q/w)/sum(q/w) calibrated (``PROB_COLUMNS``) and the network's own q
+(``SOFTMAX_COLUMNS``), with w in the predictions' record; its decisions are the three rules of ``rules.py``, which
+apply w where they decide on q.
 
 tau, the task's one parameter besides w, has its one home here: how a tau is spelled as a partition key and
 folder (``tau_key``), as a labels column (``tau_column``), and how two taus read back from keys, columns or SQL
@@ -159,4 +161,4 @@ class BuySellHold(Task):
 
     @property
     def rules(self) -> tuple[DecisionRule, ...]:
-        return (PaperArgmax(), CalibratedArgmax(), MarginRule(self.class_weights))
+        return (PaperArgmax(self.class_weights), CalibratedArgmax(self.class_weights), MarginRule())

@@ -2,12 +2,15 @@
 
 - ``PaperArgmax``: the argmax of the network's own softmax (``SOFTMAX_COLUMNS``, never calibrated), exactly as the
   paper trades ("the model predicts g_t = Buy": its top class).
-- ``CalibratedArgmax``: the argmax of the calibrated class-weighted probabilities q' (``PROB_COLUMNS``): the
-  weighting still sets the bar Buy must clear (``decisions.buy_threshold``).
-- ``MarginRule``: undo the weights (p = q / w, renormalized) and Buy when p_buy - p_sell > m, Sell when it is < -m,
-  else Hold; m is chosen on the validation days only (``choose_margin``), never on a test day.
+- ``CalibratedArgmax``: the argmax of the calibrated class-weighted probabilities q' ∝ w ⊙ p (the stored ``action``;
+  from the stored p it applies the weights itself): the weighting still sets the bar Buy must clear
+  (``decisions.buy_threshold``).
+- ``MarginRule``: Buy when p_buy - p_sell > m of the stored (de-weighted) p, Sell when it is < -m, else Hold; m is
+  chosen on the validation days only (``choose_margin``), never on a test day.
 
-A rule reads only the columns named here; it never asks which family made the predictions. No dagster, no torch.
+The predictions store p (``PROB_COLUMNS``, de-weighted and calibrated) and the network's softmax; a rule that
+decides on the weighted q applies the task's class weights itself. A rule reads only the columns named here; it
+never asks which family made the predictions. No dagster, no torch.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from kinematic_pipeline.tasks.actions import (
     SOFTMAX_COLUMNS,
     check_labels,
     check_probabilities,
-    unweighted_probabilities,
+    class_weight_vector,
+    stored_probabilities,
 )
 from kinematic_pipeline.tasks.base import DecisionRule
 
@@ -79,8 +83,9 @@ def _columns(frame: pl.DataFrame, columns: tuple[str, ...]) -> np.ndarray:
 
 @dataclass(frozen=True)
 class PaperArgmax(DecisionRule):
-    """The paper's rule: the argmax of the network's own softmax."""
+    """The paper's rule: the argmax of the network's own softmax, trained with ``class_weights``."""
 
+    class_weights: tuple[float, float, float]
     name: ClassVar[str] = "paper"
 
     def actions(self, predictions: pl.DataFrame, validation: pl.DataFrame | None = None) -> np.ndarray:
@@ -93,29 +98,33 @@ class PaperArgmax(DecisionRule):
         return predictions.select(SOFTMAX_COLUMNS).to_numpy().argmax(axis=1).astype(np.int8)
 
     def decide(self, predictions: pl.DataFrame, validation: pl.DataFrame | None = None) -> pl.DataFrame:
-        """The predictions under the paper's rule: the probabilities the sweep scores are the softmax it trades."""
+        """The predictions under the paper's rule: the probabilities the sweep scores are the softmax it trades,
+        de-weighted (uncalibrated p)."""
         actions = self.actions(predictions)
+        p = stored_probabilities(predictions.select(SOFTMAX_COLUMNS).to_numpy(), self.class_weights)
         return predictions.with_columns(
-            *[pl.col(raw).alias(p) for raw, p in zip(SOFTMAX_COLUMNS, PROB_COLUMNS)],
+            *[pl.Series(name, p[:, k], dtype=pl.Float64) for k, name in enumerate(PROB_COLUMNS)],
             pl.Series("action", actions, dtype=pl.Int8),
         )
 
 
 @dataclass(frozen=True)
 class CalibratedArgmax(DecisionRule):
-    """The argmax of the calibrated class-weighted probabilities the predictions store."""
+    """The argmax of the calibrated class-weighted probabilities q' ∝ w ⊙ p: the weights applied to the stored p
+    (the predictions' own ``action`` is this argmax, taken on q' itself when they were made)."""
 
+    class_weights: tuple[float, float, float]
     name: ClassVar[str] = "calibrated"
 
     def actions(self, predictions: pl.DataFrame, validation: pl.DataFrame | None = None) -> np.ndarray:
-        return predictions.select(PROB_COLUMNS).to_numpy().argmax(axis=1).astype(np.int8)
+        weighted = _columns(predictions, PROB_COLUMNS) * class_weight_vector(self.class_weights)
+        return weighted.argmax(axis=1).astype(np.int8)
 
 
 @dataclass(frozen=True)
 class MarginRule(DecisionRule):
-    """Trade beyond a margin m of the de-weighted p_buy - p_sell, m chosen on the validation days."""
+    """Trade beyond a margin m of the stored (de-weighted) p_buy - p_sell, m chosen on the validation days."""
 
-    class_weights: tuple[float, float, float]
     grid: tuple[float, ...] = MARGIN_GRID
     name: ClassVar[str] = "margin"
 
@@ -124,7 +133,7 @@ class MarginRule(DecisionRule):
         labelled = validation.filter(pl.col("label") >= 0) if validation is not None else None
         if labelled is None or labelled.height == 0:
             return 0.0, 0
-        p_val = unweighted_probabilities(_columns(labelled, PROB_COLUMNS), self.class_weights)
+        p_val = _columns(labelled, PROB_COLUMNS)
         return choose_margin(p_val, labelled["label"].to_numpy(), self.grid), labelled.height
 
     def actions(self, predictions: pl.DataFrame, validation: pl.DataFrame | None = None) -> np.ndarray:
@@ -132,6 +141,4 @@ class MarginRule(DecisionRule):
 
     def at(self, predictions: pl.DataFrame, margin: float) -> np.ndarray:
         """The actions at a margin already chosen (the pooled records': each fold's own m)."""
-        return threshold_actions(
-            unweighted_probabilities(_columns(predictions, PROB_COLUMNS), self.class_weights), margin
-        )
+        return threshold_actions(_columns(predictions, PROB_COLUMNS), margin)

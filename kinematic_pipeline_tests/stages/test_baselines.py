@@ -24,7 +24,7 @@ from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.stages.window_store import materialize_window_store
-from kinematic_pipeline.tasks.actions import BUY, HOLD, SELL, unweighted_probabilities
+from kinematic_pipeline.tasks.actions import BUY, HOLD, SELL, SOFTMAX_COLUMNS, unweighted_probabilities
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold, tau_column
 from kinematic_pipeline.tokenizations import SPLINE, TOKENIZATIONS
 from kinematic_pipeline.tokenizations.base import N_LAST
@@ -180,7 +180,8 @@ def test_every_probe_lies_between_the_base_rates_and_the_informed_ceiling(drift_
         materialize_probe(settings, policy)
         rows = baseline_predictions(settings, policy, "test", None).filter(pl.col("label") >= 0)
         assert rows.select("ticker", "date").equals(test.select("ticker", "date"))
-        p = unweighted_probabilities(rows.select("p_buy", "p_sell", "p_hold").to_numpy(), weights)
+        p = rows.select("p_buy", "p_sell", "p_hold").to_numpy()  # stored de-weighted
+        np.testing.assert_array_equal(p, unweighted_probabilities(rows.select(SOFTMAX_COLUMNS).to_numpy(), weights))
         skill = 1 - _log_loss(p, y) / base_loss
         assert 0.02 < skill < ceiling, (variant, skill, ceiling)
 

@@ -168,10 +168,11 @@ def test_an_empty_test_period_fails_with_a_message_that_names_the_cut(warehouses
 
 def test_written_predictions_are_calibrated_on_validation_days_only(warehouses, monkeypatch):
     """materialize_predictions fits the calibration on the validation-day predictions, applies it to the test, validation
-    and universe frames (actions re-taken as the argmax), and keeps the raw universe beside them."""
+    and universe frames' softmax, stores it de-weighted (actions re-taken as the argmax of the calibrated softmax), and
+    keeps the raw universe (its softmax de-weighted) beside them."""
     from kinematic_pipeline.backtest.calibration import CALIBRATION_SCHEMA, fit_calibration
     from kinematic_pipeline.stages import predict as stage
-    from kinematic_pipeline.tasks.actions import PROB_COLUMNS, SOFTMAX_COLUMNS
+    from kinematic_pipeline.tasks.actions import PROB_COLUMNS, SOFTMAX_COLUMNS, unweighted_probabilities
     from kinematic_pipeline.training import run
 
     base, _ = warehouses
@@ -188,20 +189,18 @@ def test_written_predictions_are_calibrated_on_validation_days_only(warehouses, 
     result = stage.materialize_predictions(base, policy)
     path = result.path
 
-    wh, fold = base.warehouse, policy.fold
-    raw_test = predict(base, policy, _classifier(base, "splinegpt")).frame
+    wh, fold, w = base.warehouse, policy.fold, base.train.class_weights
+    raw_test = predict(base, policy, _classifier(base, "splinegpt"), class_weights=w).frame
     tickers = sorted(raw_test["ticker"].unique().to_list())
     days = validation_days(base, "spline_tokens", fold)
-    raw_val = predict(base, policy, _classifier(base, "splinegpt"), days, tickers).frame
+    raw_val = predict(base, policy, _classifier(base, "splinegpt"), days, tickers, w).frame
     assert raw_val.height > 0 and raw_val["date"].max() <= CUT < raw_test["date"].min()
     # the universe is the test tickers here: the fitting set is their validation rows, less the labels that read a
     # close after the purge (a single cut: the last validation day's label reads the first test close)
     late = raw_val.filter((pl.col("date") > fold.label_end) & (pl.col("label") >= 0))
     assert late.height > 0 and fold.label_end < CUT
     fitting = purge_labels(raw_val, fold)
-    expected = fit_calibration(
-        fitting.select(PROB_COLUMNS).to_numpy(), fitting["label"].to_numpy(), base.train.class_weights
-    )
+    expected = fit_calibration(fitting.select(SOFTMAX_COLUMNS).to_numpy(), fitting["label"].to_numpy(), w)
     assert result.calibration == expected and expected.fitted
     assert result.calibration.n_rows == raw_val.filter(pl.col("label") >= 0).height - late.height
     row = pl.read_parquet(wh.predictions_extra(PREDICTION_CALIBRATION, policy))
@@ -211,24 +210,35 @@ def test_written_predictions_are_calibrated_on_validation_days_only(warehouses, 
     def probs(frame: pl.DataFrame) -> np.ndarray:
         return frame.select(PROB_COLUMNS).to_numpy()
 
+    def softmax(frame: pl.DataFrame) -> np.ndarray:
+        return frame.select(SOFTMAX_COLUMNS).to_numpy()
+
+    def calibrated(raw: pl.DataFrame) -> np.ndarray:
+        """The stored p of ``raw``'s rows: its softmax calibrated (float32), de-weighted."""
+        return unweighted_probabilities(expected.apply(softmax(raw).astype(np.float64)), w)
+
+    np.testing.assert_array_equal(probs(raw_test), unweighted_probabilities(softmax(raw_test), w))  # p, raw
     written = pl.read_parquet(path)
-    np.testing.assert_array_equal(probs(written), expected.apply(probs(raw_test).astype(np.float64)))
-    np.testing.assert_array_equal(written["action"].to_numpy(), probs(written).argmax(axis=1))
+    np.testing.assert_array_equal(probs(written), calibrated(raw_test))
+    actions = expected.apply(softmax(raw_test).astype(np.float64)).argmax(axis=1)
+    np.testing.assert_array_equal(written["action"].to_numpy(), actions)
+    np.testing.assert_array_equal(written["action"].to_numpy(), (probs(written) * np.asarray(w)).argmax(axis=1))
     assert written.drop(*PROB_COLUMNS, "action").equals(
         raw_test.drop(*PROB_COLUMNS, "action").with_columns(pl.lit(fold.label).alias("fold"))
     )
     validation = pl.read_parquet(wh.predictions_extra(VALIDATION_PREDICTIONS, policy))
-    np.testing.assert_array_equal(probs(validation), expected.apply(probs(raw_val).astype(np.float64)))
+    np.testing.assert_array_equal(probs(validation), calibrated(raw_val))
     # what the margin rule's m is chosen on: no label after the purge
     assert (validation.filter(pl.col("date") > fold.label_end)["label"] == -1).all()
     universe = pl.read_parquet(wh.predictions_extra(UNIVERSE_PREDICTIONS, policy))
     universe_raw = pl.read_parquet(wh.predictions_extra(UNIVERSE_RAW_PREDICTIONS, policy))
     assert universe_raw.schema == universe.schema and universe_raw.height == universe.height
     assert sorted(universe["ticker"].unique().to_list()) == tickers  # so the fitting set was raw_val
-    np.testing.assert_array_equal(probs(universe), expected.apply(probs(universe_raw).astype(np.float64)))
+    np.testing.assert_array_equal(probs(universe), calibrated(universe_raw))
+    np.testing.assert_array_equal(probs(universe_raw), unweighted_probabilities(softmax(universe_raw), w))
     # the model's own softmax is kept beside the calibrated probabilities, on every file
     for frame, raw in ((written, raw_test), (validation, raw_val), (universe, universe_raw)):
-        np.testing.assert_array_equal(frame.select(SOFTMAX_COLUMNS).to_numpy(), probs(raw))
+        np.testing.assert_array_equal(softmax(frame), softmax(raw))
     assert "calibration_temperature" in result.metadata()
     # the predictions view reads the policy's shard only, not the subfolders
     assert wh.query("SELECT count(*) AS n FROM predictions")["n"][0] == written.height

@@ -14,11 +14,20 @@ from kinematic_pipeline.backtest import skill as s
 from kinematic_pipeline.backtest.policy_frames import SkillOptions, decision_frame, seed_mean_skill_frame, skill_frame
 from kinematic_pipeline.backtest.skill_seeds import seed_mean_skill
 from kinematic_pipeline.backtest.sweep import INPUT_SCHEMA, bootstrap_seed
-from kinematic_pipeline.tasks.actions import unweighted_probabilities
+from kinematic_pipeline.tasks.actions import PROB_COLUMNS, stored_probabilities
 
-# the predictions frame as stages.predict writes it (float32 probabilities), without importing torch
-PREDICTIONS_SCHEMA = INPUT_SCHEMA | {"p_buy": pl.Float32, "p_sell": pl.Float32, "p_hold": pl.Float32}
+# the predictions frame as stages.predict writes it (the float32 softmax q de-weighted: p), without importing torch
+PREDICTIONS_SCHEMA = INPUT_SCHEMA
 W = (2.0, 10.0, 1.0)
+
+
+def _with_softmax(frame: pl.DataFrame, q) -> pl.DataFrame:
+    """``frame`` with p the de-weighted softmax ``q`` ((3,) on every row, or (n, 3)), as the predictions store it."""
+    q = np.broadcast_to(np.asarray(q, dtype=np.float64), (frame.height, 3))
+    p = stored_probabilities(q, W)
+    return frame.with_columns(*[pl.Series(c, p[:, k]) for k, c in enumerate(PROB_COLUMNS)])
+
+
 RATES = {0.01: np.array([0.25, 0.23, 0.52]), 0.02: np.array([0.15, 0.13, 0.72])}
 
 
@@ -34,20 +43,21 @@ def _predictions(variants=("splinegpt", "rawgpt"), taus=(0.01, 0.02), n_days=15,
                         label = int(rng.integers(-1, 3))
                         day = dt.date(2023, 1, 2) + dt.timedelta(k)
                         rows.append((v, tau, seed, ticker, day, 100.0, *q, int(q.argmax()), label))
-    return pl.DataFrame(rows, schema=PREDICTIONS_SCHEMA, orient="row")
+    frame = pl.DataFrame(rows, schema=PREDICTIONS_SCHEMA, orient="row")
+    return _with_softmax(frame, frame.select(PROB_COLUMNS).to_numpy())  # the rows' q, stored as p
 
 
 def _arrays(group: pl.DataFrame, label_column: str = "label"):
     """(p, labels, days, actions) of one policy's rows as skill_frame orders them (date, ticker)."""
     group = group.sort("date", "ticker")
-    q = group.select("p_buy", "p_sell", "p_hold").to_numpy().astype(np.float64)
+    p = group.select("p_buy", "p_sell", "p_hold").to_numpy()
     days = group["date"].to_physical().to_numpy()
-    return unweighted_probabilities(q, W), group[label_column].to_numpy(), days, group["action"].to_numpy()
+    return p, group[label_column].to_numpy(), days, group["action"].to_numpy()
 
 
 def test_skill_frame_has_one_row_per_policy_with_the_numbers_of_skill_table():
     preds = _predictions()
-    frame = skill_frame(preds, RATES, W, SkillOptions(n_boot=50, boot_seed=3))
+    frame = skill_frame(preds, RATES, SkillOptions(n_boot=50, boot_seed=3))
     assert frame.select("variant", "tau", "seed").rows() == [
         ("rawgpt", 0.01, 0),
         ("rawgpt", 0.02, 0),
@@ -66,11 +76,10 @@ def test_skill_frame_has_one_row_per_policy_with_the_numbers_of_skill_table():
 
 def test_a_policys_row_does_not_depend_on_the_other_policies():
     preds = _predictions()
-    both = skill_frame(preds, RATES, W, SkillOptions(n_boot=40))
+    both = skill_frame(preds, RATES, SkillOptions(n_boot=40))
     alone = skill_frame(
         preds.filter(variant="rawgpt", tau=0.02).sample(fraction=1.0, shuffle=True, seed=1),
         RATES,
-        W,
         SkillOptions(n_boot=40),
     )
     assert both.filter(variant="rawgpt", tau=0.02).equals(alone)
@@ -78,12 +87,7 @@ def test_a_policys_row_does_not_depend_on_the_other_policies():
 
 def test_decision_frame_names_a_cause_per_policy_and_refuses_a_tau_without_rates():
     preds = _predictions()
-    always_sell = preds.with_columns(
-        p_buy=pl.lit(0.05, pl.Float32),
-        p_sell=pl.lit(0.9, pl.Float32),
-        p_hold=pl.lit(0.05, pl.Float32),
-        action=pl.lit(1, pl.Int8),
-    )
+    always_sell = _with_softmax(preds, [0.05, 0.9, 0.05]).with_columns(action=pl.lit(1, pl.Int8))
     frame = decision_frame(
         pl.concat([preds.filter(variant="rawgpt"), always_sell.filter(variant="splinegpt")]), RATES, W
     )
@@ -97,12 +101,12 @@ def test_decision_frame_names_a_cause_per_policy_and_refuses_a_tau_without_rates
     with pytest.raises(ValueError, match="tau=0.02"):
         decision_frame(preds, {0.01: RATES[0.01]}, W)
     with pytest.raises(ValueError, match="lacks the columns"):
-        skill_frame(preds.drop("label"), RATES, W)
+        skill_frame(preds.drop("label"), RATES)
 
 
 def test_the_seed_mean_frame_of_one_seed_is_skill_table_under_the_variant_and_tau_draws():
     preds = _predictions()
-    frame = seed_mean_skill_frame(preds, RATES, W, SkillOptions(n_boot=50, boot_seed=3))
+    frame = seed_mean_skill_frame(preds, RATES, SkillOptions(n_boot=50, boot_seed=3))
     assert frame.select("variant", "tau", "n_seeds").rows() == [
         ("rawgpt", 0.01, 1),
         ("rawgpt", 0.02, 1),
@@ -119,7 +123,7 @@ def test_the_seed_mean_frame_of_one_seed_is_skill_table_under_the_variant_and_ta
 
 def test_the_seed_mean_frame_pools_the_seeds_of_a_policy_under_one_draw():
     preds = _predictions(variants=("splinegpt",), taus=(0.01,), seeds=(1, 2, 3))
-    got = seed_mean_skill_frame(preds, RATES, W, SkillOptions(n_boot=40, boot_seed=1)).row(0, named=True)
+    got = seed_mean_skill_frame(preds, RATES, SkillOptions(n_boot=40, boot_seed=1)).row(0, named=True)
     seeds = [_arrays(preds.filter(seed=k)) for k in (1, 2, 3)]
     want = seed_mean_skill(
         *([x[i] for x in seeds] for i in range(3)),
@@ -140,29 +144,26 @@ def test_a_policy_that_sells_while_its_probabilities_say_hold_is_scored_on_its_a
     preds = _predictions(variants=("splinegpt",), taus=(0.01,))
     q = np.array(W) * np.array([0.25, 0.2, 0.55])
     q /= q.sum()
-    preds = preds.with_columns(
-        p_buy=pl.lit(q[0], pl.Float32),
-        p_sell=pl.lit(q[1], pl.Float32),
-        p_hold=pl.lit(q[2], pl.Float32),
+    preds = _with_softmax(preds, q).with_columns(
         action=pl.lit(1, pl.Int8),
         label=pl.when(pl.col("label") == 1).then(2).otherwise(pl.col("label")).cast(pl.Int8),
     )
-    row = seed_mean_skill_frame(preds, RATES, W, SkillOptions(n_boot=30)).row(0, named=True)
+    row = seed_mean_skill_frame(preds, RATES, SkillOptions(n_boot=30)).row(0, named=True)
     assert row["policy_balanced_accuracy"] == 0.0 and row["policy_balanced_accuracy_ci_high"] == 0.0
     assert row["balanced_accuracy"] == pytest.approx(0.5)
     n_buy, n_hold = (preds["label"] == 0).sum(), (preds["label"] == 2).sum()
     assert row["macro_f1"] == pytest.approx((0 + 2 * n_hold / (2 * n_hold + n_buy)) / 2)  # F1 of Buy, Hold
-    assert skill_frame(preds, RATES, W, SkillOptions(n_boot=0))["policy_balanced_accuracy"].to_list() == [0.0]
+    assert skill_frame(preds, RATES, SkillOptions(n_boot=0))["policy_balanced_accuracy"].to_list() == [0.0]
 
 
 def test_other_label_columns_are_scored_with_their_own_base_rates():
     preds = _predictions(variants=("splinegpt",), taus=(0.01,))
     flipped = preds.with_columns(label_close=pl.when(pl.col("label") >= 0).then(2 - pl.col("label")).otherwise(-1))
-    on_label = seed_mean_skill_frame(flipped, RATES, W, SkillOptions(n_boot=0))
-    on_close = seed_mean_skill_frame(flipped, RATES, W, SkillOptions(n_boot=0, label_column="label_close"))
+    on_label = seed_mean_skill_frame(flipped, RATES, SkillOptions(n_boot=0))
+    on_close = seed_mean_skill_frame(flipped, RATES, SkillOptions(n_boot=0, label_column="label_close"))
     assert on_label["brier"].item() != on_close["brier"].item()
     p, labels, days, actions = _arrays(flipped, "label_close")
     want = s.skill_table(p, labels, days, RATES[0.01], actions=actions, n_boot=0)
     assert on_close["brier_skill"].item() == pytest.approx(want["brier_skill"], rel=1e-12)
     with pytest.raises(ValueError, match="label_close"):
-        seed_mean_skill_frame(preds, RATES, W, SkillOptions(label_column="label_close"))
+        seed_mean_skill_frame(preds, RATES, SkillOptions(label_column="label_close"))

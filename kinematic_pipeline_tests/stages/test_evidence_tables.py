@@ -26,7 +26,6 @@ from kinematic_pipeline.backtest.skill import base_rates
 from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA
 from kinematic_pipeline.backtest.volatility_reference import (
     REFERENCE,
-    REFERENCE_CLASS_WEIGHTS,
     REFERENCE_DATA_SEEN,
     REFERENCE_DISPLAY_NAME,
     reference_predictions,
@@ -101,7 +100,7 @@ def warehouse(tmp_path):
 
 def _predictions_frame(rows) -> pl.DataFrame:
     """PREDICTIONS_SCHEMA rows from (variant, tau, seed, ticker, date, close, p_buy, p_sell, p_hold, action, label)
-    tuples; any softmax column of the schema holds the same p (uncalibrated = calibrated here)."""
+    tuples, p the stored (de-weighted) probabilities; any softmax column of the schema holds the same numbers."""
     base = dict(list(PREDICTIONS_SCHEMA.items())[:11])
     frame = pl.DataFrame(rows, schema=base, orient="row")
     extra = [pl.col(f"p_{c.rsplit('_', 1)[1]}").alias(c) for c in PREDICTIONS_SCHEMA if c not in base]
@@ -179,7 +178,7 @@ def test_the_close_to_close_rows_score_r_close_labels_against_their_own_base_rat
     joined = predictions.join(returns.select("ticker", "date", "r_close"), on=["ticker", "date"], how="left")
     by_hand = joined.with_columns(label_close=pl.Series(labels_from_returns(joined["r_close"].to_numpy(), TAU)))
     options = SkillOptions(n_boot=60, boot_seed=settings.evaluate.backtest.bootstrap_seed, label_column="label_close")
-    want = seed_mean_skill_frame(by_hand, rates[ev.CLOSE], settings.train.class_weights, options)
+    want = seed_mean_skill_frame(by_hand, rates[ev.CLOSE], options)
     got = skill[names[ev.CLOSE]]
     assert got.select(want.columns).equals(want)
     trained = skill[names[ev.TRAINED]]  # every trained-on test label is Buy: a different outcome, other numbers
@@ -333,8 +332,8 @@ def test_the_information_table_scores_the_reference_and_each_models_skill_beyond
     assert options.block_days == settings.evaluate.skill_bootstrap_block_days == 20
     trained = skill[names[ev.TRAINED]]
     assert trained["variant"].to_list() == ["splinegpt", REFERENCE]
-    # the reference's own row: its p scored as it is (unit weights), the same numbers as its frame alone
-    own = seed_mean_skill_frame(reference, rates[ev.TRAINED], REFERENCE_CLASS_WEIGHTS, options)
+    # the reference's own row: its p scored as it is stored, the same numbers as its frame alone
+    own = seed_mean_skill_frame(reference, rates[ev.TRAINED], options)
     assert trained.filter(variant=REFERENCE).select(own.columns).equals(own)
     # every test label is Buy and the reference says 0.2: its log loss is -ln 0.2, by hand
     assert own["log_loss"].item() == pytest.approx(-np.log(0.2), rel=1e-6)
@@ -345,9 +344,7 @@ def test_the_information_table_scores_the_reference_and_each_models_skill_beyond
         assert model[BEYOND] == pytest.approx(model["log_loss_skill"] - ref["log_loss_skill"], rel=1e-6, abs=1e-9)
         assert model[f"{BEYOND}_ci_low"] <= model[BEYOND] <= model[f"{BEYOND}_ci_high"]
         assert ref[BEYOND] is None and model["paired_rows"] == model["n_rows"]
-    direct = skill_beyond_reference_frame(
-        predictions, reference, rates[ev.TRAINED], settings.train.class_weights, REFERENCE_CLASS_WEIGHTS, options
-    )
+    direct = skill_beyond_reference_frame(predictions, reference, rates[ev.TRAINED], options)
     assert trained.filter(variant="splinegpt").select(direct.columns).equals(direct)
     # the table: a column for the reference, a row per outcome for the skill beyond it, the intervals stated
     table = tables.information_table(skill, TAU, {"splinegpt": "fit 2023"}, block_days=20)

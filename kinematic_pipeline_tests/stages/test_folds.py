@@ -24,7 +24,7 @@ from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.stages.window_store import materialize_window_store
-from kinematic_pipeline.tasks.actions import unweighted_probabilities
+from kinematic_pipeline.tasks.actions import SOFTMAX_COLUMNS, unweighted_probabilities
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold, tau_column
 from kinematic_pipeline.tasks.rules import choose_margin
 from kinematic_pipeline.tokenizations import SPLINE, TOKENIZATIONS
@@ -153,7 +153,10 @@ def test_a_folds_statistics_thresholds_and_weights_ignore_its_test_period_and_la
     margins = []
     for s in (base, moved):
         val = baseline_predictions(s, policy, "validation", None).filter(pl.col("label") >= 0)
-        p = unweighted_probabilities(val.select("p_buy", "p_sell", "p_hold").to_numpy(), s.train.class_weights)
+        p = val.select("p_buy", "p_sell", "p_hold").to_numpy()  # the stored p: the softmax de-weighted
+        np.testing.assert_array_equal(
+            p, unweighted_probabilities(val.select(SOFTMAX_COLUMNS).to_numpy(), s.train.class_weights)
+        )
         margins.append(choose_margin(p, val["label"].to_numpy()))
     assert margins[0] == margins[1]
     train_rows = read_features(base, "lr_spline", first, ("train", "validation"), (tau_column(TAU),))

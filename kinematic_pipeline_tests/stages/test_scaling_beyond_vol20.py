@@ -14,8 +14,14 @@ import polars as pl
 import pytest
 
 from kinematic_pipeline.backtest.sweep import predictions_frame
-from kinematic_pipeline.backtest.volatility_reference import REFERENCE, REFERENCE_SEED, normal_class_probabilities
+from kinematic_pipeline.backtest.volatility_reference import (
+    REFERENCE,
+    REFERENCE_CLASS_WEIGHTS,
+    REFERENCE_SEED,
+    normal_class_probabilities,
+)
 from kinematic_pipeline.stages.scaling_scores import BEYOND_VOL20, shared_ticker_days, skill_beyond_vol20
+from kinematic_pipeline.tasks.actions import SOFTMAX_COLUMNS
 
 TICKERS = ("AAA", "BBB", "CCC", "DDD", "EEE")
 DAYS = [dt.date(2022, 3, 1) + dt.timedelta(days=i) for i in range(80)]
@@ -45,15 +51,16 @@ def _returns(rng) -> pl.DataFrame:
     return grid.select("ticker", "date").with_columns(pl.Series("r_close", r))
 
 
-def _frame(rows: pl.DataFrame, variant: str, tau: float, seed: int, p: np.ndarray) -> pl.DataFrame:
-    return predictions_frame(rows, (variant, tau, seed), p, "label")
+def _frame(rows: pl.DataFrame, variant: str, tau: float, seed: int, softmax: np.ndarray, weights) -> pl.DataFrame:
+    """A learner's predictions as the pipeline stores them: its ``softmax``, and p that softmax de-weighted."""
+    return predictions_frame(rows, (variant, tau, seed), softmax, "label", weights)
 
 
 def _reference(rng, tau: float) -> pl.DataFrame:
     """The reference on every ticker-day and then some (the learner's rows are a subset, but for one it lacks)."""
     rows = _grid().filter(~((pl.col("ticker") == "AAA") & (pl.col("date") == DAYS[0])))  # no vol20 there
     vol = rng.uniform(0.005, 0.03, rows.height)
-    return _frame(rows, REFERENCE, tau, REFERENCE_SEED, normal_class_probabilities(vol, tau))
+    return _frame(rows, REFERENCE, tau, REFERENCE_SEED, normal_class_probabilities(vol, tau), REFERENCE_CLASS_WEIGHTS)
 
 
 def _close_class(r: float, tau: float) -> int:
@@ -61,13 +68,13 @@ def _close_class(r: float, tau: float) -> int:
 
 
 def _skill_by_hand(frame: pl.DataFrame, keys: set, returns: pl.DataFrame, weights, tau: float) -> tuple[float, int]:
-    """(1 - log loss / log loss of RATES, rows) of ``frame``'s de-weighted p on its ticker-days in ``keys`` that have
-    a close-to-close label."""
+    """(1 - log loss / log loss of RATES, rows) of ``frame``'s softmax de-weighted by hand with ``weights`` on its
+    ticker-days in ``keys`` that have a close-to-close label."""
     r_close = dict(zip(returns.select("ticker", "date").iter_rows(), returns["r_close"].to_list()))
     w = np.asarray(weights, dtype=np.float64)
     loss = loss_rates = 0.0
     n = 0
-    for t, d, b, s, h in frame.select("ticker", "date", "p_buy", "p_sell", "p_hold").iter_rows():
+    for t, d, b, s, h in frame.select("ticker", "date", *SOFTMAX_COLUMNS).iter_rows():
         y = _close_class(r_close[(t, d)], tau)
         if y < 0 or (t, d) not in keys:
             continue
@@ -87,7 +94,7 @@ def test_the_skill_beyond_vol20_is_the_models_skill_minus_the_references_on_the_
     tau, weights = settings.evaluate.report_tau, settings.train.class_weights
     returns, reference = _returns(rng), _reference(rng, tau)
     rows = _grid(DAYS[:60]).filter(pl.col("ticker") != "EEE")  # the learner scored fewer ticker-days than exist
-    model = _frame(rows, "lr_spline", tau, 0, rng.dirichlet([2.0, 2.0, 2.0], rows.height))
+    model = _frame(rows, "lr_spline", tau, 0, rng.dirichlet([2.0, 2.0, 2.0], rows.height), weights)
     paired = _keys(model) & _keys(reference)
     model_skill, n = _skill_by_hand(model, paired, returns, weights, tau)
     reference_skill, n_reference = _skill_by_hand(reference, paired, returns, (1.0, 1.0, 1.0), tau)
@@ -107,18 +114,21 @@ def test_a_learner_that_predicts_the_references_probabilities_has_no_skill_beyon
     rng = np.random.default_rng(3)
     tau = settings.evaluate.report_tau
     returns, reference = _returns(rng), _reference(rng, tau)
-    p = reference.select("p_buy", "p_sell", "p_hold").to_numpy().astype(np.float64)
+    p = reference.select(SOFTMAX_COLUMNS).to_numpy().astype(np.float64)  # its p, as a softmax of unit weights
     rows = reference.select("ticker", "date", "close", "label")
 
-    unweighted = dataclasses.replace(settings, train=dataclasses.replace(settings.train, class_weights=(1.0, 1.0, 1.0)))
-    same = skill_beyond_vol20(unweighted, _frame(rows, "lr_fd", tau, 0, p), reference, returns, {tau: RATES})
+    same = skill_beyond_vol20(
+        settings, _frame(rows, "lr_fd", tau, 0, p, (1.0, 1.0, 1.0)), reference, returns, {tau: RATES}
+    )
     assert same[BEYOND_VOL20] == 0.0
     assert same[f"{BEYOND_VOL20}_ci_low"] == same[f"{BEYOND_VOL20}_ci_high"] == 0.0
 
-    # under the run's class weights the learner stores q ∝ w p (in float32): the same p, up to rounding
+    # under the run's class weights the learner's softmax is q ∝ w p (in float32), stored de-weighted: the same p, up
+    # to rounding
     w = np.asarray(settings.train.class_weights, dtype=np.float64)
     q = p * w / (p * w).sum(axis=1, keepdims=True)
-    weighted = skill_beyond_vol20(settings, _frame(rows, "splinegpt", tau, 0, q), reference, returns, {tau: RATES})
+    weighted_frame = _frame(rows, "splinegpt", tau, 0, q, settings.train.class_weights)
+    weighted = skill_beyond_vol20(settings, weighted_frame, reference, returns, {tau: RATES})
     assert weighted["beyond_vol20_rows"] == same["beyond_vol20_rows"] > 0
     assert weighted[BEYOND_VOL20] == pytest.approx(0.0, abs=1e-6)
 
@@ -128,7 +138,7 @@ def test_no_paired_ticker_day_leaves_the_column_null(settings):
     tau = settings.evaluate.report_tau
     returns, reference = _returns(rng), _reference(rng, tau)
     rows = _grid(DAYS[:1]).filter(pl.col("ticker") == "AAA")  # the one ticker-day without a vol20
-    model = _frame(rows, "lr_fd", tau, 0, np.full((1, 3), 1 / 3))
+    model = _frame(rows, "lr_fd", tau, 0, np.full((1, 3), 1 / 3), None)
     got = skill_beyond_vol20(settings, model, reference, returns, {tau: RATES})
     assert got[BEYOND_VOL20] is None and got["beyond_vol20_rows"] == 0
 

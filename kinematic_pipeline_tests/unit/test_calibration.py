@@ -19,7 +19,7 @@ from kinematic_pipeline.backtest.calibration import (
 )
 from kinematic_pipeline.backtest.skill import log_loss
 from kinematic_pipeline.backtest.sweep import predictions_frame
-from kinematic_pipeline.tasks.actions import PROB_COLUMNS, unweighted_probabilities
+from kinematic_pipeline.tasks.actions import PROB_COLUMNS, SOFTMAX_COLUMNS, unweighted_probabilities
 
 W = np.array([2.0, 10.0, 1.0])  # the paper's class weights [Buy, Sell, Hold]
 
@@ -162,7 +162,8 @@ def test_apply_is_a_softmax_of_the_rescaled_shifted_log_probabilities():
 
 
 def _frame(q: np.ndarray, labels: np.ndarray, tickers=("A", "B")) -> pl.DataFrame:
-    """PREDICTIONS_SCHEMA rows as ``sweep.predictions_frame`` makes them (days per ticker, float32 q)."""
+    """PREDICTIONS_SCHEMA rows as ``sweep.predictions_frame`` makes them for a model trained with W (days per ticker,
+    the float32 softmax q and p, q de-weighted)."""
     n_days = len(q) // len(tickers)
     dates = [dt.date(2022, 1, 3) + dt.timedelta(days=k) for k in range(n_days)]
     raw = pl.DataFrame(
@@ -173,7 +174,7 @@ def _frame(q: np.ndarray, labels: np.ndarray, tickers=("A", "B")) -> pl.DataFram
             "label_tau": pl.Series(labels, dtype=pl.Int8),
         }
     )
-    return predictions_frame(raw, ("lr", 0.01, 0), q, "label_tau")
+    return predictions_frame(raw, ("lr", 0.01, 0), q, "label_tau", W)
 
 
 def test_test_rows_are_transformed_with_parameters_fitted_on_validation_rows_only():
@@ -182,13 +183,18 @@ def test_test_rows_are_transformed_with_parameters_fitted_on_validation_rows_onl
     validation, test = _frame(val_q, val_labels), _frame(test_q, test_labels)
     (test_cal, val_cal, none), cal = calibrate_frames(validation, [test, validation, None], W)
     assert cal.fitted and none is None
-    q_test = test.select(PROB_COLUMNS).to_numpy()  # the frame's order (sorted by ticker, date)
-    np.testing.assert_array_equal(test_cal.select(PROB_COLUMNS).to_numpy(), cal.apply(q_test.astype(np.float64)))
+    q_test = test.select(SOFTMAX_COLUMNS).to_numpy()  # the frame's order (sorted by ticker, date)
+    np.testing.assert_array_equal(test.select(PROB_COLUMNS).to_numpy(), unweighted_probabilities(q_test, W))
+    q_cal = cal.apply(q_test.astype(np.float64))  # the calibrated softmax q' (float32): p' is it de-weighted
+    np.testing.assert_array_equal(test_cal.select(PROB_COLUMNS).to_numpy(), unweighted_probabilities(q_cal, W))
     assert test_cal.schema == test.schema
-    np.testing.assert_array_equal(test_cal["action"].to_numpy(), test_cal.select(PROB_COLUMNS).to_numpy().argmax(1))
+    np.testing.assert_array_equal(test_cal["action"].to_numpy(), q_cal.argmax(1))
+    np.testing.assert_array_equal(
+        test_cal["action"].to_numpy(), (test_cal.select(PROB_COLUMNS).to_numpy() * W).argmax(1)
+    )
     assert (test_cal["action"] != test["action"]).any()  # the argmax moved with the calibration
-    assert test_cal.drop(*PROB_COLUMNS, "action").equals(test.drop(*PROB_COLUMNS, "action"))
-    assert val_cal.select(PROB_COLUMNS).equals(calibrate_predictions(validation, cal).select(PROB_COLUMNS))
+    assert test_cal.drop(*PROB_COLUMNS, "action").equals(test.drop(*PROB_COLUMNS, "action"))  # the softmax stays
+    assert val_cal.select(PROB_COLUMNS).equals(calibrate_predictions(validation, cal, W).select(PROB_COLUMNS))
 
     # a test label changes nothing; a validation label does
     flipped = test.with_columns((2 - pl.col("label").clip(0, 2)).cast(pl.Int8).alias("label"))

@@ -28,7 +28,7 @@ from kinematic_pipeline.predictors.base import purge_labels
 from kinematic_pipeline.report import tables
 from kinematic_pipeline.sources.synthetic import PLANTED_NOISE
 from kinematic_pipeline.tasks.actions import BUY, SELL, SOFTMAX_COLUMNS, UNKNOWN_LABEL
-from kinematic_pipeline.tasks.rules import PaperArgmax
+from kinematic_pipeline.tasks.rules import CalibratedArgmax, PaperArgmax
 
 PAPER_WEIGHTS = (2.0, 10.0, 1.0)
 
@@ -43,16 +43,20 @@ def _frame(q: np.ndarray, days: int = 40) -> pl.DataFrame:
             "label_tau": np.zeros(days, dtype=np.int8),
         }
     )
-    return predictions_frame(rows, ("splinegpt", 0.01, 1234), np.tile(q, (days, 1)).astype(np.float32), "label_tau")
+    q = np.tile(q, (days, 1)).astype(np.float32)  # a model's softmax, trained with the paper's weights
+    return predictions_frame(rows, ("splinegpt", 0.01, 1234), q, "label_tau", PAPER_WEIGHTS)
 
 
 def test_the_papers_rule_buys_on_the_raw_softmax_where_the_calibrated_argmax_does_not():
     # q_buy is the model's top class; a calibration that lifts Sell by 1.0 makes Sell the calibrated top class
-    frame = calibrate_predictions(_frame(np.array([0.5, 0.3, 0.2])), Calibration(1.0, (0.0, 1.0, 0.0), 100, 1, 1, True))
+    lift_sell = Calibration(1.0, (0.0, 1.0, 0.0), 100, 1, 1, True)
+    frame = calibrate_predictions(_frame(np.array([0.5, 0.3, 0.2])), lift_sell, PAPER_WEIGHTS)
     assert (frame["action"] == SELL).all()  # the calibrated argmax: 0.5 vs 0.3 e = 0.82
+    assert (CalibratedArgmax(PAPER_WEIGHTS).actions(frame) == SELL).all()  # the weights applied to the stored p
     assert frame["softmax_buy"].to_list() == pytest.approx([0.5] * frame.height)  # the model's own, kept
-    paper = PaperArgmax().decide(frame)
-    assert (paper["action"] == BUY).all() and paper["p_buy"].to_list() == pytest.approx([0.5] * frame.height)
+    paper = PaperArgmax(PAPER_WEIGHTS).decide(frame)
+    own_p = 0.5 / 2 / (0.5 / 2 + 0.3 / 10 + 0.2 / 1)  # its own softmax de-weighted: the p its sweep scores
+    assert (paper["action"] == BUY).all() and paper["p_buy"].to_list() == pytest.approx([own_p] * frame.height)
     sweeps = {rule: run_sweep(f, PAPER, benchmark=False) for rule, f in (("paper", paper), ("calibrated", frame))}
     at = {r: s.metrics.filter(pl.col("cost_bps") == 0.0).row(0, named=True) for r, s in sweeps.items()}
     assert at["paper"]["n_buy"] == 40 and at["paper"]["exposure"] > 0.9  # Buy every day: filled once, then long
@@ -69,7 +73,7 @@ def test_the_papers_rule_buys_on_the_raw_softmax_where_the_calibrated_argmax_doe
 
 def test_predictions_without_the_softmax_columns_name_the_fix():
     with pytest.raises(ValueError, match="re-materialize the predictions"):
-        PaperArgmax().decide(_frame(np.array([0.5, 0.3, 0.2])).drop(list(SOFTMAX_COLUMNS)))
+        PaperArgmax(PAPER_WEIGHTS).decide(_frame(np.array([0.5, 0.3, 0.2])).drop(list(SOFTMAX_COLUMNS)))
 
 
 def test_the_weighted_argmax_demands_half_a_sigma_or_more_of_the_next_day():
@@ -107,13 +111,14 @@ def _planted_rows(ic: float, n: int, seed: int = 0) -> pl.DataFrame:
 def test_the_planted_oracle_at_ic_01_is_never_bought_by_the_weighted_argmax():
     frame = conditional_oracle_predictions(_planted_rows(0.1, 100_000), 0.01, PAPER_WEIGHTS)
     assert int((frame["action"] == BUY).sum()) == 0  # 6 sd of the drift away: not one row in 100,000
-    assert int((PaperArgmax().decide(frame)["action"] == BUY).sum()) == 0  # its own softmax is the same numbers
+    assert int((PaperArgmax(PAPER_WEIGHTS).decide(frame)["action"] == BUY).sum()) == 0  # its softmax: the same q
     strong = conditional_oracle_predictions(_planted_rows(0.4, 100_000), 0.01, PAPER_WEIGHTS)
     assert 0.01 < float((strong["action"] == BUY).mean()) < 0.2  # a strong signal does trade (~9.5% by hand)
-    # what the oracle knows is all there: the de-weighted probabilities are the law itself
+    # what the oracle knows is all there: the stored (de-weighted) probabilities are the law itself
     from kinematic_pipeline.tasks.actions import unweighted_probabilities
 
-    p = unweighted_probabilities(frame.select("p_buy", "p_sell", "p_hold").to_numpy().astype(float), PAPER_WEIGHTS)
+    p = frame.select("p_buy", "p_sell", "p_hold").to_numpy()
+    np.testing.assert_array_equal(p, unweighted_probabilities(frame.select(SOFTMAX_COLUMNS).to_numpy(), PAPER_WEIGHTS))
     rows = _planted_rows(0.1, 100_000).sort("ticker", "date")
     law = conditional_class_probabilities(rows["drift"].to_numpy(), rows["sd"].to_numpy(), 0.01)
     assert np.abs(p - law).max() < 1e-6
@@ -172,7 +177,7 @@ def test_the_calibrated_prior_scores_what_its_base_rates_earn_not_zero():
     frame = calibrated_prior_rows(rows, rates, 0.01, PAPER_WEIGHTS, "label")
     assert frame["variant"].unique().to_list() == [PRIOR] and frame.height == n
     skill = seed_mean_skill_frame(
-        frame, {0.01: FoldRates((dt.date(2022, 1, 1),), (training,))}, PAPER_WEIGHTS, SkillOptions(n_boot=0)
+        frame, {0.01: FoldRates((dt.date(2022, 1, 1),), (training,))}, SkillOptions(n_boot=0)
     ).row(0, named=True)
     frame_order = frame.join(rows.with_row_index("i"), on=["ticker", "date"]).sort("i")
     y = frame_order["label"].to_numpy()

@@ -49,10 +49,12 @@ def test_undoing_the_weights_recovers_the_calibrated_probabilities():
 def test_a_margin_above_ln5_is_exactly_the_argmax_ranking_buy_above_sell():
     rng = np.random.default_rng(1)
     q = rng.dirichlet([1, 1, 1], 500)
-    margin = d.buy_sell_margin(q, W)
+    margin = d.buy_sell_margin(unweighted_probabilities(q, W), W)  # of the de-weighted p the predictions store
     np.testing.assert_allclose(margin, np.log(q[:, B] / q[:, S]) + np.log(5), rtol=1e-12)
     np.testing.assert_array_equal(margin > np.log(5), q[:, B] > q[:, S])
     assert np.isfinite(d.buy_sell_margin([[0.0, 0.5, 0.5], [0.5, 0.0, 0.5]], W)).all()  # float32 zeros
+    # a rule's one-hot Hold: p_buy = p_sell = 0, the argmax's tie, ln(w_sell / w_buy)
+    assert d.buy_sell_margin([[0.0, 0.0, 1.0]], W)[0] == pytest.approx(np.log(5))
 
 
 # ------------------------------------------------------------------------------------------ the threshold rule
@@ -115,7 +117,7 @@ def test_choose_margin_depends_only_on_its_labelled_inputs_and_is_stable():
 def test_decision_diagnostics_report_rates_margins_and_departures_from_the_prior():
     q = np.array([[0.2, 0.1, 0.7], [0.1, 0.8, 0.1], [0.05, 0.9, 0.05], [0.5, 0.3, 0.2]])
     actions = q.argmax(axis=1)
-    diag = d.decision_diagnostics(q, actions, PAPER_RATES, W)
+    diag = d.decision_diagnostics(unweighted_probabilities(q, W), actions, PAPER_RATES, W)
     assert diag["base_rate_sell"] == pytest.approx(0.23) and diag["weighted_rate_sell"] == pytest.approx(2.3)
     assert diag["no_information_action"] == S
     assert diag["margin_threshold"] == pytest.approx(math.log(5))
@@ -128,8 +130,8 @@ def test_decision_diagnostics_report_rates_margins_and_departures_from_the_prior
 
 
 def test_a_model_without_information_is_in_liquidation_because_of_the_class_weights():
-    q = _weighted(np.tile(PAPER_RATES, (40, 1)))  # the base rates on every day
-    diag = d.decision_diagnostics(q, q.argmax(axis=1), PAPER_RATES, W)
+    p = np.tile(PAPER_RATES, (40, 1))  # the base rates on every day
+    diag = d.decision_diagnostics(p, _weighted(p).argmax(axis=1), PAPER_RATES, W)
     assert d.liquidation_cause_code(diag) == d.CAUSE_CLASS_WEIGHTS
     text = d.liquidation_cause(diag)
     assert text.startswith("Class weighting: the no-information action under weights [2, 10, 1] is Sell")
@@ -144,7 +146,7 @@ def test_a_policy_that_leaves_the_prior_for_hold_only_lacks_buy_sell_separation(
     q = _weighted(p)  # p_buy < 5 p_sell everywhere; Hold wins on some rows
     actions = q.argmax(axis=1)
     assert 0.05 < np.mean(actions == H) < 1 and not (actions == B).any()
-    diag = d.decision_diagnostics(q, actions, PAPER_RATES, W)
+    diag = d.decision_diagnostics(p, actions, PAPER_RATES, W)
     assert d.liquidation_cause_code(diag) == d.CAUSE_NO_SEPARATION
     assert d.liquidation_cause(diag).startswith("No Buy/Sell separation:")
     assert "Buy never outranks Sell" in d.liquidation_cause(diag)
@@ -152,14 +154,14 @@ def test_a_policy_that_leaves_the_prior_for_hold_only_lacks_buy_sell_separation(
 
 def test_buy_beating_sell_but_never_hold_is_reported_as_hold_dominance():
     q = np.array([[0.3, 0.1, 0.6]] * 10 + [[0.1, 0.8, 0.1]] * 10)
-    diag = d.decision_diagnostics(q, q.argmax(axis=1), PAPER_RATES, W)
+    diag = d.decision_diagnostics(unweighted_probabilities(q, W), q.argmax(axis=1), PAPER_RATES, W)
     assert d.liquidation_cause_code(diag) == d.CAUSE_HOLD_DOMINATES
     assert "Buy outranks Sell on 50% of rows" in d.liquidation_cause(diag)
 
 
 def test_a_policy_that_buys_is_not_in_liquidation_equilibrium():
     q = np.array([[0.6, 0.1, 0.3], [0.1, 0.8, 0.1]])
-    diag = d.decision_diagnostics(q, q.argmax(axis=1), PAPER_RATES, W)
+    diag = d.decision_diagnostics(unweighted_probabilities(q, W), q.argmax(axis=1), PAPER_RATES, W)
     assert d.liquidation_cause_code(diag) == d.NO_LIQUIDATION
     assert d.liquidation_cause(diag) == "No Liquidation Equilibrium: the policy buys on 50.0% of rows."
 
@@ -179,7 +181,8 @@ def test_the_margin_rules_m_comes_from_the_validation_file_whatever_the_test_per
     rng = np.random.default_rng(11)
 
     def frame(days: int, start: dt.date, scale: float) -> pl.DataFrame:
-        q = rng.dirichlet([2, 2, 2], days)
+        q = rng.dirichlet([2, 2, 2], days)  # the softmax; the predictions store p, it de-weighted
+        p = unweighted_probabilities(q, W)
         return pl.DataFrame(
             {
                 "variant": "splinegpt",
@@ -188,9 +191,9 @@ def test_the_margin_rules_m_comes_from_the_validation_file_whatever_the_test_per
                 "ticker": "AAA",
                 "date": [start + dt.timedelta(days=i) for i in range(days)],
                 "close": 100.0 * np.exp(np.cumsum(rng.normal(0, 0.01 * scale, days))),
-                "p_buy": q[:, 0],
-                "p_sell": q[:, 1],
-                "p_hold": q[:, 2],
+                "p_buy": p[:, 0],
+                "p_sell": p[:, 1],
+                "p_hold": p[:, 2],
                 "action": q.argmax(axis=1),
                 "label": rng.integers(0, 3, days),
                 **{f"softmax_{c}": q[:, k] for k, c in enumerate(("buy", "sell", "hold"))},
@@ -199,15 +202,15 @@ def test_the_margin_rules_m_comes_from_the_validation_file_whatever_the_test_per
 
     validation = frame(120, dt.date(2020, 1, 1), 1.0)
     # validation labels that follow the unweighted Buy - Sell gap: a clear margin to find
-    p = unweighted_probabilities(validation.select("p_buy", "p_sell", "p_hold").to_numpy().astype(float), W)
+    p = validation.select("p_buy", "p_sell", "p_hold").to_numpy()
     gap = p[:, 0] - p[:, 1]
     validation = validation.with_columns(
         pl.Series("label", np.where(gap > 0.1, 0, np.where(gap < -0.1, 1, 2)), dtype=pl.Int8)
     )
     test = frame(80, dt.date(2021, 1, 1), 1.0)
     perturbed = frame(80, dt.date(2021, 1, 1), 3.0)  # other labels, probabilities and prices on every test day
-    first = margin_rule_backtests(settings, test, validation, settings.train.class_weights)
-    second = margin_rule_backtests(settings, perturbed, validation, settings.train.class_weights)
+    first = margin_rule_backtests(settings, test, validation)
+    second = margin_rule_backtests(settings, perturbed, validation)
     assert first["margin"].unique().to_list() == second["margin"].unique().to_list()
     assert first["validation_rows"].unique().to_list() == [120]
     assert not first.select(pl.exclude("margin", "validation_rows")).equals(
@@ -215,6 +218,6 @@ def test_the_margin_rules_m_comes_from_the_validation_file_whatever_the_test_per
     )  # the test period itself did change the backtest
     shuffled = validation.with_columns(pl.Series("label", rng.permutation(validation["label"].to_numpy())))
     assert (
-        margin_rule_backtests(settings, test, shuffled, settings.train.class_weights)["margin"].unique().to_list()
+        margin_rule_backtests(settings, test, shuffled)["margin"].unique().to_list()
         != first["margin"].unique().to_list()
     )

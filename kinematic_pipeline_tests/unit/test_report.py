@@ -193,7 +193,7 @@ def all_figures(metrics, path_of) -> dict[str, bytes]:
     bars, kin, preds = bars_frame(), kinematics_frame(), predictions_frame()
     return {
         "equity_curves": equity_curves_png(equity_frame(), 0.01, 0.0, path_of("equity_curves")),
-        "diagnostics": diagnostics_png(preds, "NVDA", 0.01, path_of("diagnostics"), class_weights=(2.0, 10.0, 1.0)),
+        "diagnostics": diagnostics_png(preds, "NVDA", 0.01, path_of("diagnostics")),
         "sweeps": sweeps_png(metrics, "NVDA", path_of("sweeps")),
         "kinematic_manifold": kinematic_manifold_png(bars, kin, "NVDA", START, END, path_of("kinematic_manifold")),
         "responsiveness": responsiveness_png(
@@ -229,25 +229,22 @@ def test_figures_on_empty_inputs_say_no_data_instead_of_crashing(metrics, tmp_pa
     assert all(png.startswith(PNG_SIGNATURE) and len(png) > 1_000 for png in pngs)
 
 
-def test_the_reliability_panel_plots_the_de_weighted_buy_probability_when_given_the_class_weights():
+def test_the_reliability_panel_plots_the_stored_de_weighted_buy_probability():
     from matplotlib.figure import Figure
 
     from kinematic_pipeline.backtest.metrics import reliability_curve
     from kinematic_pipeline.report.figures import _reliability_panel
-    from kinematic_pipeline.tasks.actions import unweighted_probabilities
 
     preds = predictions_frame().filter(pl.col("variant") == "splinegpt")
     labelled = preds.filter(pl.col("label") >= 0)
-    q = labelled.select("p_buy", "p_sell", "p_hold").to_numpy()
-    w = (2.0, 10.0, 1.0)
-    for weights, p_buy in ((w, unweighted_probabilities(q, w)[:, 0]), (None, q[:, 0])):
-        ax = Figure().subplots()
-        _reliability_panel(ax, {("splinegpt",): preds}, ["splinegpt"], weights)
-        mean_p, freq, count = reliability_curve(p_buy, labelled["label"].to_numpy() == 0)
-        curve = ax.lines[1]  # after the diagonal
-        np.testing.assert_allclose(curve.get_xdata(), mean_p[count > 0])
-        np.testing.assert_allclose(curve.get_ydata(), freq[count > 0])
-        assert ("de-weighted" in ax.get_title()) == (weights is not None)
+    p_buy = labelled["p_buy"].to_numpy()  # the predictions store p de-weighted: plotted as it is
+    ax = Figure().subplots()
+    _reliability_panel(ax, {("splinegpt",): preds}, ["splinegpt"])
+    mean_p, freq, count = reliability_curve(p_buy, labelled["label"].to_numpy() == 0)
+    curve = ax.lines[1]  # after the diagonal
+    np.testing.assert_allclose(curve.get_xdata(), mean_p[count > 0])
+    np.testing.assert_allclose(curve.get_ydata(), freq[count > 0])
+    assert "de-weighted" in ax.get_title()
 
 
 def test_figures_with_partial_inputs_still_draw(metrics, tmp_path):

@@ -21,6 +21,7 @@ from kinematic_pipeline.backtest.sweep import (
     run_sweep,
 )
 from kinematic_pipeline.paper_conventions import BacktestConfig
+from kinematic_pipeline.tasks.actions import stored_probabilities
 from kinematic_pipeline_tests.helpers.frames import policy_series
 from kinematic_pipeline_tests.naive_backtest import naive_block_bootstrap_sharpe_ci
 
@@ -128,36 +129,40 @@ def test_metrics_rows_match_direct_engine_and_metric_calls():
 
 def test_brier_and_ece_score_the_de_weighted_probabilities_of_a_no_information_classifier():
     # The classifier knows only the base rates: its weighted softmax is q ∝ w * base on every day, and the
-    # labels are drawn at the base rates. Its de-weighted probabilities are the base rates themselves, so
-    # their Brier score is the reference Brier 1 - Σ base² and they are calibrated; q is not.
+    # labels are drawn at the base rates. Its de-weighted probabilities (what the predictions store) are the base
+    # rates themselves, so their Brier score is the reference Brier 1 - Σ base² and they are calibrated; q is not.
     w, base, n = np.array([2.0, 10.0, 1.0]), np.array([0.24, 0.22, 0.54]), 20_000
     q = w * base / (w * base).sum()
     labels = np.random.default_rng(0).choice(3, n, p=base)
-    pred = pl.DataFrame(
-        {
-            "variant": "lora",
-            "tau": 0.01,
-            "seed": 7,
-            "ticker": "AAA",
-            "date": [START + dt.timedelta(days=i) for i in range(n)],
-            "close": 100.0,
-            **{c: np.full(n, v, dtype=np.float32) for c, v in zip(("p_buy", "p_sell", "p_hold"), q)},
-            "action": np.full(n, S, dtype=np.int8),  # the weighted argmax: Sell
-            "label": labels.astype(np.int8),
-        }
-    )
+
+    def frame(probs) -> pl.DataFrame:
+        return pl.DataFrame(
+            {
+                "variant": "lora",
+                "tau": 0.01,
+                "seed": 7,
+                "ticker": "AAA",
+                "date": [START + dt.timedelta(days=i) for i in range(n)],
+                "close": 100.0,
+                **{c: np.full(n, v) for c, v in zip(("p_buy", "p_sell", "p_hold"), probs)},
+                "action": np.full(n, S, dtype=np.int8),  # the weighted argmax: Sell
+                "label": labels.astype(np.int8),
+            }
+        )
+
     kw = dict(config=BacktestConfig(costs_bps=(0.0,), bootstrap_resamples=0), benchmark=False)
-    fixed = run_sweep(pred, **kw, class_weights=tuple(w)).metrics.row(0, named=True)
+    stored = stored_probabilities(q[None, :], tuple(w))[0]  # as predictions_frame does
+    fixed = run_sweep(frame(stored), **kw).metrics.row(0, named=True)
     reference_brier = 1 - np.sum(base**2)  # ≈ 0.602
     assert fixed["brier"] == pytest.approx(reference_brier, abs=0.01)  # sampling sd ≈ 0.002
     assert fixed["brier"] == pytest.approx(m.brier_score(np.tile(base, (n, 1)), labels), rel=1e-6)
     assert fixed["ece"] < 0.02
-    raw = run_sweep(pred, **kw).metrics.row(0, named=True)  # the weighted softmax scored as probabilities
+    raw = run_sweep(frame(q.astype(np.float32)), **kw).metrics.row(0, named=True)  # the weighted softmax as p
     assert raw["brier"] == pytest.approx(1 - 2 * q @ base + q @ q, abs=0.01)  # ≈ 0.964
     assert raw["ece"] == pytest.approx(q.max() - base[S], abs=0.01)  # confident Sell (0.68), right 22% of days
     assert raw["accuracy"] == fixed["accuracy"]  # the actions are scored the same way
     with pytest.raises(ValueError, match="class_weights"):
-        run_sweep(pred, **kw, class_weights=(1.0, 0.0, 1.0))
+        stored_probabilities(q[None, :], (1.0, 0.0, 1.0))
 
 
 def test_buy_and_hold_rows_equal_buy_and_hold():

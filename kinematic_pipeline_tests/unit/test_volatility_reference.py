@@ -29,7 +29,7 @@ from kinematic_pipeline.backtest.volatility_reference import (
     reference_predictions,
     trailing_volatility,
 )
-from kinematic_pipeline.tasks.actions import unweighted_probabilities
+from kinematic_pipeline.tasks.actions import SOFTMAX_COLUMNS, stored_probabilities, unweighted_probabilities
 from kinematic_pipeline_tests.naive_skill import naive_resampled_days
 
 DAY0 = dt.date(2023, 1, 2)
@@ -161,20 +161,21 @@ def test_the_scored_probabilities_are_the_hand_values_and_the_action_their_argma
     frame = reference_predictions(bars, rows, 0.01)
     vol = naive_vol20(bars)
     hand = np.array([naive_class_probabilities(vol[k], 0.01) for k in frame.select("ticker", "date").iter_rows()])
-    scored = unweighted_probabilities(frame.select("p_buy", "p_sell", "p_hold").to_numpy(), REFERENCE_CLASS_WEIGHTS)
+    scored = frame.select("p_buy", "p_sell", "p_hold").to_numpy()  # its softmax (p, float32) renormalized
+    np.testing.assert_array_equal(
+        scored, unweighted_probabilities(frame.select(SOFTMAX_COLUMNS).to_numpy(), REFERENCE_CLASS_WEIGHTS)
+    )
     np.testing.assert_allclose(scored, hand, rtol=2e-7)  # float32 storage
     assert (frame["action"].to_numpy() == hand.argmax(axis=1)).all()
     # the skill machinery scores exactly these p: its log loss is that of the hand values
     y = frame["label"].to_numpy()
-    row = seed_mean_skill_frame(
-        frame, {0.01: np.array([0.3, 0.3, 0.4])}, REFERENCE_CLASS_WEIGHTS, SkillOptions(n_boot=0)
-    )
+    row = seed_mean_skill_frame(frame, {0.01: np.array([0.3, 0.3, 0.4])}, SkillOptions(n_boot=0))
     known = y >= 0
     want = -np.log(hand[known, y[known]]).mean()
     assert row["log_loss"].item() == pytest.approx(want, rel=1e-6)
     assert row["n_rows"].item() == int(known.sum())
-    # de-weighted with the models' weights instead, it would be another forecast: the unit weights matter
-    assert not np.allclose(unweighted_probabilities(frame.select("p_buy", "p_sell", "p_hold").to_numpy(), W), hand)
+    # its softmax de-weighted with the models' weights instead would be another forecast: the unit weights matter
+    assert not np.allclose(unweighted_probabilities(frame.select(SOFTMAX_COLUMNS).to_numpy(), W), hand)
 
 
 # ------------------------------------------------------------------------------------------ skill beyond it
@@ -259,11 +260,12 @@ def test_the_frame_pairs_each_model_row_with_the_reference_of_its_ticker_day_and
     rows = [(t, _day(k), int(rng.integers(-1, 3))) for k in range(30) for t in ("A", "B", "C", "D")]
     q = rng.dirichlet([2, 2, 2], len(rows))
     p_ref = rng.dirichlet([3, 3, 3], len(rows))
-    model = _frame("splinegpt", 7, rows, q)
-    reference = _frame(REFERENCE, 0, rows, p_ref).filter(~((pl.col("ticker") == "A") & (pl.col("date") < _day(10))))
+    model = _frame("splinegpt", 7, rows, stored_probabilities(q, W))  # as the predictions store them
+    reference = _frame(REFERENCE, 0, rows, stored_probabilities(p_ref, REFERENCE_CLASS_WEIGHTS))
+    reference = reference.filter(~((pl.col("ticker") == "A") & (pl.col("date") < _day(10))))
     rates = {0.01: np.array([0.3, 0.25, 0.45])}
     options = SkillOptions(n_boot=40, block_days=5, boot_seed=3)
-    got = skill_beyond_reference_frame(model, reference, rates, W, REFERENCE_CLASS_WEIGHTS, options).row(0, named=True)
+    got = skill_beyond_reference_frame(model, reference, rates, options).row(0, named=True)
     # by hand: the rows the reference covers, the model de-weighted, the reference as it is, in (date, ticker) order
     kept = [i for i, (t, d, _) in enumerate(rows) if not (t == "A" and d < _day(10))]
     order = sorted(kept, key=lambda i: (rows[i][1], rows[i][0]))
@@ -288,9 +290,7 @@ def test_the_frame_pairs_each_model_row_with_the_reference_of_its_ticker_day_and
     assert got[f"{BEYOND}_ci_high"] == pytest.approx(want["ci_high"], rel=1e-6)
     # the reference itself is not paired with itself
     both = pl.concat([model.cast(reference.schema), reference])
-    assert skill_beyond_reference_frame(both, reference, rates, W, REFERENCE_CLASS_WEIGHTS, options)[
-        "variant"
-    ].to_list() == ["splinegpt"]
+    assert skill_beyond_reference_frame(both, reference, rates, options)["variant"].to_list() == ["splinegpt"]
 
 
 # ------------------------------------------------------------------------------------------ block bootstrap
