@@ -27,7 +27,7 @@ from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.warehouse import PREDICTIONS
-from kinematic_pipeline_tests.conftest import CI_FOLDS, cli, golden_ci_settings
+from kinematic_pipeline_tests.conftest import CI_FOLDS, dagster_materialize, golden_ci_settings
 
 pytestmark = pytest.mark.e2e
 FOLD, TAU, TICKER = "2022H1", 0.01, "SYN000"
@@ -57,7 +57,7 @@ def _kp(copy: Path, *args: str, **extra: str) -> subprocess.CompletedProcess:
 
 
 def _dagster(copy: Path, select: str, partition: str, **extra: str) -> subprocess.CompletedProcess:
-    command = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline", "--select", select]
+    command = dagster_materialize("--select", select)
     command += ["--partition", partition]
     return subprocess.run(command, capture_output=True, text=True, env=_env(copy, **extra), timeout=900)
 

@@ -20,7 +20,7 @@ from kinematic_pipeline.probe_models import FIT_FILE, LEGACY_PICKLE
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.warehouse import PREDICTIONS
 from kinematic_pipeline.warehouse.atomic import file_sha256
-from kinematic_pipeline_tests.conftest import cli
+from kinematic_pipeline_tests.conftest import dagster_materialize
 
 FOLD, TAU = "2022H1", 0.01
 
@@ -40,7 +40,7 @@ class _Payload:
 
 def _materialize(variant: str, policy: Policy) -> subprocess.CompletedProcess:
     key = policy.key
-    args = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline"]
+    args = dagster_materialize()
     args += ["--select", f"{variant}_predictions", "--partition", key]
     return subprocess.run(args, capture_output=True, text=True, env={**os.environ, "KP_PROFILE": "ci"}, timeout=600)
 
@@ -112,7 +112,7 @@ def test_a_probe_under_a_new_training_cut_refuses_features_split_for_other_folds
         "lr_spline_predictions": ("holds no fitted probe", f"materialize lr_spline_probe partition {key}"),
     }
     for asset, fragments in expected.items():
-        args = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline", "--select", asset]
+        args = dagster_materialize("--select", asset)
         proc = subprocess.run(args + ["--partition", key], capture_output=True, text=True, env=moved, timeout=600)
         _refused(proc, *fragments)
         assert not any(cut.warehouse.probe_dir(policy).glob("model.*"))

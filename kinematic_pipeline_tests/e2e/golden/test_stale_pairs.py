@@ -22,7 +22,7 @@ from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.warehouse import PREDICTIONS
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline.warehouse.verified import MODEL_MANIFEST
-from kinematic_pipeline_tests.conftest import cli, golden_ci_settings
+from kinematic_pipeline_tests.conftest import dagster_materialize, golden_ci_settings
 
 pytestmark = pytest.mark.e2e
 FOLD, TAU = "2022H1", 0.01
@@ -47,7 +47,7 @@ def test_a_retrained_foundation_under_an_old_adapter_is_refused(settings):
     predictions = wh.evaluation_file(PREDICTIONS, policy)
     before, pinned = file_sha256(predictions), file_sha256(foundation)
     key = policy.key
-    materialize = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline"]
+    materialize = dagster_materialize()
     materialize += ["--select", "splinegpt_predictions", "--partition", key]
     lineage = [sys.executable, "-m", "kinematic_pipeline", "lineage", "--model", "splinegpt", "--tau", str(TAU)]
     lineage += ["--seed", "1235", "--fold", FOLD, "--ticker", "SYN000"]
@@ -86,7 +86,7 @@ def test_predictions_made_by_an_adapter_since_replaced_are_not_backtested(settin
     ours = next(p for p in wh.adapter_files(policy) if p.suffix == ".safetensors")
     theirs = next(p for p in wh.adapter_files(other) if p.suffix == ".safetensors")
     key = policy.key
-    backtest = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline"]
+    backtest = dagster_materialize()
     backtest += ["--select", "splinegpt_backtests,splinegpt_margin_backtests", "--partition", key]
     backup = Path(str(ours) + ".kept")
     shutil.copy2(ours, backup)
@@ -120,7 +120,7 @@ def test_predictions_refuse_token_days_whose_raw_days_were_re_ingested(settings,
     backup = tmp_path / "kept"
     shutil.copytree(unit, backup)
     key = policy.key
-    materialize = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline"]
+    materialize = dagster_materialize()
     materialize += ["--select", "splinegpt_predictions", "--partition", key]
     lineage = [sys.executable, "-m", "kinematic_pipeline", "lineage", "--model", "splinegpt", "--tau", str(TAU)]
     lineage += ["--seed", "1235", "--fold", FOLD, "--ticker", "SYN000"]
@@ -180,7 +180,7 @@ def test_labels_whose_next_day_was_re_ingested_and_re_tokenized_are_refused(sett
     for k, unit in enumerate(units):
         shutil.copytree(unit, tmp_path / f"kept{k}")
     key = policy.key
-    materialize = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline"]
+    materialize = dagster_materialize()
     materialize += ["--select", "splinegpt_predictions", "--partition", key]
     try:
         manifest = pl.read_parquet(wh.manifest(RAW_OHLCV, last))
@@ -211,7 +211,7 @@ def test_labels_whose_next_day_was_re_ingested_and_re_tokenized_are_refused(sett
 
 def test_a_report_rebuilt_after_an_adapter_was_replaced_is_refused_and_two_runs_give_the_same_bytes(settings):
     wh = settings.warehouse
-    tables = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline", "--select", "paper_tables"]
+    tables = dagster_materialize("--select", "paper_tables")
     assert _run(*tables).returncode == 0
     first = {p.name: file_sha256(p) for p in sorted(wh.report_tables_dir.iterdir()) if p.is_file()}
     assert _run(*tables).returncode == 0

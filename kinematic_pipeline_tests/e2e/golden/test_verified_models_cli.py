@@ -19,7 +19,7 @@ from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.warehouse import PREDICTIONS
 from kinematic_pipeline.warehouse.atomic import file_sha256
-from kinematic_pipeline_tests.conftest import CI_FOLDS, cli, golden_ci_settings
+from kinematic_pipeline_tests.conftest import CI_FOLDS, dagster_materialize, golden_ci_settings
 
 FOLD, TAU = "2022H1", 0.01
 BACKTESTING = "splinegpt_backtests,splinegpt_margin_backtests"  # one multi-asset: the Dagster CLI selects it whole
@@ -32,7 +32,7 @@ def _damaged(data: bytes) -> list[tuple[str, bytes]]:
 
 
 def _materialize(select: str, partition: str | None) -> subprocess.CompletedProcess:
-    args = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline", "--select", select]
+    args = dagster_materialize("--select", select)
     if partition:
         args += ["--partition", partition]
     return subprocess.run(args, capture_output=True, text=True, env={**os.environ, "KP_PROFILE": "ci"}, timeout=600)
@@ -91,7 +91,7 @@ def test_a_copied_warehouse_whose_model_was_replaced_is_refused_while_the_origin
     wh = load_settings("ci", warehouse=copy).warehouse
     weights = wh.adapter_dir(policy) / "adapter" / "adapter_model.safetensors"
     weights.write_bytes(weights.read_bytes()[::-1])  # replaced in the copy only
-    args = [cli("dagster"), "asset", "materialize", "-m", "kinematic_pipeline", "--select", BACKTESTING]
+    args = dagster_materialize("--select", BACKTESTING)
     args += ["--partition", policy.key]
     env = {**os.environ, "KP_PROFILE": "ci", "KP_WAREHOUSE": str(copy), "DAGSTER_HOME": str(home)}
     proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
