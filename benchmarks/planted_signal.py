@@ -11,7 +11,9 @@ margin rule).
 
     python benchmarks/planted_signal.py --strengths 0 0.1 0.2 --out /tmp/planted [--models] [--json table.json]
 
-A warehouse whose verdict exists is reused (``--fresh`` rebuilds it).
+A warehouse whose verdict exists is reused (``--fresh`` rebuilds it). ``--side-by-side N`` materializes N strengths
+at once, each process at one thread (``KP_TRAIN_THREADS=1``, ``OMP_NUM_THREADS=1``): the answers are the verdict's
+yes/no, not a golden number.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import polars as pl
@@ -31,8 +34,11 @@ ROOT = Path(__file__).resolve().parents[1]
 BASELINES_ONLY = "9+group:baselines or key:pooled_backtests or key:verdict or key:paper_tables"  # the probes' and rules' protocol, and the verdict
 
 
-def run(strength: float, out: Path, tickers: int, models: bool, fresh: bool) -> tuple[pl.DataFrame, float]:
-    """Materialize the protocol for one strength; (the verdict table, seconds)."""
+def run(
+    strength: float, out: Path, tickers: int, models: bool, fresh: bool, one_thread: bool = False
+) -> tuple[pl.DataFrame, float]:
+    """Materialize the protocol for one strength (``one_thread``: its process at one thread); (the verdict table,
+    seconds)."""
     home = out / f"ic{strength:g}"
     verdict = home / "warehouse" / "reports" / "tables" / "verdict.parquet"
     if fresh and home.exists():
@@ -51,6 +57,8 @@ def run(strength: float, out: Path, tickers: int, models: bool, fresh: bool) -> 
         }
         for var in ("KP_SOURCE", "KP_SOURCE_PATH", "KP_START_DATE", "KP_END_DATE"):
             env.pop(var, None)
+        if one_thread:
+            env.update(KP_TRAIN_THREADS="1", OMP_NUM_THREADS="1")
         command = [sys.executable, "-m", "kinematic_pipeline", "materialize"]
         command += [] if models else ["--select", BASELINES_ONLY]
         start = time.perf_counter()
@@ -80,10 +88,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", action="store_true", help="the whole DAG, transformers included")
     parser.add_argument("--fresh", action="store_true", help="rebuild warehouses whose verdict exists")
     parser.add_argument("--json", type=Path, help="write the table here")
+    parser.add_argument("--side-by-side", type=int, default=1, help="strengths materialized at once, one thread each")
     args = parser.parse_args(argv)
     columns: dict[str, dict[str, str]] = {}
-    for strength in args.strengths:
-        verdict, seconds = run(strength, args.out, args.tickers, args.models, args.fresh)
+    workers = max(1, args.side_by_side)
+    with ThreadPoolExecutor(workers) as pool:
+        runs = [
+            pool.submit(run, strength, args.out, args.tickers, args.models, args.fresh, workers > 1)
+            for strength in args.strengths
+        ]
+    for strength, done in zip(args.strengths, runs, strict=True):
+        verdict, seconds = done.result()
         print(f"strength {strength:g}: {verdict.height} verdict rows" + (f" in {seconds:.0f} s" if seconds else ""))
         columns[f"IC {strength:g}"] = {row_name(r): short(r["Answer"]) for r in verdict.iter_rows(named=True)}
     rows = list(dict.fromkeys(name for column in columns.values() for name in column))

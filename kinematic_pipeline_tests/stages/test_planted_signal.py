@@ -53,7 +53,7 @@ def test_planted_strength_is_a_checked_setting():
 @pytest.mark.slow
 def test_the_protocol_detects_a_planted_signal_and_nothing_at_strength_zero(tmp_path):
     """Through the real CLI (``benchmarks/planted_signal.py``: tokens, window stores, probes, rules, backtests,
-    verdict) on 40 synthetic tickers: at strength 0 neither IC row of the verdict says yes; at an oracle IC of
+    verdict) on 40 synthetic tickers, the two strengths side by side: at strength 0 neither IC row of the verdict says yes; at an oracle IC of
     0.2 both do (the scores rank tomorrow's returns, beyond the trivial features too). About 2 minutes."""
     import json
     import subprocess
@@ -62,6 +62,7 @@ def test_the_protocol_detects_a_planted_signal_and_nothing_at_strength_zero(tmp_
     script = ROOT / "benchmarks" / "planted_signal.py"
     table = tmp_path / "table.json"
     command = [sys.executable, str(script), "--strengths", "0", "0.2", "--out", str(tmp_path), "--json", str(table)]
+    command += ["--side-by-side", "2"]  # the two strengths at once, one thread each
     proc = subprocess.run(command, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = {r["row"]: r for r in json.loads(table.read_text())}
