@@ -37,7 +37,7 @@ def _classifier():
     train = settings.train
     torch.manual_seed(0)
     backbone = KinematicGPT(settings.model.gpt)
-    model = inject_lora(SequenceClassifier(backbone), train.lora_rank, train.lora_alpha, 0.0, train.lora_layers)
+    model = inject_lora(SequenceClassifier(backbone, 3), train.lora_rank, train.lora_alpha, 0.0, train.lora_layers)
     with torch.no_grad():  # LoRA's B starts at zero: move it, so that merging it changes the weights it merges into
         for name, param in model.named_parameters():
             if "lora_B" in name:

@@ -39,7 +39,7 @@ LORA_LINEARS = ("attn.qkv", "attn.proj", "mlp.fc", "mlp.proj")  # every linear l
 class SequenceClassifier(nn.Module):
     """KinematicGPT backbone + linear head on the hidden state of the last token: (B, T, 9) -> (B, n_classes)."""
 
-    def __init__(self, backbone: KinematicGPT, n_classes: int = 3):
+    def __init__(self, backbone: KinematicGPT, n_classes: int):
         super().__init__()
         self.backbone = backbone
         self.cls_head = nn.Linear(backbone.cfg.d_model, n_classes)
@@ -52,7 +52,7 @@ class SequenceClassifier(nn.Module):
 class PatchTSTClassifier(nn.Module):
     """Linear probe on a frozen PatchTST: the last patch embedding of every channel, concatenated."""
 
-    def __init__(self, backbone: PatchTST, n_classes: int = 3):
+    def __init__(self, backbone: PatchTST, n_classes: int):
         super().__init__()
         self.backbone = backbone
         self.backbone.requires_grad_(False)
@@ -119,8 +119,10 @@ class LoraHead:
 
     layout = LORA_HEAD
 
-    def build(self, backbone: KinematicGPT, cfg: TrainConfig, prior: np.ndarray | None = None) -> nn.Module:
-        classifier = SequenceClassifier(backbone)
+    def build(
+        self, backbone: KinematicGPT, cfg: TrainConfig, width: int, prior: np.ndarray | None = None
+    ) -> nn.Module:
+        classifier = SequenceClassifier(backbone, width)
         init_head_at_prior(classifier.cls_head, prior)  # before PEFT copies the head into modules_to_save
         return inject_lora(classifier, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_layers)
 
@@ -144,12 +146,12 @@ class LoraHead:
             shutil.rmtree(staging, ignore_errors=True)  # after the rename: nothing
         return without_sidecars(self.layout.files(adapter_dir))
 
-    def load(self, backbone: KinematicGPT, adapter_dir: Path) -> nn.Module:
+    def load(self, backbone: KinematicGPT, adapter_dir: Path, width: int) -> nn.Module:
         import peft
 
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r".*could not find a config file in.*")  # our own base model
-            return peft.PeftModel.from_pretrained(SequenceClassifier(backbone), self.layout.path(adapter_dir))
+            return peft.PeftModel.from_pretrained(SequenceClassifier(backbone, width), self.layout.path(adapter_dir))
 
 
 def for_inference(classifier: nn.Module) -> nn.Module:
@@ -170,8 +172,8 @@ class ProbeHead:
 
     layout = PROBE_HEAD
 
-    def build(self, backbone: PatchTST, cfg: TrainConfig, prior: np.ndarray | None = None) -> nn.Module:
-        classifier = PatchTSTClassifier(backbone)
+    def build(self, backbone: PatchTST, cfg: TrainConfig, width: int, prior: np.ndarray | None = None) -> nn.Module:
+        classifier = PatchTSTClassifier(backbone, width)
         init_head_at_prior(classifier.cls_head, prior)
         return classifier
 
@@ -182,17 +184,18 @@ class ProbeHead:
         write_bytes_atomic(self.layout.path(adapter_dir), buffer.getvalue())
         return without_sidecars(self.layout.files(adapter_dir))
 
-    def load(self, backbone: PatchTST, adapter_dir: Path) -> nn.Module:
+    def load(self, backbone: PatchTST, adapter_dir: Path, width: int) -> nn.Module:
         path = self.layout.path(adapter_dir)
         saved = torch.load(path, map_location="cpu", weights_only=True)
-        classifier = PatchTSTClassifier(backbone)
+        classifier = PatchTSTClassifier(backbone, width)
         missing, unexpected = classifier.load_state_dict(saved["state_dict"], strict=False)
         if unexpected or set(saved["state_dict"]) & set(missing):
             raise ValueError(f"{path} does not fit a PatchTST probe: unexpected keys {unexpected}")
         return classifier
 
 
-HEADS = {"lora": LoraHead(), "probe": ProbeHead()}  # the registry's head kinds, by ``HeadLayout.kind``
+# The registry's head kinds, by ``HeadLayout.kind``: each builds and loads a head ``width`` wide (``Task.head_width``).
+HEADS = {"lora": LoraHead(), "probe": ProbeHead()}
 
 
 def _sort_target_modules(config_path: Path) -> None:

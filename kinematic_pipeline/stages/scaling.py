@@ -180,7 +180,7 @@ def transformer_row(
     out = scratch_dir(settings, variant, n) / "2x_steps" if long else scratch_dir(settings, variant, n)
     result = finetune(scaled, policy, out_dir=out, foundation=foundation, progress=progress)
     head = HEADS[lookup_variant(variant).head.kind]
-    classifier = head.load(load_foundation(settings, policy, foundation), out).eval()
+    classifier = head.load(load_foundation(settings, policy, foundation), out, policy.task.head_width).eval()
     fitted = classifier, settings.train.class_weights  # fine-tuned here, with these
     _, _, universe, _ = predictor(policy.variant).predictions(settings, policy, days, True, fitted)
     if universe_out is not None:

@@ -310,7 +310,7 @@ def build_classifier(
     """The variant's head kind on ``backbone``: LoRA + a classification head, or PatchTST's linear probe; with
     ``class_counts`` (the training split's Buy/Sell/Hold) the head starts at its task's prior (``Task.prior``)."""
     prior = None if class_counts is None else policy.task.prior(class_counts)
-    return HEADS[policy.variant.head.kind].build(backbone, settings.train, prior)
+    return HEADS[policy.variant.head.kind].build(backbone, settings.train, policy.task.head_width, prior)
 
 
 def finetune(
@@ -359,4 +359,4 @@ def load_classifier(settings: Settings, policy: Policy) -> nn.Module:
     key = policy.key
     verify_model_folder(adapter, f"re-materialize {policy.variant.name}_adapter partition {key}")
     head = HEADS[policy.variant.head.kind]
-    return head.load(load_foundation(settings, policy, foundation), adapter).eval()
+    return head.load(load_foundation(settings, policy, foundation), adapter, policy.task.head_width).eval()

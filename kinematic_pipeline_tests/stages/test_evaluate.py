@@ -44,7 +44,7 @@ DECISION_DAY = dt.date(2021, 7, 9)  # "day t" of the perturbation: inside the te
 def _classifier(settings, variant: str):
     torch.manual_seed(0)  # an untrained policy is enough: the test is about which bars reach a decision
     backbone = build_model(variant, settings.model)
-    model = PatchTSTClassifier(backbone) if variant == "patchtst" else SequenceClassifier(backbone)
+    model = PatchTSTClassifier(backbone, 3) if variant == "patchtst" else SequenceClassifier(backbone, 3)
     return model.eval()
 
 

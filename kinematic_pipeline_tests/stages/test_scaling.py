@@ -370,7 +370,7 @@ def test_learnability_on_test_days_scores_every_validated_state_and_the_kept_one
     assert rows[0]["val_skill"] == 0.0 and rows[0]["windows"] == 0
     assert len({round(r["logloss_skill"], 9) for r in rows}) > 1  # each state is scored, not one model again
 
-    saved = HEADS[policy.variant.head.kind].load(load_foundation(settings, policy), out).eval()
+    saved = HEADS[policy.variant.head.kind].load(load_foundation(settings, policy), out, policy.task.head_width).eval()
     fitted = saved, settings.train.class_weights
     _, _, universe, _ = predictor(policy.variant).predictions(settings, policy, days, True, fitted)
     direct, kept = score_universe(settings, universe, rates), next(r for r in rows if r["kept"])

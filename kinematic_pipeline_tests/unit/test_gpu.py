@@ -69,7 +69,7 @@ def test_the_gpt_is_causal_on_the_gpu_in_bf16():
 
 def test_bf16_mixed_fine_tuning_of_lora_lowers_the_loss_on_a_fixed_batch():
     torch.manual_seed(0)
-    model = inject_lora(SequenceClassifier(KinematicGPT(PAPER)), rank=8, alpha=16, dropout=0.0).cuda()
+    model = inject_lora(SequenceClassifier(KinematicGPT(PAPER), 3), rank=8, alpha=16, dropout=0.0).cuda()
     x = _tokens(64, seed=1).cuda()
     labels = torch.randint(0, 3, (64,), generator=torch.Generator().manual_seed(2)).cuda()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3)

@@ -39,7 +39,7 @@ def _trained_lora_classifier(cfg: GPTConfig) -> tuple[peft.PeftModel, dict[str, 
     torch.manual_seed(0)
     backbone = KinematicGPT(cfg).eval()
     base_state = {k: v.clone() for k, v in backbone.state_dict().items()}
-    model = inject_lora(SequenceClassifier(backbone), rank=4, alpha=8, dropout=0.0)
+    model = inject_lora(SequenceClassifier(backbone, 3), rank=4, alpha=8, dropout=0.0)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     x, labels = _tokens(8, 16), torch.tensor([0, 1, 2, -1, 0, 1, 2, 1])
     for _ in range(3):
@@ -224,11 +224,11 @@ def test_lora_adapter_round_trips_through_peft_save_and_load(tmp_path):
     model.save_pretrained(tmp_path / "adapter")
     backbone = KinematicGPT(CI)
     backbone.load_state_dict(base_state)
-    loaded = peft.PeftModel.from_pretrained(SequenceClassifier(backbone), tmp_path / "adapter").eval()
+    loaded = peft.PeftModel.from_pretrained(SequenceClassifier(backbone, 3), tmp_path / "adapter").eval()
     x = _tokens(5, 64, seed=3)
     with torch.no_grad():
         assert torch.equal(loaded(x), model(x))
-        assert not torch.allclose(SequenceClassifier(KinematicGPT(CI)).eval()(x), model(x))
+        assert not torch.allclose(SequenceClassifier(KinematicGPT(CI), 3).eval()(x), model(x))
 
 
 def test_patchtst_encodes_eight_patches_per_channel_and_is_window_scale_invariant():
@@ -267,7 +267,7 @@ def test_patchtst_pretrain_loss_is_finite_and_falls_on_a_tiny_batch():
 def test_patchtst_classifier_probes_a_frozen_backbone():
     backbone = PatchTST(CI_PATCH)
     before = {k: v.clone() for k, v in backbone.state_dict().items()}
-    clf = PatchTSTClassifier(backbone).train()
+    clf = PatchTSTClassifier(backbone, 3).train()
     assert not backbone.training  # the probe never runs the encoder with dropout
     assert all(not p.requires_grad for p in clf.backbone.parameters())
     assert count_parameters(clf)[1] == 2 * CI_PATCH.d_model * 3 + 3  # the linear probe only

@@ -109,3 +109,19 @@ def test_buy_sell_hold_is_a_task_with_its_three_rules():
     assert task.label_column == "label_tau_0p0100"
     np.testing.assert_array_equal(task.target(np.array([0.02, -0.02, 0.01, np.nan])), [0, 1, 2, -1])
     np.testing.assert_allclose(np.exp(task.prior([10, 10, 10])), np.array([2.0, 10.0, 1.0]) / 3)  # ln(w * pi)
+
+
+def test_every_head_kind_is_as_wide_as_its_policys_task(tmp_path):
+    from kinematic_pipeline.config import load_settings
+    from kinematic_pipeline.models import build_model
+    from kinematic_pipeline.training.run import build_classifier
+
+    settings = load_settings("ci", warehouse=tmp_path, env={})
+    for variant, channels in (("splinegpt", 9), ("patchtst", 2)):
+        policy = Foundation(variant, 7, FOLD).on(UpDown())
+        torch.manual_seed(0)
+        classifier = build_classifier(settings, policy, build_model(variant, settings.model), [30, 10])
+        widths = {m.out_features for name, m in classifier.named_modules() if name.endswith("cls_head")}
+        assert widths == {UpDown.head_width}, (variant, widths)
+        x = torch.randn(4, 64, channels)
+        assert classifier.eval()(x).shape == (4, UpDown.head_width)
