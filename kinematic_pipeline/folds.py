@@ -6,8 +6,8 @@ before it, test on every later one; the fold has no name (``Fold.name`` None, la
 after ``split.train_end``; fold k (named ``2019``, ``2022H1``, ``2022Q3``) trains on every session before its test
 period less an embargo of ``split.embargo_sessions`` sessions (an expanding window), and its test period
 ends where the next fold's begins (the last fold's at the end of the history). In both, the labels of the
-training days whose label horizon (``split.label_horizon`` sessions: a label of day t needs day t+1) reaches
-into the test period are purged: ``label_end`` is the last training day with a label a policy may learn.
+training days whose target reads into the test period (the longest ``Task.horizon`` of the run's tasks,
+``settings.tasks``: a Buy/Sell/Hold label of day t needs day t+1) are purged: ``label_end`` is the last training day with a label a policy may learn.
 
 Tokens and labels do not depend on the cut and are shared; every training-derived quantity is per fold: the
 window store holds the last fold's training days (each fold reads the prefix up to its ``train_end``),
@@ -77,7 +77,7 @@ def walk_forward(settings) -> tuple[Fold, ...]:
     """The run's folds, in time order (``settings.split``; see the module docstring)."""
     split = settings.split
     start, cut = settings.data.start_date, split.train_end
-    horizon = split.label_horizon
+    horizon = max(task.horizon for task in settings.tasks)
     first_test = trading_days(cut + dt.timedelta(days=1), calendar_end())[0]
     if split.folds == 1:
         return (Fold(None, cut, _purged(cut, first_test, start, horizon), first_test, None),)

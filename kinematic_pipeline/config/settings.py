@@ -15,6 +15,7 @@ from pathlib import Path
 from kinematic_pipeline.config.backbones import ModelConfig
 from kinematic_pipeline.folds import Fold, walk_forward
 from kinematic_pipeline.paper_conventions import BacktestConfig
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.tasks.targets import LABEL_SOURCES
 from kinematic_pipeline.tokenizations import chosen
 from kinematic_pipeline.variants import BASELINE_NAMES, VARIANT_NAMES, variant
@@ -87,8 +88,8 @@ class SplitConfig:
 
     folds = 1 is the single cut ``train_end`` (test: every later session); n > 1 are the n consecutive periods
     (``fold_period``) after ``train_end``, each tested by policies trained on the sessions before it, less an
-    embargo of ``embargo_sessions`` (at least a window's ``N_KNOTS``) between the training and test days; the last
-    ``label_horizon`` sessions' labels before a test period are purged from training."""
+    embargo of ``embargo_sessions`` (at least a window's ``N_KNOTS``) between the training and test days; the
+    training days whose target reads into a test period (the run's tasks' ``Task.horizon``) are purged."""
 
     train_end: dt.date = dt.date(2021, 12, 31)  # last day of the training period (paper: 2022-12-31)
     folds: int = 1
@@ -97,7 +98,6 @@ class SplitConfig:
     # last training day's label reads the next session's close, so with N_KNOTS sessions between the training and
     # test days no session read for training (a window or its label) is in the first test day's window
     embargo_sessions: int = N_KNOTS
-    label_horizon: int = 1
     tau_sweep_folds: str = "all"  # "last": taus other than report_tau on the last fold only; "none": report_tau only
     tau_sweep_seeds: str = "all"  # "first": taus other than report_tau are trained with the first seed only
 
@@ -105,10 +105,10 @@ class SplitConfig:
         check_choice("split.fold_period", self.fold_period, FOLD_PERIODS)
         check_choice("split.tau_sweep_folds", self.tau_sweep_folds, TAU_SWEEP_FOLDS)
         check_choice("split.tau_sweep_seeds", self.tau_sweep_seeds, TAU_SWEEP_SEEDS)
-        if self.folds < 1 or self.embargo_sessions < N_KNOTS or self.label_horizon < 1:
+        if self.folds < 1 or self.embargo_sessions < N_KNOTS:
             raise ValueError(
-                f"split.folds={self.folds}, embargo_sessions={self.embargo_sessions}, label_horizon="
-                f"{self.label_horizon}: expected folds >= 1, embargo >= {N_KNOTS} (a window), horizon >= 1"
+                f"split.folds={self.folds}, embargo_sessions={self.embargo_sessions}: expected folds >= 1, "
+                f"embargo >= {N_KNOTS} (a window)"
             )
 
 
@@ -363,6 +363,12 @@ class Settings:
     def drop_directory(self) -> Path:
         """What the drop_directory sensor watches: KP_DROP_DIR, else ``$KP_WAREHOUSE/drop``."""
         return self.drop_dir if self.drop_dir is not None else self.warehouse.root / "drop"
+
+    @property
+    def tasks(self) -> tuple[BuySellHold, ...]:
+        """The run's fine-tuning tasks: Buy/Sell/Hold at each ``tokenize.taus``, with the class weights it trains
+        with (``train.class_weights``). Their horizons set the folds' purge (``folds.walk_forward``)."""
+        return tuple(BuySellHold(tau, self.train.class_weights) for tau in self.tokenize.taus)
 
     @functools.cached_property
     def folds(self) -> tuple[Fold, ...]:

@@ -119,9 +119,7 @@ class LoraHead:
 
     layout = LORA_HEAD
 
-    def build(
-        self, backbone: KinematicGPT, cfg: TrainConfig, width: int, prior: np.ndarray | None = None
-    ) -> nn.Module:
+    def build(self, backbone: KinematicGPT, cfg: TrainConfig, width: int, prior: np.ndarray | None = None) -> nn.Module:
         classifier = SequenceClassifier(backbone, width)
         init_head_at_prior(classifier.cls_head, prior)  # before PEFT copies the head into modules_to_save
         return inject_lora(classifier, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_layers)

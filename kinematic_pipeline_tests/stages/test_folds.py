@@ -65,7 +65,7 @@ def test_the_fold_calendar_embargo_and_purge(profile, env, expected):
         embargo = 0 if len(folds) == 1 else settings.split.embargo_sessions
         assert len(gap) == embargo and (len(folds) == 1 or embargo >= N_KNOTS)  # at least a window's length
         # the purge: the last learnable label's horizon (1 session) ends before the test period starts
-        horizon_end = trading_days(fold.label_end, fold.test_start)[settings.split.label_horizon]
+        horizon_end = trading_days(fold.label_end, fold.test_start)[max(t.horizon for t in settings.tasks)]
         assert horizon_end < fold.test_start and fold.label_end <= fold.train_end
 
 

@@ -91,7 +91,7 @@ def test_a_typo_in_an_enum_like_setting_names_the_field_and_the_choices(make, me
 def test_the_embargo_is_a_window_and_no_shorter():
     assert SplitConfig().embargo_sessions == N_KNOTS == LOOKBACK + 1 == 65  # the number the folds have always had
     assert all(load_settings(p, env={"KP_SOURCE_PATH": "x"}).split.embargo_sessions >= N_KNOTS for p in PROFILES)
-    with pytest.raises(ValueError, match=re.escape(f"embargo_sessions={N_KNOTS - 1}, ")):
+    with pytest.raises(ValueError, match=re.escape(f"embargo_sessions={N_KNOTS - 1}:")):
         SplitConfig(folds=2, embargo_sessions=N_KNOTS - 1)
 
 

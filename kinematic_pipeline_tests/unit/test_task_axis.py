@@ -4,6 +4,7 @@ prior, and decides through its own rule into the backtest engine."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass
 from typing import ClassVar
@@ -125,3 +126,27 @@ def test_every_head_kind_is_as_wide_as_its_policys_task(tmp_path):
         assert widths == {UpDown.head_width}, (variant, widths)
         x = torch.randn(4, 64, channels)
         assert classifier.eval()(x).shape == (4, UpDown.head_width)
+
+
+@dataclass(frozen=True)
+class UpDownNextWeek(UpDown):
+    """``UpDown`` over the next five sessions: a target that reads five sessions after its day."""
+
+    h: int = 5
+    horizon: ClassVar[int] = 5
+
+
+def test_the_folds_purge_the_longest_horizon_among_the_runs_tasks(tmp_path):
+    from types import SimpleNamespace
+
+    from kinematic_pipeline.calendar import trading_days
+    from kinematic_pipeline.config import load_settings
+    from kinematic_pipeline.folds import walk_forward
+
+    settings = load_settings("ci", warehouse=tmp_path, env={})
+    split = dataclasses.replace(settings.split, folds=1)  # a single cut: no embargo, so the purge alone separates
+    for tasks, horizon in (((UpDown(),), 1), ((UpDown(), UpDownNextWeek()), 5)):
+        (fold,) = walk_forward(SimpleNamespace(split=split, data=settings.data, tasks=tasks))
+        read = trading_days(fold.label_end, fold.test_start)  # the last learnable day, the sessions its target reads
+        assert len(read) == horizon + 2 and read[horizon] == fold.train_end, (tasks, fold)
+    assert max(t.horizon for t in settings.tasks) == 1  # Buy/Sell/Hold reads the next session's close
