@@ -1,4 +1,5 @@
-"""The labels stage: Buy/Sell/Hold for each tau, for the windows ending on each trading day.
+"""The labels stage: each of the run's tasks' target (``settings.tasks``: Buy/Sell/Hold at each tau), for the
+windows ending on each trading day.
 
 The label of day t needs day t+1 (the paper's r_j = c0(t_j+1) - c0(t_j)), so day t's shard reads the
 spline_tokens and raw_ohlcv shards of t and of the next session only; where the next session is not
@@ -21,7 +22,8 @@ from kinematic_pipeline.config import Settings
 from kinematic_pipeline.pins import label_inputs_digest, verified_labels
 from kinematic_pipeline.report.markdown import Markdown, markdown_table
 from kinematic_pipeline.tasks.actions import ACTION_KEYS, UNKNOWN_LABEL
-from kinematic_pipeline.tasks.buy_sell_hold import labels_from_returns, tau_column
+from kinematic_pipeline.tasks.base import Task
+from kinematic_pipeline.tasks.buy_sell_hold import tau_column
 from kinematic_pipeline.tasks.targets import label_returns_close, label_returns_spline
 from kinematic_pipeline.tokenizations import SPLINE
 from kinematic_pipeline.warehouse import LABELS
@@ -29,14 +31,15 @@ from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import combined_hash
 
 
-def labels_schema(taus: tuple[float, ...]) -> dict[str, pl.DataType]:
+def labels_schema(tasks: tuple[Task, ...]) -> dict[str, pl.DataType]:
+    """The labels asset's columns: the day's returns, then each of the run's tasks' target (``Task.label_column``)."""
     return {
         "ticker": pl.String,
         "date": pl.Date,
         "r_spline": pl.Float64,
         "r_close": pl.Float64,
         "label_source": pl.String,
-        **{tau_column(t): pl.Int8 for t in taus},
+        **{task.label_column: task.target_dtype for task in tasks},
     }
 
 
@@ -89,7 +92,7 @@ def day_labels(settings: Settings, day: dt.date) -> tuple[pl.DataFrame, dt.date,
         "r_spline",
         "r_close",
         pl.lit(cfg.label_source).alias("label_source"),
-    ).with_columns(*[pl.Series(tau_column(t), labels_from_returns(r, t), dtype=pl.Int8) for t in cfg.taus])
+    ).with_columns(*[pl.Series(t.label_column, t.target(r), dtype=t.target_dtype) for t in settings.tasks])
     return out.sort("ticker"), nxt, label_inputs_digest(wh, day, nxt)
 
 
@@ -129,7 +132,7 @@ def materialize_labels(settings: Settings, days: list[dt.date], progress: bool =
             "code_version": __version__,
         }
         records.append(wh.write_shard(LABELS, day, frame, record, MANIFEST_SCHEMA))
-    wh.ensure_unit_views(LABELS, {LABELS: labels_schema(settings.tokenize.taus), "manifest": MANIFEST_SCHEMA})
+    wh.ensure_unit_views(LABELS, {LABELS: labels_schema(settings.tasks), "manifest": MANIFEST_SCHEMA})
     return LabelsSummary(pl.DataFrame(records, schema=MANIFEST_SCHEMA), tuple(days), settings)
 
 

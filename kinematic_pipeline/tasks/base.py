@@ -39,11 +39,17 @@ class Task(ABC):
     horizon: ClassVar[int]  # sessions after day t its target reads (1: the next session)
     outputs: ClassVar[tuple[str, ...]]  # the prediction columns it stores
     head_width: ClassVar[int]  # outputs of the network's head
+    target_dtype: ClassVar[type[pl.DataType]] = pl.Int8  # its labels column's type: a class code (-1 unknown)
 
     @property
     @abstractmethod
     def key(self) -> str:
         """Its part of a policy's partition key, file stems and folders (``0.01``)."""
+
+    @property
+    def label_column(self) -> str:
+        """Its column of the labels asset: the target of each ticker-day (``target``, as ``target_dtype``)."""
+        return f"label_{self.kind}_{self.key}"
 
     @abstractmethod
     def target(self, returns: np.ndarray) -> np.ndarray:

@@ -36,7 +36,7 @@ from kinematic_pipeline.report import evidence_tables as tables
 from kinematic_pipeline.stages import evidence as ev
 from kinematic_pipeline.stages import reference_rows
 from kinematic_pipeline.stages.labels import labels_schema
-from kinematic_pipeline.tasks.buy_sell_hold import labels_from_returns, tau_column
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold, labels_from_returns, tau_column
 from kinematic_pipeline.warehouse import LABELS
 from kinematic_pipeline_tests.conftest import record_in_manifest, single_cut
 
@@ -75,7 +75,7 @@ def _write_labels(settings, day, labels, r_close):
         "label_source": [settings.tokenize.label_source] * len(TICKERS),
         LABEL: labels,
     }
-    pl.DataFrame(frame, schema=labels_schema((TAU,))).write_parquet(path)
+    pl.DataFrame(frame, schema=labels_schema((BuySellHold(TAU),))).write_parquet(path)
     record_in_manifest(settings.warehouse, LABELS, day)
 
 

@@ -150,3 +150,26 @@ def test_the_folds_purge_the_longest_horizon_among_the_runs_tasks(tmp_path):
         read = trading_days(fold.label_end, fold.test_start)  # the last learnable day, the sessions its target reads
         assert len(read) == horizon + 2 and read[horizon] == fold.train_end, (tasks, fold)
     assert max(t.horizon for t in settings.tasks) == 1  # Buy/Sell/Hold reads the next session's close
+
+
+def test_the_labels_stage_writes_each_of_the_runs_tasks_targets(tmp_path, monkeypatch):
+    from kinematic_pipeline.calendar import trading_days
+    from kinematic_pipeline.config import Settings
+    from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
+    from kinematic_pipeline.stages.labels import materialize_labels
+    from kinematic_pipeline.stages.tokenize import materialize_tokens
+    from kinematic_pipeline.tokenizations import SPLINE
+    from kinematic_pipeline_tests.conftest import END, START, _bars, _settings
+
+    settings = _settings(tmp_path, "wh", _bars(2))
+    tasks = (BuySellHold(0.01), UpDown())
+    monkeypatch.setattr(Settings, "tasks", property(lambda self: tasks))  # the run's tasks: one defined here
+    days = trading_days(START, END)[-6:]
+    materialize_raw_ohlcv(settings, trading_days(START, END), progress=False)
+    materialize_tokens(settings, days, (SPLINE,), progress=False)
+    materialize_labels(settings, days[:-1], progress=False)
+    labels = pl.read_parquet(settings.warehouse.shard("labels", days[-2]))
+    assert labels.columns[-2:] == [BuySellHold(0.01).label_column, "label_updown_updown1"]
+    r = labels["r_spline" if settings.tokenize.label_source == "spline" else "r_close"].to_numpy()
+    np.testing.assert_array_equal(labels["label_updown_updown1"].to_numpy(), UpDown().target(r))
+    assert labels.schema["label_updown_updown1"] == pl.Int8 and (labels["label_updown_updown1"] >= 0).all()
