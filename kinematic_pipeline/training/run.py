@@ -9,6 +9,7 @@ logs and ``shards_used.parquet`` (what was served) live in the same folders.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import time
@@ -234,11 +235,8 @@ def _parent_state(settings: Settings, policy: Policy) -> tuple[Path, str, dict] 
             f"{policy.fold.name}'s foundation continues from fold {parent.fold.name}'s: train.warm_start, KP_WARM_START=0 turns "
             "it off)"
         )
-    sha = file_sha256(path)
-    state = load_foundation(settings, parent, path).state_dict()
-    if file_sha256(path) != sha:  # retrained while we read it
-        raise StalePairError(f"{path} changed while it was loaded: retry")
-    return path, sha, {k: v.detach().clone() for k, v in state.items()}
+    model, sha = read_foundation(settings, parent, path)  # the hash of the bytes loaded: what the child pins
+    return path, sha, {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def pretrain(
@@ -286,14 +284,20 @@ def save_foundation(settings: Settings, policy: Foundation, state: dict[str, tor
     write_bytes_atomic(path, buffer.getvalue(), settings.warehouse.durable)
 
 
-def load_foundation(settings: Settings, policy: Policy, path: Path | None = None) -> nn.Module:
-    """The pretrained backbone of ``policy`` (``model.pt``); the config of its backbone must be the settings' one
-    (another backbone's config is not its concern)."""
+def read_foundation(settings: Settings, policy: Policy, path: Path | None = None) -> tuple[nn.Module, str]:
+    """The pretrained backbone of ``policy`` (``model.pt``) and the sha256 of the very bytes it was built from: the
+    file is read once into memory, those bytes checked against the folder's record and loaded, so that whatever
+    pins the hash pins what was used, even if another run replaces the file meanwhile. The config of its backbone
+    must be the settings' one (another backbone's config is not its concern)."""
     path = Path(path or settings.warehouse.foundation_checkpoint(policy))
     fix = f"re-materialize {policy.variant.name}_foundation partition {policy.fit_key}"
-    verify_model_folder(path.parent, fix)  # the bytes its files.json records, or one line naming the file
+    recorded = verify_model_folder(path.parent, fix)  # the bytes its files.json records, or one line naming the file
     check_parent(settings, policy, path.parent)  # warm-started: from the parent on disk now (model_pins.PARENT_FILE)
-    saved = torch.load(path, map_location="cpu", weights_only=True)
+    data = path.read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    if sha != recorded.get(path.name):  # replaced since its folder was verified
+        raise StalePairError(f"{path} changed while it was loaded: retry")
+    saved = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     if saved["variant"] != policy.variant.name:
         raise ValueError(f"{path} holds a {saved['variant']} backbone, not {policy.variant.name}")
     differences = settings.model.differences(policy.variant.backbone, saved["model_config"])
@@ -301,7 +305,12 @@ def load_foundation(settings: Settings, policy: Policy, path: Path | None = None
         raise ValueError(f"{path} was trained with {', '.join(differences)}: {fix}")
     model = build_model(policy.variant.name, settings.model)
     model.load_state_dict(saved["state_dict"])
-    return model
+    return model, sha
+
+
+def load_foundation(settings: Settings, policy: Policy, path: Path | None = None) -> nn.Module:
+    """The pretrained backbone of ``policy`` (``read_foundation``, without its hash)."""
+    return read_foundation(settings, policy, path)[0]
 
 
 def build_classifier(
@@ -333,15 +342,21 @@ def finetune(
         L.seed_everything(policy.seed, workers=True, verbose=False)
         data = _data(settings, policy, num_workers)
         counts = data.class_counts()
-        classifier = build_classifier(settings, policy, load_foundation(settings, policy, foundation), counts)
+        backbone, loaded = read_foundation(settings, policy, foundation)  # the sha256 of the bytes trained from
+        classifier = build_classifier(settings, policy, backbone, counts)
 
         def module_for(total_steps: int) -> FinetuneModule:
             return FinetuneModule(classifier, policy.task, settings.train, total_steps)
 
         fitted = _fit(settings, module_for, out_dir, data, settings.train.finetune_steps, progress, callbacks)
+        if file_sha256(foundation) != loaded:  # another run retrained it meanwhile: nothing saved, the old pair kept
+            raise StalePairError(
+                f"{foundation} changed while {policy.variant.name}_adapter partition {policy.key} was fine-tuned "
+                "from it: retry"
+            )
         classifier.eval()
         files = head.save(classifier, out_dir, policy.variant.name, policy.task.tau)
-    extra = {"foundation_sha256": file_sha256(foundation), "class_counts": counts}
+    extra = {"foundation_sha256": loaded, "class_counts": counts}
     weights = policy.task.class_weights  # recorded with the adapter: what its probabilities mean
     pin_foundation(settings.warehouse, out_dir, foundation, extra["foundation_sha256"], weights)  # loads check it
     return _result(settings, policy, out_dir, files, classifier, fitted, started, **extra)

@@ -11,14 +11,15 @@ import shutil
 
 import polars as pl
 import pytest
+from lightning.pytorch.callbacks import Callback
 
 from kinematic_pipeline.model_pins import check_pair, check_predictions_model, model_files, model_files_frame
 from kinematic_pipeline.pins import StalePairError
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
-from kinematic_pipeline.training.run import finetune, load_classifier, pretrain
+from kinematic_pipeline.training.run import finetune, load_classifier, load_foundation, pretrain, save_foundation
 from kinematic_pipeline.warehouse.layout import PREDICTION_MODEL
-from kinematic_pipeline.warehouse.verified import CorruptFileError
+from kinematic_pipeline.warehouse.verified import CorruptFileError, write_model_manifest
 from kinematic_pipeline_tests.conftest import TOKENIZED_FOLD, copy_warehouse
 from kinematic_pipeline_tests.unit.test_verified_files import flip_keeping_mtime
 
@@ -112,3 +113,35 @@ def test_predictions_under_other_class_weights_than_the_adapters_are_refused_nam
     assert "fine-tuned with class weights [2, 10, 1]" in line and "is now [1, 1, 1]" in line, line
     assert line.endswith("(or restore train.class_weights)") and "splinegpt_adapter partition" in line, line
     assert not settings.warehouse.evaluation_file(PREDICTIONS, POLICY).exists()  # refused before a row is written
+
+
+class _RetrainFoundationMidway(Callback):
+    """Another run's retraining, played at the first training batch's end: the foundation the adapter is being
+    fine-tuned from is replaced (new weights, a files.json that vouches for them)."""
+
+    def __init__(self, settings):
+        self.settings, self.done = settings, False
+
+    def on_train_batch_end(self, *args, **kwargs):
+        if self.done:
+            return
+        self.done = True
+        path = self.settings.warehouse.foundation_checkpoint(POLICY)
+        state = {k: v + 0.01 for k, v in load_foundation(self.settings, POLICY, path).state_dict().items()}
+        save_foundation(self.settings, POLICY.foundation, state, path)
+        write_model_manifest(path.parent, [path])
+
+
+def test_an_adapter_whose_foundation_was_replaced_while_it_trained_is_refused_not_pinned_to_the_new_one(
+    trained, tmp_path
+):
+    settings = _copy(trained, tmp_path)
+    foundation = settings.warehouse.foundation_checkpoint(POLICY)
+    pin = settings.warehouse.adapter_dir(POLICY) / "foundation.json"
+    pinned = pin.read_bytes()
+    with pytest.raises(StalePairError, match=r"model\.pt changed while splinegpt_adapter partition .* retry"):
+        finetune(settings, POLICY, progress=False, callbacks=[_RetrainFoundationMidway(settings)])
+    assert pin.read_bytes() == pinned  # the earlier, true pin stands; nothing vouches for the new pair
+    with pytest.raises(StalePairError):
+        check_pair(settings.warehouse, POLICY)  # the old adapter and the new foundation: refused as before
+    assert foundation.exists()
