@@ -18,6 +18,7 @@ from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import Fold, evaluation_days
 from kinematic_pipeline.model_pins import WEIGHT_COLUMNS, model_files_frame, warehouse_path
+from kinematic_pipeline.pins import StalePairError
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.predictors.base import Predictions
 from kinematic_pipeline.predictors.families import predictor
@@ -48,8 +49,15 @@ def materialize_predictions(settings: Settings, policy: Policy) -> Predictions:
     days = _check_test_period(settings, policy.variant.token_asset, policy.fold)
     at_report_tau = same_tau(policy.task.tau, settings.evaluate.report_tau)
     made_by = predictor(policy.variant)
+    pinned = model_files_frame(settings, policy)  # hashed before the load; the same after it, or refused
     result, validation, calibrated, universe = made_by.predictions(settings, policy, days, at_report_tau)
-    return dataclasses.replace(result, path=_write(settings, policy, result, validation, calibrated, universe))
+    if not model_files_frame(settings, policy).equals(pinned):  # another run retrained a model file meanwhile
+        raise StalePairError(
+            f"the model files of {policy} changed while its predictions were made: retry "
+            f"(re-materialize {policy.variant.name}_predictions partition {policy.key})"
+        )
+    path = _write(settings, policy, result, validation, calibrated, universe, pinned)
+    return dataclasses.replace(result, path=path)
 
 
 def _shards_frame(wh: Warehouse, shards: list[dict]) -> pl.DataFrame:
@@ -66,6 +74,7 @@ def _write(
     validation: pl.DataFrame,
     universe: pl.DataFrame | None,
     raw_universe: pl.DataFrame | None,
+    model_files: pl.DataFrame,
 ) -> Path:
     """The predictions shard, the validation-day predictions, the shards read, the model files, the calibration
     (``predictions/calibration/``, one row) and at the report's tau the universe predictions, calibrated
@@ -82,7 +91,7 @@ def _write(
     wh.write(result.frame.with_columns(fold), path)
     wh.write(validation.with_columns(fold), wh.predictions_extra(VALIDATION_PREDICTIONS, policy))
     wh.write(_shards_frame(wh, result.shards), wh.predictions_extra(PREDICTION_INPUTS, policy))
-    wh.write(model_files_frame(settings, policy), wh.predictions_extra(PREDICTION_MODEL, policy))
+    wh.write(model_files, wh.predictions_extra(PREDICTION_MODEL, policy))
     if result.class_weights is not None:  # what the probabilities mean: evaluation reads them (model_pins)
         weights = pl.DataFrame(
             [dict(zip(WEIGHT_COLUMNS, result.class_weights))], schema=dict.fromkeys(WEIGHT_COLUMNS, pl.Float64)

@@ -145,3 +145,25 @@ def test_an_adapter_whose_foundation_was_replaced_while_it_trained_is_refused_no
     with pytest.raises(StalePairError):
         check_pair(settings.warehouse, POLICY)  # the old adapter and the new foundation: refused as before
     assert foundation.exists()
+
+
+def test_predictions_whose_model_files_changed_while_they_were_made_are_refused_and_nothing_is_written(
+    trained, tmp_path, monkeypatch
+):
+    from kinematic_pipeline.stages import predict
+
+    settings = _copy(trained, tmp_path)
+    pin = settings.warehouse.predictions_extra(PREDICTION_MODEL, POLICY)
+    pinned = pin.read_bytes()
+    adapter = next(p for p in model_files(settings, POLICY) if "adapter" in str(p.relative_to(settings.warehouse.root)))
+
+    class RetrainedMeanwhile:  # a predictor during whose work another run replaces the adapter
+        def predictions(self, *args):
+            flip_keeping_mtime(adapter)
+            return None, None, None, None
+
+    monkeypatch.setattr(predict, "predictor", lambda variant: RetrainedMeanwhile())
+    monkeypatch.setattr(predict, "_check_test_period", lambda *args: [])
+    with pytest.raises(StalePairError, match=r"changed while its predictions were made: retry"):
+        predict.materialize_predictions(settings, POLICY)
+    assert pin.read_bytes() == pinned  # the last pin stands: no record vouches for predictions never written
