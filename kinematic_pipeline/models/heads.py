@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -144,6 +145,21 @@ class LoraHead:
             shutil.rmtree(staging, ignore_errors=True)  # after the rename: nothing
         return without_sidecars(self.layout.files(adapter_dir))
 
+    def check(self, adapter_dir: Path, cfg: TrainConfig, fix: str) -> None:
+        """The adapter's own record of its LoRA (PEFT's ``adapter_config.json``: rank, alpha, dropout) against the
+        settings it is loaded under: each finite and equal, or one ``ValueError`` naming the file, the values and
+        ``fix`` (an alpha of 1e6 would scale every delta silently; NaN would fail in PEFT with an unrelated message)."""
+        path = self.layout.path(adapter_dir) / "adapter_config.json"
+        record = json.loads(path.read_text())
+        expected = {"r": cfg.lora_rank, "lora_alpha": cfg.lora_alpha, "lora_dropout": cfg.lora_dropout}
+        wrong = [
+            f"{key}={record.get(key)!r} (the settings' {value!r})"
+            for key, value in expected.items()
+            if not (_finite_number(record.get(key)) and record[key] == value)
+        ]
+        if wrong:
+            raise ValueError(f"{path} records {', '.join(wrong)}: {fix}")
+
     def load(self, backbone: KinematicGPT, adapter_dir: Path, width: int) -> nn.Module:
         import peft
 
@@ -170,6 +186,9 @@ class ProbeHead:
 
     layout = PROBE_HEAD
 
+    def check(self, adapter_dir: Path, cfg: TrainConfig, fix: str) -> None:
+        """Nothing to check beyond its file's hash: a probe's head has no settings of its own."""
+
     def build(self, backbone: PatchTST, cfg: TrainConfig, width: int, prior: np.ndarray | None = None) -> nn.Module:
         classifier = PatchTSTClassifier(backbone, width)
         init_head_at_prior(classifier.cls_head, prior)
@@ -190,6 +209,10 @@ class ProbeHead:
         if unexpected or set(saved["state_dict"]) & set(missing):
             raise ValueError(f"{path} does not fit a PatchTST probe: unexpected keys {unexpected}")
         return classifier
+
+
+def _finite_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 # The registry's head kinds, by ``HeadLayout.kind``: each builds and loads a head ``width`` wide (``Task.head_width``).

@@ -371,7 +371,8 @@ def load_classifier(settings: Settings, policy: Policy) -> nn.Module:
         foundation.parent, f"re-materialize {policy.variant.name}_foundation partition {policy.fit_key}"
     )
     check_pair(settings.warehouse, policy)  # the adapter was fine-tuned from this very foundation
-    key = policy.key
-    verify_model_folder(adapter, f"re-materialize {policy.variant.name}_adapter partition {key}")
+    fix = f"re-materialize {policy.variant.name}_adapter partition {policy.key}"
+    verify_model_folder(adapter, fix)
     head = HEADS[policy.variant.head.kind]
+    head.check(adapter, settings.train, fix)  # its own record of its settings: finite, and the settings' values
     return head.load(load_foundation(settings, policy, foundation), adapter, policy.task.head_width).eval()

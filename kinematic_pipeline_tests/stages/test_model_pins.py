@@ -7,6 +7,7 @@ pins an older version wrote with absolute paths are read by their part under the
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 
 import polars as pl
@@ -19,7 +20,7 @@ from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.training.run import finetune, load_classifier, load_foundation, pretrain, save_foundation
 from kinematic_pipeline.warehouse.layout import PREDICTION_MODEL
-from kinematic_pipeline.warehouse.verified import CorruptFileError, write_model_manifest
+from kinematic_pipeline.warehouse.verified import CorruptFileError, without_sidecars, write_model_manifest
 from kinematic_pipeline_tests.conftest import TOKENIZED_FOLD, copy_warehouse
 from kinematic_pipeline_tests.unit.test_verified_files import flip_keeping_mtime
 
@@ -167,3 +168,15 @@ def test_predictions_whose_model_files_changed_while_they_were_made_are_refused_
     with pytest.raises(StalePairError, match=r"changed while its predictions were made: retry"):
         predict.materialize_predictions(settings, POLICY)
     assert pin.read_bytes() == pinned  # the last pin stands: no record vouches for predictions never written
+
+
+@pytest.mark.parametrize("alpha", [1e6, float("nan")])
+def test_an_adapter_recording_an_absurd_lora_alpha_is_refused_naming_the_file_and_the_value(trained, tmp_path, alpha):
+    settings = _copy(trained, tmp_path)
+    adapter = settings.warehouse.adapter_dir(POLICY)
+    config = adapter / "adapter" / "adapter_config.json"
+    record = json.loads(config.read_text())
+    config.write_text(json.dumps({**record, "lora_alpha": alpha}))
+    write_model_manifest(adapter, without_sidecars(POLICY.variant.head.files(adapter)))  # its record agrees: only
+    with pytest.raises(ValueError, match=rf"adapter_config\.json records lora_alpha={alpha!r} \(the settings' 8\)"):
+        load_classifier(settings, POLICY)  # the value itself can refuse it
