@@ -16,6 +16,8 @@ import os
 import sys
 from pathlib import Path
 
+from polars.exceptions import PanicException
+
 from kinematic_pipeline.config import PROFILES, SOURCES, Settings, load_settings
 from kinematic_pipeline.folds import check_folds_have_test_days, evaluated_folds, fold_names
 from kinematic_pipeline.lineage import LineageReport, pooled_record, trace, trace_pooled
@@ -355,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader left (`report | head`): not an error; stdout must not be flushed again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except Exception as exc:  # one line for the user; the traceback on request
+    except (Exception, PanicException) as exc:  # one line for the user (a Polars panic too); the traceback on request
         if args.debug:
             raise
         print(f"error: {_one_line(exc)} (run with --debug for the traceback)", file=sys.stderr)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+from polars.exceptions import PanicException
 
 from kinematic_pipeline.warehouse.atomic import write_text_atomic
 from kinematic_pipeline.warehouse.no_follow import open_no_follow
@@ -160,12 +161,24 @@ def create_view(
 
 
 def _unreadable(path: Path) -> bool:
-    """Whether ``path`` is a Parquet file no reader can open (its footer is missing or damaged)."""
+    """Whether ``path`` is a Parquet file no reader can open (its footer is missing or damaged; Polars' panic on
+    such bytes included). A file this user may not read is not damaged: a ``PermissionError`` naming it, and it
+    stays where it is."""
+    try:
+        with open(path, "rb"):
+            pass
+    except FileNotFoundError:
+        return False
+    except PermissionError as exc:
+        raise PermissionError(
+            f"{path} cannot be read by this user ({exc.strerror}): not damaged, so left in place; give this user "
+            "read access to the warehouse's files"
+        ) from None
     try:
         pl.read_parquet_schema(path)
     except FileNotFoundError:
         return False
-    except Exception:
+    except (Exception, PanicException):  # noqa: BLE001 - whatever the reader says, the bytes are not a Parquet file
         return True
     return False
 
