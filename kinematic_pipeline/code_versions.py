@@ -16,7 +16,8 @@ CODE_VERSIONS = {  # each stage's code version: a new one marks its assets (and 
     "tokenize": "tokenize-1",
     "window_store": "window-store-2",  # 2: per-block sha256 of tokens.npy in the manifest (issue 40)
     "models": "models-3",  # 3: a foundation records and is checked against its own backbone's config alone (issue 52)
-    "features": "features-2",  # 2: the token and raw days each features file was built from, checked on read
+    # 2: the token and raw days each features file was built from, checked on read; 3: its sha256 beside it (issue 55)
+    "features": "features-3",
     "probes": "probes-2",  # 2: saved as data (coefficients, LightGBM's text model), not a pickle (issue 30)
     # 4: the predictions store the de-weighted calibrated p (float64), not the class-weighted q (issue 52)
     "evaluate": "evaluate-4",

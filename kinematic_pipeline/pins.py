@@ -36,7 +36,7 @@ from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, MARGIN_BACKTESTS, PREDICTIONS, RAW_OHLCV, Warehouse
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import digest, file_sha256, write_bytes_atomic
-from kinematic_pipeline.warehouse.verified import process_sha256
+from kinematic_pipeline.warehouse.verified import process_sha256, verify_recorded
 from kinematic_pipeline.windows import LOOKBACK
 
 
@@ -178,7 +178,7 @@ def fold_stats(settings: Settings, tok: Tokenization, scope: Fold) -> pl.DataFra
     path, fix = settings.warehouse.corpus_stats_file(tok.name), rematerialize(tok.corpus_stats_asset)
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: materialize {tok.corpus_stats_asset}")
-    stats = exact.read_parquet(path)
+    stats = exact.read_parquet(verify_recorded(path, fix))  # the bytes written, or refused naming the file
     if "fold" not in stats.columns or not (stats["fold"] == scope.label).any():
         raise ValueError(f"{path} holds no statistics of fold {scope.label}: {fix}")
     stats = stats.filter(pl.col("fold") == scope.label)

@@ -22,6 +22,7 @@ from kinematic_pipeline.report.markdown import Markdown, markdown_table
 from kinematic_pipeline.tokenizations import Tokenization, chosen
 from kinematic_pipeline.warehouse import CORPUS_STATS
 from kinematic_pipeline.warehouse.atomic import digest, remove_if_exists
+from kinematic_pipeline.warehouse.verified import write_record
 from kinematic_pipeline.window_store import open_store
 
 STATS_SCHEMA: dict[str, pl.DataType] = {
@@ -136,7 +137,8 @@ def materialize_corpus_stats(settings: Settings, toks: tuple[Tokenization, ...] 
     wh, frames = settings.warehouse, []
     for tok in chosen(settings.tokenize.tokenizations) if toks is None else toks:
         stats = fit_corpus_stats(settings, tok)
-        wh.write(stats, wh.corpus_stats_file(tok.name))
+        path = wh.corpus_stats_file(tok.name)
+        write_record(path, wh.write(stats, path), wh.durable)  # fold_stats verifies the bytes (verify_recorded)
         frames.append(stats)
     remove_if_exists(wh.shard(CORPUS_STATS, "stats"))  # one file for every tokenization before they were split
     wh.refresh_view(CORPUS_STATS, STATS_SCHEMA)

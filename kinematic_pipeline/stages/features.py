@@ -55,6 +55,7 @@ from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import write_bytes_atomic
 from kinematic_pipeline.warehouse.layout import INPUTS_SCHEMA
+from kinematic_pipeline.warehouse.verified import verify_recorded, write_record
 from kinematic_pipeline.window_store import fold_split, open_store
 from kinematic_pipeline.windows import LOOKBACK, N_TOKENS
 
@@ -135,6 +136,7 @@ def read_features(
     spec, path = lookup_variant(variant), features_path(settings, variant, part)
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: materialize {spec.features_asset} (what {variant} reads)")
+    verify_recorded(path, f"re-materialize {spec.features_asset}")  # the bytes written, or refused naming the file
     check_features_cut(settings, spec.tokenization)  # split for this run's folds, or refused
     # built from the token and raw days on disk now, or refused
     check_features_inputs(settings, spec.tokenization, path)
@@ -270,8 +272,9 @@ def materialize_features(settings: Settings, tok: Tokenization, progress: bool =
     )
     frame = frame.select("ticker", "date", "split", "close", pl.exclude("ticker", "date", "split", "close"))
     path = wh.features_file(tokenization, "training")
-    wh.write(frame.filter(pl.col("split") != "test"), path)
-    wh.write(frame.filter(pl.col("split") == "test"), wh.features_file(tokenization, "test"))
+    is_test = pl.col("split") == "test"
+    for part, rows in ((path, frame.filter(~is_test)), (wh.features_file(tokenization, "test"), frame.filter(is_test))):
+        write_record(part, wh.write(rows, part), wh.durable)  # a reader verifies the bytes (verify_recorded)
     inputs = [store_input] + [
         {"asset": a, "date": str(d), "path": warehouse_path(wh, wh.shard(a, d)), "content_hash": h}
         for a in (asset, RAW_OHLCV)

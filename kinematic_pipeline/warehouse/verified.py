@@ -249,3 +249,26 @@ def verify_blocks(
             f"{path} is not the file its manifest records: block {k} (bytes {lo:,}..{hi:,}{what}){more} has sha256 "
             f"{a[:16]}, the manifest says {hashes[k][:16]}: damaged since it was written: {fix}"
         )
+
+
+# derived files (features, corpus statistics): the sha256 of each in a record beside it, verified at every read
+
+RECORD_SUFFIX = ".sha256"  # ``<file>.sha256``: the hex sha256 of ``<file>``'s bytes, written right after it
+
+
+def write_record(path: Path, sha256: str, durable: bool = False) -> None:
+    """Record ``sha256``, the hash of the bytes just written to ``path``, in ``<path>.sha256`` (``verify_recorded``
+    checks it at every read)."""
+    write_bytes_atomic(Path(path).with_name(Path(path).name + RECORD_SUFFIX), (sha256 + "\n").encode(), durable)
+
+
+def verify_recorded(path: Path, fix: str) -> Path:
+    """``path`` once its bytes are those its record (``write_record``) names; ``CorruptFileError`` naming the file
+    and ``fix`` when they differ or the record is missing (a file written by an older version)."""
+    path = Path(path)
+    record = path.with_name(path.name + RECORD_SUFFIX)
+    try:
+        sha = record.read_text().strip()
+    except FileNotFoundError:
+        raise CorruptFileError(f"{record} is missing (written by an older version, or damaged): {fix}") from None
+    return verify_file(path, sha, fix)
