@@ -4,6 +4,7 @@ them at the boundary (``orchestration.metadata.dagster_metadata``). No dagster h
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from kinematic_pipeline.report.markdown import Markdown, embedded_image, markdow
 from kinematic_pipeline.stages.pooled import materialize_pooled_backtests
 from kinematic_pipeline.stages.report_titles import all_titles
 from kinematic_pipeline.warehouse import exact_paths as exact
+from kinematic_pipeline.warehouse.day_units import day_lock
 from kinematic_pipeline.warehouse.layout import VERDICT_FILE
 
 
@@ -25,9 +27,24 @@ class Summary:
         return self.values
 
 
+REPORT_LOCK = ("reports", "report-group")  # .locks/reports/report-group.lock
+REPORT_LOCK_TIMEOUT_S = 3600.0
+
+
+@contextlib.contextmanager
+def one_report_writer(settings: Settings):
+    """The warehouse's report-group lock, held for the whole of each of its assets: a product and its pin are
+    written, and read back with their pin checked, by one run at a time. Two ``materialize`` commands with
+    different KP_SEEDS would otherwise render one run's tables under the other run's pin; the second waits (saying
+    for whom) and then finds the first's products, whose pin names the other policies, refused by name."""
+    with day_lock(settings.warehouse, *REPORT_LOCK, timeout_s=REPORT_LOCK_TIMEOUT_S):
+        yield
+
+
 def pooled_backtests(settings: Settings) -> Summary:
     """``pooled_backtests``: the rows of each pooled record and their folder."""
-    frames = materialize_pooled_backtests(settings)
+    with one_report_writer(settings):
+        frames = materialize_pooled_backtests(settings)
     return Summary(
         {**{f"{name} rows": f.height for name, f in frames.items()}, "folder": settings.warehouse.pooled_dir}
     )
@@ -37,7 +54,8 @@ def verdict(settings: Settings) -> Summary:
     """``verdict``: the table and its file."""
     from kinematic_pipeline.stages.verdict import materialize_verdict
 
-    table = materialize_verdict(settings)
+    with one_report_writer(settings):
+        table = materialize_verdict(settings)
     path = settings.warehouse.report_tables_dir / VERDICT_FILE
     return Summary({"verdict": Markdown(markdown_table(table)), "path": path})
 
@@ -47,7 +65,8 @@ def paper_tables(settings: Settings) -> Summary:
     report's tau and cost) and ``tables.md``."""
     from kinematic_pipeline.stages.report import headline, materialize_paper_tables
 
-    built, path, metrics = materialize_paper_tables(settings)
+    with one_report_writer(settings):
+        built, path, metrics = materialize_paper_tables(settings)
     ev, titles = settings.evaluate, all_titles(settings)
     tables = {name: Markdown(f"**{titles[name]}**\n\n" + markdown_table(f)) for name, f in built.items()}
     top = headline(metrics, ev.report_tau, ev.report_cost_bps)
@@ -58,7 +77,8 @@ def figures(settings: Settings) -> Summary:
     """``figures``: every figure inline and their folder."""
     from kinematic_pipeline.stages.report import materialize_figures
 
-    paths = materialize_figures(settings)
+    with one_report_writer(settings):
+        paths = materialize_figures(settings)
     shown = {name: Markdown(embedded_image(p.read_bytes(), name)) for name, p in paths.items()}
     return Summary({**shown, "folder": next(iter(paths.values())).parent})
 
@@ -67,9 +87,10 @@ def report(settings: Settings, run_id: str) -> Summary:
     """``report``: the verdict, ``report.md`` (its first 60,000 characters inline) and the reports folder."""
     from kinematic_pipeline.stages.report import materialize_report
 
-    path: Path = materialize_report(settings, {"dagster run": run_id})
-    table = settings.warehouse.report_tables_dir / VERDICT_FILE
-    verdict_text = markdown_table(exact.read_parquet(table)) if table.exists() else "-"
+    with one_report_writer(settings):
+        path: Path = materialize_report(settings, {"dagster run": run_id})
+        table = settings.warehouse.report_tables_dir / VERDICT_FILE
+        verdict_text = markdown_table(exact.read_parquet(table)) if table.exists() else "-"
     return Summary(
         {
             "verdict": Markdown(verdict_text),
