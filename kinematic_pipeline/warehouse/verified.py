@@ -251,22 +251,29 @@ def verify_blocks(
         )
 
 
-# derived files (features, corpus statistics): the sha256 of each in a record beside it, verified at every read
+# derived files (features, corpus statistics): the sha256 of each in a record of its own, verified at every read
 
-RECORD_SUFFIX = ".sha256"  # ``<file>.sha256``: the hex sha256 of ``<file>``'s bytes, written right after it
+
+def record_path(path: Path) -> Path:
+    """Where the record of ``path`` lives: ``<folder's parent>/.<folder>.sha256/<name>``, outside the file's folder,
+    so that a folder of Parquet files stays one (``pl.read_parquet(folder)`` refuses any other file in it)."""
+    path = Path(path)
+    return path.parent.parent / f".{path.parent.name}.sha256" / path.name
 
 
 def write_record(path: Path, sha256: str, durable: bool = False) -> None:
-    """Record ``sha256``, the hash of the bytes just written to ``path``, in ``<path>.sha256`` (``verify_recorded``
-    checks it at every read)."""
-    write_bytes_atomic(Path(path).with_name(Path(path).name + RECORD_SUFFIX), (sha256 + "\n").encode(), durable)
+    """Record ``sha256``, the hash of the bytes just written to ``path`` (``record_path``; ``verify_recorded`` checks
+    it at every read)."""
+    record = record_path(path)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(record, (sha256 + "\n").encode(), durable)
 
 
 def verify_recorded(path: Path, fix: str) -> Path:
     """``path`` once its bytes are those its record (``write_record``) names; ``CorruptFileError`` naming the file
     and ``fix`` when they differ or the record is missing (a file written by an older version)."""
     path = Path(path)
-    record = path.with_name(path.name + RECORD_SUFFIX)
+    record = record_path(path)
     try:
         sha = record.read_text().strip()
     except FileNotFoundError:
