@@ -15,6 +15,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import fcntl
 import hashlib
 import os
 import tempfile
@@ -76,16 +77,34 @@ def write_text_atomic(path: Path, text: str, durable: bool = False) -> str:
     return write_bytes_atomic(path, text.encode(), durable)
 
 
+def _remove_stale_temporaries(path: Path) -> None:
+    """Remove the temporary files of ``path`` that a killed writer left: those no process holds a lock on. A live
+    writer holds an exclusive ``flock`` on its temporary file from its creation to its rename (the kernel drops it
+    when the writer dies), so two writers of one target (every variant's backtests write the fold's Buy & Hold
+    file) never remove each other's file mid-write."""
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+        try:
+            fd = os.open(stale, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:  # gone already, or a link: not ours to follow
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: a writer holds it, alive
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
+        except BlockingIOError:
+            continue
+        finally:
+            os.close(fd)
+
+
 def _write_atomic(path: Path, write, durable: bool) -> str:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{path.name}.*.tmp"):  # left by a writer that was killed: repair
-        with contextlib.suppress(FileNotFoundError):
-            stale.unlink()
+    _remove_stale_temporaries(path)  # left by a writer that was killed: repair
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.fchmod(fd, 0o666 & ~UMASK)  # mkstemp's 0600 would become the file's: the user's umask decides, as for open()
-    os.close(fd)
     try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held until the rename: this file is a live writer's
+        os.fchmod(fd, 0o666 & ~UMASK)  # mkstemp's 0600 would become the file's: the user's umask decides, as for open()
         write(tmp)
         if durable:
             _fsync_file(Path(tmp))
@@ -98,6 +117,8 @@ def _write_atomic(path: Path, write, durable: bool) -> str:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    finally:
+        os.close(fd)
     return sha
 
 
