@@ -12,6 +12,7 @@ No dagster.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
@@ -51,22 +52,19 @@ def catalog_connection(
     warehouse: Path, read_only: bool = False, timeout_s: float = 120.0, repair: Repair | None = None
 ) -> Iterator:
     """A DuckDB connection to the catalog; writers hold an exclusive file lock (one writer at a time), opened
-    without following a link (``no_follow``: a link planted at ``.catalog.lock`` is refused, naming it)."""
+    without following a link (``no_follow``: a link planted at ``.catalog.lock`` is refused, naming it).
+
+    A reader (``read_only``) holds the lock shared, opened for reading, and creates nothing: it works on a
+    warehouse it may not write (a read-only mount, another user's files). Where the lock file does not exist and
+    cannot be made, no writer can be refreshing the views either, and the reader goes on without it."""
 
     warehouse = Path(warehouse)
-    warehouse.mkdir(parents=True, exist_ok=True)
-    lock = open_no_follow(warehouse / ".catalog.lock", os.O_RDWR, "lock")
+    if not read_only:
+        warehouse.mkdir(parents=True, exist_ok=True)
+    lock = _open_lock(warehouse / ".catalog.lock", read_only)
     try:
-        deadline = time.monotonic() + timeout_s
-        mode = fcntl.LOCK_SH if read_only else fcntl.LOCK_EX
-        while True:
-            try:
-                fcntl.flock(lock, mode | fcntl.LOCK_NB)
-                break
-            except BlockingIOError as exc:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"catalog {catalog_file(warehouse)} stayed locked for {timeout_s:.0f}s") from exc
-                time.sleep(0.05)
+        if lock is not None:
+            _hold(lock, fcntl.LOCK_SH if read_only else fcntl.LOCK_EX, warehouse, timeout_s)
         con = _connect(warehouse, read_only, repair)
         try:
             # The views' globs are relative to the warehouse: a copied or moved warehouse reads its own files.
@@ -75,8 +73,34 @@ def catalog_connection(
         finally:
             con.close()
     finally:
-        fcntl.flock(lock, fcntl.LOCK_UN)
-        os.close(lock)
+        if lock is not None:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            os.close(lock)
+
+
+def _open_lock(path: Path, read_only: bool) -> int | None:
+    """The catalog's lock file: a writer's opened for writing (created when missing); a reader's for reading,
+    or None where it is missing on a warehouse this process cannot write."""
+    if not read_only:
+        return open_no_follow(path, os.O_RDWR, "lock")
+    try:
+        return open_no_follow(path, os.O_RDONLY, "lock", create=not path.exists())
+    except OSError as exc:
+        if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            return None
+        raise
+
+
+def _hold(lock: int, mode: int, warehouse: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(lock, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError as exc:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"catalog {catalog_file(warehouse)} stayed locked for {timeout_s:.0f}s") from exc
+            time.sleep(0.05)
 
 
 def catalog_file(warehouse: Path) -> Path:

@@ -20,11 +20,12 @@ class LinkedFileError(ValueError):
     """A file the package opens in place is a symbolic link (or not a plain file): refused, never followed."""
 
 
-def open_no_follow(path: Path, flags: int, what: str = "file") -> int:
-    """A descriptor of ``path`` opened with ``flags | O_CREAT | O_NOFOLLOW`` (the mode ``open()`` would give,
-    the umask deciding); ``LinkedFileError`` naming ``path`` when it is a symbolic link or not a plain file."""
+def open_no_follow(path: Path, flags: int, what: str = "file", create: bool = True) -> int:
+    """A descriptor of ``path`` opened with ``flags | O_NOFOLLOW`` (and ``O_CREAT`` unless ``create`` is false;
+    the mode ``open()`` would give, the umask deciding); ``LinkedFileError`` naming ``path`` when it is a symbolic
+    link or not a plain file."""
     try:
-        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        fd = os.open(path, flags | (os.O_CREAT if create else 0) | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # O_NOFOLLOW's answer for a link at the last component
             raise LinkedFileError(

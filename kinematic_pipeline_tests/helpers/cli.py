@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
 import subprocess
 import sys
 import traceback
@@ -56,6 +57,32 @@ def run_cli(tmp_path: Path, *args: str, source: str | None = None, path: Path | 
         capture_output=True,
         text=True,
         timeout=300,
+    )
+
+
+def read_only_mount_refused(folder: Path) -> str:
+    """ "" when a read-only bind mount of ``folder`` (``unshare -m``, root's CAP_SYS_ADMIN) works here, else why
+    not: the mount makes even root get EROFS, where a permission bit would not."""
+    if shutil.which("unshare") is None:
+        return "no unshare(1)"
+    probe = subprocess.run(
+        ["unshare", "-m", "sh", "-c", f"mount --bind -o ro '{folder}' '{folder}' && ! touch '{folder}/.probe'"],
+        capture_output=True,
+        text=True,
+    )
+    return "" if probe.returncode == 0 else f"no read-only bind mount here: {probe.stderr.strip()[:200]}"
+
+
+def run_read_only(warehouse: Path, env: dict[str, str], *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``python -m kinematic_pipeline *args`` (``env``) with ``warehouse`` mounted read-only for that process alone."""
+    command = f"mount --bind -o ro '{warehouse}' '{warehouse}' && exec \"$0\" -m kinematic_pipeline \"$@\""
+    return subprocess.run(
+        ["unshare", "-m", "sh", "-c", command, sys.executable, *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 
