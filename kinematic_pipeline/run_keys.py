@@ -133,4 +133,24 @@ def one_universe(settings: Settings, frames: list[pl.DataFrame]) -> list[pl.Data
             f"{b[1][:16] or '-'}: re-materialize {policy.variant.name}_predictions partition {policy.key} (and every "
             "policy drawn under it) with one KP_MEMBERSHIP_FILE"
         )
+    if len(seen) == 1:
+        _check_current_membership(settings, *seen.items())
     return [f.drop(c for c in MEMBERSHIP_COLUMNS if c in f.columns) for f in kept]
+
+
+def _check_current_membership(settings: Settings, drawn: tuple[tuple[str, str], pl.DataFrame]) -> None:
+    """``StalePairError`` when the one membership file the universes were drawn under is not the settings' now (a
+    file set, changed or removed since): the tables would say a filter applies that the names do not follow. An
+    older universe without the record passes only where the settings name no file either."""
+    (path, sha), frame = drawn
+    current = pl.select(membership_columns(settings))
+    now_path, now_sha = (str(current[c][0]) for c in MEMBERSHIP_COLUMNS)
+    if sha == now_sha or (sha == "unrecorded" and not now_sha):
+        return
+    policy = Policy.from_row(frame.row(0, named=True), settings.folds, settings.train.class_weights)
+    raise StalePairError(
+        f"the universes were drawn under membership file {path or '(none)'} sha256 {sha[:16] or '-'}, the settings "
+        f"name {now_path or '(none)'} sha256 {now_sha[:16] or '-'} (KP_MEMBERSHIP_FILE): re-materialize the "
+        f"predictions assets ({policy.variant.name}_predictions partition {policy.key} and every other policy's) "
+        "under the current file, or set it back"
+    )

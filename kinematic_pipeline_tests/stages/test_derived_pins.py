@@ -328,3 +328,27 @@ def test_universes_drawn_under_two_membership_files_are_refused_naming_both(eval
     universe = universe_predictions(current, (RULE, OTHER_RULE))
     assert set(universe["ticker"].unique().to_list()) == set(tickers)
     assert "membership_sha256" not in universe.columns
+
+
+def test_a_membership_file_set_after_the_universes_were_drawn_is_refused_until_they_are_drawn_again(
+    evaluated, tmp_path
+):
+    settings = _copy(evaluated, tmp_path)
+    tickers = sorted(pl.read_parquet(settings.data.source_path)["ticker"].unique().to_list())
+    fewer = tmp_path / "fewer.csv"
+    pl.DataFrame({"Symbol": tickers[:-1], "Date added": "2000-01-03"}).write_csv(fewer)
+    policies = [Policy(rule, BuySellHold(TAU), 0, TOKENIZED_FOLD) for rule in (RULE, OTHER_RULE)]
+    for policy in policies:
+        materialize_predictions(settings, policy)  # drawn under no membership file
+    filtered = _with(settings, membership=fewer)  # then the setting names one
+    with pytest.raises(StalePairError) as refused:
+        universe_predictions(filtered, (RULE, OTHER_RULE))
+    message = str(refused.value)
+    assert "\n" not in message and "drawn under membership file (none)" in message
+    assert str(fewer) in message and file_sha256(fewer)[:16] in message and "re-materialize" in message
+    for policy in policies:  # the fix: both drawn again under the file
+        materialize_predictions(filtered, policy)
+    universe = universe_predictions(filtered, (RULE, OTHER_RULE))
+    assert tickers[-1] not in set(universe["ticker"].unique().to_list())
+    with pytest.raises(StalePairError, match=r"the settings name \(none\)"):  # and the file removed again
+        universe_predictions(settings, (RULE, OTHER_RULE))

@@ -28,6 +28,7 @@ from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.warehouse import PREDICTIONS
 from kinematic_pipeline_tests.conftest import CI_FOLDS, dagster_materialize, golden_ci_settings
+from kinematic_pipeline_tests.helpers.cli import read_only_mount_refused, run_read_only
 
 pytestmark = pytest.mark.e2e
 FOLD, TAU, TICKER = "2022H1", 0.01, "SYN000"
@@ -116,5 +117,31 @@ def test_universes_drawn_under_two_membership_files_are_refused_through_the_cli(
         "different membership files",
         str(members),
         "(none)",
+        "re-materialize",
+    )
+
+
+def test_the_read_only_commands_answer_on_a_read_only_copy_and_write_nothing(copy, tmp_path):
+    """Issue 55, item 4: ``info``, ``report`` and ``lineage`` (every file re-hashed) on a read-only mount."""
+    why = read_only_mount_refused(copy)
+    if why:
+        pytest.skip(why)
+    files = {p: p.stat().st_mtime_ns for p in copy.rglob("*") if p.is_file()}
+    lineage = ["lineage", "--model", "splinegpt", "--tau", str(TAU), "--ticker", TICKER]
+    for args in (["info"], ["report"], lineage):
+        proc = run_read_only(copy, _env(copy), *args, cwd=tmp_path)
+        _ok(proc)
+        assert "Read-only file system" not in proc.stderr
+    assert "every link resolves to a file with the recorded hash" in proc.stdout, proc.stdout[-2000:]
+    assert {p: p.stat().st_mtime_ns for p in copy.rglob("*") if p.is_file()} == files
+
+
+def test_a_membership_file_set_after_the_universes_were_drawn_is_refused_through_the_cli(copy, tmp_path):
+    members = tmp_path / "members.csv"
+    members.write_text("Symbol,Date added\nSYN000,2000-01-03\n")  # set after every universe was drawn under none
+    _refused(
+        _kp(copy, "materialize", "--select", "pooled_backtests or verdict", KP_MEMBERSHIP_FILE=str(members)),
+        "drawn under membership file (none)",
+        str(members),
         "re-materialize",
     )
