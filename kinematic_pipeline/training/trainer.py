@@ -23,7 +23,7 @@ from lightning.pytorch.loggers import CSVLogger
 from kinematic_pipeline.config import TrainConfig
 from kinematic_pipeline.training.data import EpochSeed
 from kinematic_pipeline.warehouse import exact_paths as exact
-from kinematic_pipeline.warehouse.atomic import write_text_atomic
+from kinematic_pipeline.warehouse.atomic import inside_warehouse, write_text_atomic
 
 # Expected here, not problems: streaming needs no workers on 2 cores; tiny profiles log rarely;
 # re-materializing an asset reuses its folder.
@@ -162,7 +162,10 @@ def build_trainer(
     ``cfg.eval_every`` steps and before the first (the initial state is a candidate) when there are validation
     windows, stopping after ``patience`` validations without improvement and restoring the best state; ``callbacks``
     run after the run's own (a benchmark's probes: ``benchmarks/bench_learnability.py``)."""
+    inside_warehouse(out_dir)  # Lightning's logger and checkpoint write in place: never in a folder linked out
     for sub in ("checkpoints", "logs"):  # a re-run starts clean: no stale checkpoints or curves
+        if (out_dir / sub).is_symlink():  # a link planted there is removed, never followed
+            (out_dir / sub).unlink()
         shutil.rmtree(out_dir / sub, ignore_errors=True)
     (out_dir / CURVES_FILE).unlink(missing_ok=True)
     loggers = [CSVLogger(out_dir, name="logs", version=0)]

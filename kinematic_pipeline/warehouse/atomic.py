@@ -23,6 +23,8 @@ from pathlib import Path
 
 import polars as pl
 
+from kinematic_pipeline.warehouse.no_follow import LinkedFileError
+
 PARQUET_COMPRESSION = "zstd"  # fixed writer options: the same frame always gives the same bytes
 
 
@@ -97,8 +99,35 @@ def _remove_stale_temporaries(path: Path) -> None:
             os.close(fd)
 
 
+_WAREHOUSE_ROOTS: set[Path] = set()  # every warehouse this process has opened (``Warehouse`` registers its root)
+
+
+def register_warehouse(root: Path) -> None:
+    """``root`` is a warehouse: a file written under it must stay in it (``inside_warehouse``)."""
+    _WAREHOUSE_ROOTS.add(Path(os.path.abspath(root)))
+
+
+def inside_warehouse(folder: Path) -> None:
+    """``LinkedFileError`` naming the link when ``folder``, under a registered warehouse, resolves outside it: a
+    folder of the warehouse planted as a symbolic link to one elsewhere (``reports/`` -> ``/etc``) never receives a
+    file. Links that stay inside the warehouse, and a warehouse that is itself a link, are fine."""
+    folder = Path(os.path.abspath(folder))
+    for root in _WAREHOUSE_ROOTS:
+        if not folder.is_relative_to(root):
+            continue
+        real_root, step = root.resolve(), root
+        for part in folder.relative_to(root).parts:
+            step = step / part
+            if step.is_symlink() and not step.resolve().is_relative_to(real_root):
+                raise LinkedFileError(
+                    f"{step} is a symbolic link to {step.resolve()}, outside the warehouse {root}: nothing is "
+                    "written through it; remove the link and retry"
+                )
+
+
 def _write_atomic(path: Path, write, durable: bool) -> str:
     path = Path(path)
+    inside_warehouse(path.parent)
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_temporaries(path)  # left by a writer that was killed: repair
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

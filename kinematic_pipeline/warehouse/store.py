@@ -19,7 +19,7 @@ import polars as pl
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.warehouse import day_units, layout
 from kinematic_pipeline.warehouse import exact_paths as exact
-from kinematic_pipeline.warehouse.atomic import PARQUET_COMPRESSION, write_parquet_atomic
+from kinematic_pipeline.warehouse.atomic import PARQUET_COMPRESSION, register_warehouse, write_parquet_atomic
 from kinematic_pipeline.warehouse.catalog import catalog_file, query, refresh_view
 from kinematic_pipeline.warehouse.repair import REPAIR
 from kinematic_pipeline.warehouse.verified import process_sha256, without_sidecars
@@ -42,6 +42,7 @@ class Warehouse:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", Path(self.root))
+        register_warehouse(self.root)  # nothing written under it lands outside it (``atomic.inside_warehouse``)
 
     def __fspath__(self) -> str:
         return os.fspath(self.root)

@@ -53,6 +53,22 @@ def test_a_days_lock_linked_outside_is_refused_naming_it_and_the_outside_file_ke
     assert outside.read_bytes() == PRECIOUS
 
 
+def test_a_shard_folder_linked_outside_is_refused_naming_it_and_receives_nothing(ci_settings, tmp_path):
+    days = trading_days(SHORT_START, SHORT_END)[:3]
+    elsewhere = tmp_path / "outside" / "shards"
+    elsewhere.mkdir(parents=True)
+    folder = ci_settings.warehouse.root / "raw_ohlcv"
+    _plant(folder, elsewhere)  # the asset's folder a link out: the renamed files once landed there
+    with pytest.raises(ValueError, match=f"^{folder} is a symbolic link to {elsewhere}, outside the warehouse"):
+        materialize_raw_ohlcv(ci_settings, days, progress=False)
+    assert not any(elsewhere.rglob("*"))
+    inside = ci_settings.warehouse.root / "moved_raw_ohlcv"  # a link that stays inside the warehouse is fine
+    inside.mkdir()
+    _plant(folder, inside)
+    materialize_raw_ohlcv(ci_settings, days, progress=False)
+    assert any(inside.rglob("*.parquet")) and not any(elsewhere.rglob("*"))
+
+
 def test_a_catalog_lock_linked_outside_is_refused_and_creates_nothing_there(tmp_path):
     root = tmp_path / "warehouse"
     root.mkdir()
@@ -128,3 +144,21 @@ def test_an_appended_trace_is_never_written_through_a_link(tmp_path):
     with pytest.raises(ValueError, match=f"^{link} is a symbolic link"):
         append_text(link, "0\ttrain\t0\t2021-03-01\t5\n")
     assert outside.read_bytes() == PRECIOUS
+
+
+def test_lightnings_logs_and_checkpoints_linked_outside_are_unlinked_never_followed(ci_settings, tmp_path):
+    """Lightning's CSV logger and checkpoint write in place; a link planted at their folders is removed first, and a
+    run folder that is itself linked out of the warehouse is refused."""
+    from kinematic_pipeline.training.trainer import build_trainer
+
+    outside = _outside(tmp_path)
+    out_dir = ci_settings.warehouse.root / "models" / "planted" / "foundation"
+    for sub in ("logs", "checkpoints"):
+        _plant(out_dir / sub, outside.parent)
+    build_trainer(ci_settings.train, out_dir, 4, has_val=False, progress=False, patience=0)
+    assert not (out_dir / "logs").is_symlink() and not (out_dir / "checkpoints").is_symlink()
+    assert sorted(p.name for p in outside.parent.iterdir()) == [outside.name] and outside.read_bytes() == PRECIOUS
+    linked = ci_settings.warehouse.root / "models" / "linked"
+    _plant(linked, outside.parent)
+    with pytest.raises(ValueError, match=f"^{linked} is a symbolic link to {outside.parent}, outside the warehouse"):
+        build_trainer(ci_settings.train, linked / "foundation", 4, has_val=False, progress=False, patience=0)
