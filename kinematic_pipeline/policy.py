@@ -102,14 +102,14 @@ class Policy:
 
     @classmethod
     def from_key(
-        cls, variant: str | Variant, key: str, folds: tuple[Fold, ...], class_weights: Sequence[float]
+        cls, variant: str | Variant, key: str, folds: tuple[Fold, ...], tasks: Sequence[Task]
     ) -> Policy | Foundation:
         """The foundation of a fit key (``2019@1234``) or the policy of a policy key (``2019@1234|0.01``), its fold
-        one of ``folds`` and its task's class weights ``class_weights`` (the settings')."""
+        one of ``folds`` and its task the one of ``tasks`` (the run's: ``Settings.tasks``) with that key."""
         fit, _, task_key = key.partition(KEY_SEPARATOR)
         fold, seed = parse_fit_key(fit)
         foundation = Foundation.named(folds, variant, seed, fold)
-        return foundation.on(task_keyed(task_key, class_weights)) if task_key else foundation
+        return foundation.on(task_keyed(task_key, tasks)) if task_key else foundation
 
     @classmethod
     def from_row(cls, row: Mapping, folds: tuple[Fold, ...], class_weights: Sequence[float]) -> Policy:
@@ -161,13 +161,12 @@ class Policy:
         return f"{self.variant.name} seed {self.seed} tau {self.task.key}{fold}"
 
 
-def task_keyed(key: str, class_weights: Sequence[float]) -> Task:
-    """The task of a policy key's last part (``0.01``: Buy/Sell/Hold at tau 1%, with ``class_weights``)."""
-    try:
-        tau = float(key)
-    except ValueError:
-        raise ValueError(f"{key!r} is not a task key: expected a Buy/Sell/Hold threshold such as 0.01") from None
-    return BuySellHold(tau, class_weights)
+def task_keyed(key: str, tasks: Sequence[Task]) -> Task:
+    """The task of ``tasks`` (the run's) whose key is a policy key's last part (``0.01``: Buy/Sell/Hold at tau 1%)."""
+    keyed = {task.key: task for task in tasks}
+    if key not in keyed:
+        raise ValueError(f"{key!r} is not the key of one of the run's tasks ({', '.join(keyed) or 'none'})")
+    return keyed[key]
 
 
 def format_fit_key(fold: str | None, seed: int) -> str:

@@ -64,7 +64,7 @@ def policy_keys(settings: Settings, variant: str | None = None) -> list[str]:
 def run_policies(settings: Settings) -> list[Policy]:
     """Every evaluated variant's policies of the run (``settings.evaluated_variants`` x ``policy_keys``)."""
     return [
-        Policy.from_key(v, key, settings.folds, settings.train.class_weights)
+        Policy.from_key(v, key, settings.folds, settings.tasks)
         for v in settings.evaluated_variants
         for key in policy_keys(settings, v)
     ]

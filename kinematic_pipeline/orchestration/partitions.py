@@ -107,9 +107,7 @@ def warm_start_parents(settings: Settings, variant: str) -> dict[str, str]:
     that changed since (``model_pins.check_parent``)."""
     out = {}
     for key in fit_partitions(settings, variant).get_partition_keys():
-        parent = parent_foundation(
-            settings, Policy.from_key(variant, key, settings.folds, settings.train.class_weights)
-        )
+        parent = parent_foundation(settings, Policy.from_key(variant, key, settings.folds, settings.tasks))
         if parent is not None:
             out[key] = parent.fit_key
     return out
@@ -117,5 +115,5 @@ def warm_start_parents(settings: Settings, variant: str) -> dict[str, str]:
 
 def context_policy(context: dg.AssetExecutionContext, variant: str, settings: Settings) -> Policy | Foundation:
     """The foundation or policy of a run's partition (a fit key or a fine-tuned policy's key) on the settings' folds,
-    its task with the settings' class weights: where an asset's policy is built, once."""
-    return Policy.from_key(variant, context.partition_key, settings.folds, settings.train.class_weights)
+    its task one of the settings' tasks: where an asset's policy is built, once."""
+    return Policy.from_key(variant, context.partition_key, settings.folds, settings.tasks)

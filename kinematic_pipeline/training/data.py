@@ -33,7 +33,7 @@ from kinematic_pipeline.pins import fold_stats, verified_labels
 from kinematic_pipeline.policy import Foundation, Policy
 from kinematic_pipeline.sampling import epoch_sample, part_of
 from kinematic_pipeline.tasks.actions import ACTION_KEYS, UNKNOWN_LABEL
-from kinematic_pipeline.tasks.buy_sell_hold import same_tau, tau_column
+from kinematic_pipeline.tasks.base import Task
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.layout import LABELS, SHARDS_USED_SCHEMA
 from kinematic_pipeline.warehouse.no_follow import append_text
@@ -149,13 +149,13 @@ class EpochSeed(L.Callback):
 
 
 def store_labels(
-    settings: Settings, store: WindowStore, tau: float, until: dt.date | None = None
+    settings: Settings, store: WindowStore, task: Task, until: dt.date | None = None
 ) -> tuple[np.ndarray, dict[dt.date, str]]:
-    """The label of ``tau`` for every store row (-1 where unknown), from the labels shards of the store's days
+    """``task``'s label (its ``label_column``) for every store row (-1 where unknown), from the labels shards of the store's days
     (on or before ``until``: a fold's ``label_end``, the purge) joined on (date, ticker), and those shards' content
     hashes. Only days on or before the cut are read (the store holds no other day), and with ``until`` no label
     whose next session lies after it: its pin check would open that session's manifests."""
-    wh, col = settings.warehouse, tau_column(tau)
+    wh, col = settings.warehouse, task.label_column
     days = [
         d for d in store.days["date"].to_list() if (until is None or d <= until) and wh.manifest(LABELS, d).exists()
     ]
@@ -185,8 +185,11 @@ class WindowDataModule(L.LightningDataModule):
     def __init__(self, settings: Settings, policy: Policy | Foundation, *, num_workers: int = 0) -> None:
         super().__init__()
         self.task = policy.task  # the labels it serves (a foundation's: none)
-        if self.task is not None and not any(same_tau(self.task.tau, t) for t in settings.tokenize.taus):
-            raise ValueError(f"tau={self.task.tau} is not one of tokenize.taus {settings.tokenize.taus}")
+        if self.task is not None and self.task.label_column not in {t.label_column for t in settings.tasks}:
+            raise ValueError(
+                f"task {self.task.key} is not one of the run's tasks ({', '.join(t.key for t in settings.tasks)}): "
+                "its labels are not materialized"
+            )
         self.settings, self.policy, self.variant = settings, policy, policy.variant
         self.token_asset = self.variant.token_asset
         self.num_workers = num_workers
@@ -209,7 +212,7 @@ class WindowDataModule(L.LightningDataModule):
         day_of_row = store.day_of_row
         usable = store.rows["finite"].to_numpy() & (day_of_row < len(days))
         if self.task is not None:
-            self._labels, self._label_hashes = store_labels(self.settings, store, self.task.tau, until=fold.label_end)
+            self._labels, self._label_hashes = store_labels(self.settings, store, self.task, until=fold.label_end)
             purged = store.rows["date"].to_numpy() > np.datetime64(fold.label_end, "D")  # label reaches the test
             self._labels[purged] = UNKNOWN_LABEL  # (not read: unknown already)
             usable = usable & (self._labels >= 0)

@@ -13,7 +13,6 @@ import pytest
 
 from kinematic_pipeline.definitions import build_definitions
 from kinematic_pipeline.orchestration.partitions import range_tags
-from kinematic_pipeline.tasks.buy_sell_hold import PAPER_CLASS_WEIGHTS
 from kinematic_pipeline.warehouse.catalog import query
 from kinematic_pipeline_tests.conftest import SHORT_END, SHORT_START
 
@@ -216,7 +215,7 @@ def test_the_policy_partitions_are_exactly_the_runs_grid(tmp_path):
         load_settings("ci", warehouse=tmp_path / "wh", env={"KP_TAU_SWEEP_FOLDS": "some"})
     adapter, foundation = dg.AssetKey("splinegpt_adapter"), dg.AssetKey("splinegpt_foundation")
     for key in expected:  # a policy's adapter reads the foundation partition of its fit, and only that
-        policy = Policy.from_key("splinegpt", key, settings.folds, PAPER_CLASS_WEIGHTS)
+        policy = Policy.from_key("splinegpt", key, settings.folds, settings.tasks)
         assert policy.key == key
         parents = graph.get_parent_partition_keys_for_child(key, foundation, adapter)
         assert list(parents.partitions_subset.get_partition_keys()) == [policy.fit_key], key

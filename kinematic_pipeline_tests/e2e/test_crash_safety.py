@@ -25,6 +25,7 @@ from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.tokenize import materialize_tokens
 from kinematic_pipeline.stages.window_store import materialize_window_store
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.tokenizations import SPLINE, TOKENIZATIONS
 from kinematic_pipeline.training.data import store_labels
 from kinematic_pipeline.warehouse import Warehouse
@@ -140,7 +141,7 @@ def _streamed(settings, tau: float | None = None) -> int:
     store = open_store(settings, SPLINE)
     if tau is None:
         return store.rows.height
-    return int((store_labels(settings, store, tau)[0] >= 0).sum())
+    return int((store_labels(settings, store, BuySellHold(tau))[0] >= 0).sum())
 
 
 @pytest.mark.e2e  # kills a real writer process mid-write; run in CI with -m e2e

@@ -360,12 +360,12 @@ TASK_NAMES = re.compile(r"\b(p_buy|p_sell|p_hold|tau_column)\b|class_weights")
 TASK_NAMES_ALLOWED = frozenset(
     """backtest/calibration.py backtest/decisions.py backtest/oracle.py backtest/policy_frames.py
     backtest/sweep.py backtest/volatility_reference.py config/settings.py model_pins.py orchestration/assets_baselines.py
-    orchestration/assets_models.py orchestration/metadata.py orchestration/partitions.py pins.py policy.py
+    orchestration/assets_models.py orchestration/metadata.py pins.py policy.py
     predictors/base.py predictors/features.py predictors/model.py
     report/evidence_tables.py run_keys.py stages/backtests.py stages/base_rates.py stages/baselines.py
     stages/evidence.py stages/features.py stages/labels.py stages/oracle_control.py stages/pooled.py stages/predict.py
     stages/reference_rows.py stages/report.py stages/report_titles.py stages/scaling.py stages/scaling_scores.py
-    stages/training_table.py training/data.py training/run.py warehouse/layout.py""".split()
+    stages/training_table.py training/run.py warehouse/layout.py""".split()
 )
 # singledispatch on a variant's class: none; a family's behaviour is a method of its predictor (predictors/).
 SINGLEDISPATCH_ALLOWED: frozenset[str] = frozenset()

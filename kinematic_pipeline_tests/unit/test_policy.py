@@ -26,22 +26,23 @@ CUT = Fold(None, dt.date(2018, 12, 31), dt.date(2018, 12, 28), dt.date(2019, 1, 
 FOLD_2019 = Fold("2019", dt.date(2018, 12, 31), dt.date(2018, 12, 28), dt.date(2019, 1, 2), dt.date(2019, 12, 31))
 FOLD_2020 = Fold("2020", dt.date(2019, 12, 31), dt.date(2019, 12, 30), dt.date(2020, 1, 2), None)
 SINGLE, WALK_FORWARD = (CUT,), (FOLD_2019, FOLD_2020)
+TASKS = (BuySellHold(0.01, PAPER_CLASS_WEIGHTS), BuySellHold(0.0025, PAPER_CLASS_WEIGHTS))  # the run's
 
 
 def test_a_policy_formats_and_parses_its_partition_keys():
     policy = Policy("splinegpt", BuySellHold(0.01), 1234, CUT)
-    assert policy.key == "1234|0.01" and Policy.from_key("splinegpt", policy.key, SINGLE, PAPER_CLASS_WEIGHTS) == policy
-    assert Policy.from_key("patchtst", "1235", SINGLE, PAPER_CLASS_WEIGHTS) == Foundation("patchtst", 1235, CUT)
+    assert policy.key == "1234|0.01" and Policy.from_key("splinegpt", policy.key, SINGLE, TASKS) == policy
+    assert Policy.from_key("patchtst", "1235", SINGLE, TASKS) == Foundation("patchtst", 1235, CUT)
     assert policy.foundation == Foundation("splinegpt", 1234, CUT) and policy.foundation.task is None
     folded = Policy.named(WALK_FORWARD, "rawgpt", 7, BuySellHold(0.0025), "2019")
     assert folded.fit_key == "2019@7" and folded.key == "2019@7|0.0025"
-    assert Policy.from_key("rawgpt", folded.key, WALK_FORWARD, PAPER_CLASS_WEIGHTS) == folded
-    foundation = Policy.from_key("rawgpt", "2019@7", WALK_FORWARD, PAPER_CLASS_WEIGHTS)
+    assert Policy.from_key("rawgpt", folded.key, WALK_FORWARD, TASKS) == folded
+    foundation = Policy.from_key("rawgpt", "2019@7", WALK_FORWARD, TASKS)
     assert type(foundation) is Foundation and foundation.key == "2019@7"  # a foundation by its type, not a None
 
 
 def test_a_policy_holds_its_variant_and_fold_not_their_names():
-    policy = Policy.from_key("rawgpt", "2020@7|0.01", WALK_FORWARD, PAPER_CLASS_WEIGHTS)
+    policy = Policy.from_key("rawgpt", "2020@7|0.01", WALK_FORWARD, TASKS)
     assert policy.variant is variant("rawgpt") and policy.fold is FOLD_2020
     assert policy.fold.train_end == dt.date(2019, 12, 31) and policy.variant.token_asset == "raw_tokens"
     assert (
@@ -58,7 +59,7 @@ def test_a_policy_holds_its_variant_and_fold_not_their_names():
     with pytest.raises(TypeError, match="a Policy's fold is a Fold"):
         Policy("rawgpt", BuySellHold(0.01), 7, "2020")
     with pytest.raises(ValueError, match=r"fold '2030' is not one of this run's folds \(2019, 2020; split.folds=2\)"):
-        Policy.from_key("rawgpt", "2030@7|0.01", WALK_FORWARD, PAPER_CLASS_WEIGHTS)
+        Policy.from_key("rawgpt", "2030@7|0.01", WALK_FORWARD, TASKS)
 
 
 def test_a_policy_names_its_files_folders_and_lineage_command(tmp_path):
@@ -105,3 +106,13 @@ def test_at_tau_selects_the_rows_of_one_tau_and_never_a_null():
 def test_an_unknown_variant_is_refused_naming_the_choices():
     with pytest.raises(ValueError, match="unknown model variant 'nope': expected one of splinegpt"):
         Policy("nope", BuySellHold(0.01), 1, CUT)
+
+
+def test_a_policy_keys_task_is_one_of_the_runs_tasks_looked_up_by_its_key():
+    from kinematic_pipeline_tests.unit.test_task_axis import UpDown
+
+    tasks = (*TASKS, UpDown())
+    policy = Policy.from_key("rawgpt", "2020@7|updown1", WALK_FORWARD, tasks)
+    assert policy.task is tasks[-1] and policy.key == "2020@7|updown1"  # a task of another kind: no float parsed
+    with pytest.raises(ValueError, match=r"'0.02' is not the key of one of the run's tasks \(0.01, 0.0025\)"):
+        Policy.from_key("rawgpt", "2020@7|0.02", WALK_FORWARD, TASKS)

@@ -152,19 +152,19 @@ def test_the_folds_purge_the_longest_horizon_among_the_runs_tasks(tmp_path):
     assert max(t.horizon for t in settings.tasks) == 1  # Buy/Sell/Hold reads the next session's close
 
 
-def test_the_labels_stage_writes_each_of_the_runs_tasks_targets(tmp_path, monkeypatch):
+def test_the_labels_stage_writes_each_of_the_runs_tasks_targets_and_training_reads_its_own(tmp_path, monkeypatch):
     from kinematic_pipeline.calendar import trading_days
     from kinematic_pipeline.config import Settings
     from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
     from kinematic_pipeline.stages.labels import materialize_labels
     from kinematic_pipeline.stages.tokenize import materialize_tokens
     from kinematic_pipeline.tokenizations import SPLINE
-    from kinematic_pipeline_tests.conftest import END, START, _bars, _settings
+    from kinematic_pipeline_tests.conftest import CUT, END, START, _bars, _settings
 
     settings = _settings(tmp_path, "wh", _bars(2))
     tasks = (BuySellHold(0.01), UpDown())
     monkeypatch.setattr(Settings, "tasks", property(lambda self: tasks))  # the run's tasks: one defined here
-    days = trading_days(START, END)[-6:]
+    days = [d for d in trading_days(START, END) if d <= CUT][-6:]  # the window store's cut: days to train on
     materialize_raw_ohlcv(settings, trading_days(START, END), progress=False)
     materialize_tokens(settings, days, (SPLINE,), progress=False)
     materialize_labels(settings, days[:-1], progress=False)
@@ -173,3 +173,14 @@ def test_the_labels_stage_writes_each_of_the_runs_tasks_targets(tmp_path, monkey
     r = labels["r_spline" if settings.tokenize.label_source == "spline" else "r_close"].to_numpy()
     np.testing.assert_array_equal(labels["label_updown_updown1"].to_numpy(), UpDown().target(r))
     assert labels.schema["label_updown_updown1"] == pl.Int8 and (labels["label_updown_updown1"] >= 0).all()
+    from kinematic_pipeline.stages.window_store import materialize_window_store
+    from kinematic_pipeline.training.data import store_labels
+    from kinematic_pipeline.window_store import open_store
+
+    materialize_window_store(settings, SPLINE, progress=False)  # training reads the task's own column back
+    store = open_store(settings, SPLINE)
+    drawn, _ = store_labels(settings, store, UpDown())
+    every = pl.concat([pl.read_parquet(settings.warehouse.shard("labels", d)) for d in days[:-1]])
+    expected = store.rows.join(every, on=["date", "ticker"], how="left", maintain_order="left")
+    np.testing.assert_array_equal(drawn, expected["label_updown_updown1"].fill_null(-1).to_numpy())
+    assert (drawn >= 0).sum() == every.height
