@@ -70,6 +70,14 @@ def session_before(day: dt.date, count: int) -> dt.date:
     return back[max(0, len(back) - 1 - count)]
 
 
+def sessions_after(day: dt.date, count: int) -> list[dt.date]:
+    """The ``count`` sessions after ``day``, in order (what a target ``count`` sessions ahead reads)."""
+    out = [day]
+    for _ in range(count):
+        out.append(trading_day_on_or_after(out[-1] + dt.timedelta(days=1)))
+    return out[1:]
+
+
 def previous_trading_day(day: dt.date) -> dt.date:
     """The last session strictly before ``day``."""
     _check_range(day)

@@ -19,7 +19,7 @@ import polars as pl
 from kinematic_pipeline.calendar import (
     EXCHANGE_TIMEZONE,
     is_trading_day,
-    previous_trading_day,
+    session_before,
     trading_day_on_or_after,
     trading_days,
 )
@@ -35,7 +35,7 @@ class SessionPlan:
     """The partitions one block of consecutive new sessions rebuilds."""
 
     sessions: tuple[dt.date, ...]  # raw_ohlcv and the token assets: the new sessions, consecutive
-    label_sessions: tuple[dt.date, ...]  # labels: the session before each new one (within the history)
+    label_sessions: tuple[dt.date, ...]  # labels: the sessions whose targets read a new one (within the history)
 
 
 def first_session(settings: Settings) -> dt.date:
@@ -50,12 +50,13 @@ def exchange_date(moment: dt.datetime) -> dt.date:
 
 
 def plan_sessions(settings: Settings, sessions: list[dt.date]) -> list[SessionPlan]:
-    """Split new ``sessions`` into blocks of consecutive sessions, each with the labels it completes."""
-    first = first_session(settings)
+    """Split new ``sessions`` into blocks of consecutive sessions, each with the labels it completes: those of the
+    ``settings.label_horizon`` sessions before each new one (Buy/Sell/Hold: the one before)."""
+    first, horizon = first_session(settings), settings.label_horizon
     plans = []
     for block in consecutive_blocks(sorted(set(sessions))):
-        before = [previous_trading_day(d) for d in block]
-        plans.append(SessionPlan(tuple(block), tuple(d for d in before if d >= first)))
+        before = {b for d in block for k in range(1, horizon + 1) if (b := session_before(d, k)) < d}
+        plans.append(SessionPlan(tuple(block), tuple(sorted(d for d in before if d >= first))))
     return plans
 
 

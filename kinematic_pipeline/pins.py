@@ -21,7 +21,7 @@ from pathlib import Path
 
 import polars as pl
 
-from kinematic_pipeline.calendar import session_before, trading_days
+from kinematic_pipeline.calendar import session_before, sessions_after, trading_days
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import Fold
 from kinematic_pipeline.policy import Policy
@@ -75,40 +75,54 @@ def current_hashes(wh: Warehouse, asset: str, days: list[dt.date]) -> list[str]:
     return [out[d] for d in days]
 
 
-def label_inputs_digest(wh: Warehouse, day: dt.date, next_day: dt.date) -> str:
-    """The digest a labels shard of ``day`` records: its inputs' content hashes, day and next session."""
-    return _digests(wh, [(day, next_day)])[0]
+def label_sessions(day: dt.date, horizon: int) -> list[dt.date]:
+    """The sessions a labels shard of ``day`` reads: the day and the ``horizon`` sessions after it."""
+    return [day, *sessions_after(day, horizon)]
 
 
-def _digests(wh: Warehouse, pairs: list[tuple[dt.date, dt.date]]) -> list[str]:
-    days = [d for pair in pairs for d in pair]
+def label_inputs_digest(wh: Warehouse, sessions: list[dt.date]) -> str:
+    """The digest a labels shard records: its inputs' content hashes (``LABEL_INPUTS``) of each of ``sessions``
+    (``label_sessions``: the day and the sessions after it its targets read)."""
+    return _digests(wh, [sessions])[0]
+
+
+def _digests(wh: Warehouse, groups: list[list[dt.date]]) -> list[str]:
+    days = [d for group in groups for d in group]
     hashes = {asset: current_hashes(wh, asset, days) for asset in LABEL_INPUTS}
-    return [digest([hashes[a][2 * i + k] for a in LABEL_INPUTS for k in (0, 1)]) for i in range(len(pairs))]
+    out, first = [], 0
+    for group in groups:
+        out.append(digest([hashes[a][first + k] for a in LABEL_INPUTS for k in range(len(group))]))
+        first += len(group)
+    return out
 
 
-def stale_label_days(wh: Warehouse, days: list[dt.date]) -> list[tuple[dt.date, dt.date, str, str]]:
-    """(day, next session, recorded digest, current digest) of each labels day whose inputs changed since."""
+def stale_label_days(settings: Settings, days: list[dt.date]) -> list[tuple[dt.date, dt.date, str, str]]:
+    """(day, last session read, recorded digest, current digest) of each labels day whose inputs changed since."""
     if not days:
         return []
-    rows = wh.manifest_rows(LABELS, days, ["next_date", "inputs_digest"])
-    current = _digests(wh, [(d, r["next_date"]) for d, r in zip(days, rows)])
+    wh, horizon = settings.warehouse, settings.label_horizon
+    rows = wh.manifest_rows(LABELS, days, ["inputs_digest"])
+    groups = [label_sessions(d, horizon) for d in days]
+    current = _digests(wh, groups)
     return [
-        (d, r["next_date"], r["inputs_digest"], now)
-        for d, r, now in zip(days, rows, current)
+        (d, group[-1], r["inputs_digest"], now)
+        for d, group, r, now in zip(days, groups, rows, current)
         if r["inputs_digest"] != now
     ]
 
 
-def verified_labels(wh: Warehouse, days: list[dt.date]) -> list[Path]:
+def verified_labels(settings: Settings, days: list[dt.date]) -> list[Path]:
     """The labels shards of ``days``, after checking that each was built from the token and raw shards on disk
     now (``StalePairError`` naming the first stale day, its inputs and the fix) and that its bytes are the ones
     its manifest records (``Warehouse.verified_shards``)."""
-    stale = stale_label_days(wh, sorted(days))
+    wh = settings.warehouse
+    stale = stale_label_days(settings, sorted(days))
     if stale:
         day, nxt, recorded, now = stale[0]
         more = f" (and {len(stale) - 1} more day(s) through {stale[-1][0]})" if len(stale) > 1 else ""
         raise StalePairError(
-            f"labels shard of {day}{more} was built from {' and '.join(LABEL_INPUTS)} of {day} and {nxt} whose digest "
+            f"labels shard of {day}{more} was built from {' and '.join(LABEL_INPUTS)} of {day} through {nxt} whose "
+            f"digest "
             f"was {recorded[:16] or '-'}; those shards now digest to {now[:16]} (re-materialized since). "
             f"Re-materialize labels for {day}{' onwards' if more else ''} "
             "(python -m kinematic_pipeline materialize --select labels)"

@@ -212,11 +212,10 @@ def record_in_manifest(wh, asset: str, day) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         frame = pl.DataFrame({"partition_date": [day], "content_hash": [sha]})
     if asset == "labels" and "inputs_digest" not in frame.columns:  # pinned to the inputs on disk now
-        import datetime as dt
+        from kinematic_pipeline.pins import label_inputs_digest, label_sessions
 
-        from kinematic_pipeline.calendar import trading_day_on_or_after
-        from kinematic_pipeline.pins import label_inputs_digest
-
-        nxt = trading_day_on_or_after(day + dt.timedelta(days=1))
-        frame = frame.with_columns(next_date=pl.lit(nxt), inputs_digest=pl.lit(label_inputs_digest(wh, day, nxt)))
+        sessions = label_sessions(day, 1)  # Buy/Sell/Hold's: the next session
+        frame = frame.with_columns(
+            next_date=pl.lit(sessions[1]), inputs_digest=pl.lit(label_inputs_digest(wh, sessions))
+        )
     frame.write_parquet(path)

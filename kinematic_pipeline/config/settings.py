@@ -370,6 +370,12 @@ class Settings:
         with (``train.class_weights``). Their horizons set the folds' purge (``folds.walk_forward``)."""
         return tuple(BuySellHold(tau, self.train.class_weights) for tau in self.tokenize.taus)
 
+    @property
+    def label_horizon(self) -> int:
+        """Sessions after day t the labels of day t read: the longest ``Task.horizon`` of the run's tasks (the
+        labels' inputs, the nightly plan, the folds' purge)."""
+        return max(task.horizon for task in self.tasks)
+
     @functools.cached_property
     def folds(self) -> tuple[Fold, ...]:
         """The run's walk-forward folds (``folds.walk_forward``), in time order: built on first use, then kept

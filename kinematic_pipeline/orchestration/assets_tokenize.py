@@ -74,7 +74,7 @@ def token_assets(settings: Settings) -> dg.AssetsDefinition:
 
 
 def labels_asset(settings: Settings) -> dg.AssetsDefinition:
-    next_day = dg.TimeWindowPartitionMapping(start_offset=0, end_offset=1)
+    ahead = dg.TimeWindowPartitionMapping(start_offset=0, end_offset=settings.label_horizon)  # the sessions it reads
 
     @dg.asset(
         name=LABELS,
@@ -83,12 +83,13 @@ def labels_asset(settings: Settings) -> dg.AssetsDefinition:
         code_version=TOKENIZE_CODE_VERSION,
         backfill_policy=dg.BackfillPolicy.single_run(),
         deps=[
-            dg.AssetDep(SPLINE.tokens_asset, partition_mapping=next_day),
-            dg.AssetDep(RAW_OHLCV, partition_mapping=next_day),
+            dg.AssetDep(SPLINE.tokens_asset, partition_mapping=ahead),
+            dg.AssetDep(RAW_OHLCV, partition_mapping=ahead),
         ],
         kinds={"parquet"},
-        description="Buy/Sell/Hold per window for each tau in {0.25%, 0.5%, 1%, 2%}; day t needs day t+1 "
-        "(unknown = -1 until it exists). Stores r_spline and r_close; labels use tokenize.label_source.",
+        description="Each of the run's tasks' target per window (Buy/Sell/Hold for each tau in {0.25%, 0.5%, 1%, "
+        "2%}); day t needs the sessions after it the tasks read (Buy/Sell/Hold: t+1; unknown = -1 until they "
+        "exist). Stores r_spline and r_close; labels use tokenize.label_source.",
     )
     def labels(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         days = partition_days(context)

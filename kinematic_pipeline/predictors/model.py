@@ -31,7 +31,7 @@ from kinematic_pipeline.predictors.base import (
     union,
     universe_tickers,
 )
-from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV, Warehouse
+from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.window_store import validation_days
 from kinematic_pipeline.windows import N_CHANNELS, N_TOKENS
@@ -126,7 +126,7 @@ def predict(
     normalize = variant.tokenization.normalizer(stats, variant.channels)
     label_col = policy.task.label_column
     check_token_inputs(settings, asset, days)  # windows of the raw days as they are now, or nothing is predicted
-    frame = _test_windows(wh, asset, days, tickers, label_col)
+    frame = _test_windows(settings, asset, days, tickers, label_col)
     hashes = {a: wh.content_hashes(a, days) for a in (asset, RAW_OHLCV)}
     shards = [
         dict(asset=a, date=day, path=wh.shard(a, day), content_hash=hashes[a][i])
@@ -144,9 +144,12 @@ def predict(
     return Predictions(out, shards, [t for t in tickers if t not in present])
 
 
-def _test_windows(wh: Warehouse, asset: str, days: list[dt.date], tickers: list[str], label_col: str) -> pl.DataFrame:
+def _test_windows(
+    settings: Settings, asset: str, days: list[dt.date], tickers: list[str], label_col: str
+) -> pl.DataFrame:
     """The ``tickers``' windows of ``days`` with the day's close and label (null where none yet): one scan per
     asset over the days' files, not one read per day (a day's token shard holds every ticker's window)."""
+    wh = settings.warehouse
     if not days:  # no test day: an empty frame (tokens are then not read)
         return pl.DataFrame(schema={"ticker": pl.String, "date": pl.Date, "close": pl.Float64, label_col: pl.Int8})
     wanted = pl.col("ticker").is_in(tickers)
@@ -162,7 +165,7 @@ def _test_windows(wh: Warehouse, asset: str, days: list[dt.date], tickers: list[
         .drop("_file")
     )
     frame = windows.join(closes, on=["ticker", "date"], how="left")
-    label_files = verified_labels(wh, [d for d in days if wh.shard(LABELS, d).exists()])
+    label_files = verified_labels(settings, [d for d in days if wh.shard(LABELS, d).exists()])
     if label_files:
         labels = exact.scan_parquet(label_files).filter(wanted).select("ticker", "date", label_col)
         frame = frame.join(labels, on=["ticker", "date"], how="left")

@@ -48,7 +48,7 @@ def train_base_rates(settings: Settings) -> dict[str, dict[float, FoldRates]]:
         raise FileNotFoundError(f"no labels on or before {last}: materialize labels first")
     taus = settings.tokenize.taus
     columns = ["date", *(tau_column(t) for t in taus), "r_close"]
-    labels = exact.read_parquet(verified_labels(wh, days), columns=columns)
+    labels = exact.read_parquet(verified_labels(settings, days), columns=columns)
     per_fold = []
     for fold in folds:
         seen = labels.filter(pl.col("date") <= fold.label_end)
@@ -66,13 +66,15 @@ def validation_base_rates(settings: Settings, asset: str) -> dict[str, dict[floa
     the purge), every ticker: the probabilities a model that learned nothing is calibrated to (its head starts at the
     training prior; the calibration moves that constant to the validation days' rates, up to its ridge). None when a
     fold has no validation day of ``asset``."""
-    wh, taus, per_fold = settings.warehouse, settings.tokenize.taus, []
+    taus, per_fold = settings.tokenize.taus, []
     columns = ["date", *(tau_column(t) for t in taus), "r_close"]
     for fold in settings.folds:
         days = [d for d in validation_days(settings, asset, fold) if d <= fold.label_end]
         if not days:
             return None
-        per_fold.append(base_rates_by_outcome(exact.read_parquet(verified_labels(wh, days), columns=columns), taus))
+        per_fold.append(
+            base_rates_by_outcome(exact.read_parquet(verified_labels(settings, days), columns=columns), taus)
+        )
     starts = tuple(f.test_start for f in settings.folds)
     return {
         outcome: {t: FoldRates(starts, tuple(r[outcome][t] for r in per_fold)) for t in taus} for outcome in per_fold[0]

@@ -102,8 +102,8 @@ def with_close_labels(predictions: pl.DataFrame, returns: pl.DataFrame) -> pl.Da
 
 def prediction_day_returns(settings: Settings, predictions: pl.DataFrame) -> pl.DataFrame:
     """ticker, date, r_close from the labels shards of the prediction days."""
-    wh, days = settings.warehouse, sorted(predictions["date"].unique().to_list())
-    return exact.read_parquet(verified_labels(wh, days), columns=["ticker", "date", "r_close"])
+    days = sorted(predictions["date"].unique().to_list())
+    return exact.read_parquet(verified_labels(settings, days), columns=["ticker", "date", "r_close"])
 
 
 def skill_options(ev: EvalConfig, label_column: str = "label") -> SkillOptions:
@@ -218,7 +218,7 @@ def universe_predictions(
     frame = pl.concat(frames, how="vertical").filter(at_tau(settings.evaluate.report_tau))
     wh, days = settings.warehouse, sorted(frame["date"].unique().to_list())
     returns = exact.read_parquet(
-        verified_labels(wh, [d for d in days if wh.shard(LABELS, d).exists()]),
+        verified_labels(settings, [d for d in days if wh.shard(LABELS, d).exists()]),
         columns=["ticker", "date", "r_close", "r_spline"],
     )
     frame = frame.join(returns, on=["ticker", "date"], how="left", validate="m:1")

@@ -179,7 +179,7 @@ def _labels(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
     present = [d for d in days if wh.shard(LABELS, d).exists()]
     if not present:
         return pl.DataFrame(schema={c: (pl.String if c == "ticker" else pl.Date) for c in columns[:2]})
-    return exact.scan_parquet(verified_labels(wh, present)).select(columns).collect()
+    return exact.scan_parquet(verified_labels(settings, present)).select(columns).collect()
 
 
 def features_cut(settings: Settings) -> dict:

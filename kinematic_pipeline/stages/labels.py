@@ -1,9 +1,10 @@
 """The labels stage: each of the run's tasks' target (``settings.tasks``: Buy/Sell/Hold at each tau), for the
 windows ending on each trading day.
 
-The label of day t needs day t+1 (the paper's r_j = c0(t_j+1) - c0(t_j)), so day t's shard reads the
-spline_tokens and raw_ohlcv shards of t and of the next session only; where the next session is not
-materialized yet, returns and labels are unknown (NaN / -1) until it is. Both returns are stored
+The label of day t needs the sessions after it that the run's tasks read (``Settings.label_horizon``; Buy/Sell/Hold
+reads one: the paper's r_j = c0(t_j+1) - c0(t_j)), so day t's shard reads the spline_tokens and raw_ohlcv shards of t
+and of those sessions only; where a session is not materialized yet, the returns and targets that read it are
+unknown (NaN / -1) until it is. The next session's two returns are stored
 (``r_spline``: end-of-window positions of consecutive causal fits; ``r_close``: close-to-close, what the
 backtest trades); the label columns use ``tokenize.label_source``, recorded in ``label_source``.
 """
@@ -17,9 +18,8 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from kinematic_pipeline import __version__
-from kinematic_pipeline.calendar import trading_day_on_or_after
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.pins import label_inputs_digest, verified_labels
+from kinematic_pipeline.pins import label_inputs_digest, label_sessions, verified_labels
 from kinematic_pipeline.report.markdown import Markdown, markdown_table
 from kinematic_pipeline.tasks.actions import ACTION_KEYS, UNKNOWN_LABEL
 from kinematic_pipeline.tasks.base import Task
@@ -66,34 +66,63 @@ def _read(settings: Settings, asset: str, day: dt.date, schema: dict[str, pl.Dat
 
 
 def day_labels(settings: Settings, day: dt.date) -> tuple[pl.DataFrame, dt.date, str]:
-    """Labels of the windows ending on ``day`` (LABELS schema), the next session, and the inputs' digest."""
+    """Labels of the windows ending on ``day`` (LABELS schema), the next session, and the inputs' digest.
+
+    The day's shards and those of the ``settings.label_horizon`` sessions after it are read: a task's ``target``
+    gets one return per session ahead (``forward_returns``), NaN where a session is not materialized yet."""
     cfg, wh = settings.tokenize, settings.warehouse
-    nxt = trading_day_on_or_after(day + dt.timedelta(days=1))
-    positions = {"ticker": pl.String, "end_position": pl.Float64}
-    closes = {"ticker": pl.String, "close": pl.Float64}
-    today = _read(settings, SPLINE.tokens_asset, day, positions, required=True)
-    # The next session may not exist yet (the newest day): its returns stay unknown.
-    tomorrow = _read(settings, SPLINE.tokens_asset, nxt, positions, required=False)
-    bars_next = _read(settings, "raw_ohlcv", nxt, closes, required=False)
-    frame = (
-        today.join(_read(settings, "raw_ohlcv", day, closes, required=True), on="ticker", how="left")
-        .join(tomorrow.rename({"end_position": "end_next"}), on="ticker", how="left")
-        .join(bars_next.rename({"close": "close_next"}), on="ticker", how="left")
+    sessions = label_sessions(day, settings.label_horizon)
+    spline, close = forward_returns(settings, sessions)
+    frame = spline.select("ticker").with_columns(
+        pl.Series("r_spline", spline["r1"].to_numpy()), pl.Series("r_close", close["r1"].to_numpy())
     )
-    log_close = frame.select(pl.col("close").log(), pl.col("close_next").log())  # a missing bar: NaN below
-    frame = frame.with_columns(
-        pl.Series("r_spline", label_returns_spline(frame["end_position"].to_numpy(), frame["end_next"].to_numpy())),
-        pl.Series("r_close", label_returns_close(log_close["close"].to_numpy(), log_close["close_next"].to_numpy())),
-    )
-    r = frame["r_spline" if cfg.label_source == "spline" else "r_close"].to_numpy()
+    forward = (spline if cfg.label_source == "spline" else close).drop("ticker").to_numpy()
     out = frame.select(
         "ticker",
         pl.lit(day).alias("date"),
         "r_spline",
         "r_close",
         pl.lit(cfg.label_source).alias("label_source"),
-    ).with_columns(*[pl.Series(t.label_column, t.target(r), dtype=t.target_dtype) for t in settings.tasks])
-    return out.sort("ticker"), nxt, label_inputs_digest(wh, day, nxt)
+    ).with_columns(
+        *[pl.Series(t.label_column, t.target(forward[:, : t.horizon]), dtype=t.target_dtype) for t in settings.tasks]
+    )
+    return out.sort("ticker"), sessions[1], label_inputs_digest(wh, sessions)
+
+
+def forward_returns(settings: Settings, sessions: list[dt.date]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The returns of the tickers of ``sessions[0]`` (its token shard: the windows ending that day) over each of the
+    sessions after it: ``ticker``, ``r1`` .. ``rH``, from consecutive causal fits' end positions (the spline
+    returns) and from the closes; NaN where a session's shard or a ticker's bar is missing (the newest days)."""
+    positions = {"ticker": pl.String, "end_position": pl.Float64}
+    closes = {"ticker": pl.String, "close": pl.Float64}
+    today = _read(settings, SPLINE.tokens_asset, sessions[0], positions, required=True)
+    frame = today.join(_read(settings, "raw_ohlcv", sessions[0], closes, required=True), on="ticker", how="left")
+    for k, session in enumerate(sessions[1:], start=1):  # the sessions ahead may not exist yet: unknown
+        frame = frame.join(
+            _read(settings, SPLINE.tokens_asset, session, positions, required=False).rename(
+                {"end_position": f"end{k}"}
+            ),
+            on="ticker",
+            how="left",
+        ).join(
+            _read(settings, "raw_ohlcv", session, closes, required=False).rename({"close": f"close{k}"}),
+            on="ticker",
+            how="left",
+        )
+    frame = frame.rename({"end_position": "end0", "close": "close0"})
+    log_close = frame.select(pl.col(f"close{k}").log() for k in range(len(sessions)))  # a missing bar: NaN below
+    spline, close = frame.select("ticker"), frame.select("ticker")
+    for k in range(1, len(sessions)):
+        spline = spline.with_columns(
+            pl.Series(f"r{k}", label_returns_spline(frame[f"end{k - 1}"].to_numpy(), frame[f"end{k}"].to_numpy()))
+        )
+        close = close.with_columns(
+            pl.Series(
+                f"r{k}",
+                label_returns_close(log_close[f"close{k - 1}"].to_numpy(), log_close[f"close{k}"].to_numpy()),
+            )
+        )
+    return spline, close
 
 
 @dataclass(frozen=True)
@@ -138,7 +167,7 @@ def materialize_labels(settings: Settings, days: list[dt.date], progress: bool =
 
 def label_distribution(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
     """Counts of Buy/Sell/Hold/unknown per tau over ``days`` (for metadata)."""
-    frame = exact.read_parquet(verified_labels(settings.warehouse, days))
+    frame = exact.read_parquet(verified_labels(settings, days))
     rows = []
     for tau in settings.tokenize.taus:
         col = frame[tau_column(tau)]

@@ -126,7 +126,7 @@ def oracle_test_predictions(settings: Settings, predictions: pl.DataFrame, tau: 
     wh, days = settings.warehouse, sorted(predictions["date"].unique().to_list())
     tickers = predictions["ticker"].unique().to_list()
     bars = exact.read_parquet(wh.verified_shards(RAW_OHLCV, days), columns=["ticker", "date", "close"])
-    labels = exact.read_parquet(verified_labels(wh, days), columns=["ticker", "date", tau_column(tau)])
+    labels = exact.read_parquet(verified_labels(settings, days), columns=["ticker", "date", tau_column(tau)])
     truth = make_source(settings).ground_truth().filter(pl.col("ticker").is_in(tickers))
     # The latent drift that matches the labels: the spline labels follow positions, close labels closes.
     drift = "velocity" if settings.tokenize.label_source == "spline" else "close"

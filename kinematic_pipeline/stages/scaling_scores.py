@@ -26,7 +26,7 @@ def _returns(settings: Settings, days: list) -> pl.DataFrame:
     have = [d for d in days if wh.shard(LABELS, d).exists()]
     if not have:
         raise FileNotFoundError(f"no labels shard on the scaling fold's test days: materialize {LABELS}")
-    return exact.read_parquet(verified_labels(wh, have), columns=["ticker", "date", "r_close"])
+    return exact.read_parquet(verified_labels(settings, have), columns=["ticker", "date", "r_close"])
 
 
 def score_universe(settings: Settings, universe: pl.DataFrame, rates: dict) -> dict:

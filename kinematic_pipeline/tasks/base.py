@@ -52,8 +52,10 @@ class Task(ABC):
         return f"label_{self.kind}_{self.key}"
 
     @abstractmethod
-    def target(self, returns: np.ndarray) -> np.ndarray:
-        """The target of each day from its forward returns (``targets.py``); a code or NaN where unknown."""
+    def target(self, forward: np.ndarray) -> np.ndarray:
+        """The target of each row from its forward returns: ``forward[:, k]`` the log return over the (k+1)-th session
+        after the day (``horizon`` columns, NaN where that session is not known yet; ``targets.py``); a code (-1)
+        or NaN where unknown."""
 
     @abstractmethod
     def loss(self, logits, target):

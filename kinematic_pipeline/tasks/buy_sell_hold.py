@@ -135,8 +135,8 @@ class BuySellHold(Task):
         """Its column of the labels asset."""
         return tau_column(self.tau)
 
-    def target(self, returns: np.ndarray) -> np.ndarray:
-        return labels_from_returns(returns, self.tau)
+    def target(self, forward: np.ndarray) -> np.ndarray:
+        return labels_from_returns(np.asarray(forward)[:, 0], self.tau)  # the next session's return
 
     def loss(self, logits, target):
         return weighted_cross_entropy(logits, target, self.class_weights)

@@ -163,7 +163,7 @@ def store_labels(
     keys = store.rows.select("date", "ticker")
     if not days:
         return np.full(keys.height, UNKNOWN_LABEL, dtype=np.int64), hashes
-    labels = exact.scan_parquet(verified_labels(wh, days)).select("date", "ticker", col).collect()
+    labels = exact.scan_parquet(verified_labels(settings, days)).select("date", "ticker", col).collect()
     joined = keys.join(labels, on=["date", "ticker"], how="left", maintain_order="left")
     return joined[col].fill_null(UNKNOWN_LABEL).to_numpy().astype(np.int64), hashes
 

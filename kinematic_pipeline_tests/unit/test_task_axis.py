@@ -52,8 +52,8 @@ class UpDown(Task):
     def key(self) -> str:
         return f"updown{self.h}"
 
-    def target(self, returns: np.ndarray) -> np.ndarray:
-        r = np.asarray(returns, dtype=np.float64)
+    def target(self, forward: np.ndarray) -> np.ndarray:
+        r = np.asarray(forward, dtype=np.float64).sum(axis=1)  # the return over its sessions: NaN if one is unknown
         return np.where(np.isnan(r), -1, (r > 0).astype(np.int8)).astype(np.int8)
 
     def loss(self, logits, target):
@@ -78,7 +78,7 @@ def test_a_task_defined_outside_the_package_runs_through_policy_training_and_dec
     assert policy != Policy("splinegpt", BuySellHold(0.01), 7, FOLD)  # the task is part of the identity
 
     returns = np.array([0.01, -0.02, 0.0, np.nan, 0.03])
-    np.testing.assert_array_equal(task.target(returns), [1, 0, 0, -1, 1])
+    np.testing.assert_array_equal(task.target(returns[:, None]), [1, 0, 0, -1, 1])
 
     torch.manual_seed(0)
     classifier = nn.Sequential(nn.Flatten(), nn.Linear(64 * 9, task.head_width))
@@ -108,7 +108,7 @@ def test_buy_sell_hold_is_a_task_with_its_three_rules():
     assert (task.key, task.horizon, task.head_width, task.outputs) == ("0.01", 1, 3, ("p_buy", "p_sell", "p_hold"))
     assert [r.name for r in task.rules] == ["paper", "calibrated", "margin"]
     assert task.label_column == "label_tau_0p0100"
-    np.testing.assert_array_equal(task.target(np.array([0.02, -0.02, 0.01, np.nan])), [0, 1, 2, -1])
+    np.testing.assert_array_equal(task.target(np.array([[0.02], [-0.02], [0.01], [np.nan]])), [0, 1, 2, -1])
     np.testing.assert_allclose(np.exp(task.prior([10, 10, 10])), np.array([2.0, 10.0, 1.0]) / 3)  # ln(w * pi)
 
 
@@ -171,7 +171,7 @@ def test_the_labels_stage_writes_each_of_the_runs_tasks_targets_and_training_rea
     labels = pl.read_parquet(settings.warehouse.shard("labels", days[-2]))
     assert labels.columns[-2:] == [BuySellHold(0.01).label_column, "label_updown_updown1"]
     r = labels["r_spline" if settings.tokenize.label_source == "spline" else "r_close"].to_numpy()
-    np.testing.assert_array_equal(labels["label_updown_updown1"].to_numpy(), UpDown().target(r))
+    np.testing.assert_array_equal(labels["label_updown_updown1"].to_numpy(), UpDown().target(r[:, None]))
     assert labels.schema["label_updown_updown1"] == pl.Int8 and (labels["label_updown_updown1"] >= 0).all()
     from kinematic_pipeline.stages.window_store import materialize_window_store
     from kinematic_pipeline.training.data import store_labels
@@ -184,3 +184,51 @@ def test_the_labels_stage_writes_each_of_the_runs_tasks_targets_and_training_rea
     expected = store.rows.join(every, on=["date", "ticker"], how="left", maintain_order="left")
     np.testing.assert_array_equal(drawn, expected["label_updown_updown1"].fill_null(-1).to_numpy())
     assert (drawn >= 0).sum() == every.height
+
+
+def test_a_task_that_reads_five_sessions_ahead_gets_its_labels_from_them_and_none_past_the_data(tmp_path, monkeypatch):
+    from kinematic_pipeline.calendar import trading_days
+    from kinematic_pipeline.config import Settings
+    from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
+    from kinematic_pipeline.stages.labels import materialize_labels
+    from kinematic_pipeline.stages.tokenize import materialize_tokens
+    from kinematic_pipeline.tokenizations import SPLINE
+    from kinematic_pipeline_tests.conftest import CUT, END, START, _bars, _settings
+
+    settings = _settings(tmp_path, "wh", _bars(2), label_source="close")
+    tasks = (BuySellHold(0.01), UpDownNextWeek())
+    monkeypatch.setattr(Settings, "tasks", property(lambda self: tasks))
+    assert settings.label_horizon == 5
+    days = [d for d in trading_days(START, END) if d <= CUT][-12:]
+    materialize_raw_ohlcv(settings, trading_days(START, days[-1]), progress=False)  # no bar after the last day
+    materialize_tokens(settings, days, (SPLINE,), progress=False)
+    materialize_labels(settings, days, progress=False)
+    bars = pl.read_parquet(settings.data.source_path).filter(pl.col("date") <= days[-1])
+    column = UpDownNextWeek().label_column
+    for k, day in enumerate(days):
+        labels = pl.read_parquet(settings.warehouse.shard("labels", day)).sort("ticker")
+        if k + 5 >= len(days):  # the fifth session after it is not in the data yet: unknown
+            assert (labels[column] == -1).all(), day
+            continue
+        ahead = bars.filter(pl.col("date").is_in([day, days[k + 5]])).sort("ticker", "date")
+        up = ahead.group_by("ticker", maintain_order=True).agg(pl.col("close").last() > pl.col("close").first())
+        assert labels[column].to_list() == up["close"].cast(pl.Int8).to_list(), day
+        np.testing.assert_array_equal(  # Buy/Sell/Hold still reads the next session alone
+            labels[BuySellHold(0.01).label_column].to_numpy(),
+            BuySellHold(0.01).target(labels["r_close"].to_numpy()[:, None]),
+        )
+
+
+def test_a_new_session_completes_the_labels_of_as_many_sessions_before_it_as_the_tasks_read(tmp_path, monkeypatch):
+    from kinematic_pipeline.calendar import trading_days
+    from kinematic_pipeline.config import Settings, load_settings
+    from kinematic_pipeline.nightly import plan_sessions
+
+    settings = load_settings("ci", warehouse=tmp_path, env={})
+    week = trading_days(dt.date(2022, 3, 1), dt.date(2022, 3, 14))  # ten sessions
+    (plan,) = plan_sessions(settings, week[-2:])  # Buy/Sell/Hold: the session before each new one
+    assert plan.sessions == tuple(week[-2:]) and plan.label_sessions == tuple(week[-3:-1])
+    tasks = (BuySellHold(0.01), UpDownNextWeek())
+    monkeypatch.setattr(Settings, "tasks", property(lambda self: tasks))
+    (plan,) = plan_sessions(settings, week[-2:])  # five sessions ahead: the five before each new one
+    assert plan.label_sessions == tuple(week[-7:-1])
