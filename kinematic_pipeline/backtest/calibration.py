@@ -158,7 +158,7 @@ def fit_calibration(q, labels, class_weights, ridge: float = RIDGE, min_rows: in
 def calibrate_predictions(frame: pl.DataFrame, calibration: Calibration, class_weights) -> pl.DataFrame:
     """``frame`` (PREDICTIONS_SCHEMA) with p_buy, p_sell, p_hold the calibrated q' of its softmax (float32),
     de-weighted with ``class_weights`` (float64, ``tasks.actions.stored_probabilities``), and the action recomputed
-    as the argmax of q' (as ``sweep.predictions_frame`` does); unchanged under the identity (its p are the
+    as the argmax of q' (as ``buy_sell_hold.predictions_frame`` does); unchanged under the identity (its p are the
     de-weighted softmax already)."""
     if calibration.is_identity or frame.height == 0:
         return frame

@@ -18,9 +18,8 @@ from collections.abc import Iterable
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline.backtest.sweep import predictions_frame
 from kinematic_pipeline.tasks.actions import BUY, UNKNOWN_LABEL, class_weight_vector
-from kinematic_pipeline.tasks.buy_sell_hold import labels_from_returns
+from kinematic_pipeline.tasks.buy_sell_hold import labels_from_returns, predictions_frame
 from kinematic_pipeline.tasks.targets import label_returns_close
 
 ORACLE = "oracle"  # the variant name of the informed policy's predictions and backtests
@@ -172,7 +171,7 @@ def conditional_oracle_predictions(rows: pl.DataFrame, tau: float, class_weights
     Its true probabilities p are ``conditional_class_probabilities``; what it stores as its own softmax is q ∝ w ⊙ p
     (``class_weights`` w), the output of a network trained with the paper's weighted cross-entropy that had learned
     the law exactly, and as its probabilities that q de-weighted (p again, up to float32), as a model's
-    (``sweep.predictions_frame``). So every rule reads it as it reads a model, and the argmax rules take
+    (``buy_sell_hold.predictions_frame``). So every rule reads it as it reads a model, and the argmax rules take
     argmax(w ⊙ p): whatever the oracle knows, a Buy needs w_buy p_buy above w_sell p_sell and w_hold p_hold. Rows
     sorted by ticker and date."""
 

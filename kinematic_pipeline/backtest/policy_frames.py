@@ -1,7 +1,7 @@
 """Per-policy frames of the predictive evidence (skill.py, skill_seeds.py) and the decision diagnostics
 (decisions.py).
 
-Input: the predictions frame (``sweep.PREDICTIONS_SCHEMA``: variant, tau, seed, ticker, date,
+Input: the predictions frame (``buy_sell_hold.PREDICTIONS_SCHEMA``: variant, tau, seed, ticker, date,
 p_buy, p_sell, p_hold (the de-weighted p), action, label, optionally other label columns such as close-to-close
 labels) and,
 per tau, the TRAINING labels' base rates (``skill.base_rates``: {tau: (3,) array}) of the same outcome, or

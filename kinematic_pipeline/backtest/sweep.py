@@ -8,7 +8,7 @@ Output frames are sorted by their key columns (nulls first), then date; see ``Sw
 
 The stored probabilities p_* are the policy's forecast of the label distribution: a weighted-CE classifier's
 softmax q (q_i ∝ w_i p_i) calibrated and de-weighted, p = (q/w)/Σ(q/w), when the predictions were made
-(``predictions_frame``, ``tasks.actions.stored_probabilities``); the Brier score and ECE columns score them as
+(``tasks.buy_sell_hold.predictions_frame``, ``tasks.actions.stored_probabilities``); the Brier score and ECE columns score them as
 they are. The network's own softmax q stays beside them (``SOFTMAX_COLUMNS``).
 """
 
@@ -29,9 +29,6 @@ from kinematic_pipeline.tasks.actions import (
     HOLD,
     PROB_COLUMNS,
     SELL,
-    SOFTMAX_COLUMNS,
-    UNKNOWN_LABEL,
-    stored_probabilities,
 )
 from kinematic_pipeline.variants import BENCHMARK
 
@@ -48,54 +45,6 @@ INPUT_SCHEMA: dict[str, pl.DataType] = {
     "action": pl.Int8,  # 0 Buy, 1 Sell, 2 Hold
     "label": pl.Int8,  # 0 Buy, 1 Sell, 2 Hold, -1 unknown
 }
-# What the predictions asset stores (one row per policy, ticker and test day): the input of run_sweep.
-PREDICTIONS_SCHEMA: dict[str, pl.DataType] = {
-    "variant": pl.String,
-    "tau": pl.Float64,
-    "seed": pl.Int64,
-    "ticker": pl.String,
-    "date": pl.Date,
-    "close": pl.Float64,  # the day's raw close: the market-on-close fill price
-    # p: the de-weighted (calibrated) probabilities, float64 (``tasks.actions.stored_probabilities``); the class
-    # weights they were de-weighted with are the predictions' record (predictions/class_weights/)
-    "p_buy": pl.Float64,
-    "p_sell": pl.Float64,
-    "p_hold": pl.Float64,
-    "action": pl.Int8,  # the argmax of the (calibrated) softmax q: a code of kinematic_pipeline.variants
-    "label": pl.Int8,  # the realized label of day t (needs day t+1; -1 when unknown): evaluation only
-    "softmax_buy": pl.Float32,  # the model's own softmax before calibration (the paper's rule's input)
-    "softmax_sell": pl.Float32,
-    "softmax_hold": pl.Float32,
-}
-
-
-def predictions_frame(
-    frame: pl.DataFrame, key: tuple[str, float, int], probs: np.ndarray, label: str, class_weights=None
-) -> pl.DataFrame:
-    """PREDICTIONS_SCHEMA rows of a policy ``key`` (variant, tau, seed): ``frame``'s ticker, date, close and
-    ``label`` column (null: -1), the softmax ``probs`` [n, 3] (Buy, Sell, Hold) as float32, their argmax, and p:
-    the float32 softmax de-weighted with the ``class_weights`` it was trained with (None: itself, as a rule's one-hot
-    action), sorted."""
-    variant, tau, seed = key
-    p = stored_probabilities(probs, class_weights)
-    return (
-        frame.select(
-            pl.lit(variant).alias("variant"),
-            pl.lit(tau).alias("tau"),
-            pl.lit(seed).alias("seed"),
-            "ticker",
-            "date",
-            "close",
-            *[pl.Series(name, p[:, k]) for k, name in enumerate(PROB_COLUMNS)],
-            pl.Series("action", probs.argmax(axis=1).astype(np.int8)),
-            pl.col(label).fill_null(UNKNOWN_LABEL).alias("label"),
-            *[pl.Series(name, probs[:, k]) for k, name in enumerate(SOFTMAX_COLUMNS)],
-        )
-        .cast(PREDICTIONS_SCHEMA)  # type: ignore[arg-type]
-        .sort("ticker", "date")
-    )
-
-
 ROW_KEY_SCHEMA: dict[str, pl.DataType] = {
     "variant": pl.String,
     "tau": pl.Float64,  # null for Buy & Hold

@@ -16,7 +16,7 @@ undefined, and its argmax is Hold, or Buy where vol20 is large enough that p_buy
 breaks the tie toward the first class).
 
 How it is stored. A model's predictions frame holds its softmax q (q ∝ w p, float32) and p, that q de-weighted with
-its class weights (``sweep.predictions_frame``). The reference has no class weights: its softmax columns hold p
+its class weights (``buy_sell_hold.predictions_frame``). The reference has no class weights: its softmax columns hold p
 itself (float32) and its p columns that p de-weighted with ``REFERENCE_CLASS_WEIGHTS`` = (1, 1, 1), i.e. p / sum(p)
 = p renormalized after the float32 rounding. (Storing w p instead and de-weighting it with the models' weights would
 round p_buy and p_sell apart in float32: a score of rounding noise, ranked as if it were a signal.)
@@ -31,7 +31,7 @@ import numpy as np
 import polars as pl
 from scipy.special import ndtr
 
-from kinematic_pipeline.backtest.sweep import predictions_frame
+from kinematic_pipeline.tasks.buy_sell_hold import predictions_frame
 
 REFERENCE = "trailing_vol20"  # its variant name in the predictions-shaped frames and the tables
 REFERENCE_DISPLAY_NAME = "Trailing vol20 (no fit)"
@@ -99,10 +99,10 @@ def normal_class_probabilities(vol, tau: float) -> np.ndarray:
 
 
 def reference_predictions(bars: pl.DataFrame, rows: pl.DataFrame, tau: float) -> pl.DataFrame:
-    """The reference's predictions-frame rows (``sweep.PREDICTIONS_SCHEMA``): variant ``REFERENCE``, ``tau``, seed
+    """The reference's predictions-frame rows (``buy_sell_hold.PREDICTIONS_SCHEMA``): variant ``REFERENCE``, ``tau``, seed
     ``REFERENCE_SEED``, ticker, date, the day's close, p_buy/p_sell/p_hold (the unweighted p, renormalized with
     ``REFERENCE_CLASS_WEIGHTS``), action = argmax of p, label (``rows``' label column; -1 when null), and the softmax
-    columns (p: the reference has no other), as ``sweep.predictions_frame`` makes them. ``rows``: the ticker-days to
+    columns (p: the reference has no other), as ``buy_sell_hold.predictions_frame`` makes them. ``rows``: the ticker-days to
     forecast (ticker, date, label; one per ticker-day); ``bars``: ticker, date, close with each ticker's bars
     before the first of them (``VOL_DAYS`` returns). A ticker-day without vol20 gets no row. Sorted by ticker, date."""
     missing = [c for c in ("ticker", "date", "label") if c not in rows.columns]

@@ -14,7 +14,6 @@ from typing import ClassVar
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline.backtest.sweep import predictions_frame
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.model_pins import check_class_weights, recorded_file
 from kinematic_pipeline.pins import features_path, load_probe
@@ -30,6 +29,7 @@ from kinematic_pipeline.predictors.base import (
 )
 from kinematic_pipeline.stages.baselines import probe_probabilities
 from kinematic_pipeline.stages.features import read_features
+from kinematic_pipeline.tasks.buy_sell_hold import predictions_frame
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import file_sha256
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline.backtest.sweep import predictions_frame
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import evaluation_days
 from kinematic_pipeline.model_pins import check_class_weights, recorded_file
@@ -31,6 +30,7 @@ from kinematic_pipeline.predictors.base import (
     union,
     universe_tickers,
 )
+from kinematic_pipeline.tasks.base import Task
 from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.window_store import validation_days
@@ -95,16 +95,17 @@ class ModelPredictor(Predictor):
                 add(link, row["asset"], path, row["content_hash"], date=date, split=f"{prefix}_{row['split']}")
 
 
-def predict_probabilities(classifier, x: np.ndarray, batch_size: int) -> np.ndarray:
-    """Softmax class probabilities [n, 3] (Buy, Sell, Hold) of normalized windows x [n, 64, C], in batches."""
+def predict_outputs(classifier, x: np.ndarray, batch_size: int, task: Task) -> np.ndarray:
+    """What ``task`` stores of the classifier's outputs (``Task.outputs_of``: Buy/Sell/Hold's softmax [n, 3]) for
+    normalized windows x [n, 64, C], in batches."""
     import torch
 
-    out = np.empty((x.shape[0], 3), dtype=np.float32)
+    out = np.empty((x.shape[0], task.head_width), dtype=np.float32)
     classifier.eval()
     with torch.inference_mode():
         for start in range(0, x.shape[0], batch_size):
             logits = classifier(torch.from_numpy(np.ascontiguousarray(x[start : start + batch_size])))
-            out[start : start + batch_size] = torch.softmax(logits.float(), dim=-1).numpy()
+            out[start : start + batch_size] = task.outputs_of(logits)
     return out
 
 
@@ -116,8 +117,9 @@ def predict(
     tickers: list[str] | None = None,
     class_weights=None,
 ) -> Predictions:
-    """Actions and probabilities of one fine-tuned classifier on every test day (or ``days``) and ticker: its
-    softmax, and p de-weighted with the ``class_weights`` it was fine-tuned with (``sweep.predictions_frame``)."""
+    """The predictions of one fine-tuned classifier on every test day (or ``days``) and ticker: its task's outputs
+    (``Task.predictions_frame``; Buy/Sell/Hold: the softmax, its argmax, and p de-weighted with the ``class_weights``
+    it was fine-tuned with)."""
     wh, variant = settings.warehouse, policy.variant
     asset = variant.token_asset
     days = evaluation_days(settings, asset, policy.fold) if days is None else days
@@ -137,9 +139,8 @@ def predict(
         bad = frame.filter(pl.col("close").is_null()).row(0, named=True)
         raise ValueError(f"{bad['ticker']} has a test window on {bad['date']} but no raw close that day")
     tokens = frame["tokens"].to_numpy() if frame.height else np.empty((0, N_TOKENS, N_CHANNELS), np.float32)
-    probs = predict_probabilities(classifier, normalize(tokens), settings.evaluate.predict_batch_size)
-    key = (policy.variant.name, policy.task.tau, policy.seed)
-    out = predictions_frame(frame, key, probs, label_col, class_weights)
+    outputs = predict_outputs(classifier, normalize(tokens), settings.evaluate.predict_batch_size, policy.task)
+    out = policy.task.predictions_frame(frame, policy, outputs, class_weights)
     present = set(out["ticker"].unique().to_list())
     return Predictions(out, shards, [t for t in tickers if t not in present])
 

@@ -17,7 +17,6 @@ import polars as pl
 from kinematic_pipeline.backtest.sweep import (
     EQUITY_SCHEMA,
     METRICS_SCHEMA,
-    PREDICTIONS_SCHEMA,
     TRADES_SCHEMA,
     SweepResult,
     run_sweep,
@@ -28,6 +27,7 @@ from kinematic_pipeline.model_pins import check_predictions_model, predictions_c
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.predictors.families import predictor
 from kinematic_pipeline.report.markdown import Markdown, markdown_table
+from kinematic_pipeline.tasks.buy_sell_hold import PREDICTIONS_SCHEMA
 from kinematic_pipeline.tasks.rules import MarginRule
 from kinematic_pipeline.variants import BENCHMARK
 from kinematic_pipeline.warehouse import (

@@ -10,11 +10,10 @@ import polars as pl
 
 from kinematic_pipeline.backtest.policy_frames import PRIOR, FoldRates
 from kinematic_pipeline.backtest.skill import base_rates
-from kinematic_pipeline.backtest.sweep import predictions_frame
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.pins import verified_labels
 from kinematic_pipeline.tasks.actions import class_weight_vector
-from kinematic_pipeline.tasks.buy_sell_hold import labels_from_returns, tau_column
+from kinematic_pipeline.tasks.buy_sell_hold import labels_from_returns, predictions_frame, tau_column
 from kinematic_pipeline.warehouse import LABELS
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.window_store import validation_days
@@ -84,7 +83,7 @@ def validation_base_rates(settings: Settings, asset: str) -> dict[str, dict[floa
 def calibrated_prior_rows(rows: pl.DataFrame, rates: FoldRates, tau: float, class_weights, label: str) -> pl.DataFrame:
     """The calibrated prior's predictions on the ticker-days of ``rows`` (ticker, date, close, ``label``; one per
     ticker-day): each day its fold's validation-day base rates p, stored as a weighted-CE model's are: its softmax
-    q ∝ w ⊙ p and that q de-weighted (p again, up to float32; ``sweep.predictions_frame``). A model at its prior
+    q ∝ w ⊙ p and that q de-weighted (p again, up to float32; ``buy_sell_hold.predictions_frame``). A model at its prior
     scores this row's skill after calibration, not 0."""
 
     days = rows.unique(subset=["ticker", "date"], keep="first", maintain_order=True).sort("ticker", "date")

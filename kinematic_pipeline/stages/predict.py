@@ -14,7 +14,6 @@ from pathlib import Path
 
 import polars as pl
 
-from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import Fold, evaluation_days
 from kinematic_pipeline.model_pins import WEIGHT_COLUMNS, model_files_frame, warehouse_path
@@ -23,7 +22,7 @@ from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.predictors.base import Predictions
 from kinematic_pipeline.predictors.families import predictor
 from kinematic_pipeline.run_keys import membership_columns
-from kinematic_pipeline.tasks.buy_sell_hold import same_tau
+from kinematic_pipeline.tasks.buy_sell_hold import PREDICTIONS_SCHEMA, same_tau
 from kinematic_pipeline.warehouse import PREDICTIONS, Warehouse
 from kinematic_pipeline.warehouse.layout import (
     INPUTS_SCHEMA,

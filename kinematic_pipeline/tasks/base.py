@@ -69,6 +69,29 @@ class Task(ABC):
     def prior(self, counts) -> np.ndarray:
         """The head's bias that predicts the training target's marginal whatever the input (its zero-skill start)."""
 
+    def outputs_of(self, logits) -> np.ndarray:
+        """What its predictions store of a batch of the head's outputs (a torch tensor [n, head_width]), as a float32
+        array: a classifier's softmax (this default); a forecast overrides it (its values as they are)."""
+        import torch  # only a prediction gets here
+
+        return torch.softmax(logits.float(), dim=-1).numpy()
+
+    def predictions_frame(self, frame: pl.DataFrame, policy, outputs: np.ndarray, class_weights=None) -> pl.DataFrame:
+        """Its predictions' rows of ``policy``: ``frame``'s ticker, date and close, the ``outputs`` (``outputs_of``,
+        one column per name of ``outputs``) and its label column (``label``), keyed by the policy's variant, this
+        task's key and the seed, sorted by ticker and date. ``class_weights``: none here (Buy/Sell/Hold's own)."""
+        values = np.asarray(outputs, dtype=np.float64).reshape(frame.height, len(self.outputs))
+        return frame.select(
+            pl.lit(policy.variant.name).alias("variant"),
+            pl.lit(self.key).alias("task"),
+            pl.lit(policy.seed, pl.Int64).alias("seed"),
+            "ticker",
+            "date",
+            "close",
+            *[pl.Series(name, values[:, k]) for k, name in enumerate(self.outputs)],
+            pl.col(self.label_column).alias("label"),
+        ).sort("ticker", "date")
+
     @property
     def rules(self) -> tuple[DecisionRule, ...]:
         """How its predictions decide (none: a forecast takes no action, so it has no backtests)."""

@@ -29,8 +29,10 @@ from kinematic_pipeline.tasks.actions import (
     HOLD,
     PROB_COLUMNS,
     SELL,
+    SOFTMAX_COLUMNS,
     UNKNOWN_LABEL,
     class_weight_vector,
+    stored_probabilities,
     unweighted_probabilities,
 )
 from kinematic_pipeline.tasks.base import DecisionRule, Task
@@ -99,6 +101,55 @@ def weighted_cross_entropy(logits, labels, class_weights: Sequence[float] = PAPE
     return F.cross_entropy(logits, labels, weight=weight, ignore_index=UNKNOWN_LABEL)
 
 
+# What the predictions asset stores for Buy/Sell/Hold (one row per policy, ticker and test day): the input of
+# ``backtest.sweep.run_sweep``.
+PREDICTIONS_SCHEMA: dict[str, pl.DataType] = {
+    "variant": pl.String,
+    "tau": pl.Float64,
+    "seed": pl.Int64,
+    "ticker": pl.String,
+    "date": pl.Date,
+    "close": pl.Float64,  # the day's raw close: the market-on-close fill price
+    # p: the de-weighted (calibrated) probabilities, float64 (``tasks.actions.stored_probabilities``); the class
+    # weights they were de-weighted with are the predictions' record (predictions/class_weights/)
+    "p_buy": pl.Float64,
+    "p_sell": pl.Float64,
+    "p_hold": pl.Float64,
+    "action": pl.Int8,  # the argmax of the (calibrated) softmax q: a code of kinematic_pipeline.variants
+    "label": pl.Int8,  # the realized label of day t (needs day t+1; -1 when unknown): evaluation only
+    "softmax_buy": pl.Float32,  # the model's own softmax before calibration (the paper's rule's input)
+    "softmax_sell": pl.Float32,
+    "softmax_hold": pl.Float32,
+}
+
+
+def predictions_frame(
+    frame: pl.DataFrame, key: tuple[str, float, int], probs: np.ndarray, label: str, class_weights=None
+) -> pl.DataFrame:
+    """PREDICTIONS_SCHEMA rows of a policy ``key`` (variant, tau, seed): ``frame``'s ticker, date, close and
+    ``label`` column (null: -1), the softmax ``probs`` [n, 3] (Buy, Sell, Hold) as float32, their argmax, and p:
+    the float32 softmax de-weighted with the ``class_weights`` it was trained with (None: itself, as a rule's one-hot
+    action), sorted."""
+    variant, tau, seed = key
+    p = stored_probabilities(probs, class_weights)
+    return (
+        frame.select(
+            pl.lit(variant).alias("variant"),
+            pl.lit(tau).alias("tau"),
+            pl.lit(seed).alias("seed"),
+            "ticker",
+            "date",
+            "close",
+            *[pl.Series(name, p[:, k]) for k, name in enumerate(PROB_COLUMNS)],
+            pl.Series("action", probs.argmax(axis=1).astype(np.int8)),
+            pl.col(label).fill_null(UNKNOWN_LABEL).alias("label"),
+            *[pl.Series(name, probs[:, k]) for k, name in enumerate(SOFTMAX_COLUMNS)],
+        )
+        .cast(PREDICTIONS_SCHEMA)  # type: ignore[arg-type]
+        .sort("ticker", "date")
+    )
+
+
 @dataclass(frozen=True)
 class BuySellHold(Task):
     """Buy/Sell/Hold at threshold ``tau`` with class weights ``class_weights`` [Buy, Sell, Hold]."""
@@ -154,6 +205,12 @@ class BuySellHold(Task):
 
     def prior(self, counts) -> np.ndarray:
         return prior_logits(counts, self.class_weights)
+
+    def predictions_frame(self, frame: pl.DataFrame, policy, outputs: np.ndarray, class_weights=None) -> pl.DataFrame:
+        """``PREDICTIONS_SCHEMA`` rows of ``policy`` (``predictions_frame``, keyed by its variant, this tau and its
+        seed) from ``frame``'s ticker, date, close and this task's label column and the softmax ``outputs``."""
+        key = (policy.variant.name, self.tau, policy.seed)
+        return predictions_frame(frame, key, outputs, self.label_column, class_weights)
 
     def deweighted(self, q) -> np.ndarray:
         """p = (q / w) / sum(q / w): the probabilities the weighted softmax q (n, 3) stands for."""

@@ -23,7 +23,6 @@ from kinematic_pipeline.backtest.policy_frames import (
     skill_beyond_reference_frame,
 )
 from kinematic_pipeline.backtest.skill import base_rates
-from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA
 from kinematic_pipeline.backtest.volatility_reference import (
     REFERENCE,
     REFERENCE_DATA_SEEN,
@@ -36,7 +35,7 @@ from kinematic_pipeline.report import evidence_tables as tables
 from kinematic_pipeline.stages import evidence as ev
 from kinematic_pipeline.stages import reference_rows
 from kinematic_pipeline.stages.labels import labels_schema
-from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold, labels_from_returns, tau_column
+from kinematic_pipeline.tasks.buy_sell_hold import PREDICTIONS_SCHEMA, BuySellHold, labels_from_returns, tau_column
 from kinematic_pipeline.warehouse import LABELS
 from kinematic_pipeline_tests.conftest import record_in_manifest, single_cut
 

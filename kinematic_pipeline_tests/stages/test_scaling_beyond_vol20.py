@@ -13,7 +13,6 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kinematic_pipeline.backtest.sweep import predictions_frame
 from kinematic_pipeline.backtest.volatility_reference import (
     REFERENCE,
     REFERENCE_CLASS_WEIGHTS,
@@ -22,6 +21,7 @@ from kinematic_pipeline.backtest.volatility_reference import (
 )
 from kinematic_pipeline.stages.scaling_scores import BEYOND_VOL20, shared_ticker_days, skill_beyond_vol20
 from kinematic_pipeline.tasks.actions import SOFTMAX_COLUMNS
+from kinematic_pipeline.tasks.buy_sell_hold import predictions_frame
 
 TICKERS = ("AAA", "BBB", "CCC", "DDD", "EEE")
 DAYS = [dt.date(2022, 3, 1) + dt.timedelta(days=i) for i in range(80)]

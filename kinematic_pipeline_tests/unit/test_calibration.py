@@ -18,8 +18,8 @@ from kinematic_pipeline.backtest.calibration import (
     fit_calibration,
 )
 from kinematic_pipeline.backtest.skill import log_loss
-from kinematic_pipeline.backtest.sweep import predictions_frame
 from kinematic_pipeline.tasks.actions import PROB_COLUMNS, SOFTMAX_COLUMNS, unweighted_probabilities
+from kinematic_pipeline.tasks.buy_sell_hold import predictions_frame
 
 W = np.array([2.0, 10.0, 1.0])  # the paper's class weights [Buy, Sell, Hold]
 
@@ -162,7 +162,7 @@ def test_apply_is_a_softmax_of_the_rescaled_shifted_log_probabilities():
 
 
 def _frame(q: np.ndarray, labels: np.ndarray, tickers=("A", "B")) -> pl.DataFrame:
-    """PREDICTIONS_SCHEMA rows as ``sweep.predictions_frame`` makes them for a model trained with W (days per ticker,
+    """PREDICTIONS_SCHEMA rows as ``buy_sell_hold.predictions_frame`` makes them for a model trained with W (days per ticker,
     the float32 softmax q and p, q de-weighted)."""
     n_days = len(q) // len(tickers)
     dates = [dt.date(2022, 1, 3) + dt.timedelta(days=k) for k in range(n_days)]

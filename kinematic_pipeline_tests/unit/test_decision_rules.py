@@ -20,7 +20,7 @@ from kinematic_pipeline.backtest.oracle import (
     conditional_oracle_predictions,
     least_buying_drift,
 )
-from kinematic_pipeline.backtest.sweep import predictions_frame, run_sweep
+from kinematic_pipeline.backtest.sweep import run_sweep
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.folds import Fold
 from kinematic_pipeline.paper_conventions import PAPER
@@ -28,6 +28,7 @@ from kinematic_pipeline.predictors.base import purge_labels
 from kinematic_pipeline.report import tables
 from kinematic_pipeline.sources.synthetic import PLANTED_NOISE
 from kinematic_pipeline.tasks.actions import BUY, SELL, SOFTMAX_COLUMNS, UNKNOWN_LABEL
+from kinematic_pipeline.tasks.buy_sell_hold import predictions_frame
 from kinematic_pipeline.tasks.rules import CalibratedArgmax, PaperArgmax
 
 PAPER_WEIGHTS = (2.0, 10.0, 1.0)

@@ -173,9 +173,9 @@ def test_the_margin_rules_m_comes_from_the_validation_file_whatever_the_test_per
 
     import polars as pl
 
-    from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA
     from kinematic_pipeline.config import load_settings
     from kinematic_pipeline.stages.backtests import margin_rule_backtests
+    from kinematic_pipeline.tasks.buy_sell_hold import PREDICTIONS_SCHEMA
 
     settings = load_settings("ci", warehouse=tmp_path / "warehouse", env={})
     rng = np.random.default_rng(11)

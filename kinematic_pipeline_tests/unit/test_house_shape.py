@@ -359,7 +359,7 @@ TASK_NAMES = re.compile(r"\b(p_buy|p_sell|p_hold|tau_column)\b|class_weights")
 # goes when the predictions store the task's outputs (p) with the weights in their record.
 TASK_NAMES_ALLOWED = frozenset(
     """backtest/calibration.py backtest/decisions.py backtest/oracle.py backtest/policy_frames.py
-    backtest/sweep.py backtest/volatility_reference.py config/settings.py model_pins.py orchestration/assets_baselines.py
+    backtest/volatility_reference.py config/settings.py model_pins.py orchestration/assets_baselines.py
     orchestration/assets_models.py orchestration/metadata.py pins.py policy.py
     predictors/base.py predictors/features.py predictors/model.py
     report/evidence_tables.py run_keys.py stages/backtests.py stages/base_rates.py stages/baselines.py

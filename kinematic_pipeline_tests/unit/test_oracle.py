@@ -16,11 +16,12 @@ from kinematic_pipeline.backtest.oracle import (
     oracle_predictions,
     skill_table,
 )
-from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA, run_sweep
+from kinematic_pipeline.backtest.sweep import run_sweep
 from kinematic_pipeline.config import SyntheticConfig
 from kinematic_pipeline.paper_conventions import BacktestConfig
 from kinematic_pipeline.sources.synthetic import SyntheticSource
 from kinematic_pipeline.tasks.actions import BUY, HOLD, SELL, UNKNOWN_LABEL
+from kinematic_pipeline.tasks.buy_sell_hold import PREDICTIONS_SCHEMA
 
 START, END = dt.date(2021, 1, 4), dt.date(2022, 12, 30)
 TEST_START = dt.date(2022, 1, 3)

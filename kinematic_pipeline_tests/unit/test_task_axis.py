@@ -232,3 +232,26 @@ def test_a_new_session_completes_the_labels_of_as_many_sessions_before_it_as_the
     monkeypatch.setattr(Settings, "tasks", property(lambda self: tasks))
     (plan,) = plan_sessions(settings, week[-2:])  # five sessions ahead: the five before each new one
     assert plan.label_sessions == tuple(week[-7:-1])
+
+
+def test_a_tasks_predictions_are_its_own_outputs_and_its_rule_decides_on_them():
+    from kinematic_pipeline.predictors.model import predict_outputs
+
+    task = UpDown()
+    policy = Foundation("splinegpt", 7, FOLD).on(task)
+    torch.manual_seed(0)
+    classifier = nn.Sequential(nn.Flatten(), nn.Linear(64 * 9, task.head_width))
+    x = np.random.default_rng(0).normal(size=(5, 64, 9)).astype(np.float32)
+    outputs = predict_outputs(classifier, x, 2, task)  # in batches of 2: the task's softmax, 2 wide
+    torch.testing.assert_close(torch.from_numpy(outputs), classifier(torch.from_numpy(x)).softmax(-1))
+    days = [dt.date(2019, 1, d) for d in (2, 3, 4, 7, 8)]
+    frame = pl.DataFrame(
+        {"ticker": "AAA", "date": days, "close": [10.0, 10.5, 10.2, 10.8, 11.0], task.label_column: [1, 0, 1, 1, -1]}
+    ).cast({task.label_column: pl.Int8})
+    stored = task.predictions_frame(frame.reverse(), policy, outputs[::-1])  # sorted by ticker and date
+    assert stored.columns == ["variant", "task", "seed", "ticker", "date", "close", "p_down", "p_up", "label"]
+    assert stored["task"].unique().to_list() == ["updown1"] and stored["date"].to_list() == days
+    np.testing.assert_allclose(stored.select("p_down", "p_up").to_numpy(), outputs, rtol=1e-7)
+    (rule,) = task.rules
+    actions = rule.decide(stored)["action"].to_numpy()
+    np.testing.assert_array_equal(actions, np.where(outputs[:, 1] > 0.5, BUY, HOLD))

@@ -21,7 +21,7 @@ from kinematic_pipeline.backtest.policy_frames import (
     skill_beyond_reference_frame,
 )
 from kinematic_pipeline.backtest.skill_seeds import seed_mean_skill_difference
-from kinematic_pipeline.backtest.sweep import PREDICTIONS_SCHEMA, bootstrap_seed
+from kinematic_pipeline.backtest.sweep import bootstrap_seed
 from kinematic_pipeline.backtest.volatility_reference import (
     REFERENCE,
     REFERENCE_CLASS_WEIGHTS,
@@ -30,6 +30,7 @@ from kinematic_pipeline.backtest.volatility_reference import (
     trailing_volatility,
 )
 from kinematic_pipeline.tasks.actions import SOFTMAX_COLUMNS, stored_probabilities, unweighted_probabilities
+from kinematic_pipeline.tasks.buy_sell_hold import PREDICTIONS_SCHEMA
 from kinematic_pipeline_tests.naive_skill import naive_resampled_days
 
 DAY0 = dt.date(2023, 1, 2)
