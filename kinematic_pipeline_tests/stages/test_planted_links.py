@@ -81,7 +81,9 @@ def test_a_catalog_lock_linked_outside_is_refused_and_creates_nothing_there(tmp_
     assert not nowhere.exists()
 
 
-def test_report_md_linked_outside_is_replaced_by_the_report(tmp_path, monkeypatch):
+def pinned_tables(tmp_path, monkeypatch):
+    """ci settings over ``tmp_path / "warehouse"`` with the tables ``paper_tables`` would have written, pinned as it
+    pins them, so that ``materialize_report`` renders (no predictions or models to check)."""
     from kinematic_pipeline.pins import evaluation_digest, pin_evaluation
     from kinematic_pipeline.run_keys import run_keys_digest
     from kinematic_pipeline.stages import report
@@ -92,12 +94,20 @@ def test_report_md_linked_outside_is_replaced_by_the_report(tmp_path, monkeypatc
     wh = settings.warehouse
     tables = wh.report_tables_dir
     tables.mkdir(parents=True)
-    for name in ALL_TITLES:  # the tables paper_tables would have written, pinned as it pins them
+    for name in ALL_TITLES:
         if name not in OPTIONAL_TABLES:
             pl.DataFrame({"x": [1]}).write_parquet(tables / f"{name}.parquet")
     (tables / report.CONTEXT_FILE).write_text(json.dumps({"profile": "ci"}))
     pin_evaluation(wh, tables / TABLES_PIN_FILE, evaluation_digest(wh), run_keys_digest(settings))
-    monkeypatch.setattr(report, "check_inputs_current", lambda settings: None)  # no predictions, no models to check
+    monkeypatch.setattr(report, "check_inputs_current", lambda settings: None)
+    return settings
+
+
+def test_report_md_linked_outside_is_replaced_by_the_report(tmp_path, monkeypatch):
+    from kinematic_pipeline.stages import report
+
+    settings = pinned_tables(tmp_path, monkeypatch)
+    wh = settings.warehouse
     outside = _outside(tmp_path)
     for target in (outside, tmp_path / "outside" / "report-was-here.md"):  # an outside file, then a dangling link
         _plant(wh.report_file, target)
