@@ -37,6 +37,7 @@ from kinematic_pipeline.warehouse.atomic import write_text_atomic
 write_text_atomic(pathlib.Path(sys.argv[1]), "| new | tables |\\n" * 1000)
 """
 
+
 def _full_disk_after_half(monkeypatch, name: str) -> None:
     """``name`` (or its temporary file) gets half of what is written to it, then "no space left on the device"."""
     for method in ("write_bytes", "write_text"):
