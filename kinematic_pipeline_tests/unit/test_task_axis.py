@@ -11,6 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 import polars as pl
+import pytest
 import torch
 from torch import nn
 
@@ -19,6 +20,7 @@ from kinematic_pipeline.config import TrainConfig
 from kinematic_pipeline.folds import Fold
 from kinematic_pipeline.models.heads import init_head_at_prior
 from kinematic_pipeline.policy import Foundation, Policy
+from kinematic_pipeline.tasks import TASK_FAMILIES, run_tasks
 from kinematic_pipeline.tasks.actions import BUY, HOLD
 from kinematic_pipeline.tasks.base import DecisionRule, Task
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
@@ -136,6 +138,28 @@ class UpDownNextWeek(UpDown):
     horizon: ClassVar[int] = 5
 
 
+@pytest.fixture
+def families(monkeypatch):
+    """The two test tasks registered as families of their own (``tokenize.tasks`` may then name them), for one test."""
+    monkeypatch.setitem(TASK_FAMILIES, "updown", lambda settings: (UpDown(),))
+    monkeypatch.setitem(TASK_FAMILIES, "updown_week", lambda settings: (UpDownNextWeek(),))
+
+
+def test_a_runs_tasks_are_its_registered_families_and_nothing_else(tmp_path, families):
+    from kinematic_pipeline.config import load_settings
+
+    settings = load_settings("ci", warehouse=tmp_path, env={})
+    bsh = ["0.0025", "0.005", "0.01", "0.02"]
+    assert settings.tokenize.tasks == ("bsh",) and [t.key for t in settings.tasks] == bsh
+    both = dataclasses.replace(settings, tokenize=dataclasses.replace(settings.tokenize, tasks=("updown", "bsh")))
+    assert [t.key for t in both.tasks] == ["updown1", *bsh]
+    with pytest.raises(ValueError, match=r"tokenize.tasks=\('vol5',\): expected one or more of bsh, updown"):
+        dataclasses.replace(settings.tokenize, tasks=("vol5",))
+    twice = dataclasses.replace(settings, tokenize=dataclasses.replace(settings.tokenize, tasks=("updown", "updown")))
+    with pytest.raises(ValueError, match="gives one labels column twice"):
+        run_tasks(twice)
+
+
 def test_the_folds_purge_the_longest_horizon_among_the_runs_tasks(tmp_path):
     from types import SimpleNamespace
 
@@ -152,18 +176,15 @@ def test_the_folds_purge_the_longest_horizon_among_the_runs_tasks(tmp_path):
     assert max(t.horizon for t in settings.tasks) == 1  # Buy/Sell/Hold reads the next session's close
 
 
-def test_the_labels_stage_writes_each_of_the_runs_tasks_targets_and_training_reads_its_own(tmp_path, monkeypatch):
+def test_the_labels_stage_writes_each_of_the_runs_tasks_targets_and_training_reads_its_own(tmp_path, families):
     from kinematic_pipeline.calendar import trading_days
-    from kinematic_pipeline.config import Settings
     from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
     from kinematic_pipeline.stages.labels import materialize_labels
     from kinematic_pipeline.stages.tokenize import materialize_tokens
     from kinematic_pipeline.tokenizations import SPLINE
     from kinematic_pipeline_tests.conftest import CUT, END, START, _bars, _settings
 
-    settings = _settings(tmp_path, "wh", _bars(2))
-    tasks = (BuySellHold(0.01), UpDown())
-    monkeypatch.setattr(Settings, "tasks", property(lambda self: tasks))  # the run's tasks: one defined here
+    settings = _settings(tmp_path, "wh", _bars(2), taus=(0.01,), tasks=("bsh", "updown"))  # one defined here
     days = [d for d in trading_days(START, END) if d <= CUT][-6:]  # the window store's cut: days to train on
     materialize_raw_ohlcv(settings, trading_days(START, END), progress=False)
     materialize_tokens(settings, days, (SPLINE,), progress=False)
@@ -186,18 +207,15 @@ def test_the_labels_stage_writes_each_of_the_runs_tasks_targets_and_training_rea
     assert (drawn >= 0).sum() == every.height
 
 
-def test_a_task_that_reads_five_sessions_ahead_gets_its_labels_from_them_and_none_past_the_data(tmp_path, monkeypatch):
+def test_a_task_that_reads_five_sessions_ahead_gets_its_labels_from_them_and_none_past_the_data(tmp_path, families):
     from kinematic_pipeline.calendar import trading_days
-    from kinematic_pipeline.config import Settings
     from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
     from kinematic_pipeline.stages.labels import materialize_labels
     from kinematic_pipeline.stages.tokenize import materialize_tokens
     from kinematic_pipeline.tokenizations import SPLINE
     from kinematic_pipeline_tests.conftest import CUT, END, START, _bars, _settings
 
-    settings = _settings(tmp_path, "wh", _bars(2), label_source="close")
-    tasks = (BuySellHold(0.01), UpDownNextWeek())
-    monkeypatch.setattr(Settings, "tasks", property(lambda self: tasks))
+    settings = _settings(tmp_path, "wh", _bars(2), label_source="close", taus=(0.01,), tasks=("bsh", "updown_week"))
     assert settings.label_horizon == 5
     days = [d for d in trading_days(START, END) if d <= CUT][-12:]
     materialize_raw_ohlcv(settings, trading_days(START, days[-1]), progress=False)  # no bar after the last day
@@ -219,18 +237,17 @@ def test_a_task_that_reads_five_sessions_ahead_gets_its_labels_from_them_and_non
         )
 
 
-def test_a_new_session_completes_the_labels_of_as_many_sessions_before_it_as_the_tasks_read(tmp_path, monkeypatch):
+def test_a_new_session_completes_the_labels_of_as_many_sessions_before_it_as_the_tasks_read(tmp_path, families):
     from kinematic_pipeline.calendar import trading_days
-    from kinematic_pipeline.config import Settings, load_settings
+    from kinematic_pipeline.config import load_settings
     from kinematic_pipeline.nightly import plan_sessions
 
     settings = load_settings("ci", warehouse=tmp_path, env={})
     week = trading_days(dt.date(2022, 3, 1), dt.date(2022, 3, 14))  # ten sessions
     (plan,) = plan_sessions(settings, week[-2:])  # Buy/Sell/Hold: the session before each new one
     assert plan.sessions == tuple(week[-2:]) and plan.label_sessions == tuple(week[-3:-1])
-    tasks = (BuySellHold(0.01), UpDownNextWeek())
-    monkeypatch.setattr(Settings, "tasks", property(lambda self: tasks))
-    (plan,) = plan_sessions(settings, week[-2:])  # five sessions ahead: the five before each new one
+    weekly = dataclasses.replace(settings.tokenize, tasks=("bsh", "updown_week"))
+    (plan,) = plan_sessions(dataclasses.replace(settings, tokenize=weekly), week[-2:])  # the five before each new one
     assert plan.label_sessions == tuple(week[-7:-1])
 
 
