@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from kinematic_pipeline.warehouse.catalog import catalog_connection
-from kinematic_pipeline_tests.helpers.cli import cli_env
+from kinematic_pipeline_tests.helpers.cli import cli_env, run_cli
 from kinematic_pipeline_tests.stages.test_planted_links import pinned_tables
 
 HALF_THEN_FULL = """
@@ -83,13 +83,6 @@ def test_a_kill_in_the_middle_of_tables_md_leaves_the_old_tables_which_report_pr
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert tables.read_text() == old
     assert len(list(tables.parent.glob(".tables.md.*.tmp"))) == 1  # the killed writer's half: never read as the file
-    proc = subprocess.run(
-        [sys.executable, "-m", "kinematic_pipeline", "report"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_cli(tmp_path, "report")  # the real CLI, with the same variables as ``env``
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith(old) and "new" not in proc.stdout
