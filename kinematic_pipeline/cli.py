@@ -232,9 +232,10 @@ def lineage(
         return 2
     # Without --fold/--seed: the pooled record the report prints, and every (fold, seed) chain behind it; with
     # either, the chains of that fold and/or seed only, each on its own.
-    folds = evaluated_folds(settings, tau) if fold is None else (fold,)
+    task = run_task(settings, tau)
+    folds = evaluated_folds(settings, task) if fold is None else (fold,)
     seeds = policy_seeds(settings, model) if seed is None else (seed,)
-    chains = [Policy.named(settings.folds, model, s, run_task(settings, tau), f) for f in folds for s in seeds]
+    chains = [Policy.named(settings.folds, model, s, task, f) for f in folds for s in seeds]
     if fold is None and seed is None:  # the report's record: the run's policies only (KP_SEEDS, the taus, folds)
         grid = set(run_policies(settings))
         chains = [p for p in chains if p in grid]

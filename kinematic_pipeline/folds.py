@@ -21,7 +21,6 @@ import math
 from dataclasses import dataclass
 
 from kinematic_pipeline.calendar import calendar_end, trading_days
-from kinematic_pipeline.tasks.buy_sell_hold import same_tau
 
 SINGLE_CUT_LABEL = "all"  # the ``fold`` column's value for the single cut (``Fold.label``; its name is None)
 
@@ -138,12 +137,13 @@ def fold_names(settings) -> tuple[str | None, ...]:
     return tuple(f.name for f in settings.folds)
 
 
-def evaluated_folds(settings, tau: float) -> tuple[str | None, ...]:
-    """The folds a policy at ``tau`` is trained and evaluated on: every fold, or for the taus other than the
-    report's, with ``tau_sweep_folds`` = "last" the last fold only and with "none" no fold (no sweep)."""
+def evaluated_folds(settings, task) -> tuple[str | None, ...]:
+    """The folds a policy on ``task`` (a ``tasks.base.Task``) is trained and evaluated on: every fold, or for a task
+    the report does not read (``Task.reported``: Buy/Sell/Hold at a tau other than the report's), with
+    ``tau_sweep_folds`` = "last" the last fold only and with "none" no fold (no sweep)."""
 
     names, sweep = fold_names(settings), settings.split.tau_sweep_folds
-    if sweep == "all" or same_tau(tau, settings.evaluate.report_tau):
+    if sweep == "all" or task.reported(settings):
         return names
     return names[-1:] if sweep == "last" else ()
 

@@ -18,7 +18,8 @@ from kinematic_pipeline.config import Settings
 from kinematic_pipeline.folds import evaluated_folds, fold_names
 from kinematic_pipeline.pins import BACKTEST_KEYS, StalePairError
 from kinematic_pipeline.policy import KEY_SEPARATOR, Policy, format_fit_key
-from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold, same_tau, tau_key
+from kinematic_pipeline.tasks.base import Task
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold, tau_key
 from kinematic_pipeline.variants import BENCHMARK
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse.atomic import digest, file_sha256
@@ -38,26 +39,28 @@ def run_task(settings: Settings, tau: float) -> BuySellHold:
     return BuySellHold(tau, settings.train.class_weights)
 
 
-def policy_taus(settings: Settings, variant: str | None = None) -> tuple[float, ...]:
-    """The taus of ``variant``'s policies: every tokenize.taus, or a baseline's ``evaluate.baseline_taus``."""
-    if variant is None or lookup_variant(variant).every_tau or settings.evaluate.baseline_taus is None:
-        return settings.tokenize.taus
-    return settings.evaluate.baseline_taus
+def policy_tasks(settings: Settings, variant: str | None = None) -> tuple[Task, ...]:
+    """The tasks of ``variant``'s policies: those of the run's (``Settings.tasks``) it is evaluated on
+    (``Task.evaluated_by``: Buy/Sell/Hold's baselines at ``evaluate.baseline_taus`` only); None: every task."""
+    if variant is None:
+        return settings.tasks
+    return tuple(t for t in settings.tasks if t.evaluated_by(lookup_variant(variant), settings))
 
 
 def policy_keys(settings: Settings, variant: str | None = None) -> list[str]:
-    """The run's grid of policies of ``variant``, keys ``2019@1234|0.01`` by fold, seed, then tau: every seed and tau
-    on every fold, but with ``tau_sweep_folds`` = "last" a tau other than the report's on the last fold only, and
-    with ``tau_sweep_seeds`` = "first" with the first seed only."""
-    seeds, taus = policy_seeds(settings, variant), policy_taus(settings, variant)
-    folds = {tau: evaluated_folds(settings, tau) for tau in taus}
+    """The run's grid of policies of ``variant``, keys ``2019@1234|0.01`` by fold, seed, then task: every seed and
+    task on every fold, but a task the report does not read (``Task.reported``: a tau other than the report's) with
+    ``tau_sweep_folds`` = "last" on the last fold only, and with ``tau_sweep_seeds`` = "first" with the first seed
+    only."""
+    seeds, tasks = policy_seeds(settings, variant), policy_tasks(settings, variant)
+    folds = {task: evaluated_folds(settings, task) for task in tasks}
     swept = seeds[:1] if settings.split.tau_sweep_seeds == "first" else seeds
     return [
-        f"{format_fit_key(fold, seed)}{KEY_SEPARATOR}{tau_key(tau)}"
+        f"{format_fit_key(fold, seed)}{KEY_SEPARATOR}{task.key}"
         for fold in fold_names(settings)
         for seed in seeds
-        for tau in taus
-        if fold in folds[tau] and (seed in swept or same_tau(tau, settings.evaluate.report_tau))
+        for task in tasks
+        if fold in folds[task] and (seed in swept or task.reported(settings))
     ]
 
 
@@ -78,8 +81,8 @@ def run_keys_digest(settings: Settings) -> str:
 def _in_run(settings: Settings, grid: dict, row: dict) -> bool:
     if row["variant"] == BENCHMARK:
         return row["fold"] in {f.label for f in settings.folds}
-    taus = grid.get((row["variant"], row["seed"], row["fold"]), ())
-    return row["tau"] is not None and any(same_tau(row["tau"], t) for t in taus)
+    keys = grid.get((row["variant"], row["seed"], row["fold"]), ())
+    return row["tau"] is not None and tau_key(row["tau"]) in keys
 
 
 def keep_run_policies(settings: Settings, frame: pl.DataFrame) -> pl.DataFrame:
@@ -87,9 +90,9 @@ def keep_run_policies(settings: Settings, frame: pl.DataFrame) -> pl.DataFrame:
     policies, and Buy & Hold's of the run's folds; a frame without those columns is returned as it is."""
     if frame.is_empty() or not set(KEY_COLUMNS) <= set(frame.columns):
         return frame
-    grid: dict[tuple, list[float]] = {}
+    grid: dict[tuple, set[str]] = {}
     for p in run_policies(settings):
-        grid.setdefault((p.variant.name, p.seed, p.fold.label), []).append(p.task.tau)
+        grid.setdefault((p.variant.name, p.seed, p.fold.label), set()).add(p.task.key)
     keys = frame.select(KEY_COLUMNS).unique()
     keep = keys.filter(
         pl.Series([_in_run(settings, grid, row) for row in keys.iter_rows(named=True)], dtype=pl.Boolean)

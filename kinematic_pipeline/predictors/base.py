@@ -2,7 +2,7 @@
 
 A ``Predictor`` holds its variant and answers three questions for one ``Policy``: what it decides with (``load``:
 an adapter, a probe's fit, or nothing for a rule, checked against its record first), what it predicts
-(``predictions``: the test tickers' test days, their validation days and, at the report's tau, the universe,
+(``predictions``: the test tickers' test days, their validation days and, for a task the report reads, the universe,
 calibrated on validation days only) and which files decide those predictions (``provenance``). No dagster and no
 torch here.
 """
@@ -87,10 +87,11 @@ class Predictor(ABC):
 
     @abstractmethod
     def predictions(
-        self, settings: Settings, policy: Policy, days: list[dt.date], at_report_tau: bool, fitted: object = None
+        self, settings: Settings, policy: Policy, days: list[dt.date], reported: bool, fitted: object = None
     ) -> PolicyPredictions:
-        """``policy``'s predictions on the test ``days`` (``PolicyPredictions``), nothing written; ``fitted``: what
-        ``load`` returns (loaded here when None)."""
+        """``policy``'s predictions on the test ``days`` (``PolicyPredictions``), nothing written, with the universe's
+        when ``reported`` (the report reads its task: ``Task.reported``); ``fitted``: what ``load`` returns (loaded
+        here when None)."""
 
     def provenance(self, wh, policy: Policy, add) -> None:
         """Call ``add(link, asset, path[, sha256, date=, split=])`` for each file that made ``policy``'s predictions

@@ -64,7 +64,7 @@ class FeaturesPredictor(Predictor):
         return predictions_frame(frame, key, probs, label, self.class_weights(fitted))
 
     def predictions(
-        self, settings: Settings, policy: Policy, days: list[dt.date], at_report_tau: bool, fitted: object = None
+        self, settings: Settings, policy: Policy, days: list[dt.date], reported: bool, fitted: object = None
     ) -> PolicyPredictions:
         variant, wh = policy.variant, settings.warehouse
         fitted = self.load(settings, policy) if fitted is None else fitted
@@ -85,7 +85,7 @@ class FeaturesPredictor(Predictor):
         weights = self.class_weights(fitted)
         result = Predictions(frame, shards, [t for t in tickers if t not in present], class_weights=weights)
         fitting, universe = (validation if self.calibrated else None), None
-        if at_report_tau:
+        if reported:
             names = universe_tickers(settings, asset, days)
             universe = self.rows(settings, policy, "test", names, fitted)
             others = [t for t in names if t not in present]

@@ -49,17 +49,17 @@ class ModelPredictor(Predictor):
         return classifier, check_class_weights(settings, policy)
 
     def predictions(
-        self, settings: Settings, policy: Policy, days: list[dt.date], at_report_tau: bool, fitted: object = None
+        self, settings: Settings, policy: Policy, days: list[dt.date], reported: bool, fitted: object = None
     ) -> PolicyPredictions:
         """Two forward passes: the test days and the validation days, each over the test tickers and
-        (``at_report_tau``) the universe's at once (a ticker-day is predicted once)."""
+        (``reported``) the universe's at once (a ticker-day is predicted once)."""
         from kinematic_pipeline.models.heads import for_inference
 
         classifier, class_weights = self.load(settings, policy) if fitted is None else fitted
         fold, asset = policy.fold, policy.variant.token_asset
         classifier = for_inference(classifier)  # LoRA merged once for both passes
         wanted = evaluation_tickers(settings, asset, days)
-        names = universe_tickers(settings, asset, days) if at_report_tau else []
+        names = universe_tickers(settings, asset, days) if reported else []
         test = predict(settings, policy, classifier, days, union(wanted, names), class_weights)
         frame = test.frame.filter(pl.col("ticker").is_in(wanted))
         tickers = sorted(frame["ticker"].unique().to_list())
@@ -73,7 +73,7 @@ class ModelPredictor(Predictor):
         rows = predict(settings, policy, classifier, fit_days, union(tickers, names), class_weights)
         fitting = purge_labels(rows.frame, fold)
         validation = fitting.filter(pl.col("ticker").is_in(tickers))
-        universe = test.frame.filter(pl.col("ticker").is_in(names)) if at_report_tau else None
+        universe = test.frame.filter(pl.col("ticker").is_in(names)) if reported else None
         result, validation, universe_calibrated = calibrated(result, validation, universe, fitting)
         return result, validation, universe_calibrated, universe
 

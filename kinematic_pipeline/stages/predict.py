@@ -22,7 +22,7 @@ from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.predictors.base import Predictions
 from kinematic_pipeline.predictors.families import predictor
 from kinematic_pipeline.run_keys import membership_columns
-from kinematic_pipeline.tasks.buy_sell_hold import PREDICTIONS_SCHEMA, same_tau
+from kinematic_pipeline.tasks.buy_sell_hold import PREDICTIONS_SCHEMA
 from kinematic_pipeline.warehouse import PREDICTIONS, Warehouse
 from kinematic_pipeline.warehouse.layout import (
     INPUTS_SCHEMA,
@@ -41,15 +41,15 @@ FOLD_PREDICTIONS_SCHEMA = {**PREDICTIONS_SCHEMA, "fold": pl.String}  # the view:
 def materialize_predictions(settings: Settings, policy: Policy) -> Predictions:
     """Predict the test period with the policy; calibrate it (models and probes: a temperature and class biases
     fitted on the validation days, ``backtest.calibration``); write its shard, its validation-day predictions,
-    the shards it read, the calibration and, at the report's tau, its predictions on the universe (every
+    the shards it read, the calibration and, for a task the report reads (``Task.reported``), its predictions on the universe (every
     ticker-day of the test period, or the seeded sample of ``universe_tickers``), calibrated and raw; refresh the
     ``predictions`` view. The variant's predictor makes them (``predictors/``): models load their adapter; probes and
     rules read the features file."""
     days = _check_test_period(settings, policy.variant.token_asset, policy.fold)
-    at_report_tau = same_tau(policy.task.tau, settings.evaluate.report_tau)
+    reported = policy.task.reported(settings)  # the report reads it: its universe's predictions too
     made_by = predictor(policy.variant)
     pinned = model_files_frame(settings, policy)  # hashed before the load; the same after it, or refused
-    result, validation, calibrated, universe = made_by.predictions(settings, policy, days, at_report_tau)
+    result, validation, calibrated, universe = made_by.predictions(settings, policy, days, reported)
     if not model_files_frame(settings, policy).equals(pinned):  # another run retrained a model file meanwhile
         raise StalePairError(
             f"the model files of {policy} changed while its predictions were made: retry "

@@ -96,3 +96,14 @@ class Task(ABC):
     def rules(self) -> tuple[DecisionRule, ...]:
         """How its predictions decide (none: a forecast takes no action, so it has no backtests)."""
         return ()
+
+    def reported(self, settings) -> bool:
+        """Whether the report's main tables read this task's policies: then every seed and fold trains it (another
+        may be swept on fewer: ``split.tau_sweep_folds``, ``tau_sweep_seeds``) and its predictions cover the
+        universe. A task alone in its family is (this default)."""
+        return True
+
+    def evaluated_by(self, variant, settings) -> bool:
+        """Whether ``variant`` (a ``variants.Variant``) has a policy on this task in the run's grid (this default:
+        every variant)."""
+        return True

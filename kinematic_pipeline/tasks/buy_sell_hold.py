@@ -219,3 +219,13 @@ class BuySellHold(Task):
     @property
     def rules(self) -> tuple[DecisionRule, ...]:
         return (PaperArgmax(self.class_weights), CalibratedArgmax(self.class_weights), MarginRule())
+
+    def reported(self, settings) -> bool:
+        """At ``evaluate.report_tau``: the paper's main tables; the other taus are its sweep."""
+        return same_tau(self.tau, settings.evaluate.report_tau)
+
+    def evaluated_by(self, variant, settings) -> bool:
+        """Every tau for a variant with ``every_tau`` (the models), a baseline's at ``evaluate.baseline_taus`` (None:
+        every tau)."""
+        taus = settings.evaluate.baseline_taus
+        return variant.every_tau or taus is None or any(same_tau(self.tau, t) for t in taus)
