@@ -91,16 +91,12 @@ def foundation_damage(wh: Warehouse, policy: Policy, sha256: str) -> str | None:
 
 
 def pin_foundation(
-    wh: Warehouse, adapter_dir: Path, foundation: Path, foundation_sha256: str, class_weights: tuple[float, ...]
+    wh: Warehouse, adapter_dir: Path, foundation: Path, foundation_sha256: str, task_record: dict
 ) -> Path:
     """Record, in an adapter's folder, the foundation (path relative to the warehouse, and sha256) it was fine-tuned
-    from, and the class weights [Buy, Sell, Hold] it was fine-tuned with (what its probabilities mean)."""
+    from, and its task's record (``Task.record``: Buy/Sell/Hold's class weights, what its probabilities mean)."""
     path = Path(adapter_dir) / PIN_FILE
-    record = {
-        "foundation": warehouse_path(wh, foundation),
-        "foundation_sha256": foundation_sha256,
-        "class_weights": [float(w) for w in class_weights],
-    }
+    record = {"foundation": warehouse_path(wh, foundation), "foundation_sha256": foundation_sha256, **task_record}
     write_bytes_atomic(path, json.dumps(record, indent=1).encode(), durable=wh.durable)
     return path
 
@@ -256,10 +252,11 @@ def check_predictions_model(settings: Settings, policy: Policy) -> None:
 
 def trained_class_weights(settings: Settings, policy: Policy) -> tuple[float, float, float] | None:
     """The class weights [Buy, Sell, Hold] ``policy``'s model was trained with, as its adapter's pin or its probe's
-    fit record holds them; None for a rule (its one-hot actions mean the same under any weights). A model that
-    records none (fitted by an older version) is refused, naming the partition to re-materialize."""
+    fit record holds them; None for a rule (its one-hot actions mean the same under any weights) and for a task that
+    trains with none (its ``Task.record`` names no class weights). A model that records none (fitted by an older
+    version) is refused, naming the partition to re-materialize."""
     record = policy.variant.training_record(settings.warehouse, policy)
-    if record is None:
+    if record is None or "class_weights" not in policy.task.record:
         return None
     path, asset, _ = record
     recorded = json.loads(path.read_text()).get("class_weights") if path.exists() else None

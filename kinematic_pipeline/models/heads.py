@@ -125,7 +125,7 @@ class LoraHead:
         init_head_at_prior(classifier.cls_head, prior)  # before PEFT copies the head into modules_to_save
         return inject_lora(classifier, cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_layers)
 
-    def save(self, classifier: nn.Module, adapter_dir: Path, variant: str, tau: float) -> list[Path]:
+    def save(self, classifier: nn.Module, adapter_dir: Path, variant: str, task: str) -> list[Path]:
         """PEFT writes a folder: staged beside the head's path and renamed in whole, so that a link planted at
         the path (or in the old folder) is replaced, never written through."""
         path = self.layout.path(adapter_dir)
@@ -194,10 +194,10 @@ class ProbeHead:
         init_head_at_prior(classifier.cls_head, prior)
         return classifier
 
-    def save(self, classifier: nn.Module, adapter_dir: Path, variant: str, tau: float) -> list[Path]:
+    def save(self, classifier: nn.Module, adapter_dir: Path, variant: str, task: str) -> list[Path]:
         head = {n: p.detach().cpu() for n, p in classifier.named_parameters() if p.requires_grad}
         buffer = io.BytesIO()  # saved in memory, written whole: a rename over the path, never through a link
-        torch.save({"variant": variant, "tau": tau, "state_dict": head}, buffer)
+        torch.save({"variant": variant, "task": task, "state_dict": head}, buffer)
         write_bytes_atomic(self.layout.path(adapter_dir), buffer.getvalue())
         return without_sidecars(self.layout.files(adapter_dir))
 

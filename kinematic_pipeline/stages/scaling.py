@@ -191,7 +191,7 @@ def transformer_row(
         "model": variant,
         "n_windows": n,
         "windows_seen": next((r["windows"] for r in result.curves if r["best"]), 0),  # up to the kept state
-        "train_rows": sum(result.class_counts.values()),
+        "train_rows": sum(result.target_summary.values()),
         "steps": result.steps,
         "best_step": result.best_step,
         **score_universe(settings, universe, rates),

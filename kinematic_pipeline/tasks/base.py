@@ -65,9 +65,37 @@ class Task(ABC):
     def val_loss(self, logits, target):
         """The validation metric a run stops on and keeps its best state by (torch tensors)."""
 
+    @property
+    def unknown(self) -> int | float:
+        """Its target where unknown (a row never trained on or scored): -1 for a class code, NaN for a value."""
+        return -1 if self.target_dtype.is_integer() else float("nan")
+
+    def known(self, target: np.ndarray) -> np.ndarray:
+        """Which of ``target`` (as ``store`` gives it) are known: a class code >= 0, a finite value."""
+        target = np.asarray(target)
+        return np.isfinite(target) if target.dtype.kind == "f" else target >= 0
+
+    def stored(self, target: np.ndarray) -> np.ndarray:
+        """``target`` (unknown as ``unknown``) as a training batch holds it: int64 class codes (what a
+        cross-entropy indexes with), float32 values; a copy (the caller may write it)."""
+        return np.array(target, dtype=np.int64 if self.target_dtype.is_integer() else np.float32)
+
+    def summary(self, targets: np.ndarray) -> dict:
+        """What the training split's known ``targets`` were: what ``prior`` starts the head from and the adapter's
+        record shows. This default (a classifier's): each class code's count, named by ``outputs``."""
+        counts = np.bincount(np.asarray(targets, dtype=np.int64), minlength=self.head_width)
+        return {name: int(counts[k]) for k, name in enumerate(self.outputs)}
+
     @abstractmethod
-    def prior(self, counts) -> np.ndarray:
-        """The head's bias that predicts the training target's marginal whatever the input (its zero-skill start)."""
+    def prior(self, summary: dict) -> np.ndarray:
+        """The head's bias that predicts the training target's marginal whatever the input (its zero-skill start),
+        from the training split's ``summary``."""
+
+    @property
+    def record(self) -> dict:
+        """What a model trained on it records of the task beside its files, and its predictions are read with
+        (Buy/Sell/Hold: the class weights its probabilities are skewed by); none by default."""
+        return {}
 
     def outputs_of(self, logits) -> np.ndarray:
         """What its predictions store of a batch of the head's outputs (a torch tensor [n, head_width]), as a float32

@@ -25,6 +25,7 @@ import numpy as np
 import polars as pl
 
 from kinematic_pipeline.tasks.actions import (
+    ACTION_KEYS,
     BUY,
     HOLD,
     PROB_COLUMNS,
@@ -203,8 +204,18 @@ class BuySellHold(Task):
             return logits.sum() * 0.0
         return F.cross_entropy(logits - log_w, target.long(), ignore_index=UNKNOWN_LABEL)
 
-    def prior(self, counts) -> np.ndarray:
-        return prior_logits(counts, self.class_weights)
+    def summary(self, targets: np.ndarray) -> dict:
+        """The training split's Buy/Sell/Hold counts (``buy``, ``sell``, ``hold``)."""
+        counts = np.bincount(np.asarray(targets, dtype=np.int64), minlength=len(ACTION_KEYS))
+        return {name: int(counts[k]) for k, name in enumerate(ACTION_KEYS)}
+
+    def prior(self, summary) -> np.ndarray:
+        return prior_logits(summary, self.class_weights)
+
+    @property
+    def record(self) -> dict:
+        """The class weights [Buy, Sell, Hold] it trains with: what its model's probabilities mean."""
+        return {"class_weights": [float(w) for w in self.class_weights]}
 
     def predictions_frame(self, frame: pl.DataFrame, policy, outputs: np.ndarray, class_weights=None) -> pl.DataFrame:
         """``PREDICTIONS_SCHEMA`` rows of ``policy`` (``predictions_frame``, keyed by its variant, this tau and its

@@ -32,7 +32,6 @@ from kinematic_pipeline.model_pins import warehouse_path
 from kinematic_pipeline.pins import fold_stats, verified_labels
 from kinematic_pipeline.policy import Foundation, Policy
 from kinematic_pipeline.sampling import epoch_sample, part_of
-from kinematic_pipeline.tasks.actions import ACTION_KEYS, UNKNOWN_LABEL
 from kinematic_pipeline.tasks.base import Task
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.layout import LABELS, SHARDS_USED_SCHEMA
@@ -51,8 +50,8 @@ def _part() -> tuple[int, int, int]:
 
 
 class SampledWindows(IterableDataset):
-    """Batches of windows drawn from ``rows`` of a store: ``x`` (float32 [B, 64, C]) or ``(x, y)`` (y int64
-    [B], labels 0/1/2) when ``labels`` (aligned with ``rows``) are given.
+    """Batches of windows drawn from ``rows`` of a store: ``x`` (float32 [B, 64, C]) or ``(x, y)`` when ``labels``
+    (aligned with ``rows``) are given (y [B]: int64 class codes, or a task's float32 values: ``Task.stored``).
 
     ``split`` "train" draws a new sample each epoch; "val" draws one sample per seed (epoch 0's) every epoch.
     """
@@ -117,7 +116,7 @@ class SampledWindows(IterableDataset):
                     x, rows, y = x[finite], rows[finite], None if y is None else y[finite]
                 served += np.bincount(day_of_row[rows], minlength=served.size)
                 xt = torch.from_numpy(np.ascontiguousarray(x))
-                yield xt if y is None else (xt, torch.from_numpy(np.asarray(y, dtype=np.int64)))
+                yield xt if y is None else (xt, torch.from_numpy(_batch_target(y)))
         finally:
             if self.trace_dir:
                 _trace(self, Path(self.trace_dir), rank, served)
@@ -148,10 +147,16 @@ class EpochSeed(L.Callback):
             datamodule.set_epoch(trainer.current_epoch)
 
 
+def _batch_target(y: np.ndarray) -> np.ndarray:
+    """A batch's targets: float32 values as they are, class codes as int64."""
+    return np.ascontiguousarray(y, dtype=np.float32 if np.asarray(y).dtype.kind == "f" else np.int64)
+
+
 def store_labels(
     settings: Settings, store: WindowStore, task: Task, until: dt.date | None = None
 ) -> tuple[np.ndarray, dict[dt.date, str]]:
-    """``task``'s label (its ``label_column``) for every store row (-1 where unknown), from the labels shards of the store's days
+    """``task``'s target (its ``label_column``, as ``Task.stored``) for every store row (``Task.unknown`` where unknown),
+    from the labels shards of the store's days
     (on or before ``until``: a fold's ``label_end``, the purge) joined on (date, ticker), and those shards' content
     hashes. Only days on or before the cut are read (the store holds no other day), and with ``until`` no label
     whose next session lies after it: its pin check would open that session's manifests."""
@@ -162,10 +167,10 @@ def store_labels(
     hashes = dict(zip(days, wh.content_hashes(LABELS, days)))
     keys = store.rows.select("date", "ticker")
     if not days:
-        return np.full(keys.height, UNKNOWN_LABEL, dtype=np.int64), hashes
+        return task.stored(np.full(keys.height, task.unknown)), hashes
     labels = exact.scan_parquet(verified_labels(settings, days)).select("date", "ticker", col).collect()
     joined = keys.join(labels, on=["date", "ticker"], how="left", maintain_order="left")
-    return joined[col].fill_null(UNKNOWN_LABEL).to_numpy().astype(np.int64), hashes
+    return task.stored(joined[col].fill_null(task.unknown).to_numpy()), hashes
 
 
 def distinct_sample(rows: np.ndarray, n: int, seed: int) -> np.ndarray:
@@ -196,7 +201,7 @@ class WindowDataModule(L.LightningDataModule):
         self.train_days: list[dt.date] = []
         self.val_days: list[dt.date] = []
         self.store: WindowStore | None = None
-        self._labels: np.ndarray | None = None  # per store row, -1 unknown
+        self._labels: np.ndarray | None = None  # per store row, the task's target (Task.unknown: unknown)
         self._label_hashes: dict[dt.date, str] = {}
         self._train: SampledWindows | None = None
         self._val: SampledWindows | None = None
@@ -214,8 +219,8 @@ class WindowDataModule(L.LightningDataModule):
         if self.task is not None:
             self._labels, self._label_hashes = store_labels(self.settings, store, self.task, until=fold.label_end)
             purged = store.rows["date"].to_numpy() > np.datetime64(fold.label_end, "D")  # label reaches the test
-            self._labels[purged] = UNKNOWN_LABEL  # (not read: unknown already)
-            usable = usable & (self._labels >= 0)
+            self._labels[purged] = self.task.unknown  # (not read: unknown already)
+            usable = usable & self.task.known(self._labels)
         is_val = day_of_row >= len(self.train_days)
         stats = None
         if self.variant.normalized:
@@ -275,13 +280,13 @@ class WindowDataModule(L.LightningDataModule):
         """Optimizer steps per epoch on each of ``parts`` ranks."""
         return max(1, math.ceil(self.train_windows(parts) / parts / self.settings.train.batch_size))
 
-    def class_counts(self) -> dict[str, int]:
-        """Buy/Sell/Hold counts of the known labels over every window of the training split."""
+    def target_summary(self) -> dict:
+        """The task's summary (``Task.summary``: Buy/Sell/Hold's class counts) of the known targets over every window
+        of the training split."""
         self.setup()
         if self.task is None:
-            raise ValueError(f"class_counts needs labels: {self.policy} is a foundation, it has no task")
-        counts = np.bincount(self._train.labels, minlength=3)
-        return {name: int(counts[k]) for k, name in enumerate(ACTION_KEYS)}
+            raise ValueError(f"target_summary needs labels: {self.policy} is a foundation, it has no task")
+        return self.task.summary(self._train.labels)
 
     def shards_used(self, steps: int, evaluations: int, parts: int = 1) -> list[dict]:
         """Lineage: the store itself and every day shard of the training period, with its split and the windows

@@ -68,7 +68,7 @@ class TrainingResult:
     shards_used: list[dict]  # training/data.py: the store and every day shard, with the windows served
     metrics_csv: Path
     foundation_sha256: str | None = None  # adapters: the foundation they were fine-tuned from
-    class_counts: dict[str, int] = field(default_factory=dict)  # adapters: Buy/Sell/Hold of the training split
+    target_summary: dict = field(default_factory=dict)  # adapters: Task.summary of the training split (Buy/Sell/Hold's)
     budget_steps: int = 0  # the step budget (per rank)
     steps: int = 0  # optimizer steps run (fewer than the budget when validation stopped the run)
     best_step: int = 0  # the step whose state was saved (0: the initial state)
@@ -118,7 +118,7 @@ class TrainingResult:
         png = (result.out_dir / LOSS_PLOT_FILE).read_bytes()  # written with the model (``_result``)
         values = {
             "seed": policy.seed,
-            **({} if policy.task is None else {"tau": policy.task.tau}),
+            **({} if policy.task is None else {"task": policy.task.key}),
             "params_total": result.params_total,
             "params_trainable": result.params_trainable,
             "checkpoint_path": result.checkpoint_path,
@@ -150,7 +150,7 @@ class TrainingResult:
             values["adapter_files_sha256"] = dict(result.files_sha256)
             values["foundation_checkpoint"] = settings.warehouse.foundation_checkpoint(policy)
             values["foundation_sha256"] = result.foundation_sha256
-            values["training_label_distribution"] = dict(result.class_counts)
+            values["training_label_distribution"] = dict(result.target_summary)
         return values
 
 
@@ -313,12 +313,10 @@ def load_foundation(settings: Settings, policy: Policy, path: Path | None = None
     return read_foundation(settings, policy, path)[0]
 
 
-def build_classifier(
-    settings: Settings, policy: Policy, backbone: nn.Module, class_counts: dict[str, int] | None = None
-) -> nn.Module:
-    """The variant's head kind on ``backbone``: LoRA + a classification head, or PatchTST's linear probe; with
-    ``class_counts`` (the training split's Buy/Sell/Hold) the head starts at its task's prior (``Task.prior``)."""
-    prior = None if class_counts is None else policy.task.prior(class_counts)
+def build_classifier(settings: Settings, policy: Policy, backbone: nn.Module, summary: dict | None = None) -> nn.Module:
+    """The variant's head kind on ``backbone``: LoRA + a head as wide as the task's, or PatchTST's linear probe; with
+    ``summary`` (``Task.summary`` of the training split) the head starts at its task's prior (``Task.prior``)."""
+    prior = None if summary is None else policy.task.prior(summary)
     return HEADS[policy.variant.head.kind].build(backbone, settings.train, policy.task.head_width, prior)
 
 
@@ -331,7 +329,7 @@ def finetune(
     num_workers: int = 0,
     callbacks=(),
 ) -> TrainingResult:
-    """Buy/Sell/Hold fine-tuning of ``policy`` (its tau) from its foundation, into its adapter folder (``callbacks``:
+    """Fine-tuning of ``policy`` on its task from its foundation, into its adapter folder (``callbacks``:
     Lightning callbacks run beside the run's own, e.g. a benchmark's snapshot of every validated state)."""
     out_dir = Path(out_dir or settings.warehouse.adapter_dir(policy))
     foundation = Path(foundation or settings.warehouse.foundation_checkpoint(policy))
@@ -341,9 +339,9 @@ def finetune(
     with quiet_lightning(progress):
         L.seed_everything(policy.seed, workers=True, verbose=False)
         data = _data(settings, policy, num_workers)
-        counts = data.class_counts()
+        summary = data.target_summary()
         backbone, loaded = read_foundation(settings, policy, foundation)  # the sha256 of the bytes trained from
-        classifier = build_classifier(settings, policy, backbone, counts)
+        classifier = build_classifier(settings, policy, backbone, summary)
 
         def module_for(total_steps: int) -> FinetuneModule:
             return FinetuneModule(classifier, policy.task, settings.train, total_steps)
@@ -355,10 +353,10 @@ def finetune(
                 "from it: retry"
             )
         classifier.eval()
-        files = head.save(classifier, out_dir, policy.variant.name, policy.task.tau)
-    extra = {"foundation_sha256": loaded, "class_counts": counts}
-    weights = policy.task.class_weights  # recorded with the adapter: what its probabilities mean
-    pin_foundation(settings.warehouse, out_dir, foundation, extra["foundation_sha256"], weights)  # loads check it
+        files = head.save(classifier, out_dir, policy.variant.name, policy.task.key)
+    extra = {"foundation_sha256": loaded, "target_summary": summary}
+    # the task's record (Buy/Sell/Hold's class weights: what its probabilities mean) beside the foundation's hash
+    pin_foundation(settings.warehouse, out_dir, foundation, loaded, policy.task.record)  # loads check it
     return _result(settings, policy, out_dir, files, classifier, fitted, started, **extra)
 
 

@@ -183,7 +183,7 @@ def test_the_evaluation_schedule_asks_for_each_fine_tuned_model_only(nightly_set
         wh.foundation_checkpoint(policy).parent.mkdir(parents=True, exist_ok=True)
         wh.foundation_checkpoint(policy).write_bytes(b"weights")
         checkpoint = wh.foundation_checkpoint(policy)
-        pin_foundation(wh, wh.adapter_dir(policy), checkpoint, file_sha256(checkpoint), (2.0, 10.0, 1.0))
+        pin_foundation(wh, wh.adapter_dir(policy), checkpoint, file_sha256(checkpoint), policy.task.record)
     wh.foundation_checkpoint(retrained).write_bytes(b"retrained weights")
     tick = _tick(defs, schedule, TICKS[0])
     assert sorted(r.partition_key for r in tick.run_requests) == [

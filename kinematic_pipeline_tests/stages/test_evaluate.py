@@ -157,7 +157,9 @@ def test_an_empty_test_period_fails_with_a_message_that_names_the_cut(warehouses
     for path in (adapter, foundation):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
-    pin = pin_foundation(wh, wh.adapter_dir(policy), foundation, "0" * 64, late.train.class_weights)
+    pin = pin_foundation(
+        wh, wh.adapter_dir(policy), foundation, "0" * 64, {"class_weights": list(late.train.class_weights)}
+    )
     try:
         with pytest.raises(ValueError, match=r"in the test period of fold all \(train <= 2021-12-31 .*\): it is empty"):
             materialize_predictions(late, policy)

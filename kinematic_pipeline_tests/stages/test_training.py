@@ -124,7 +124,7 @@ def test_no_shard_after_train_end_is_ever_opened(ci_warehouse, tmp_path):
         dm.setup()
         assert sum(len(b) for b in _windows(dm.train_dataloader())) > 0
         assert sum(len(b) for b in _windows(dm.val_dataloader())) > 0
-        assert dm.class_counts()["hold"] > 0
+        assert dm.target_summary()["hold"] > 0
 
 
 def _module(settings, cap=None, tau=None, seed=None, trace=None):
@@ -297,7 +297,7 @@ def test_finetune_saves_an_adapter_that_reloads_to_identical_predictions(foundat
         targets = json.loads((tmp_path / "ft" / "adapter" / "adapter_config.json").read_text())["target_modules"]
         assert targets == sorted(targets) and len(targets) == 12
     assert 0 < result.params_trainable < result.params_total
-    assert sum(result.class_counts.values()) > 0 and result.windows_seen > 0
+    assert sum(result.target_summary.values()) > 0 and result.windows_seen > 0
 
     # The saved state is the best validation step's: reloaded, its de-weighted log loss on the validation windows
     # (recomputed here the slow way) is the best one on the curve, and Lightning's last checkpoint holds it when
@@ -397,7 +397,7 @@ def test_on_labels_without_information_the_saved_adapter_scores_no_worse_than_th
     result = finetune(settings, policy, tmp_path / "ft", foundations["splinegpt"].checkpoint_path, progress=False)
     dm = WindowDataModule(settings, policy)
     dm.setup()
-    counts = np.array(list(dm.class_counts().values()))
+    counts = np.array(list(dm.target_summary().values()))
     pi = (counts + 1) / (counts.sum() + 3)
     prior_nll = -np.mean(np.log(pi[dm._val.labels[dm._val.positions(0)]]))
     assert result.curves[0]["step"] == 0

@@ -365,7 +365,7 @@ TASK_NAMES_ALLOWED = frozenset(
     report/evidence_tables.py run_keys.py stages/backtests.py stages/base_rates.py stages/baselines.py
     stages/evidence.py stages/features.py stages/labels.py stages/oracle_control.py stages/pooled.py stages/predict.py
     stages/reference_rows.py stages/report.py stages/report_titles.py stages/scaling.py stages/scaling_scores.py
-    stages/training_table.py training/run.py warehouse/layout.py""".split()
+    stages/training_table.py warehouse/layout.py""".split()
 )
 # singledispatch on a variant's class: none; a family's behaviour is a method of its predictor (predictors/).
 SINGLEDISPATCH_ALLOWED: frozenset[str] = frozenset()

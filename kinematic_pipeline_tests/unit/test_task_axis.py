@@ -64,8 +64,8 @@ class UpDown(Task):
     def val_loss(self, logits, target):
         return self.loss(logits, target) * 2.0  # a metric of its own, so the test can tell it from the loss
 
-    def prior(self, counts) -> np.ndarray:
-        counts = np.asarray(counts, dtype=np.float64)
+    def prior(self, summary) -> np.ndarray:
+        counts = np.asarray(list(summary.values()), dtype=np.float64)
         return np.log((counts + 1.0) / (counts.sum() + len(counts)))
 
     @property
@@ -84,7 +84,9 @@ def test_a_task_defined_outside_the_package_runs_through_policy_training_and_dec
 
     torch.manual_seed(0)
     classifier = nn.Sequential(nn.Flatten(), nn.Linear(64 * 9, task.head_width))
-    init_head_at_prior(classifier[1], task.prior([30, 10]))  # the head starts at the task's own prior
+    init_head_at_prior(
+        classifier[1], task.prior(task.summary(np.array([0] * 30 + [1] * 10)))
+    )  # the head starts at the task's own prior
     x, y = torch.randn(8, 64, 9), torch.tensor([1, 0, 1, 1, -1, 0, 1, 1])
     torch.testing.assert_close(classifier(x).softmax(-1)[0], torch.tensor([31 / 42, 11 / 42]))
     module = FinetuneModule(classifier, task, TrainConfig(), total_steps=4)
@@ -123,7 +125,9 @@ def test_every_head_kind_is_as_wide_as_its_policys_task(tmp_path):
     for variant, channels in (("splinegpt", 9), ("patchtst", 2)):
         policy = Foundation(variant, 7, FOLD).on(UpDown())
         torch.manual_seed(0)
-        classifier = build_classifier(settings, policy, build_model(variant, settings.model), [30, 10])
+        classifier = build_classifier(
+            settings, policy, build_model(variant, settings.model), {"p_down": 30, "p_up": 10}
+        )
         widths = {m.out_features for name, m in classifier.named_modules() if name.endswith("cls_head")}
         assert widths == {UpDown.head_width}, (variant, widths)
         x = torch.randn(4, 64, channels)

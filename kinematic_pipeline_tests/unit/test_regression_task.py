@@ -1,0 +1,134 @@
+"""A regression task costs its own module: a log-variance forecast defined here alone (no package file edited), with a
+float target unknown as NaN, one output, a QLIKE loss and a prior from its training targets' mean, is written by the
+labels stage, served by the training data with no unknown target drawn, starts its head at its prior, trains through
+``FinetuneModule`` and is pinned with its adapter by its own record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from kinematic_pipeline.tasks import TASK_FAMILIES
+from kinematic_pipeline.tasks.base import Task
+
+FLOOR = 1e-10  # a variance below it (a run of unchanged closes) is floored: its log stays finite
+
+
+@dataclass(frozen=True)
+class LogVariance(Task):
+    """ln of the mean squared log return over the next ``horizon`` sessions; NaN until they are known."""
+
+    kind: ClassVar[str] = "logvar"
+    horizon: ClassVar[int] = 5
+    outputs: ClassVar[tuple[str, ...]] = ("log_variance",)
+    head_width: ClassVar[int] = 1
+    target_dtype: ClassVar[type[pl.DataType]] = pl.Float32
+
+    @property
+    def key(self) -> str:
+        return f"logvar{self.horizon}"
+
+    def target(self, forward: np.ndarray) -> np.ndarray:
+        return np.log(np.maximum(np.mean(np.asarray(forward, dtype=np.float64) ** 2, axis=1), FLOOR))
+
+    def loss(self, logits, target):
+        """QLIKE of the forecast variance exp(logit) against the realized exp(target), zero at logit = target."""
+        known = torch.isfinite(target)
+        gap = target[known] - logits[:, 0][known]
+        return (torch.exp(gap) - gap - 1.0).mean() if bool(known.any()) else logits.sum() * 0.0
+
+    val_loss = loss
+
+    def summary(self, targets: np.ndarray) -> dict:
+        return {"rows": int(len(targets)), "mean_variance": float(np.mean(np.exp(np.asarray(targets, np.float64))))}
+
+    def prior(self, summary: dict) -> np.ndarray:
+        return np.array([np.log(summary["mean_variance"])])  # the constant that minimises QLIKE on the training rows
+
+    def outputs_of(self, logits) -> np.ndarray:
+        return logits.float().numpy()
+
+
+@pytest.fixture
+def log_variance(monkeypatch):
+    monkeypatch.setitem(TASK_FAMILIES, LogVariance.kind, lambda settings: (LogVariance(),))
+
+
+def test_a_regression_task_defined_here_is_labelled_served_and_trained_by_the_package_unchanged(tmp_path, log_variance):
+    from kinematic_pipeline.calendar import trading_days
+    from kinematic_pipeline.model_pins import PIN_FILE, pin_foundation
+    from kinematic_pipeline.models import build_model
+    from kinematic_pipeline.policy import Foundation
+    from kinematic_pipeline.stages.corpus import materialize_corpus_stats
+    from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
+    from kinematic_pipeline.stages.labels import materialize_labels
+    from kinematic_pipeline.stages.tokenize import materialize_tokens
+    from kinematic_pipeline.stages.window_store import materialize_window_store
+    from kinematic_pipeline.tokenizations import SPLINE
+    from kinematic_pipeline.training.data import WindowDataModule
+    from kinematic_pipeline.training.modules import FinetuneModule
+    from kinematic_pipeline.training.run import build_classifier
+    from kinematic_pipeline_tests.conftest import CUT, END, START, _bars, _settings
+
+    task = LogVariance()
+    settings = _settings(tmp_path, "wh", _bars(2), taus=(0.01,), tasks=("bsh", "logvar"))
+    assert task in settings.tasks and settings.label_horizon == 5
+    days = [d for d in trading_days(START, END) if d <= CUT]
+    materialize_raw_ohlcv(settings, trading_days(START, END), progress=False)
+    materialize_tokens(settings, days, (SPLINE,), progress=False)
+    materialize_labels(settings, days, progress=False)
+    materialize_window_store(settings, SPLINE, progress=False)
+    materialize_corpus_stats(settings, (SPLINE,))
+
+    labels = pl.concat([pl.read_parquet(settings.warehouse.shard("labels", d)) for d in days])
+    assert labels.schema[task.label_column] == pl.Float32
+    target = labels[task.label_column].to_numpy()
+    assert np.isfinite(target).mean() > 0.9  # known but for the sessions the data does not reach yet
+
+    policy = Foundation("splinegpt", 7, settings.folds[0]).on(task)
+    data = WindowDataModule(settings, policy)
+    data.setup()
+    summary = data.target_summary()
+    drawn = data._train.labels
+    assert drawn.dtype == np.float32 and np.isfinite(drawn).all() and summary["rows"] == len(drawn) > 0
+    x, y = next(iter(data.train_dataloader()))
+    assert y.dtype == torch.float32 and torch.isfinite(y).all()
+
+    torch.manual_seed(0)
+    classifier = build_classifier(settings, policy, build_model("splinegpt", settings.model), summary)
+    (bias,) = [m.bias for name, m in classifier.named_modules() if name.endswith("cls_head") and hasattr(m, "bias")]
+    assert bias.shape == (1,) and float(bias.detach()[0]) == pytest.approx(np.log(summary["mean_variance"]), rel=1e-6)
+    module = FinetuneModule(classifier, task, settings.train, total_steps=2)
+    loss, logits, _ = module.model_step((x, y))
+    assert logits.shape == (len(y), 1) and torch.isfinite(loss) and float(loss.detach()) >= 0
+    torch.testing.assert_close(loss, task.loss(logits, y))
+
+    adapter = settings.warehouse.adapter_dir(policy)
+    adapter.mkdir(parents=True)
+    foundation = tmp_path / "model.pt"
+    foundation.write_bytes(b"weights")
+    pin_foundation(settings.warehouse, adapter, foundation, "0" * 64, task.record)
+    pinned = (adapter / PIN_FILE).read_text()
+    assert "class_weights" not in pinned and '"foundation_sha256": "' + "0" * 64 in pinned
+
+
+def test_qlike_is_least_at_the_true_variance_and_the_prior_at_the_targets_mean():
+    rng = np.random.default_rng(0)
+    variance = np.exp(rng.normal(-8.0, 0.5, 20_000))
+    realized = variance * rng.chisquare(1, variance.size)  # an unbiased, noisy proxy of each day's variance
+    target = torch.tensor(np.log(realized))
+    task = LogVariance()
+
+    def qlike(shift: float) -> float:
+        return float(task.loss(torch.tensor(np.log(variance) + shift)[:, None], target))
+
+    assert qlike(0.0) < min(qlike(-0.2), qlike(0.2))  # QLIKE ranks the true variance first under a noisy proxy
+    constant = torch.full((realized.size, 1), float(task.prior(task.summary(np.log(realized)))[0]), dtype=torch.float64)
+    best = float(task.loss(constant, target))
+    for shift in (-0.05, 0.05):
+        assert best < float(task.loss(constant + shift, target))  # the prior is the best constant forecast
