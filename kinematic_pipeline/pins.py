@@ -314,8 +314,8 @@ def check_backtests_current(settings: Settings, frame: pl.DataFrame) -> None:
     pinned = wh.query("SELECT DISTINCT variant, seed, tau, fold, sha256 FROM provenance WHERE link = 'predictions'")
     pinned = keys.join(pinned, on=list(BACKTEST_KEYS), how="left", nulls_equal=True).sort(BACKTEST_KEYS)
     for row in pinned.iter_rows(named=True):
-        policy = Policy.from_row(row, settings.folds, settings.train.class_weights)
-        path = wh.evaluation_file(PREDICTIONS, policy)
+        policy = Policy.from_row(row, settings.folds, settings.tasks)
+        path = wh.predictions_file(policy)
         now = process_sha256(path) if path.exists() else "missing"
         if row["sha256"] != now:
             raise StalePairError(

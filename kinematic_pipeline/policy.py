@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from kinematic_pipeline.folds import Fold, fold_labelled, fold_named
+from kinematic_pipeline.tasks import row_task, task_keyed
 from kinematic_pipeline.tasks.base import Task
-from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.variants import Variant
 from kinematic_pipeline.variants import variant as lookup_variant
 
@@ -112,10 +112,10 @@ class Policy:
         return foundation.on(task_keyed(task_key, tasks)) if task_key else foundation
 
     @classmethod
-    def from_row(cls, row: Mapping, folds: tuple[Fold, ...], class_weights: Sequence[float]) -> Policy:
-        """The policy of a row of an evaluation view (its ``variant``, ``seed``, ``tau`` and ``fold`` label)."""
-        task = BuySellHold(row["tau"], class_weights)
-        return cls(row["variant"], task, row["seed"], fold_labelled(folds, row["fold"]))
+    def from_row(cls, row: Mapping, folds: tuple[Fold, ...], tasks: Sequence[Task]) -> Policy:
+        """The policy of a row of an evaluation view (its ``variant``, ``seed`` and ``fold`` label), its task the one of
+        ``tasks`` (the run's) the row names (``tasks.row_task``: Buy/Sell/Hold's rows by their ``tau``)."""
+        return cls(row["variant"], row_task(row, tasks), row["seed"], fold_labelled(folds, row["fold"]))
 
     # --- Dagster partition keys -------------------------------------------------------------------------
 
@@ -159,14 +159,6 @@ class Policy:
     def __str__(self) -> str:
         fold = "" if self.fold.name is None else f" fold {self.fold.name}"
         return f"{self.variant.name} seed {self.seed} tau {self.task.key}{fold}"
-
-
-def task_keyed(key: str, tasks: Sequence[Task]) -> Task:
-    """The task of ``tasks`` (the run's) whose key is a policy key's last part (``0.01``: Buy/Sell/Hold at tau 1%)."""
-    keyed = {task.key: task for task in tasks}
-    if key not in keyed:
-        raise ValueError(f"{key!r} is not the key of one of the run's tasks ({', '.join(keyed) or 'none'})")
-    return keyed[key]
 
 
 def format_fit_key(fold: str | None, seed: int) -> str:

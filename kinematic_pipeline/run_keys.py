@@ -129,7 +129,7 @@ def one_universe(settings: Settings, frames: list[pl.DataFrame]) -> list[pl.Data
         current = pl.select(now[1])[MEMBERSHIP_COLUMNS[1]][0]
         (a, first), (b, second) = sorted(seen.items(), key=lambda kv: kv[0][1] == current, reverse=True)[:2]
         row = second.row(0, named=True)
-        policy = Policy.from_row(row, settings.folds, settings.train.class_weights)
+        policy = Policy.from_row(row, settings.folds, settings.tasks)
         raise StalePairError(
             f"the universes compared were drawn under different membership files: {first['variant'][0]}'s under "
             f"{a[0] or '(none)'} sha256 {a[1][:16] or '-'}, {policy.variant.name}'s under {b[0] or '(none)'} sha256 "
@@ -150,7 +150,7 @@ def _check_current_membership(settings: Settings, drawn: tuple[tuple[str, str], 
     now_path, now_sha = (str(current[c][0]) for c in MEMBERSHIP_COLUMNS)
     if sha == now_sha or (sha == "unrecorded" and not now_sha):
         return
-    policy = Policy.from_row(frame.row(0, named=True), settings.folds, settings.train.class_weights)
+    policy = Policy.from_row(frame.row(0, named=True), settings.folds, settings.tasks)
     raise StalePairError(
         f"the universes were drawn under membership file {path or '(none)'} sha256 {sha[:16] or '-'}, the settings "
         f"name {now_path or '(none)'} sha256 {now_sha[:16] or '-'} (KP_MEMBERSHIP_FILE): re-materialize the "

@@ -13,7 +13,7 @@ import dagster as dg
 from kinematic_pipeline.code_versions import CODE_VERSIONS, code_versions
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.orchestration.metadata import dagster_metadata
-from kinematic_pipeline.orchestration.partitions import context_policy, policy_partitions
+from kinematic_pipeline.orchestration.partitions import context_policy, decision_partitions, policy_partitions
 from kinematic_pipeline.stages.backtests import materialize_backtests
 from kinematic_pipeline.stages.predict import materialize_predictions
 from kinematic_pipeline.variants import variant as lookup_variant
@@ -100,7 +100,7 @@ def backtests_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
                 "beyond a margin m chosen on the validation days), at every cost. View: margin_backtests.",
             ),
         ],
-        partitions_def=policy_partitions(settings, variant),
+        partitions_def=decision_partitions(settings, variant),  # a forecast (no rule) has no backtests
     )
     def backtesting(context: dg.AssetExecutionContext):
         result = materialize_backtests(

@@ -90,6 +90,14 @@ def policy_partitions(settings: Settings, variant: str | None = None) -> dg.Stat
     return dg.StaticPartitionsDefinition(policy_keys(settings, variant))
 
 
+def decision_partitions(settings: Settings, variant: str) -> dg.StaticPartitionsDefinition:
+    """The policies of ``variant`` whose task decides (``Task.rules``: a forecast has none, so no backtests): the
+    backtests' partitions, the predictions' keys less the others (Dagster maps the shared keys one to one)."""
+    deciding = {task.key for task in settings.tasks if task.rules}
+    keys = [k for k in policy_keys(settings, variant) if k.partition(KEY_SEPARATOR)[2] in deciding]
+    return dg.StaticPartitionsDefinition(keys)
+
+
 def foundation_of_policy(settings: Settings) -> dg.StaticPartitionMapping:
     """A fine-tuned policy's partition reads the foundation partition of its fit (``2019@1234|0.01`` reads
     ``2019@1234``)."""

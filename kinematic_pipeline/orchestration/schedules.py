@@ -22,9 +22,8 @@ from kinematic_pipeline.nightly import NIGHTLY_CRON, SessionPlan, exchange_date,
 from kinematic_pipeline.orchestration.assets_evaluate import EVALUATION_ASSETS, evaluation_asset
 from kinematic_pipeline.orchestration.partitions import range_tags
 from kinematic_pipeline.policy import Policy
-from kinematic_pipeline.run_keys import run_task
 from kinematic_pipeline.tokenizations import chosen
-from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
+from kinematic_pipeline.warehouse import LABELS, PREDICTIONS, RAW_OHLCV
 
 NIGHTLY_SCHEDULE, NIGHTLY_EVALUATE_SCHEDULE = "nightly_tick", "nightly_evaluate"
 NIGHTLY_EVALUATE_CRON = "15 18 * * 1-5"  # after the tick's runs are queued
@@ -87,9 +86,9 @@ def ready_policies(settings: Settings) -> list[Policy]:
     partition order."""
     last = settings.folds[-1]
     policies = [
-        Policy(v, run_task(settings, tau), seed, last)
+        Policy(v, task, seed, last)
         for seed in settings.train.seeds
-        for tau in settings.tokenize.taus
+        for task in settings.tasks
         for v in settings.train.variants
     ]
     return [p for p in policies if settings.warehouse.has_adapter(p) and _pair_holds(settings, p)]
@@ -116,8 +115,11 @@ def evaluate_run_requests(settings: Settings, origin: str, session: str) -> list
     return [
         dg.RunRequest(
             run_key=f"{origin}:evaluate:{seed}|{tau}:{','.join(p.variant.name for p in policies)}",
-            asset_selection=[
-                dg.AssetKey(evaluation_asset(p.variant.name, a)) for p in policies for a in EVALUATION_ASSETS
+            asset_selection=[  # a forecast's task (no rule) has predictions, no backtests
+                dg.AssetKey(evaluation_asset(p.variant.name, a))
+                for p in policies
+                for a in EVALUATION_ASSETS
+                if a == PREDICTIONS or p.task.rules
             ],
             partition_key=policies[0].key,
             tags={QUEUE_TAG: NIGHTLY_QUEUE, SESSION_TAG: session},

@@ -19,13 +19,13 @@ from typing import ClassVar
 import numpy as np
 import polars as pl
 
-from kinematic_pipeline.backtest.calibration import Calibration, calibrate_frames
+from kinematic_pipeline.backtest.calibration import Calibration
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.folds import Fold, evaluation_days
+from kinematic_pipeline.folds import evaluation_days
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report.markdown import Markdown, markdown_table
 from kinematic_pipeline.sources.membership import require_members
-from kinematic_pipeline.tasks.actions import ACTION_KEYS, UNKNOWN_LABEL
+from kinematic_pipeline.tasks.base import Task
 from kinematic_pipeline.variants import Variant
 from kinematic_pipeline.warehouse import exact_paths as exact
 
@@ -38,9 +38,10 @@ PolicyPredictions = tuple["Predictions", pl.DataFrame, pl.DataFrame | None, pl.D
 
 @dataclass(frozen=True)
 class Predictions:
-    frame: pl.DataFrame  # PREDICTIONS_SCHEMA, sorted by ticker, date
+    frame: pl.DataFrame  # its task's predictions (Buy/Sell/Hold: PREDICTIONS_SCHEMA), sorted by ticker, date
     shards: list[dict]  # every shard read: asset, date, path, content_hash
     missing_tickers: list[str]  # configured test tickers with no test-period window
+    task: Task  # the policy's: what its frame holds and how it is calibrated
     calibration: Calibration | None = None  # fitted on the validation days and applied to frame (rules: None)
     # the class weights [Buy, Sell, Hold] the model was trained with: its softmax q, de-weighted with them, is the
     # stored p (rules: None)
@@ -48,7 +49,8 @@ class Predictions:
     path: Path | None = None  # the test-period shard written (None: nothing written yet)
 
     def metadata(self) -> dict:
-        """What the predictions asset shows: rows, days, per-ticker action counts and the calibration."""
+        """What the predictions asset shows: rows, days, per ticker its task's summary (``Task.per_ticker``:
+        Buy/Sell/Hold's action counts) and the calibration."""
 
         frame = self.frame
         per_ticker = (
@@ -57,8 +59,7 @@ class Predictions:
                 pl.len().alias("days"),
                 pl.col("date").min().alias("first"),
                 pl.col("date").max().alias("last"),
-                *[(pl.col("action") == code).sum().alias(name) for code, name in enumerate(ACTION_KEYS)],
-                pl.col("p_buy").mean().alias("mean_p_buy"),
+                *self.task.per_ticker(),
             )
             .sort("ticker")
         )
@@ -144,26 +145,27 @@ def union(first: list[str], then: list[str]) -> list[str]:
     return first + [t for t in then if t not in set(first)]
 
 
-def purge_labels(validation: pl.DataFrame, fold: Fold) -> pl.DataFrame:
-    """Validation-day predictions with the labels of days after ``fold.label_end`` unknown (-1): a label there
-    reads a close the fold may not see (with a single cut, the first test day's), so neither the calibration nor
-    the margin rule's m is fitted on it (the fine-tuning's own rows are purged the same way)."""
-    late = pl.col("date") > fold.label_end
+def purge_labels(validation: pl.DataFrame, policy: Policy) -> pl.DataFrame:
+    """Validation-day predictions with the labels of days after the policy's ``fold.label_end`` unknown (its task's
+    ``unknown``): a label there reads a close the fold may not see (with a single cut, the first test day's), so
+    neither the calibration nor a rule's parameter is fitted on it (the fine-tuning's own rows are purged the same
+    way)."""
+    task, late = policy.task, pl.col("date") > policy.fold.label_end
     return validation.with_columns(
-        pl.when(late).then(UNKNOWN_LABEL).otherwise(pl.col("label")).cast(pl.Int8).alias("label")
+        pl.when(late).then(pl.lit(task.unknown)).otherwise(pl.col("label")).cast(task.target_dtype).alias("label")
     )
 
 
 def calibrated(
     result: Predictions, validation: pl.DataFrame, universe: pl.DataFrame | None, fitting: pl.DataFrame | None
 ) -> tuple[Predictions, pl.DataFrame, pl.DataFrame | None]:
-    """The test, validation and universe predictions with the calibration (``backtest.calibration``) fitted on
-    ``fitting``, validation-day rows only (never a test day's), applied to their softmax, the class weights the
-    model was trained with (``result.class_weights``) undone and the actions recomputed; unchanged where
-    ``fitting`` is None (a rule: its probabilities are its one-hot action)."""
+    """The test, validation and universe predictions recalibrated by their task (``Task.calibrate``: Buy/Sell/Hold's
+    temperature and class biases, ``backtest.calibration``) fitted on ``fitting``, validation-day rows only (never
+    a test day's), with what the model was trained with (``result.class_weights``); unchanged where ``fitting`` is
+    None (a rule: its probabilities are its one-hot action)."""
     if fitting is None:
         return result, validation, universe
-    (test, validation, universe), calibration = calibrate_frames(
+    (test, validation, universe), calibration = result.task.calibrate(
         fitting, [result.frame, validation, universe], result.class_weights
     )
     return dataclasses.replace(result, frame=test, calibration=calibration), validation, universe

@@ -72,8 +72,7 @@ class FeaturesPredictor(Predictor):
         tickers = evaluation_tickers(settings, asset, days)
         frame = self.rows(settings, policy, "test", tickers, fitted)
         present = set(frame["ticker"].unique().to_list())
-        fold = policy.fold
-        validation = purge_labels(self.rows(settings, policy, "validation", sorted(present), fitted), fold)
+        validation = purge_labels(self.rows(settings, policy, "validation", sorted(present), fitted), policy)
         files = [features_path(settings, policy.variant.name, part) for part in ("training", "test")]
         tok = variant.tokenization
         inputs = exact.read_parquet(wh.features_inputs_file(tok.name))
@@ -83,7 +82,8 @@ class FeaturesPredictor(Predictor):
             for row in inputs.iter_rows(named=True)
         ]
         weights = self.class_weights(fitted)
-        result = Predictions(frame, shards, [t for t in tickers if t not in present], class_weights=weights)
+        missing = [t for t in tickers if t not in present]
+        result = Predictions(frame, shards, missing, policy.task, class_weights=weights)
         fitting, universe = (validation if self.calibrated else None), None
         if reported:
             names = universe_tickers(settings, asset, days)
@@ -91,7 +91,7 @@ class FeaturesPredictor(Predictor):
             others = [t for t in names if t not in present]
             if fitting is not None and others:
                 more = self.rows(settings, policy, "validation", others, fitted)
-                fitting = pl.concat([validation, purge_labels(more, fold)])
+                fitting = pl.concat([validation, purge_labels(more, policy)])
         result, validation, universe_calibrated = calibrated(result, validation, universe, fitting)
         return result, validation, universe_calibrated, universe
 

@@ -71,7 +71,7 @@ class ModelPredictor(Predictor):
         # validation days (more rows, the same days).
         fit_days = validation_days(settings, asset, fold)
         rows = predict(settings, policy, classifier, fit_days, union(tickers, names), class_weights)
-        fitting = purge_labels(rows.frame, fold)
+        fitting = purge_labels(rows.frame, policy)
         validation = fitting.filter(pl.col("ticker").is_in(tickers))
         universe = test.frame.filter(pl.col("ticker").is_in(names)) if reported else None
         result, validation, universe_calibrated = calibrated(result, validation, universe, fitting)
@@ -126,9 +126,8 @@ def predict(
     tickers = evaluation_tickers(settings, asset, days) if tickers is None else tickers
     stats = fold_stats(settings, variant.tokenization, policy.fold) if variant.normalized else None
     normalize = variant.tokenization.normalizer(stats, variant.channels)
-    label_col = policy.task.label_column
     check_token_inputs(settings, asset, days)  # windows of the raw days as they are now, or nothing is predicted
-    frame = _test_windows(settings, asset, days, tickers, label_col)
+    frame = _test_windows(settings, asset, days, tickers, policy.task)
     hashes = {a: wh.content_hashes(a, days) for a in (asset, RAW_OHLCV)}
     shards = [
         dict(asset=a, date=day, path=wh.shard(a, day), content_hash=hashes[a][i])
@@ -142,17 +141,16 @@ def predict(
     outputs = predict_outputs(classifier, normalize(tokens), settings.evaluate.predict_batch_size, policy.task)
     out = policy.task.predictions_frame(frame, policy, outputs, class_weights)
     present = set(out["ticker"].unique().to_list())
-    return Predictions(out, shards, [t for t in tickers if t not in present])
+    return Predictions(out, shards, [t for t in tickers if t not in present], policy.task)
 
 
-def _test_windows(
-    settings: Settings, asset: str, days: list[dt.date], tickers: list[str], label_col: str
-) -> pl.DataFrame:
-    """The ``tickers``' windows of ``days`` with the day's close and label (null where none yet): one scan per
-    asset over the days' files, not one read per day (a day's token shard holds every ticker's window)."""
-    wh = settings.warehouse
+def _test_windows(settings: Settings, asset: str, days: list[dt.date], tickers: list[str], task: Task) -> pl.DataFrame:
+    """The ``tickers``' windows of ``days`` with the day's close and ``task``'s label (null where none yet): one scan
+    per asset over the days' files, not one read per day (a day's token shard holds every ticker's window)."""
+    wh, label_col = settings.warehouse, task.label_column
     if not days:  # no test day: an empty frame (tokens are then not read)
-        return pl.DataFrame(schema={"ticker": pl.String, "date": pl.Date, "close": pl.Float64, label_col: pl.Int8})
+        schema = {"ticker": pl.String, "date": pl.Date, "close": pl.Float64, label_col: task.target_dtype}
+        return pl.DataFrame(schema=schema)
     wanted = pl.col("ticker").is_in(tickers)
     wh.verified_shards(RAW_OHLCV, days)  # a test day's bytes are its manifest's, or nothing is predicted
     windows = exact.scan_parquet(wh.verified_shards(asset, days)).select("ticker", "date", "tokens").filter(wanted)
@@ -171,7 +169,7 @@ def _test_windows(
         labels = exact.scan_parquet(label_files).filter(wanted).select("ticker", "date", label_col)
         frame = frame.join(labels, on=["ticker", "date"], how="left")
     else:
-        frame = frame.with_columns(pl.lit(None, pl.Int8).alias(label_col))
+        frame = frame.with_columns(pl.lit(None, task.target_dtype).alias(label_col))
     # one order: the joins' row order varies from call to call, and with it the model's batches (and so the
     # float32 probabilities in their last bits)
     return frame.collect().sort("ticker", "date")

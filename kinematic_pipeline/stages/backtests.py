@@ -44,7 +44,7 @@ from kinematic_pipeline.warehouse.layout import VALIDATION_PREDICTIONS
 MARGIN_METRICS_SCHEMA = {**METRICS_SCHEMA, "margin": pl.Float64, "validation_rows": pl.Int64}
 FOLD = {"fold": pl.String}  # every evaluation row names its walk-forward fold (folds.Fold.label)
 EVALUATION_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
-    PREDICTIONS: PREDICTIONS_SCHEMA | FOLD,  # as stages.predict.FOLD_PREDICTIONS_SCHEMA
+    PREDICTIONS: PREDICTIONS_SCHEMA | FOLD,  # Buy/Sell/Hold's view, as stages.predict refreshes it
     BACKTESTS: METRICS_SCHEMA | FOLD,
     MARGIN_BACKTESTS: MARGIN_METRICS_SCHEMA | FOLD,
     EQUITY_CURVES: EQUITY_SCHEMA | FOLD,
@@ -109,7 +109,7 @@ def materialize_backtests(settings: Settings, policy: Policy, code_versions: dic
     writes with the same bytes, so each view holds them once.
     """
     ev, wh = settings.evaluate, settings.warehouse
-    predictions_file = wh.evaluation_file(PREDICTIONS, policy)
+    predictions_file = wh.predictions_file(policy)
     if not predictions_file.exists():
         key = policy.key
         raise FileNotFoundError(

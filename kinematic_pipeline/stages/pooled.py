@@ -120,7 +120,7 @@ def check_inputs_current(settings: Settings) -> None:
     present the old backtests as current."""
     rows = settings.warehouse.query("SELECT DISTINCT variant, tau, seed, fold FROM predictions ORDER BY ALL")
     for row in keep_run_policies(settings, rows).iter_rows(named=True):  # the run's policies only
-        check_predictions_model(settings, Policy.from_row(row, settings.folds, settings.train.class_weights))
+        check_predictions_model(settings, Policy.from_row(row, settings.folds, settings.tasks))
 
 
 def materialize_pooled_backtests(settings: Settings) -> dict[str, pl.DataFrame]:

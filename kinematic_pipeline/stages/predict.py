@@ -22,8 +22,7 @@ from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.predictors.base import Predictions
 from kinematic_pipeline.predictors.families import predictor
 from kinematic_pipeline.run_keys import membership_columns
-from kinematic_pipeline.tasks.buy_sell_hold import PREDICTIONS_SCHEMA
-from kinematic_pipeline.warehouse import PREDICTIONS, Warehouse
+from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline.warehouse.layout import (
     INPUTS_SCHEMA,
     PREDICTION_CALIBRATION,
@@ -34,8 +33,6 @@ from kinematic_pipeline.warehouse.layout import (
     UNIVERSE_RAW_PREDICTIONS,
     VALIDATION_PREDICTIONS,
 )
-
-FOLD_PREDICTIONS_SCHEMA = {**PREDICTIONS_SCHEMA, "fold": pl.String}  # the view: every fold's rows, named
 
 
 def materialize_predictions(settings: Settings, policy: Policy) -> Predictions:
@@ -84,7 +81,7 @@ def _write(
             f"none of the test tickers {result.missing_tickers} has a {asset} window in the test period of "
             f"{policy} ({policy.fold.describe()})"
         )
-    path = wh.evaluation_file(PREDICTIONS, policy)
+    path = wh.predictions_file(policy)
     label = policy.fold.label
     fold = pl.lit(label).alias("fold")
     wh.write(result.frame.with_columns(fold), path)
@@ -103,7 +100,8 @@ def _write(
         member = membership_columns(settings)
         wh.write(universe.with_columns(fold, *member), wh.predictions_extra(UNIVERSE_PREDICTIONS, policy))
         wh.write(raw_universe.with_columns(fold, *member), wh.predictions_extra(UNIVERSE_RAW_PREDICTIONS, policy))
-    wh.refresh_view(PREDICTIONS, FOLD_PREDICTIONS_SCHEMA)
+    task = policy.task  # its own view, over its own folder (Buy/Sell/Hold's: the predictions asset's)
+    wh.refresh_view(task.predictions_view, {**task.predictions_schema, "fold": pl.String}, path.parent)
     return path
 
 

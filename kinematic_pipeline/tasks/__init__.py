@@ -13,11 +13,11 @@ new family is registered here (``register_family``: a test registers its own).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kinematic_pipeline.tasks.base import Task
-from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold, tau_key
 
 
 def buy_sell_hold_tasks(settings: Any) -> tuple[Task, ...]:
@@ -53,3 +53,17 @@ def run_tasks(settings: Any) -> tuple[Task, ...]:
     if len(set(columns)) != len(columns):
         raise ValueError(f"tokenize.tasks={settings.tokenize.tasks!r} gives one labels column twice: {columns}")
     return tasks
+
+
+def task_keyed(key: str, tasks: Sequence[Task]) -> Task:
+    """The task of ``tasks`` (the run's) whose key is a policy key's last part (``0.01``: Buy/Sell/Hold at tau 1%)."""
+    keyed = {task.key: task for task in tasks}
+    if key not in keyed:
+        raise ValueError(f"{key!r} is not the key of one of the run's tasks ({', '.join(keyed) or 'none'})")
+    return keyed[key]
+
+
+def row_task(row: Mapping, tasks: Sequence[Task]) -> Task:
+    """The task of ``tasks`` (the run's) that a row of an evaluation view names: by its ``task`` key, or in
+    Buy/Sell/Hold's views, whose rows carry the ``tau``, by that tau's key."""
+    return task_keyed(row["task"] if "task" in row else tau_key(row["tau"]), tasks)

@@ -104,26 +104,69 @@ class Task(ABC):
 
         return torch.softmax(logits.float(), dim=-1).numpy()
 
+    @property
+    def predictions_folder(self) -> str:
+        """Its predictions' folder under the ``predictions`` asset's, where its validation, universe and record
+        subfolders sit too, so that no view or glob mixes two tasks' columns: its ``kind`` (Buy/Sell/Hold's: the
+        asset's folder itself, "")."""
+        return self.kind
+
+    @property
+    def predictions_view(self) -> str:
+        """The catalog view over its predictions (every fold's): ``predictions_<kind>``."""
+        return f"predictions_{self.predictions_folder}" if self.predictions_folder else "predictions"
+
+    @property
+    def predictions_schema(self) -> dict[str, pl.DataType]:
+        """The columns of its predictions (``predictions_frame``): the policy's keys, the day's ticker, date and
+        close, one float64 column per output, and the day's target (``label``, null where unknown)."""
+        outputs = dict.fromkeys(self.outputs, pl.Float64)
+        keys = {"variant": pl.String, "task": pl.String, "seed": pl.Int64}
+        return {
+            **keys,
+            "ticker": pl.String,
+            "date": pl.Date,
+            "close": pl.Float64,
+            **outputs,
+            "label": self.target_dtype,
+        }
+
     def predictions_frame(self, frame: pl.DataFrame, policy, outputs: np.ndarray, class_weights=None) -> pl.DataFrame:
-        """Its predictions' rows of ``policy``: ``frame``'s ticker, date and close, the ``outputs`` (``outputs_of``,
-        one column per name of ``outputs``) and its label column (``label``), keyed by the policy's variant, this
-        task's key and the seed, sorted by ticker and date. ``class_weights``: none here (Buy/Sell/Hold's own)."""
+        """Its predictions' rows of ``policy`` (``predictions_schema``): ``frame``'s ticker, date and close, the
+        ``outputs`` (``outputs_of``, one column per name of ``outputs``) and its label column (``label``), keyed by
+        the policy's variant, this task's key and the seed, sorted by ticker and date. ``class_weights``: none here
+        (Buy/Sell/Hold's own)."""
         values = np.asarray(outputs, dtype=np.float64).reshape(frame.height, len(self.outputs))
-        return frame.select(
-            pl.lit(policy.variant.name).alias("variant"),
-            pl.lit(self.key).alias("task"),
-            pl.lit(policy.seed, pl.Int64).alias("seed"),
-            "ticker",
-            "date",
-            "close",
-            *[pl.Series(name, values[:, k]) for k, name in enumerate(self.outputs)],
-            pl.col(self.label_column).alias("label"),
-        ).sort("ticker", "date")
+        return (
+            frame.select(
+                pl.lit(policy.variant.name).alias("variant"),
+                pl.lit(self.key).alias("task"),
+                pl.lit(policy.seed, pl.Int64).alias("seed"),
+                "ticker",
+                "date",
+                "close",
+                *[pl.Series(name, values[:, k]) for k, name in enumerate(self.outputs)],
+                pl.col(self.label_column).alias("label"),
+            )
+            .cast(self.predictions_schema)  # type: ignore[arg-type]
+            .sort("ticker", "date")
+        )
 
     @property
     def rules(self) -> tuple[DecisionRule, ...]:
         """How its predictions decide (none: a forecast takes no action, so it has no backtests)."""
         return ()
+
+    def calibrate(self, fitting: pl.DataFrame, frames: list, trained) -> tuple[list, object | None]:
+        """Its predictions ``frames`` (None stays None) recalibrated on ``fitting`` (validation-day rows of the same
+        policy, labelled; never a test day), with what its model was ``trained`` with (Buy/Sell/Hold: the class
+        weights), and the calibration fitted (None: none). This default: none, the frames as they are."""
+        return list(frames), None
+
+    def per_ticker(self) -> list[pl.Expr]:
+        """Aggregations of one ticker's predictions that its predictions' metadata shows (this default: the mean of
+        each output)."""
+        return [pl.col(name).mean().alias(f"mean_{name}") for name in self.outputs]
 
     def reported(self, settings) -> bool:
         """Whether the report's main tables read this task's policies: then every seed and fold trains it (another

@@ -24,6 +24,7 @@ from typing import ClassVar
 import numpy as np
 import polars as pl
 
+from kinematic_pipeline.backtest.calibration import calibrate_frames
 from kinematic_pipeline.tasks.actions import (
     ACTION_KEYS,
     BUY,
@@ -230,6 +231,19 @@ class BuySellHold(Task):
     @property
     def rules(self) -> tuple[DecisionRule, ...]:
         return (PaperArgmax(self.class_weights), CalibratedArgmax(self.class_weights), MarginRule())
+
+    predictions_folder: ClassVar[str] = ""  # the predictions asset's own folder and view: the paper's task
+    predictions_schema: ClassVar[dict[str, pl.DataType]] = PREDICTIONS_SCHEMA
+
+    def calibrate(self, fitting: pl.DataFrame, frames: list, trained) -> tuple[list, object | None]:
+        """A temperature and class biases on the weighted logits fitted on ``fitting`` (``backtest.calibration``),
+        applied to each frame's softmax, the class weights it was ``trained`` with undone, the action recomputed."""
+        return calibrate_frames(fitting, frames, trained)
+
+    def per_ticker(self) -> list[pl.Expr]:
+        """Each action's count and the mean p_buy."""
+        counts = [(pl.col("action") == code).sum().alias(name) for code, name in enumerate(ACTION_KEYS)]
+        return [*counts, pl.col("p_buy").mean().alias("mean_p_buy")]
 
     def reported(self, settings) -> bool:
         """At ``evaluate.report_tau``: the paper's main tables; the other taus are its sweep."""

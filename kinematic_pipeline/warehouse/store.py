@@ -265,15 +265,22 @@ class Warehouse:
         written once per fold (every policy of the fold writes the same)."""
         return self.shard(asset, "buy_and_hold" if fold is None else f"buy_and_hold_fold{fold}")
 
+    def predictions_file(self, policy: Policy) -> Path:
+        """``predictions/<stem>.parquet``: a Buy/Sell/Hold policy's predictions (the ``predictions`` view); another
+        task's in its own folder, ``predictions/<kind>/<stem>.parquet`` (its view: ``Task.predictions_view``)."""
+        return self.root / layout.PREDICTIONS / policy.task.predictions_folder / f"{policy.stem}.parquet"
+
     def predictions_extra(self, folder: str, policy: Policy) -> Path:
         """``predictions/<folder>/<stem>.parquet``: the validation-day predictions (``validation``), the
         shards a prediction read (``inputs``), the model files' hashes (``model``), the calibration fitted on the
         validation days (``calibration``) and the universe predictions at the report's tau, calibrated
-        (``universe``) and raw (``universe_raw``); subfolders, so not part of the ``predictions`` view."""
-        return self.predictions_folder(folder) / f"{policy.stem}.parquet"
+        (``universe``) and raw (``universe_raw``); subfolders, so not part of the ``predictions`` view. Another
+        task's under its own folder: ``predictions/<kind>/<folder>/``."""
+        return self.predictions_folder(folder, policy.task.predictions_folder) / f"{policy.stem}.parquet"
 
-    def predictions_folder(self, folder: str) -> Path:
-        return self.root / layout.PREDICTIONS / folder
+    def predictions_folder(self, folder: str, task_folder: str = "") -> Path:
+        """``predictions/<folder>`` (Buy/Sell/Hold's), or under another task's folder."""
+        return self.root / layout.PREDICTIONS / task_folder / folder
 
     # --- reports --------------------------------------------------------------------------------------
 

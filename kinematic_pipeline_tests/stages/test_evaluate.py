@@ -201,7 +201,7 @@ def test_written_predictions_are_calibrated_on_validation_days_only(warehouses, 
     # close after the purge (a single cut: the last validation day's label reads the first test close)
     late = raw_val.filter((pl.col("date") > fold.label_end) & (pl.col("label") >= 0))
     assert late.height > 0 and fold.label_end < CUT
-    fitting = purge_labels(raw_val, fold)
+    fitting = purge_labels(raw_val, policy)
     expected = fit_calibration(fitting.select(SOFTMAX_COLUMNS).to_numpy(), fitting["label"].to_numpy(), w)
     assert result.calibration == expected and expected.fitted
     assert result.calibration.n_rows == raw_val.filter(pl.col("label") >= 0).height - late.height

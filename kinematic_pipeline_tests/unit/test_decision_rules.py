@@ -24,11 +24,12 @@ from kinematic_pipeline.backtest.sweep import run_sweep
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.folds import Fold
 from kinematic_pipeline.paper_conventions import PAPER
+from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.predictors.base import purge_labels
 from kinematic_pipeline.report import tables
 from kinematic_pipeline.sources.synthetic import PLANTED_NOISE
 from kinematic_pipeline.tasks.actions import BUY, SELL, SOFTMAX_COLUMNS, UNKNOWN_LABEL
-from kinematic_pipeline.tasks.buy_sell_hold import predictions_frame
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold, predictions_frame
 from kinematic_pipeline.tasks.rules import CalibratedArgmax, PaperArgmax
 
 PAPER_WEIGHTS = (2.0, 10.0, 1.0)
@@ -150,7 +151,7 @@ def test_the_oracle_table_on_a_planted_universe(tmp_path):
 def test_validation_labels_that_read_a_day_after_the_purge_are_unknown():
     fold = Fold(None, dt.date(2022, 1, 7), dt.date(2022, 1, 6), dt.date(2022, 1, 10), None)
     frame = _frame(np.array([0.5, 0.3, 0.2]), days=8).with_columns(pl.lit(1, pl.Int8).alias("label"))
-    purged = purge_labels(frame, fold)
+    purged = purge_labels(frame, Policy("splinegpt", BuySellHold(0.01), 7, fold))
     late = purged.filter(pl.col("date") > fold.label_end)
     assert late.height and (late["label"] == UNKNOWN_LABEL).all()
     assert (purged.filter(pl.col("date") <= fold.label_end)["label"] == 1).all()

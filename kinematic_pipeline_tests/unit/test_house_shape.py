@@ -360,8 +360,8 @@ TASK_NAMES = re.compile(r"\b(p_buy|p_sell|p_hold|tau_column)\b|class_weights")
 TASK_NAMES_ALLOWED = frozenset(
     """backtest/calibration.py backtest/decisions.py backtest/oracle.py backtest/policy_frames.py
     backtest/volatility_reference.py config/settings.py model_pins.py orchestration/assets_baselines.py
-    orchestration/assets_models.py orchestration/metadata.py pins.py policy.py
-    predictors/base.py predictors/features.py predictors/model.py
+    orchestration/assets_models.py orchestration/metadata.py predictors/base.py predictors/features.py
+    predictors/model.py
     report/evidence_tables.py run_keys.py stages/backtests.py stages/base_rates.py stages/baselines.py
     stages/evidence.py stages/features.py stages/labels.py stages/oracle_control.py stages/pooled.py stages/predict.py
     stages/reference_rows.py stages/report.py stages/report_titles.py stages/scaling.py stages/scaling_scores.py

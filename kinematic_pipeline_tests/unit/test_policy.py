@@ -49,12 +49,12 @@ def test_a_policy_holds_its_variant_and_fold_not_their_names():
         Policy.from_row(
             {"variant": "rawgpt", "seed": 7, "tau": 0.01, "fold": "2020"},
             WALK_FORWARD,
-            PAPER_CLASS_WEIGHTS,
+            TASKS,
         )
         == policy
     )
     single = {"variant": "rawgpt", "seed": 7, "tau": 0.01, "fold": CUT.label}  # "all": the label's inverse
-    assert CUT.label == "all" and Policy.from_row(single, SINGLE, PAPER_CLASS_WEIGHTS).fold is CUT
+    assert CUT.label == "all" and Policy.from_row(single, SINGLE, TASKS).fold is CUT
     assert fold_labelled(WALK_FORWARD, "2019") is FOLD_2019
     with pytest.raises(TypeError, match="a Policy's fold is a Fold"):
         Policy("rawgpt", BuySellHold(0.01), 7, "2020")
@@ -116,3 +116,11 @@ def test_a_policy_keys_task_is_one_of_the_runs_tasks_looked_up_by_its_key():
     assert policy.task is tasks[-1] and policy.key == "2020@7|updown1"  # a task of another kind: no float parsed
     with pytest.raises(ValueError, match=r"'0.02' is not the key of one of the run's tasks \(0.01, 0.0025\)"):
         Policy.from_key("rawgpt", "2020@7|0.02", WALK_FORWARD, TASKS)
+
+
+def test_a_view_row_names_its_task_by_its_key_or_buy_sell_holds_by_its_tau():
+    row = {"variant": "rawgpt", "seed": 7, "fold": "2020"}
+    assert Policy.from_row({**row, "tau": 0.0025}, WALK_FORWARD, TASKS).task is TASKS[1]
+    assert Policy.from_row({**row, "task": "0.01"}, WALK_FORWARD, TASKS).task is TASKS[0]
+    with pytest.raises(ValueError, match=r"'0.03' is not the key of one of the run's tasks \(0.01, 0.0025\)"):
+        Policy.from_row({**row, "tau": 0.03}, WALK_FORWARD, TASKS)

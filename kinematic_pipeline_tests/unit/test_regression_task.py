@@ -1,10 +1,13 @@
 """A regression task costs its own module: a log-variance forecast defined here alone (no package file edited), with a
 float target unknown as NaN, one output, a QLIKE loss and a prior from its training targets' mean, is written by the
 labels stage, served by the training data with no unknown target drawn, starts its head at its prior, trains through
-``FinetuneModule`` and is pinned with its adapter by its own record."""
+``FinetuneModule``, is pinned with its adapter by its own record, and is predicted by the model predictor into a
+frame of its own outputs, purged and left uncalibrated as the task says, and written to a folder and a catalog view of
+its own beside Buy/Sell/Hold's."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -52,6 +55,9 @@ class LogVariance(Task):
 
     def outputs_of(self, logits) -> np.ndarray:
         return logits.float().numpy()
+
+    def evaluated_by(self, variant, settings) -> bool:
+        return variant.family == "model"  # the fine-tuned transformers; a probe or a rule here classifies
 
 
 @pytest.fixture
@@ -116,6 +122,35 @@ def test_a_regression_task_defined_here_is_labelled_served_and_trained_by_the_pa
     pinned = (adapter / PIN_FILE).read_text()
     assert "class_weights" not in pinned and '"foundation_sha256": "' + "0" * 64 in pinned
 
+    from kinematic_pipeline.predictors.base import calibrated, purge_labels
+    from kinematic_pipeline.predictors.model import predict
+    from kinematic_pipeline.window_store import validation_days
+
+    fit_days = validation_days(settings, policy.variant.token_asset, policy.fold)
+    made = predict(settings, policy, classifier.eval(), fit_days)
+    frame = made.frame
+    assert frame.columns == ["variant", "task", "seed", "ticker", "date", "close", "log_variance", "label"]
+    assert frame.height > 0 and (frame["task"] == task.key).all() and frame.schema["label"] == pl.Float32
+    assert frame["log_variance"].is_finite().all()  # the head's own value, not a softmax
+    purged = purge_labels(frame, policy)
+    late = purged.filter(pl.col("date") > policy.fold.label_end)
+    assert late.height > 0 and late["label"].is_nan().all()  # a target that reads past the purge is unknown
+    result, validation, universe = calibrated(made, purged, None, purged)
+    assert result.calibration is None and result.frame.equals(frame) and universe is None  # no calibration
+    shown = made.metadata()
+    assert shown["rows"] == frame.height and "mean_log_variance" in str(shown["per_ticker"])
+
+    from kinematic_pipeline.model_pins import MODEL_FILES_SCHEMA
+    from kinematic_pipeline.stages.predict import _write
+
+    wh = settings.warehouse
+    path = _write(settings, policy, result, validation, None, None, pl.DataFrame(schema=MODEL_FILES_SCHEMA))
+    assert path == wh.root / "predictions" / "logvar" / f"{policy.stem}.parquet"
+    assert wh.predictions_extra("validation", policy).parent == wh.root / "predictions" / "logvar" / "validation"
+    viewed = wh.query(f"SELECT * FROM {task.predictions_view} ORDER BY ticker, date")
+    assert task.predictions_view == "predictions_logvar" and viewed.drop("fold").equals(frame)
+    assert not any(wh.root.joinpath("predictions").glob("*.parquet"))  # Buy/Sell/Hold's view reads none of it
+
 
 def test_qlike_is_least_at_the_true_variance_and_the_prior_at_the_targets_mean():
     rng = np.random.default_rng(0)
@@ -132,3 +167,33 @@ def test_qlike_is_least_at_the_true_variance_and_the_prior_at_the_targets_mean()
     best = float(task.loss(constant, target))
     for shift in (-0.05, 0.05):
         assert best < float(task.loss(constant + shift, target))  # the prior is the best constant forecast
+
+
+def test_the_dag_gives_a_forecast_predictions_for_every_policy_and_backtests_to_none(tmp_path, log_variance):
+    import dagster as dg
+
+    from kinematic_pipeline.config import load_settings
+    from kinematic_pipeline.definitions import build_definitions
+    from kinematic_pipeline.orchestration.plan import normalize_selection, plan_runs
+    from kinematic_pipeline.run_keys import policy_keys
+
+    base = load_settings("ci", warehouse=tmp_path, env={})
+    settings = dataclasses.replace(base, tokenize=dataclasses.replace(base.tokenize, tasks=("bsh", "logvar")))
+    keys = policy_keys(settings, "splinegpt")
+    forecasts = [k for k in keys if k.endswith("|logvar5")]
+    assert forecasts and len(keys) == len(policy_keys(base, "splinegpt")) + len(forecasts)
+    graph = build_definitions(settings).resolve_asset_graph()
+
+    def partitions(asset: str) -> list[str]:
+        return graph.get(dg.AssetKey(asset)).partitions_def.get_partition_keys()
+
+    assert partitions("splinegpt_adapter") == partitions("splinegpt_predictions") == keys  # trained and predicted
+    assert partitions("splinegpt_backtests") == [k for k in keys if k not in forecasts]  # a forecast decides nothing
+    assert partitions("lr_spline_predictions") == policy_keys(base, "lr_spline")  # the task's own choice of variants
+    runs = plan_runs(build_definitions(settings), normalize_selection("splinegpt_predictions,splinegpt_backtests"))
+    assert [[k.to_user_string() for k in run] for run in runs] == [
+        ["splinegpt_predictions"],
+        ["splinegpt_backtests", "splinegpt_margin_backtests"],
+    ]
+    unchanged = plan_runs(build_definitions(base), normalize_selection("splinegpt_predictions,splinegpt_backtests"))
+    assert len(unchanged) == 1  # Buy/Sell/Hold alone: one run, as before
