@@ -36,11 +36,12 @@ from kinematic_pipeline.stages.pooled import (
 )
 from kinematic_pipeline.stages.report_titles import (
     FIGURE_HEADINGS,
-    OPTIONAL_TABLES,
     RULE_TABLES,
     all_titles,
+    optional_tables,
     table_headings,
 )
+from kinematic_pipeline.stages.task_evidence import task_tables
 from kinematic_pipeline.stages.training_table import (
     BUDGET_TEST_TABLE,
     LEARNABILITY_TABLE,
@@ -248,6 +249,7 @@ def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame
         built[LEARNABILITY_TEST_TABLE] = on_test_days
     if walk_forward_run(settings):
         built["per_fold"] = per_fold_table(settings)
+    built |= task_tables(settings)  # the run's other tasks' evidence (none for Buy/Sell/Hold alone)
     titles = all_titles(settings)
     out = settings.warehouse.report_tables_dir
     out.mkdir(parents=True, exist_ok=True)
@@ -369,7 +371,7 @@ def materialize_report(settings: Settings, extra_context: dict[str, str] | None 
     built = {
         name: exact.read_parquet(tables_dir / f"{name}.parquet")
         for name in headings
-        if name not in OPTIONAL_TABLES or (tables_dir / f"{name}.parquet").exists()
+        if name not in optional_tables(settings) or (tables_dir / f"{name}.parquet").exists()
     }
     figure_paths = {p.stem: p for p in sorted(wh.figures_dir.glob("*.png"))}
     text = document.render_report(

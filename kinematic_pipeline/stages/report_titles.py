@@ -9,6 +9,7 @@ from kinematic_pipeline.backtest.oracle import least_buying_drift
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.model_pins import run_class_weights
 from kinematic_pipeline.stages.oracle_control import RULE_LABELS
+from kinematic_pipeline.stages.task_evidence import task_titles
 
 # where a title states the skill intervals' block: ``all_titles`` puts evaluate.skill_bootstrap_block_days there
 BLOCK_DAYS = "<block_days>"
@@ -274,12 +275,21 @@ def rule_caption(settings: Settings) -> str:
 
 def all_titles(settings: Settings) -> dict[str, str]:
     """``ALL_TITLES`` with the paper's tables' titles naming both rules and the run's Buy threshold, and the skill
-    intervals' block (``BLOCK_DAYS``) the run's ``evaluate.skill_bootstrap_block_days``."""
+    intervals' block (``BLOCK_DAYS``) the run's ``evaluate.skill_bootstrap_block_days``; then the tables of the
+    run's other tasks (``stages.task_evidence.task_titles``)."""
     caption, block = rule_caption(settings), str(settings.evaluate.skill_bootstrap_block_days)
     return {
-        name: (f"{title}. {caption}" if name in RULE_TABLES else title).replace(BLOCK_DAYS, block)
-        for name, title in ALL_TITLES.items()
+        **{
+            name: (f"{title}. {caption}" if name in RULE_TABLES else title).replace(BLOCK_DAYS, block)
+            for name, title in ALL_TITLES.items()
+        },
+        **task_titles(settings),
     }
+
+
+def optional_tables(settings: Settings) -> tuple[str, ...]:
+    """``OPTIONAL_TABLES`` and the tables of the run's other tasks (written once their predictions are)."""
+    return (*OPTIONAL_TABLES, *task_titles(settings))
 
 
 def table_headings(settings: Settings) -> dict[str, tuple[str, str]]:

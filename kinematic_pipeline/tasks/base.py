@@ -168,6 +168,17 @@ class Task(ABC):
         each output)."""
         return [pl.col(name).mean().alias(f"mean_{name}") for name in self.outputs]
 
+    def evidence_titles(self) -> dict[str, str]:
+        """Its tables' names -> their titles in the report (``evidence``); none by default (Buy/Sell/Hold's evidence
+        is the report's own tables)."""
+        return {}
+
+    def evidence(self, settings, predictions: pl.DataFrame) -> dict[str, pl.DataFrame]:
+        """Its tables (named as ``evidence_titles``) from ``predictions``: every run policy's rows on this task
+        (``predictions_schema`` and the ``fold``), as the report prints them after its own
+        (``stages/task_evidence.py``); none by default."""
+        return {}
+
     def reported(self, settings) -> bool:
         """Whether the report's main tables read this task's policies: then every seed and fold trains it (another
         may be swept on fewer: ``split.tau_sweep_folds``, ``tau_sweep_seeds``) and its predictions cover the

@@ -59,6 +59,15 @@ class LogVariance(Task):
     def evaluated_by(self, variant, settings) -> bool:
         return variant.family == "model"  # the fine-tuned transformers; a probe or a rule here classifies
 
+    def evidence_titles(self) -> dict[str, str]:
+        return {"qlike": "QLIKE of each forecaster's variance against the realized (lower is better)"}
+
+    def evidence(self, settings, predictions: pl.DataFrame) -> dict[str, pl.DataFrame]:
+        known = predictions.filter(pl.col("label").is_finite())
+        gap = pl.col("label") - pl.col("log_variance")
+        qlike = (gap.exp() - gap - 1.0).mean().alias("qlike")
+        return {"qlike": known.group_by("variant").agg(qlike, pl.len().alias("rows")).sort("variant")}
+
 
 @pytest.fixture
 def log_variance(monkeypatch):
@@ -96,7 +105,7 @@ def test_a_regression_task_defined_here_is_labelled_served_and_trained_by_the_pa
     target = labels[task.label_column].to_numpy()
     assert np.isfinite(target).mean() > 0.9  # known but for the sessions the data does not reach yet
 
-    policy = Foundation("splinegpt", 7, settings.folds[0]).on(task)
+    policy = Foundation("splinegpt", settings.train.seeds[0], settings.folds[0]).on(task)  # one of the run's
     data = WindowDataModule(settings, policy)
     data.setup()
     summary = data.target_summary()
@@ -151,6 +160,21 @@ def test_a_regression_task_defined_here_is_labelled_served_and_trained_by_the_pa
     assert task.predictions_view == "predictions_logvar" and viewed.drop("fold").equals(frame)
     assert not any(wh.root.joinpath("predictions").glob("*.parquet"))  # Buy/Sell/Hold's view reads none of it
 
+    from kinematic_pipeline.report import document
+    from kinematic_pipeline.stages.report_titles import optional_tables, table_headings
+    from kinematic_pipeline.stages.task_evidence import task_tables
+
+    tables = task_tables(settings)  # the task's own evidence, from its policies' predictions
+    (name,) = tables
+    known = frame.filter(pl.col("label").is_finite())
+    gap = (known["label"] - known["log_variance"]).to_numpy()
+    assert name == "task_logvar5_qlike" and tables[name]["rows"].to_list() == [known.height]
+    assert tables[name]["qlike"][0] == pytest.approx(np.mean(np.exp(gap) - gap - 1.0), rel=1e-9)
+    headings = table_headings(settings)
+    assert name in optional_tables(settings) and headings[name][0].startswith("QLIKE of each forecaster")
+    text = document.render_report("r", {}, tables, {}, "", relative_to=tmp_path, table_headings=headings)
+    assert "QLIKE of each forecaster" in text and "splinegpt" in text
+
 
 def test_qlike_is_least_at_the_true_variance_and_the_prior_at_the_targets_mean():
     rng = np.random.default_rng(0)
@@ -197,3 +221,7 @@ def test_the_dag_gives_a_forecast_predictions_for_every_policy_and_backtests_to_
     ]
     unchanged = plan_runs(build_definitions(base), normalize_selection("splinegpt_predictions,splinegpt_backtests"))
     assert len(unchanged) == 1  # Buy/Sell/Hold alone: one run, as before
+
+    from kinematic_pipeline.stages.report_titles import all_titles
+
+    assert all_titles(settings).keys() - all_titles(base).keys() == {"task_logvar5_qlike"}  # the report's one slot
