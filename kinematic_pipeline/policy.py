@@ -133,9 +133,9 @@ class Policy:
 
     @property
     def stem(self) -> str:
-        """File stem of the policy's evaluation shards: ``splinegpt_tau0.01_seed1234``."""
+        """File stem of the policy's evaluation shards: ``splinegpt_tau0.01_seed1234`` (its task's ``Task.stem``)."""
         fold = "" if self.fold.name is None else f"_fold{self.fold.name}"
-        return f"{self.variant.name}_tau{self.task.key}_seed{self.seed}{fold}"
+        return f"{self.variant.name}_{self.task.stem}_seed{self.seed}{fold}"
 
     @property
     def foundation(self) -> Foundation:

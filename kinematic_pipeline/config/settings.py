@@ -7,6 +7,7 @@ field and its choices. Nothing here imports dagster.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 from dataclasses import dataclass, field
@@ -276,8 +277,9 @@ class EvalConfig:
     skill_bootstrap_block_days: int = 20
     predict_batch_size: int = 128  # windows per forward pass (512 ran 0.7x as fast on one thread: cache)
     # The simple baselines evaluated beside the models (variants.BASELINES: rules and probes), and their taus
-    # (None: every tokenize.taus); they go through the same predictions, backtests and tables.
-    baselines: tuple[str, ...] = BASELINE_NAMES
+    # (None: every tokenize.taus); they go through the same predictions, backtests and tables. None: every one whose
+    # tokenization the run computes (Settings resolves it: a tokenization registered but not computed adds none).
+    baselines: tuple[str, ...] | None = None
     baseline_taus: tuple[float, ...] | None = None
     # The universe signal (IC, skill on every ticker-day of the test period, at report_tau): None scores
     # every ticker; a number scores that many tickers (a seeded sample, the test tickers always in), the
@@ -312,7 +314,7 @@ class EvalConfig:
             )
         if not self.scaling_windows or any(int(n) < 1 for n in self.scaling_windows):
             raise ValueError(f"evaluate.scaling_windows={self.scaling_windows!r}: expected positive window counts")
-        for name in self.baselines:
+        for name in self.baselines or ():
             check_choice("evaluate.baselines", name, BASELINE_NAMES)
         if self.verdict_cost_bps not in self.backtest.costs_bps:
             raise ValueError(
@@ -346,6 +348,10 @@ class Settings:
             from kinematic_pipeline.sources.membership import check_membership
 
             check_membership(self.evaluate.membership_file, self._known_tickers(), f"the {self.data.source} source")
+        if self.evaluate.baselines is None:  # every baseline whose tokenization the run computes
+            computed = chosen(self.tokenize.tokenizations)
+            baselines = tuple(n for n in BASELINE_NAMES if variant(n).tokenization in computed)
+            object.__setattr__(self, "evaluate", dataclasses.replace(self.evaluate, baselines=baselines))
         chosen(self.tokenize.tokenizations, {n: variant(n).tokenization for n in self.evaluated_variants})
 
     def _known_tickers(self) -> tuple[str, ...] | None:

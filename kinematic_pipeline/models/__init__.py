@@ -9,7 +9,7 @@ from __future__ import annotations
 from torch import nn
 
 from kinematic_pipeline.config import ModelConfig
-from kinematic_pipeline.models.gpt import KinematicGPT
+from kinematic_pipeline.models.gpt import KinematicGPT, lora_target_modules
 from kinematic_pipeline.models.heads import (
     HEADS,
     PatchTSTClassifier,
@@ -17,7 +17,6 @@ from kinematic_pipeline.models.heads import (
     count_parameters,
     init_head_at_prior,
     inject_lora,
-    lora_target_modules,
 )
 from kinematic_pipeline.models.patchtst import PatchTST
 from kinematic_pipeline.variants import variant as lookup_variant

@@ -3,17 +3,29 @@
 Paper "Model Architecture and Training": 4 pre-norm blocks, 8 heads, d_model 512, d_ff 2048, GELU,
 rotary position embeddings, ~12.6 M parameters. A token is a 9-vector (4 price + 5 volume
 channels); the three internal variants differ only in which tokens feed this backbone. The next-token
-head regresses token t+1 from position t. Module names (``blocks.{i}.attn.qkv`` ...) are the LoRA
-targets of ``heads.lora_target_modules``.
+head regresses token t+1 from position t. Module names (``blocks.{i}.attn.qkv`` ...) are its LoRA targets
+(``lora_targets``: what ``heads.inject_lora`` asks any backbone for).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from kinematic_pipeline.config import GPTConfig
+
+LORA_LINEARS = ("attn.qkv", "attn.proj", "mlp.fc", "mlp.proj")  # every linear layer of a block
+
+
+def lora_target_modules(cfg: GPTConfig, layers: Sequence[int] = (0, 1, 3)) -> list[str]:
+    """Names of the linear layers of KinematicGPT that receive LoRA adapters, e.g. ``blocks.0.attn.qkv``."""
+    bad = [i for i in layers if not 0 <= i < cfg.n_layers]
+    if bad:
+        raise ValueError(f"LoRA layers {bad} are outside the model's {cfg.n_layers} blocks (0-based)")
+    return [f"blocks.{i}.{name}" for i in layers for name in LORA_LINEARS]
 
 
 def rotary_cos_sin(positions: torch.Tensor, head_dim: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -133,6 +145,11 @@ class KinematicGPT(nn.Module):
         """``hidden(x)[:, -1]`` (B, d_model), the last block run for the last position alone (a classifier reads
         nothing else; ~25% of a fine-tuning step saved, ``benchmarks/bench_classifier_path.py``)."""
         return self.hidden(x, last_only=True)
+
+    def lora_targets(self, layers: Sequence[int]) -> list[str]:
+        """Its modules that receive LoRA adapters in ``layers`` (``lora_target_modules``): what a LoRA head asks a
+        backbone for, with ``last_hidden``."""
+        return lora_target_modules(self.cfg, layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Tokens (B, T, 9) -> predictions (B, T, 9); output t predicts token t+1."""

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from kinematic_pipeline.config import GPTConfig, TrainConfig
+from kinematic_pipeline.config import TrainConfig
 from kinematic_pipeline.models.gpt import KinematicGPT
 from kinematic_pipeline.models.patchtst import PatchTST
 from kinematic_pipeline.variants import LORA_HEAD, PROBE_HEAD
@@ -33,8 +33,6 @@ from kinematic_pipeline.warehouse.verified import without_sidecars
 
 if TYPE_CHECKING:
     import peft
-
-LORA_LINEARS = ("attn.qkv", "attn.proj", "mlp.fc", "mlp.proj")  # every linear layer of a block
 
 
 class SequenceClassifier(nn.Module):
@@ -83,14 +81,6 @@ def init_head_at_prior(head: nn.Linear, logits: np.ndarray | None) -> None:
         head.bias.copy_(torch.as_tensor(logits, dtype=head.bias.dtype))
 
 
-def lora_target_modules(cfg: GPTConfig, layers: Sequence[int] = (0, 1, 3)) -> list[str]:
-    """Names of the linear layers of KinematicGPT that receive LoRA adapters, e.g. ``blocks.0.attn.qkv``."""
-    bad = [i for i in layers if not 0 <= i < cfg.n_layers]
-    if bad:
-        raise ValueError(f"LoRA layers {bad} are outside the model's {cfg.n_layers} blocks (0-based)")
-    return [f"blocks.{i}.{name}" for i in layers for name in LORA_LINEARS]
-
-
 def inject_lora(
     classifier: SequenceClassifier,
     rank: int,
@@ -98,14 +88,15 @@ def inject_lora(
     dropout: float,
     layers: Sequence[int] = (0, 1, 3),
 ) -> peft.PeftModel:
-    """Freeze the classifier's backbone and add LoRA adapters (W' = W + (alpha / r) B A) to ``layers``.
+    """Freeze the classifier's backbone and add LoRA adapters (W' = W + (alpha / r) B A) to ``layers``: the
+    modules the backbone names (``lora_targets``; a backbone with ``last_hidden`` and ``lora_targets`` serves).
 
     Only the adapters and ``cls_head`` (a module PEFT saves in full) stay trainable. The result saves
     and loads with PEFT's own ``save_pretrained`` / ``PeftModel.from_pretrained``.
     """
     import peft  # imported here: it pulls in transformers, seconds that plain model use should not pay
 
-    targets = [f"backbone.{name}" for name in lora_target_modules(classifier.backbone.cfg, layers)]
+    targets = [f"backbone.{name}" for name in classifier.backbone.lora_targets(layers)]  # the backbone's own
     config = peft.LoraConfig(
         r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, modules_to_save=["cls_head"]
     )

@@ -64,7 +64,8 @@ class ModelPredictor(Predictor):
         frame = test.frame.filter(pl.col("ticker").is_in(wanted))
         tickers = sorted(frame["ticker"].unique().to_list())
         missing = [t for t in wanted if t not in set(tickers)]
-        result = dataclasses.replace(test, frame=frame, missing_tickers=missing, class_weights=tuple(class_weights))
+        weights = None if class_weights is None else tuple(class_weights)  # a task trained with none: None
+        result = dataclasses.replace(test, frame=frame, missing_tickers=missing, class_weights=weights)
         # The same policy on the validation days of the training period (the fine-tuning's own split), for the
         # test tickers: what the calibration is fitted on and the second decision rule's margin is chosen on
         # (never on test days); at the report's tau the calibration also fits on the other universe tickers'

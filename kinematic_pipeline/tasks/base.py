@@ -47,6 +47,16 @@ class Task(ABC):
         """Its part of a policy's partition key, file stems and folders (``0.01``)."""
 
     @property
+    def stem(self) -> str:
+        """How its policies' file stems name it (``splinegpt_<stem>_seed1234``): its key."""
+        return self.key
+
+    @property
+    def folder(self) -> str:
+        """Its adapters' folder under a model's (``adapters/<folder>``): ``task=<key>``."""
+        return f"task={self.key}"
+
+    @property
     def label_column(self) -> str:
         """Its column of the labels asset: the target of each ticker-day (``target``, as ``target_dtype``)."""
         return f"label_{self.kind}_{self.key}"

@@ -184,6 +184,14 @@ class BuySellHold(Task):
         return tau_key(self.tau)
 
     @property
+    def stem(self) -> str:
+        return f"tau{self.key}"  # splinegpt_tau0.01_seed1234
+
+    @property
+    def folder(self) -> str:
+        return f"tau={self.key}"  # adapters/tau=0.01
+
+    @property
     def label_column(self) -> str:
         """Its column of the labels asset."""
         return tau_column(self.tau)

@@ -198,7 +198,7 @@ class Warehouse:
         return self.foundation_dir(policy) / layout.MODEL_FILE
 
     def adapter_dir(self, policy: Policy) -> Path:
-        return self.model_dir(policy) / "adapters" / f"tau={policy.task.key}"
+        return self.model_dir(policy) / "adapters" / policy.task.folder  # tau=0.01
 
     def adapter_pin(self, policy: Policy) -> Path:
         """``foundation.json`` in the adapter's folder: its foundation's sha256 and the class weights it was

@@ -141,3 +141,14 @@ def test_every_profile_computes_the_three_tokenizations_in_the_papers_order():
     for profile in ("ci", "demo"):
         settings = load_settings(profile, env={}, start_date=dt.date(2021, 1, 4), end_date=dt.date(2021, 7, 30))
         assert chosen(settings.tokenize.tokenizations) == (SPLINE, FD, RAW)
+
+
+def test_the_baselines_by_default_are_those_of_the_tokenizations_the_run_computes(tmp_path):
+    from kinematic_pipeline.config import load_settings
+    from kinematic_pipeline.variants import BASELINE_NAMES
+
+    settings = _settings_with(tmp_path, ("spline", "raw"))
+    default = dataclasses.replace(settings, evaluate=dataclasses.replace(settings.evaluate, baselines=None))
+    no_fd = [n for n in BASELINE_NAMES if not n.endswith("_fd")]  # a tokenization not computed adds no probe
+    assert list(default.evaluate.baselines) == no_fd and len(no_fd) == len(BASELINE_NAMES) - 2
+    assert load_settings("ci", warehouse=tmp_path / "ci", env={}).evaluate.baselines == BASELINE_NAMES

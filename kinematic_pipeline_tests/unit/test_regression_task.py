@@ -1,5 +1,5 @@
-"""A regression task costs its own module: a log-variance forecast defined here alone (no package file edited), with a
-float target unknown as NaN, one output, a QLIKE loss and a prior from its training targets' mean, is written by the
+"""A regression task costs its own module: a log-variance forecast defined in the tests alone (``helpers/tasks.py``,
+no package file edited), with a float target unknown as NaN, one output, a QLIKE loss and a prior from its training targets' mean, is written by the
 labels stage, served by the training data with no unknown target drawn, starts its head at its prior, trains through
 ``FinetuneModule``, is pinned with its adapter by its own record, and is predicted by the model predictor into a
 frame of its own outputs, purged and left uncalibrated as the task says, and written to a folder and a catalog view of
@@ -8,73 +8,23 @@ its own beside Buy/Sell/Hold's."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 import polars as pl
 import pytest
 import torch
 
-from kinematic_pipeline.tasks import TASK_FAMILIES
-from kinematic_pipeline.tasks.base import Task
-
-FLOOR = 1e-10  # a variance below it (a run of unchanged closes) is floored: its log stays finite
-
-
-@dataclass(frozen=True)
-class LogVariance(Task):
-    """ln of the mean squared log return over the next ``horizon`` sessions; NaN until they are known."""
-
-    kind: ClassVar[str] = "logvar"
-    horizon: ClassVar[int] = 5
-    outputs: ClassVar[tuple[str, ...]] = ("log_variance",)
-    head_width: ClassVar[int] = 1
-    target_dtype: ClassVar[type[pl.DataType]] = pl.Float32
-
-    @property
-    def key(self) -> str:
-        return f"logvar{self.horizon}"
-
-    def target(self, forward: np.ndarray) -> np.ndarray:
-        return np.log(np.maximum(np.mean(np.asarray(forward, dtype=np.float64) ** 2, axis=1), FLOOR))
-
-    def loss(self, logits, target):
-        """QLIKE of the forecast variance exp(logit) against the realized exp(target), zero at logit = target."""
-        known = torch.isfinite(target)
-        gap = target[known] - logits[:, 0][known]
-        return (torch.exp(gap) - gap - 1.0).mean() if bool(known.any()) else logits.sum() * 0.0
-
-    val_loss = loss
-
-    def summary(self, targets: np.ndarray) -> dict:
-        return {"rows": int(len(targets)), "mean_variance": float(np.mean(np.exp(np.asarray(targets, np.float64))))}
-
-    def prior(self, summary: dict) -> np.ndarray:
-        return np.array([np.log(summary["mean_variance"])])  # the constant that minimises QLIKE on the training rows
-
-    def outputs_of(self, logits) -> np.ndarray:
-        return logits.float().numpy()
-
-    def evaluated_by(self, variant, settings) -> bool:
-        return variant.family == "model"  # the fine-tuned transformers; a probe or a rule here classifies
-
-    def evidence_titles(self) -> dict[str, str]:
-        return {"qlike": "QLIKE of each forecaster's variance against the realized (lower is better)"}
-
-    def evidence(self, settings, predictions: pl.DataFrame) -> dict[str, pl.DataFrame]:
-        known = predictions.filter(pl.col("label").is_finite())
-        gap = pl.col("label") - pl.col("log_variance")
-        qlike = (gap.exp() - gap - 1.0).mean().alias("qlike")
-        return {"qlike": known.group_by("variant").agg(qlike, pl.len().alias("rows")).sort("variant")}
+from kinematic_pipeline_tests.helpers.tasks import LogVariance, register_log_variance
 
 
 @pytest.fixture
 def log_variance(monkeypatch):
-    monkeypatch.setitem(TASK_FAMILIES, LogVariance.kind, lambda settings: (LogVariance(),))
+    register_log_variance(monkeypatch)
 
 
-def test_a_regression_task_defined_here_is_labelled_served_and_trained_by_the_package_unchanged(tmp_path, log_variance):
+def test_a_regression_task_defined_in_the_tests_is_labelled_served_and_trained_by_the_package_unchanged(
+    tmp_path, log_variance
+):
     from kinematic_pipeline.calendar import trading_days
     from kinematic_pipeline.model_pins import PIN_FILE, pin_foundation
     from kinematic_pipeline.models import build_model
@@ -124,6 +74,7 @@ def test_a_regression_task_defined_here_is_labelled_served_and_trained_by_the_pa
     torch.testing.assert_close(loss, task.loss(logits, y))
 
     adapter = settings.warehouse.adapter_dir(policy)
+    assert adapter.name == "task=logvar5" and policy.stem.startswith("splinegpt_logvar5_seed")  # named by the task
     adapter.mkdir(parents=True)
     foundation = tmp_path / "model.pt"
     foundation.write_bytes(b"weights")
