@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from kinematic_pipeline.folds import Fold, fold_labelled, fold_named
-from kinematic_pipeline.tasks import row_task, task_keyed
 from kinematic_pipeline.tasks.base import Task
+from kinematic_pipeline.tasks.registry import row_task, task_keyed
 from kinematic_pipeline.variants import Variant
 from kinematic_pipeline.variants import variant as lookup_variant
 
@@ -114,7 +114,7 @@ class Policy:
     @classmethod
     def from_row(cls, row: Mapping, folds: tuple[Fold, ...], tasks: Sequence[Task]) -> Policy:
         """The policy of a row of an evaluation view (its ``variant``, ``seed`` and ``fold`` label), its task the one of
-        ``tasks`` (the run's) the row names (``tasks.row_task``: Buy/Sell/Hold's rows by their ``tau``)."""
+        ``tasks`` (the run's) the row names (``tasks.registry.row_task``: Buy/Sell/Hold's rows by their ``tau``)."""
         return cls(row["variant"], row_task(row, tasks), row["seed"], fold_labelled(folds, row["fold"]))
 
     # --- Dagster partition keys -------------------------------------------------------------------------

@@ -16,8 +16,8 @@ from pathlib import Path
 from kinematic_pipeline.config.backbones import ModelConfig
 from kinematic_pipeline.folds import Fold, walk_forward
 from kinematic_pipeline.paper_conventions import BacktestConfig
-from kinematic_pipeline.tasks import check_families, run_tasks
 from kinematic_pipeline.tasks.base import Task
+from kinematic_pipeline.tasks.registry import check_families, run_tasks
 from kinematic_pipeline.tasks.targets import LABEL_SOURCES
 from kinematic_pipeline.tokenizations import chosen
 from kinematic_pipeline.variants import BASELINE_NAMES, VARIANT_NAMES, variant
@@ -147,7 +147,7 @@ class TokenizeConfig:
     block_days: int = 256  # trading days tokenized per batch (bounds memory on long backfills)
     write_threads: int = 2  # Parquet shards compressed and written in parallel
     tokenizations: tuple[str, ...] = ("spline", "fd", "raw")  # those the run computes (tokenizations.chosen)
-    tasks: tuple[str, ...] = ("bsh",)  # the task families the labels hold and the run fine-tunes (tasks.run_tasks)
+    tasks: tuple[str, ...] = ("bsh",)  # the task families the labels hold and the run fine-tunes (tasks.registry)
 
     def __post_init__(self) -> None:
         chosen(self.tokenizations)  # registered names, spline among them
@@ -375,8 +375,8 @@ class Settings:
 
     @property
     def tasks(self) -> tuple[Task, ...]:
-        """The run's fine-tuning tasks: those of each family of ``tokenize.tasks`` (``tasks.run_tasks``; Buy/Sell/Hold
-        at each ``tokenize.taus``, with the class weights it trains with). Their horizons set the folds' purge
+        """The run's fine-tuning tasks: those of each family of ``tokenize.tasks`` (``tasks.registry.run_tasks``;
+        Buy/Sell/Hold at each ``tokenize.taus``, with the class weights it trains with). Their horizons set the folds' purge
         (``folds.walk_forward``) and how far ahead the labels read (``label_horizon``)."""
         return run_tasks(self)
 

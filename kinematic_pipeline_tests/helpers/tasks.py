@@ -11,8 +11,8 @@ import numpy as np
 import polars as pl
 import torch
 
-from kinematic_pipeline.tasks import TASK_FAMILIES
 from kinematic_pipeline.tasks.base import Task
+from kinematic_pipeline.tasks.registry import TASK_FAMILIES
 
 FLOOR = 1e-10  # a variance below it (a run of unchanged closes) is floored: its log stays finite
 

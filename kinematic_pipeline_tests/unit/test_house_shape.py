@@ -114,6 +114,58 @@ def test_a_cycle_is_found_when_there_is_one():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def _import_time_edges(modules: dict[str, Path], package: str = PACKAGE.name) -> dict[str, set[str]]:
+    """{module: the package modules its body runs when it is imported}: its imports outside functions and outside
+    ``if TYPE_CHECKING:``, each with the package faces above it (importing ``a.b.c`` runs ``a/__init__`` and
+    ``a/b/__init__`` first). A circle here fails for whoever imports one of its modules first, whatever the order."""
+    packages = {name for name, path in modules.items() if path.name == "__init__.py"}
+    edges: dict[str, set[str]] = defaultdict(set)
+    for name, path in modules.items():
+        pending = list(ast.parse(path.read_text(), str(path)).body)
+        while pending:
+            node = pending.pop()
+            if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+                continue
+            if isinstance(node, (ast.If, ast.Try)):
+                pending += [*node.body, *node.orelse, *getattr(node, "finalbody", []), *getattr(node, "handlers", [])]
+            elif isinstance(node, ast.ExceptHandler):
+                pending += node.body
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(package):
+                targets = [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names if a.name.startswith(package)]
+            else:
+                continue
+            for target in targets:
+                parts = target.split(".")
+                runs = {".".join(parts[:i]) for i in range(1, len(parts) + 1)} & (set(modules) | packages)
+                edges[name] |= {m for m in runs if m != name and not name.startswith(f"{m}.")}
+    return edges
+
+
+def test_no_circle_runs_when_a_module_is_imported():
+    assert _cycles(_import_time_edges(_modules())) == []
+
+
+def test_a_circle_through_a_package_face_is_found(tmp_path):
+    """The circle that broke CI at 098910d: a leaf of ``tasks`` imported from below ran the face, which imported the
+    task, which imported the module below back. The static edges of ``_imports`` (a leaf is not its face) miss it."""
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/tasks/__init__.py": "from pkg.tasks.task import Task\n",
+        "pkg/tasks/actions.py": "BUY = 1\n",
+        "pkg/tasks/task.py": "from pkg.backtest.calibration import fit\n",
+        "pkg/backtest/__init__.py": "",
+        "pkg/backtest/calibration.py": "from pkg.tasks.actions import BUY\ndef fit():\n    return BUY\n",
+    }
+    modules = {}
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+        modules[rel.removesuffix(".py").replace("/", ".").removesuffix(".__init__")] = tmp_path / rel
+    assert _cycles(_import_time_edges(modules, "pkg")) == [["pkg.backtest.calibration", "pkg.tasks", "pkg.tasks.task"]]
+
+
 def test_nothing_below_the_stages_imports_them():
     upward = [
         f"{name} imports {target}"

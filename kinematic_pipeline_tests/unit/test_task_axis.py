@@ -20,10 +20,10 @@ from kinematic_pipeline.config import TrainConfig
 from kinematic_pipeline.folds import Fold
 from kinematic_pipeline.models.heads import init_head_at_prior
 from kinematic_pipeline.policy import Foundation, Policy
-from kinematic_pipeline.tasks import TASK_FAMILIES, run_tasks
 from kinematic_pipeline.tasks.actions import BUY, HOLD
 from kinematic_pipeline.tasks.base import DecisionRule, Task
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
+from kinematic_pipeline.tasks.registry import TASK_FAMILIES, run_tasks
 from kinematic_pipeline.training.modules import FinetuneModule
 
 FOLD = Fold("2019", dt.date(2018, 12, 31), dt.date(2018, 12, 28), dt.date(2019, 1, 2), None)
