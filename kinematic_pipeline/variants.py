@@ -84,6 +84,7 @@ class Variant(ABC):
     made_by: ClassVar[str]  # what makes its predictions, for asset descriptions
     seeded: ClassVar[bool] = False  # trained once per ``train.seeds``; else once, under seed 0 (``Policy``)
     every_tau: ClassVar[bool] = False  # a policy per ``tokenize.taus`` (baselines: ``evaluate.baseline_taus``)
+    any_target: ClassVar[bool] = False  # fits a task of any target (a fine-tuned head); else classes only
     probabilistic: ClassVar[bool] = True  # states probabilities (a rule decides: its "probabilities" are one-hot)
     compute_kind: ClassVar[str] = "python"  # the Dagster kind of its evaluation assets
     group: ClassVar[str] = "baselines"  # the Dagster group of its evaluation assets
@@ -146,6 +147,7 @@ class ModelVariant(Variant):
     made_by: ClassVar[str] = "fine-tuned policy"
     seeded: ClassVar[bool] = True
     every_tau: ClassVar[bool] = True
+    any_target: ClassVar[bool] = True
     compute_kind: ClassVar[str] = "pytorch"
     group: ClassVar[str] = "evaluate"
 

@@ -4,7 +4,8 @@ A profile (``ci``, ``demo``, ``real``, ``paper``) is a named set of values, sele
 operator interface of DESIGN.md overrides fields from the environment: ``KP_SOURCE``, ``KP_SOURCE_PATH``,
 ``KP_WAREHOUSE``, ``KP_START_DATE`` / ``KP_END_DATE`` (narrow the history), ``KP_TRAIN_END`` (the training
 cut: one fold unless ``KP_FOLDS`` says otherwise), ``KP_FOLDS`` (walk-forward folds after the cut),
-``KP_TAU_SWEEP_FOLDS`` (the folds of the taus other than the report's: ``all``, ``last`` or ``none``),
+``KP_TAU_SWEEP_FOLDS`` (the folds of the taus other than the report's: ``all``, ``last`` or ``none``), ``KP_TASKS``
+(the task families: ``bsh``, ``bsh,vol``),
 ``KP_TRAIN_ACCELERATOR`` / ``_DEVICES`` / ``_PRECISION`` / ``_STRATEGY`` (the Lightning Trainer),
 ``KP_TRAIN_SHARD_TRACE``, ``KP_WARM_START`` / ``KP_WARM_START_STEPS`` (rolling warm starts of the foundations over
 walk-forward folds), ``KP_PRETRAIN_HORIZON`` (the GPTs' pretraining target), ``KP_TRAIN_SIDE_BY_SIDE`` / ``KP_TRAIN_THREADS`` (training runs at once and their torch
@@ -126,6 +127,9 @@ def load_settings(
             raise ValueError(f"KP_TAU_SWEEP_FOLDS={sweep!r}: expected one of {', '.join(TAU_SWEEP_FOLDS)}")
         split = dataclasses.replace(split, tau_sweep_folds=sweep)
     evaluate = base.evaluate
+    tokenize = base.tokenize
+    if env.get("KP_TASKS"):  # e.g. "bsh,vol": the task families the run labels and fine-tunes (tasks.registry)
+        tokenize = dataclasses.replace(tokenize, tasks=tuple(p.strip() for p in env["KP_TASKS"].split(",")))
 
     synthetic = base.synthetic
     if env.get("KP_PLANTED_IC"):
@@ -186,6 +190,7 @@ def load_settings(
         warehouse=wh,
         data=data,
         split=split,
+        tokenize=tokenize,
         synthetic=synthetic,
         model=model,
         train=train,

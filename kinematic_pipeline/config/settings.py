@@ -148,10 +148,16 @@ class TokenizeConfig:
     write_threads: int = 2  # Parquet shards compressed and written in parallel
     tokenizations: tuple[str, ...] = ("spline", "fd", "raw")  # those the run computes (tokenizations.chosen)
     tasks: tuple[str, ...] = ("bsh",)  # the task families the labels hold and the run fine-tunes (tasks.registry)
+    vol_horizons: tuple[int, ...] = (
+        5,
+        1,
+    )  # sessions of the volatility task's targets (tasks.volatility), reported first
 
     def __post_init__(self) -> None:
         chosen(self.tokenizations)  # registered names, spline among them
         check_families(self.tasks)
+        if not self.vol_horizons or len(set(self.vol_horizons)) != len(self.vol_horizons):
+            raise ValueError(f"tokenize.vol_horizons={self.vol_horizons!r}: expected distinct whole numbers >= 1")
         check_alpha("tokenize.alpha_price", self.alpha_price)
         check_alpha("tokenize.alpha_volume", self.alpha_volume)
         check_choice("tokenize.alpha_mle_scope", self.alpha_mle_scope, ALPHA_MLE_SCOPES)

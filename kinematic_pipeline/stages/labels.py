@@ -6,7 +6,8 @@ reads one: the paper's r_j = c0(t_j+1) - c0(t_j)), so day t's shard reads the sp
 and of those sessions only; where a session is not materialized yet, the returns and targets that read it are
 unknown (NaN / -1) until it is. The next session's two returns are stored
 (``r_spline``: end-of-window positions of consecutive causal fits; ``r_close``: close-to-close, what the
-backtest trades); the label columns use ``tokenize.label_source``, recorded in ``label_source``.
+backtest trades); a task's label column uses the returns it names (``Task.returns``: the volatility task's are
+close-to-close) or else ``tokenize.label_source``, recorded in ``label_source``.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def day_labels(settings: Settings, day: dt.date) -> tuple[pl.DataFrame, dt.date,
     frame = spline.select("ticker").with_columns(
         pl.Series("r_spline", spline["r1"].to_numpy()), pl.Series("r_close", close["r1"].to_numpy())
     )
-    forward = (spline if cfg.label_source == "spline" else close).drop("ticker").to_numpy()
+    forward = {"spline": spline.drop("ticker").to_numpy(), "close": close.drop("ticker").to_numpy()}
     out = frame.select(
         "ticker",
         pl.lit(day).alias("date"),
@@ -84,7 +85,10 @@ def day_labels(settings: Settings, day: dt.date) -> tuple[pl.DataFrame, dt.date,
         "r_close",
         pl.lit(cfg.label_source).alias("label_source"),
     ).with_columns(
-        *[pl.Series(t.label_column, t.target(forward[:, : t.horizon]), dtype=t.target_dtype) for t in settings.tasks]
+        *[
+            pl.Series(t.label_column, t.target(forward[t.returns or cfg.label_source][:, : t.horizon]), t.target_dtype)
+            for t in settings.tasks
+        ]
     )
     return out.sort("ticker"), sessions[1], label_inputs_digest(wh, sessions)
 

@@ -13,7 +13,11 @@ import polars as pl
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.run_keys import run_policies
 from kinematic_pipeline.tasks.base import Task
+from kinematic_pipeline.warehouse import RAW_OHLCV
 from kinematic_pipeline.warehouse import exact_paths as exact
+from kinematic_pipeline.warehouse.layout import UNIVERSE_PREDICTIONS
+
+RAW_BARS = {"ticker": pl.String, "date": pl.Date, **dict.fromkeys(("open", "high", "low", "close"), pl.Float64)}
 
 
 def _table_name(task: Task, name: str) -> str:
@@ -26,15 +30,20 @@ def task_titles(settings: Settings) -> dict[str, str]:
 
 
 def task_predictions(settings: Settings, task: Task) -> pl.DataFrame:
-    """The predictions of the run's policies on ``task`` (every variant, seed and fold), each policy's file as its
-    predictions asset wrote it (``Warehouse.predictions_file``); an empty frame of the task's columns when none is
-    written yet."""
-    wh = settings.warehouse
-    files = [wh.predictions_file(p) for p in run_policies(settings) if p.task == task]
-    frames = [exact.read_parquet(f) for f in files if f.exists()]
+    """The predictions of the run's policies on ``task`` (every variant, seed and fold): each policy's file as its
+    predictions asset wrote it (``Warehouse.predictions_file``: the test tickers) and, where the task is reported,
+    its universe's (``predictions/<kind>/universe/``), one row per ticker-day; an empty frame of the task's columns
+    when none is written yet."""
+    wh, schema = settings.warehouse, {**task.predictions_schema, "fold": pl.String}
+    policies = [p for p in run_policies(settings) if p.task == task]
+    files = [wh.predictions_file(p) for p in policies] + [
+        wh.predictions_extra(UNIVERSE_PREDICTIONS, p) for p in policies
+    ]
+    frames = [exact.read_parquet(f).select(list(schema)) for f in files if f.exists()]
     if not frames:
-        return pl.DataFrame(schema={**task.predictions_schema, "fold": pl.String})
-    return pl.concat(frames, how="vertical").sort("variant", "seed", "fold", "ticker", "date")
+        return pl.DataFrame(schema=schema)
+    rows = pl.concat(frames, how="vertical").unique(["variant", "seed", "fold", "ticker", "date"], maintain_order=True)
+    return rows.sort("variant", "seed", "fold", "ticker", "date")
 
 
 def task_tables(settings: Settings) -> dict[str, pl.DataFrame]:
@@ -46,5 +55,23 @@ def task_tables(settings: Settings) -> dict[str, pl.DataFrame]:
             continue
         predictions = task_predictions(settings, task)
         if predictions.height:
-            tables |= {_table_name(task, name): frame for name, frame in task.evidence(settings, predictions).items()}
+            bars = task_bars(settings, predictions) if task.evidence_reads_bars else None
+            made = (
+                task.evidence(settings, predictions, bars) if bars is not None else task.evidence(settings, predictions)
+            )
+            tables |= {_table_name(task, name): frame for name, frame in made.items()}
     return tables
+
+
+def task_bars(settings: Settings, predictions: pl.DataFrame) -> pl.DataFrame:
+    """The raw bars (ticker, date, open, high, low, close) of ``predictions``' tickers on every raw shard up to their
+    last day: what a task's reference forecasters are fitted on (their training days) and read up to each day."""
+    wh = settings.warehouse
+    shards = wh.shard_days(RAW_OHLCV, until=predictions["date"].max())
+    tickers = predictions["ticker"].unique().to_list()
+    columns = ["ticker", "date", "open", "high", "low", "close"]
+    frames = [
+        exact.read_parquet(path, columns=columns).filter(pl.col("ticker").is_in(tickers))
+        for path in wh.verified_shards(RAW_OHLCV, shards)
+    ]
+    return pl.concat(frames, how="vertical").sort("ticker", "date") if frames else pl.DataFrame(schema=RAW_BARS)

@@ -37,6 +37,7 @@ class Task(ABC):
 
     kind: ClassVar[str]  # the task's family: "bsh"
     horizon: ClassVar[int]  # sessions after day t its target reads (1: the next session)
+    returns: ClassVar[str | None] = None  # the returns its target reads: None, the run's tokenize.label_source
     outputs: ClassVar[tuple[str, ...]]  # the prediction columns it stores
     head_width: ClassVar[int]  # outputs of the network's head
     target_dtype: ClassVar[type[pl.DataType]] = pl.Int8  # its labels column's type: a class code (-1 unknown)
@@ -183,10 +184,16 @@ class Task(ABC):
         is the report's own tables)."""
         return {}
 
-    def evidence(self, settings, predictions: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    evidence_reads_bars: ClassVar[bool] = False  # its evidence needs the raw bars of its predictions' tickers
+
+    def evidence(
+        self, settings, predictions: pl.DataFrame, bars: pl.DataFrame | None = None
+    ) -> dict[str, pl.DataFrame]:
         """Its tables (named as ``evidence_titles``) from ``predictions``: every run policy's rows on this task
         (``predictions_schema`` and the ``fold``), as the report prints them after its own
-        (``stages/task_evidence.py``); none by default."""
+        (``stages/task_evidence.py``); ``bars``: where ``evidence_reads_bars``, the raw bars (ticker, date, open,
+        high, low, close) of the predictions' tickers up to their last day, every day from the first; none by
+        default."""
         return {}
 
     def reported(self, settings) -> bool:

@@ -7,6 +7,7 @@ from typing import Any
 
 from kinematic_pipeline.tasks.base import Task
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold, tau_key
+from kinematic_pipeline.tasks.volatility import RealizedVariance
 
 
 def buy_sell_hold_tasks(settings: Any) -> tuple[Task, ...]:
@@ -14,7 +15,15 @@ def buy_sell_hold_tasks(settings: Any) -> tuple[Task, ...]:
     return tuple(BuySellHold(tau, settings.train.class_weights) for tau in settings.tokenize.taus)
 
 
-TASK_FAMILIES: dict[str, Callable[[Any], tuple[Task, ...]]] = {BuySellHold.kind: buy_sell_hold_tasks}
+def volatility_tasks(settings: Any) -> tuple[Task, ...]:
+    """The log realized variance over each of ``tokenize.vol_horizons`` sessions (next week, then next day)."""
+    return tuple(RealizedVariance(h) for h in settings.tokenize.vol_horizons)
+
+
+TASK_FAMILIES: dict[str, Callable[[Any], tuple[Task, ...]]] = {
+    BuySellHold.kind: buy_sell_hold_tasks,
+    RealizedVariance.kind: volatility_tasks,
+}
 
 
 def register_family(kind: str, build: Callable[[Any], tuple[Task, ...]]) -> None:

@@ -6,7 +6,9 @@ Two sources of the next-day log return r_j (DESIGN.md "Labels"; a run records wh
   that day (``tokenizations.spline.spline_end_position``).
 - "close": the next-day close-to-close log return ln C_t+1 - ln C_t, what the backtest trades.
 
-A return that is not known yet (its next bar does not exist) or not defined is NaN.
+A return that is not known yet (its next bar does not exist) or not defined is NaN. The volatility task's target
+(``log_realized_variance``) is here too, beside the returns it reads, so that the reference forecasters below the
+tasks (``backtest/``) score against the same numbers.
 """
 
 from __future__ import annotations
@@ -14,6 +16,16 @@ from __future__ import annotations
 import numpy as np
 
 LABEL_SOURCES = ("spline", "close")
+# RV_h (``volatility.py``) below it (h unchanged closes in a row) is floored: its log and QLIKE stay finite
+VARIANCE_FLOOR = 1e-12
+
+
+def log_realized_variance(forward: np.ndarray) -> np.ndarray:
+    """ln max(sum_i r_i^2, VARIANCE_FLOOR) per row of ``forward`` ([n, h] log returns); NaN where a return is NaN."""
+    forward = np.asarray(forward, dtype=np.float64)
+    if forward.ndim != 2 or forward.shape[1] < 1:
+        raise ValueError(f"forward returns must be [rows, h >= 1], got shape {forward.shape}")
+    return np.log(np.maximum(np.sum(forward**2, axis=1), VARIANCE_FLOOR))  # a NaN return: NaN (max keeps it)
 
 
 def label_returns_close(log_close_t, log_close_next) -> np.ndarray:

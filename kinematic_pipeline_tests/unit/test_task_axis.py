@@ -157,7 +157,7 @@ def test_a_runs_tasks_are_its_registered_families_and_nothing_else(tmp_path, fam
     assert settings.tokenize.tasks == ("bsh",) and [t.key for t in settings.tasks] == bsh
     both = dataclasses.replace(settings, tokenize=dataclasses.replace(settings.tokenize, tasks=("updown", "bsh")))
     assert [t.key for t in both.tasks] == ["updown1", *bsh]
-    with pytest.raises(ValueError, match=r"tokenize.tasks=\('vol5',\): expected one or more of bsh, updown"):
+    with pytest.raises(ValueError, match=r"tokenize.tasks=\('vol5',\): expected one or more of bsh, vol, updown"):
         dataclasses.replace(settings.tokenize, tasks=("vol5",))
     twice = dataclasses.replace(settings, tokenize=dataclasses.replace(settings.tokenize, tasks=("updown", "updown")))
     with pytest.raises(ValueError, match="gives one labels column twice"):
