@@ -85,7 +85,7 @@ def equity_curves_png(equity: pl.DataFrame, tau: float, cost_bps: float, path: P
     curves = runs.group_by("variant", "ticker", "date").agg(_nan_mean("equity")).sort("variant", "ticker", "date")
     by_run = curves.partition_by(["variant", "ticker"], as_dict=True)
     policies = runs.filter(pl.col("variant") != BENCHMARK)
-    seeds = policies["seed"].drop_nulls().unique().sort().to_list() if policies.height else []
+    seeds = trained_seeds(policies)
     tickers = runs["ticker"].unique(maintain_order=True).to_list()
     colors = {t: f"C{i % 10}" for i, t in enumerate(tickers)}
     fig = Figure(figsize=(12, 4.5), layout="constrained")
@@ -122,7 +122,7 @@ def equity_curves_png(equity: pl.DataFrame, tau: float, cost_bps: float, path: P
     ]
     left.legend(handles=ticker_handles + style_handles, fontsize=7, ncols=2)
     right.legend(handles=ticker_handles, fontsize=7)
-    seed_note = f"; mean of {len(seeds)} seeds, each seed faint" if len(seeds) > 1 else ""
+    seed_note = f"; mean of {len(seeds)} seeds, each seed faint" if len(seeds) > 1 else ""  # the models' seeds
     left.set_title(f"Policies (tau = {100 * tau:.2f}%, cost {cost_bps:g} bps{seed_note})", fontsize=10)
     right.set_title("Buy & Hold", fontsize=10)
     left.set_ylabel("equity")
@@ -130,6 +130,15 @@ def equity_curves_png(equity: pl.DataFrame, tau: float, cost_bps: float, path: P
         date_axis(ax)
         ax.grid(alpha=0.3)
     return save_figure(fig, path)
+
+
+def trained_seeds(policies: pl.DataFrame) -> list[int]:
+    """The seeds the seeded variants of ``policies`` (rows with ``variant`` and ``seed``) were trained with: not a
+    baseline's seed 0, fitted once (a 2-seed run's figure says "mean of 2 seeds", not 3)."""
+    if policies.is_empty():
+        return []
+    seeded = [v for v in policies["variant"].unique().to_list() if lookup_variant(v).seeded]
+    return policies.filter(pl.col("variant").is_in(seeded))["seed"].drop_nulls().unique().sort().to_list()
 
 
 def _reliability_panel(ax, by_variant: dict, variants: list[str]) -> None:

@@ -27,7 +27,8 @@
    over the matched ablations (``variants.ABLATIONS``): more information, from the paired differences of the daily
    rank IC and of the daily partial rank IC (given ret1 and vol20) on the universe; better calibrated, from the
    paired daily mean log loss on close-to-close labels; better timed, from the stationary-bootstrap Sharpe
-   difference under each rule, with both sides' days in the market. Paired Newey-West tests use a lag of at least
+   difference under each rule, with both sides' exposure, the share of ticker-days on which their positions differ
+   and their days in the market (``verdict_ablations._days_text``). Paired Newey-West tests use a lag of at least
    ``verdict_signal.HAC_LAG`` days. An ablation that cannot be computed gets a row saying why; an undefined
    statistic answers "undefined".
 Beside them the model confidence set across the strategies. On real data the Test of every strategies' row (SPA,
@@ -56,6 +57,7 @@ from kinematic_pipeline.stages.verdict_ablations import (
 from kinematic_pipeline.stages.verdict_rules import (
     argmax_equilibrium,
     days_in_market,
+    market_positions,
 )
 from kinematic_pipeline.stages.verdict_signal import (
     LEVEL,
@@ -175,14 +177,15 @@ def verdict_table(
     universe's predictions (None: none) and, on synthetic runs, the oracle's days in the market under each rule
     (``stages.oracle_control``; None: no oracle)."""
     strategies = strategy_returns(settings, curves)
-    in_market = days_in_market(settings, curves, strategies.days)
+    positions = market_positions(settings, curves, strategies.days)
+    in_market = days_in_market(positions)
     partial = daily_partial_ics(universe)  # every variant's, once: question 3 reads the models', 5 the pairs'
     rows = beat_buy_and_hold(settings, strategies)
     rows += information_beyond_trivial(settings, universe, partial)
     rows += argmax_equilibrium(strategies, in_market, oracle)
     ics = daily_ics(universe) if universe is not None and universe.height else None
     losses = daily_log_losses(settings, universe)
-    rows += spline_vs_fd(settings, strategies, ics, losses, partial, in_market)
+    rows += spline_vs_fd(settings, strategies, ics, losses, partial, in_market, positions)
     return pl.DataFrame(rows, schema=VERDICT_SCHEMA)
 
 

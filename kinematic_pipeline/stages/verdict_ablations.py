@@ -7,8 +7,10 @@ market). No dagster here.
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 
 from kinematic_pipeline.backtest import multiple_testing as mt
+from kinematic_pipeline.backtest.seed_replicates import exposure_pair
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.stages.strategies import RULES, Strategies, strategy_name
 from kinematic_pipeline.stages.verdict_signal import (
@@ -47,12 +49,33 @@ def _contrast(a: str, b: str) -> str:
     return " vs ".join(lookup_variant(v).tokenization.called for v in (a, b))
 
 
-def _days_text(names: tuple[str, str], pair: tuple[str, str], in_market: dict[str, int] | None, total: int) -> str:
+def _days_text(
+    names: tuple[str, str],
+    pair: tuple[str, str],
+    in_market: dict[str, int] | None,
+    total: int,
+    positions: dict[str, pl.DataFrame] | None = None,
+) -> str:
+    """Both sides' exposure (the mean per ticker-seed of the share of days long), the share of ticker-days on which
+    their positions differ (only there can their returns differ; science-6 M-C), and the days on which any
+    ticker-seed was long."""
+
     def one(name: str) -> str:
         days = (in_market or {}).get(name)
         return "?" if days is None else str(days)
 
-    return f"days in the market: {pair[0]} {one(names[0])}, {pair[1]} {one(names[1])} of {total}"
+    days = f"days with any ticker-seed long: {pair[0]} {one(names[0])}, {pair[1]} {one(names[1])} of {total}"
+    if positions is None or not all(n in positions for n in names):
+        return days
+    try:
+        e = exposure_pair(positions[names[0]], positions[names[1]], keys=("ticker", "seed"))
+    except ValueError:  # no ticker-day in common
+        return days
+    return (
+        f"exposure (mean share of days long per ticker-seed): {pair[0]} {e['a_share_of_days_long']:.0%}, "
+        f"{pair[1]} {e['b_share_of_days_long']:.0%}; positions differ on {e['share_of_ticker_days_differing']:.0%} "
+        f"of {e['n_ticker_days']} ticker-days; {days}"
+    )
 
 
 def ablation_comparisons(
@@ -62,6 +85,7 @@ def ablation_comparisons(
     losses: dict | None = None,
     partial: dict | None = None,
     in_market: dict[str, int] | None = None,
+    positions: dict[str, pl.DataFrame] | None = None,
 ) -> dict[str, list[Comparison]]:
     """{question: its family's comparisons} over the matched ablations: more information (the paired daily
     differences of the rank IC and of the partial rank IC given ret1 and vol20), better calibrated (of the daily
@@ -98,7 +122,7 @@ def ablation_comparisons(
                 why = f"no pooled record of {' and '.join(missing)} tested on every fold at {cost:g} bps"
                 out[TIMING].append(Comparison(test, why=why, pair=pair))
                 continue
-            days = _days_text(names, pair, in_market, total)
+            days = _days_text(names, pair, in_market, total, positions)
             if strategies.column[names[0]] == strategies.column[names[1]]:
                 why = "the two records are identical day by day (e.g. neither trades)"
                 out[TIMING].append(Comparison(test, statistic=days, why=why, pair=pair))
@@ -148,10 +172,12 @@ def spline_vs_fd(
     losses: dict | None = None,
     partial: dict | None = None,
     in_market: dict[str, int] | None = None,
+    positions: dict[str, pl.DataFrame] | None = None,
 ) -> list[dict]:
     """The tokenization rows: each question of ``TOKENIZATION_QUESTIONS`` its own Holm family."""
     rows = []
-    for question, comparisons in ablation_comparisons(settings, strategies, ics, losses, partial, in_market).items():
+    comparisons_by = ablation_comparisons(settings, strategies, ics, losses, partial, in_market, positions)
+    for question, comparisons in comparisons_by.items():
         computable = sum(c.why is None and np.isfinite(c.p) for c in comparisons)
         answers = family_answers(comparisons, [c.pair for c in comparisons], TOKENIZATION_QUESTIONS[question])
         rows += [

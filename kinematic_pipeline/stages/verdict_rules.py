@@ -27,12 +27,12 @@ def argmax_rules() -> list[str]:
     return [r for r in RULES if r != MARGIN_RULE]
 
 
-def days_in_market(settings: Settings, curves: dict[str, pl.DataFrame], days: list) -> dict[str, int]:
-    """{strategy name: its days in the market}: of the verdict's common ``days``, those on which its equal-weight
-    portfolio was long in at least one ticker (of any seed) at the previous close, i.e. its return that day was
-    the market's, not cash's (the pooled curves at the verdict's cost, records tested on every fold, as
+def market_positions(settings: Settings, curves: dict[str, pl.DataFrame], days: list) -> dict[str, pl.DataFrame]:
+    """{strategy name: ticker, seed, date, position}: on the verdict's common ``days``, whether each of its
+    ticker-seed records was long at the previous close (1.0) or in cash (0.0), i.e. whether its return that day was
+    the market's (the pooled curves at the verdict's cost, records tested on every fold, as
     ``strategies.strategy_returns`` takes them)."""
-    out: dict[str, int] = {}
+    out: dict[str, pl.DataFrame] = {}
     for rule, equity in curves.items():
         if equity.height == 0 or rule not in RULES:
             continue
@@ -41,17 +41,26 @@ def days_in_market(settings: Settings, curves: dict[str, pl.DataFrame], days: li
         )
         if "folds" in rows.columns:
             rows = rows.filter(pl.col("folds") == pl.col("folds").max())
-        invested = (
-            ticker_excess(rows.drop("fold", strict=False), settings.evaluate.backtest.rf_annual)
-            .join(pl.DataFrame({"date": days}, schema={"date": rows.schema["date"]}), on="date", how="semi")
-            .group_by("variant", "tau", "date")
-            .agg(pl.col("invested").any())
-            .group_by("variant", "tau")
-            .agg(pl.col("invested").sum())
+        held = ticker_excess(rows.drop("fold", strict=False), settings.evaluate.backtest.rf_annual).join(
+            pl.DataFrame({"date": days}, schema={"date": rows.schema["date"]}), on="date", how="semi"
         )
-        for variant, tau, n in invested.iter_rows():
-            out[strategy_name(variant, tau, rule)] = int(n)
+        if "seed" not in held.columns:
+            held = held.with_columns(pl.lit(0, pl.Int64).alias("seed"))
+        for (variant, tau), group in held.group_by("variant", "tau", maintain_order=True):
+            position = pl.col("invested").cast(pl.Float64).alias("position")
+            out[strategy_name(variant, tau, rule)] = group.select("ticker", "seed", "date", position)
     return out
+
+
+def days_in_market(positions: dict[str, pl.DataFrame]) -> dict[str, int]:
+    """{strategy name: its days in the market}: the days on which its equal-weight portfolio was long in at least
+    one ticker (of any seed) at the previous close (``market_positions``). It saturates with many ticker-seeds (a
+    strategy long 30% of the time at random is in the market nearly every day): the timing rows give the exposure
+    beside it (``seed_replicates.exposure_pair``)."""
+    return {
+        name: int(frame.group_by("date").agg((pl.col("position") > 0).any())["position"].sum())
+        for name, frame in positions.items()
+    }
 
 
 def argmax_equilibrium(

@@ -21,7 +21,7 @@ from kinematic_pipeline.stages.verdict_ablations import (
     family_answers,
     spline_vs_fd,
 )
-from kinematic_pipeline.stages.verdict_rules import argmax_equilibrium, days_in_market
+from kinematic_pipeline.stages.verdict_rules import argmax_equilibrium, days_in_market, market_positions
 from kinematic_pipeline.stages.verdict_signal import (
     Comparison,
     daily_ics,
@@ -139,10 +139,15 @@ def test_a_nan_interval_answers_undefined_never_b_is_better(tmp_path):
     diff = mt.sharpe_difference_test(flat, rng.normal(0, 0.01, 300), reps=50)
     assert all(np.isnan(diff))
     strategies = strategy_returns(settings, curves)
-    rows = _rows(spline_vs_fd(settings, strategies, None, in_market=days_in_market(settings, curves, strategies.days)))
+    positions = market_positions(settings, curves, strategies.days)
+    rows = _rows(spline_vs_fd(settings, strategies, None, in_market=days_in_market(positions), positions=positions))
     row = rows[f"Logistic regression (Spline) - Logistic regression (FD) (spline vs finite differences), {ARGMAX} rule"]
     assert row["Question"] == TIMING and row["Answer"].startswith("undefined")
-    assert "days in the market: Logistic regression (Spline) 0, Logistic regression (FD) 300 of 300" in row["Statistic"]
+    assert row["Statistic"].endswith(
+        "exposure (mean share of days long per ticker-seed): Logistic regression (Spline) 0%, Logistic regression "
+        "(FD) 100%; positions differ on 100% of 300 ticker-days; days with any ticker-seed long: Logistic regression "
+        "(Spline) 0, Logistic regression (FD) 300 of 300"
+    )
     assert family_answers([Comparison("t", estimate=-1.0)], [("a", "b")]) == [
         "undefined: the statistic or its interval is not finite (a flat record)"
     ]
@@ -165,7 +170,7 @@ def test_a_probe_ablation_flat_under_argmax_is_tested_under_the_margin_rule_and_
         == strategies.column[strategy_name("lr_fd", 0.01, ARGMAX)]
     )
     assert count_trials(strategies)[0] == 3  # the flat pair merged, plus two margin records
-    in_market = days_in_market(settings, curves, strategies.days)
+    in_market = days_in_market(market_positions(settings, curves, strategies.days))
     assert in_market[strategy_name("lr_spline", 0.01, ARGMAX)] == 0
     assert in_market[strategy_name("lr_fd", 0.01, "margin")] == 500
     table = spline_vs_fd(settings, strategies, None, in_market=in_market)
@@ -174,9 +179,10 @@ def test_a_probe_ablation_flat_under_argmax_is_tested_under_the_margin_rule_and_
     argmax_row, margin_row = rows[f"{pair}, {ARGMAX} rule"], rows[f"{pair}, margin rule"]
     assert argmax_row["Answer"] == "cannot be computed: the two records are identical day by day (e.g. neither trades)"
     assert argmax_row["Statistic"].endswith("Logistic regression (Spline) 0, Logistic regression (FD) 0 of 500")
+    assert "exposure" not in argmax_row["Statistic"]  # no positions given: the days alone
     assert margin_row["Answer"].startswith("yes: Logistic regression (Spline) is better timed at 5% (Holm p")
     assert (
-        "days in the market: Logistic regression (Spline) 500, Logistic regression (FD) 500 of 500"
+        "days with any ticker-seed long: Logistic regression (Spline) 500, Logistic regression (FD) 500 of 500"
         in (margin_row["Statistic"])
     )
     model_rows = [r for t, r in rows.items() if t.startswith("SplineGPT")]
@@ -362,7 +368,10 @@ def test_the_argmax_equilibrium_row_says_no_when_every_record_never_trades(tmp_p
     curves[argmax_rules[-1]] = pl.concat([curves[argmax_rules[-1]], _curves({"buy_and_hold": market})])
     curves["margin"] = _curves({"splinegpt": market * (rng.random(300) < 0.5), "rawgpt_fd": market})
     strategies = strategy_returns(settings, curves)
-    rows = {r["Question"]: r for r in argmax_equilibrium(strategies, days_in_market(settings, curves, strategies.days))}
+    rows = {
+        r["Question"]: r
+        for r in argmax_equilibrium(strategies, days_in_market(market_positions(settings, curves, strategies.days)))
+    }
     assert set(rows) == {f"Can the {rule} argmax rule tell tokenizations apart?" for rule in argmax_rules}
     for row in rows.values():
         assert row["Answer"] == "no: every variant is in the same equilibrium: never in the market"
@@ -370,13 +379,15 @@ def test_the_argmax_equilibrium_row_says_no_when_every_record_never_trades(tmp_p
         assert row["Trials"] == "- (descriptive, no test)"
     # with the oracle's days in the market: the oracle never in either ("the rule's"), or in on 120 days
     never = {r: 0 for r in RULES}
-    rows = argmax_equilibrium(strategies, days_in_market(settings, curves, strategies.days), never)
+    rows = argmax_equilibrium(strategies, days_in_market(market_positions(settings, curves, strategies.days)), never)
     for row in rows:
         assert row["Answer"].startswith("no: every variant (the oracle included) is in the same equilibrium")
         assert row["Answer"].endswith("the rule's equilibrium, not the tokens'")
         assert row["Statistic"].endswith("the oracle's days in the market 0")
     traded = {r: 120 for r in RULES}
-    for row in argmax_equilibrium(strategies, days_in_market(settings, curves, strategies.days), traded):
+    for row in argmax_equilibrium(
+        strategies, days_in_market(market_positions(settings, curves, strategies.days)), traded
+    ):
         assert row["Answer"] == (
             "no: every variant is in the same equilibrium: never in the market; the oracle is in the market on 120 "
             "days: the rule can trade perfect information"
@@ -392,7 +403,7 @@ def test_the_argmax_equilibrium_row_counts_distinct_records_when_they_trade(tmp_
     curves = {ARGMAX: _curves(records), "margin": pl.DataFrame()}
     curves[ARGMAX] = pl.concat([curves[ARGMAX], _curves({"rawgpt": market}, tau=0.005)])
     strategies = strategy_returns(settings, curves)
-    in_market = days_in_market(settings, curves, strategies.days)
+    in_market = days_in_market(market_positions(settings, curves, strategies.days))
     (row,) = [r for r in argmax_equilibrium(strategies, in_market) if ARGMAX in r["Question"]]
     assert row["Statistic"] == (
         "4 records of 4 variants; 2 distinct return series; 2 never in the market; days in the market 0-300 of 300"

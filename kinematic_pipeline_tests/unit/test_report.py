@@ -330,3 +330,16 @@ def test_the_papers_sharpe_of_a_nearly_flat_record_reads_na_below_the_minimum_da
     nvda, xom = (table.filter(pl.col("Ticker") == t).row(0, named=True) for t in ("NVDA", "XOM"))
     assert (nvda["Sharpe: Spline"], nvda["Sortino: Spline"], nvda["Days in market: Spline"]) == ("N/A", "N/A", "1")
     assert (xom["Sharpe: Spline"], xom["Days in market: Spline"]) == ("0.80", "504")
+
+
+def test_the_equity_figure_counts_the_seeds_the_models_were_trained_with_not_a_baselines_zero():
+    from kinematic_pipeline.report.figures import trained_seeds
+
+    rows = pl.DataFrame(
+        {
+            "variant": ["splinegpt", "splinegpt", "rawgpt", "momentum_1d", "lr_spline"],
+            "seed": [1234, 1235, 1234, 0, 0],
+        }
+    )
+    assert trained_seeds(rows) == [1234, 1235]  # two, not three: the baselines' seed 0 is not a training seed
+    assert trained_seeds(rows.filter(pl.col("seed") == 0)) == [] and trained_seeds(rows.clear()) == []
