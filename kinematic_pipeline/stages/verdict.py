@@ -64,6 +64,7 @@ from kinematic_pipeline.stages.verdict_signal import (
     POWER,
     annual,
     daily_ics,
+    daily_ics_by_seed,
     daily_log_losses,
     daily_partial_ics,
     information_beyond_trivial,
@@ -185,7 +186,8 @@ def verdict_table(
     rows += argmax_equilibrium(strategies, in_market, oracle)
     ics = daily_ics(universe) if universe is not None and universe.height else None
     losses = daily_log_losses(settings, universe)
-    rows += spline_vs_fd(settings, strategies, ics, losses, partial, in_market, positions)
+    by_seed = {"rank_ic": daily_ics_by_seed(universe), "log_loss": daily_log_losses(settings, universe, by_seed=True)}
+    rows += spline_vs_fd(settings, strategies, ics, losses, partial, in_market, positions, by_seed)
     return pl.DataFrame(rows, schema=VERDICT_SCHEMA)
 
 

@@ -6,6 +6,8 @@ market). No dagster here.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import polars as pl
 
@@ -21,6 +23,8 @@ from kinematic_pipeline.stages.verdict_signal import (
     annual,
     p_text,
     paired,
+    replicated,
+    replication_text,
 )
 from kinematic_pipeline.stages.verdict_trials import SHARPE_CONVENTION
 from kinematic_pipeline.tasks.buy_sell_hold import tau_key
@@ -86,21 +90,33 @@ def ablation_comparisons(
     partial: dict | None = None,
     in_market: dict[str, int] | None = None,
     positions: dict[str, pl.DataFrame] | None = None,
+    by_seed: dict[str, dict] | None = None,
 ) -> dict[str, list[Comparison]]:
     """{question: its family's comparisons} over the matched ablations: more information (the paired daily
     differences of the rank IC and of the partial rank IC given ret1 and vol20), better calibrated (of the daily
     mean log loss, b's minus a's) and better timed (the Sharpe difference under each rule, with both sides' days
-    in the market). Every estimate is positive when a is better."""
+    in the market). Every estimate is positive when a is better. ``by_seed``: {"rank_ic": ``daily_ics_by_seed``,
+    "log_loss": the per-seed ``daily_log_losses``}, the seeds as replicates of the rank IC and log-loss rows."""
     ev = settings.evaluate
     tau, cost = ev.report_tau, ev.verdict_cost_bps
     out: dict[str, list[Comparison]] = {q: [] for q in TOKENIZATION_QUESTIONS}
     total = len(strategies.days)
     lag = f"Newey-West t with a lag of at least {HAC_LAG} days, two-sided"
+    boot = (ev.verdict_bootstrap_resamples, ev.verdict_seed)
+
+    def seeded(c: Comparison, column: str, a: str, b: str, sign: float) -> Comparison:
+        done = replicated(c, (by_seed or {}).get(column, {}), a, b, column, sign, boot)
+        return (
+            done
+            if done.replication is None
+            else dataclasses.replace(done, statistic=done.statistic + replication_text(done))
+        )
+
     for a, b in ABLATIONS:
         pair = (display_name(a), display_name(b))
         label = f"{pair[0]} - {pair[1]} ({_contrast(a, b)})"
         test = f"{label}, rank IC: paired difference of the daily rank IC on the universe, {lag}"
-        out[INFORMATION].append(paired(test, ics or {}, a, b, "rank_ic", 1.0, pair))
+        out[INFORMATION].append(seeded(paired(test, ics or {}, a, b, "rank_ic", 1.0, pair), "rank_ic", a, b, 1.0))
         test = f"{label}, partial rank IC: paired difference of the daily partial rank IC given ret1, vol20 on the "
         test += f"universe, {lag}"
         if partial is None:
@@ -110,7 +126,9 @@ def ablation_comparisons(
             out[INFORMATION].append(paired(test, partial, a, b, "rank_ic", 1.0, pair, unit="partial_rank_ic"))
         test = f"{label}, log loss: paired difference of the daily mean log loss on the universe (close-to-close "
         test += f"labels, {pair[1]}'s minus {pair[0]}'s, nats), {lag}"
-        out[CALIBRATION].append(paired(test, losses or {}, a, b, "log_loss", -1.0, pair))
+        out[CALIBRATION].append(
+            seeded(paired(test, losses or {}, a, b, "log_loss", -1.0, pair), "log_loss", a, b, -1.0)
+        )
         for rule in RULES:
             names = strategy_name(a, tau, rule), strategy_name(b, tau, rule)
             test = (
@@ -155,6 +173,9 @@ def family_answers(comparisons: list[Comparison], a_b: list[tuple[str, str]], be
             answers.append(f"cannot be computed: {c.why}")
         elif not np.isfinite(c.p):
             answers.append("undefined: the statistic or its interval is not finite (a flat record)")
+        elif adjusted[k] < LEVEL and c.replication is not None and c.replication["answer"] != "yes":
+            reason = c.replication["reason"]
+            answers.append(f"no evidence across seeds: {reason} (each day-only Holm p {p_text(adjusted[k])})")
         elif adjusted[k] < LEVEL:
             winner = a if c.estimate > 0 else b
             answers.append(
@@ -173,10 +194,12 @@ def spline_vs_fd(
     partial: dict | None = None,
     in_market: dict[str, int] | None = None,
     positions: dict[str, pl.DataFrame] | None = None,
+    by_seed: dict[str, dict] | None = None,
 ) -> list[dict]:
-    """The tokenization rows: each question of ``TOKENIZATION_QUESTIONS`` its own Holm family."""
+    """The tokenization rows: each question of ``TOKENIZATION_QUESTIONS`` its own Holm family; a "yes" (or "no")
+    of a trained pair needs its seeds to agree too (``verdict_signal.replicated``)."""
     rows = []
-    comparisons_by = ablation_comparisons(settings, strategies, ics, losses, partial, in_market, positions)
+    comparisons_by = ablation_comparisons(settings, strategies, ics, losses, partial, in_market, positions, by_seed)
     for question, comparisons in comparisons_by.items():
         computable = sum(c.why is None and np.isfinite(c.p) for c in comparisons)
         answers = family_answers(comparisons, [c.pair for c in comparisons], TOKENIZATION_QUESTIONS[question])

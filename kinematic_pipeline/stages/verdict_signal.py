@@ -7,6 +7,7 @@ of the verdict reads them. No dagster here.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,6 +15,7 @@ import polars as pl
 from scipy import stats as sps
 
 from kinematic_pipeline.backtest import multiple_testing as mt
+from kinematic_pipeline.backtest.seed_replicates import replicated_verdict
 from kinematic_pipeline.backtest.signal import daily_ic, newey_west_lags, newey_west_t, partial_rank_ic
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.stages.features import read_features
@@ -46,6 +48,16 @@ def daily_ics(universe: pl.DataFrame) -> dict[str, pl.DataFrame]:
     return {
         v: daily_ic(g, "score", "r_close").select("date", "rank_ic")
         for (v,), g in scores.group_by("variant", maintain_order=True)
+    }
+
+
+def daily_ics_by_seed(universe: pl.DataFrame | None) -> dict[tuple[str, int], pl.DataFrame]:
+    """{(variant, seed): (date, rank_ic)}: ``daily_ics`` of each seed on its own (the seeds as replicates)."""
+    if universe is None or universe.height == 0 or "seed" not in universe.columns:
+        return {}
+    return {
+        (v, int(s)): daily_ic(g, "score", "r_close").select("date", "rank_ic")
+        for (v, s), g in universe.group_by("variant", "seed", maintain_order=True)
     }
 
 
@@ -139,12 +151,47 @@ class Comparison:
     se: float = float("nan")  # the estimate's standard error (bootstrap or Newey-West)
     unit: str = ""  # how a detectable effect reads: "sharpe" (annualized), "rank_ic" or "log_loss"
     pair: tuple[str, str] = ("", "")  # the display names of a and b
+    replication: dict | None = None  # over the seeds as replicates (seed_replicates.replicated_verdict); None: one fit
 
 
-def daily_log_losses(settings: Settings, universe: pl.DataFrame | None) -> dict[str, pl.DataFrame]:
+def replicated(
+    comparison: Comparison, by_seed: dict, a: str, b: str, column: str, sign: float, boot: tuple[int, int]
+) -> Comparison:
+    """``comparison`` with its seeds as replicates (science-6 M-B): sign x (a - b) of ``column`` per seed both
+    sides were trained with (``by_seed``: {(variant, seed): (date, column)}), the sign agreement and the two-level
+    bootstrap interval (seeds, then day blocks; ``boot``: resamples and seed). Unchanged for a side fitted once
+    (a probe) or with no per-seed series."""
+    seeds = sorted({s for v, s in by_seed if v == a} & {s for v, s in by_seed if v == b})
+    if not seeds or comparison.why is not None:
+        return comparison
+    days = sorted(set().union(*(set(by_seed[(v, s)]["date"].to_list()) for v in (a, b) for s in seeds)))
+    frame = pl.DataFrame({"date": days}, schema={"date": by_seed[(a, seeds[0])].schema["date"]})
+
+    def matrix(variant: str) -> np.ndarray:
+        rows = [frame.join(by_seed[(variant, s)], on="date", how="left")[column] for s in seeds]
+        return np.vstack([sign * r.cast(pl.Float64).fill_null(float("nan")).to_numpy() for r in rows])
+
+    verdict = replicated_verdict(matrix(a), matrix(b), n_boot=boot[0], block_days=HAC_LAG, seed=boot[1])
+    return dataclasses.replace(comparison, replication=verdict)
+
+
+def replication_text(c: Comparison) -> str:
+    """The statistic's seeds part: each seed's difference, their agreement and the two-level interval."""
+    r = c.replication
+    if r is None:
+        return ""
+    per_seed = ", ".join(f"{d:+.4f}" for d in r["per_seed_differences"])
+    return (
+        f"; seeds as replicates: {per_seed} ({r['n_seeds'] - r['n_disagree']} of {r['n_seeds']} agree), two-level "
+        f"interval [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}] (95%, conditional on {r['conditional_on']})"
+    )
+
+
+def daily_log_losses(settings: Settings, universe: pl.DataFrame | None, by_seed: bool = False) -> dict:
     """{variant: (date, log_loss)}: per day, the mean over the universe's ticker-days (and seeds) of -ln p(label)
-    of the de-weighted calibrated probabilities, on close-to-close labels at the report's tau."""
-    needed = {"variant", "date", *PROB_COLUMNS, "r_close"}
+    of the de-weighted calibrated probabilities, on close-to-close labels at the report's tau; ``by_seed``: keyed
+    by (variant, seed), each seed on its own."""
+    needed = {"variant", "date", *PROB_COLUMNS, "r_close"} | ({"seed"} if by_seed else set())
     if universe is None or universe.height == 0 or not needed <= set(universe.columns):
         return {}
     r = universe["r_close"].cast(pl.Float64).fill_null(float("nan")).to_numpy()
@@ -153,9 +200,13 @@ def daily_log_losses(settings: Settings, universe: pl.DataFrame | None) -> dict[
     known = labels >= 0
     loss = np.full(universe.height, np.nan)
     loss[known] = -np.log(np.clip(p[np.flatnonzero(known), labels[known]], 1e-12, 1.0))
-    frame = universe.select("variant", "date").with_columns(pl.Series("log_loss", loss)).drop_nans("log_loss")
-    daily = frame.group_by("variant", "date").agg(pl.col("log_loss").mean()).sort("variant", "date")
-    return {v: g.drop("variant") for (v,), g in daily.group_by("variant", maintain_order=True)}
+    keys = ["variant", "seed"] if by_seed else ["variant"]
+    frame = universe.select(*keys, "date").with_columns(pl.Series("log_loss", loss)).drop_nans("log_loss")
+    daily = frame.group_by(*keys, "date").agg(pl.col("log_loss").mean()).sort(*keys, "date")
+    grouped = daily.group_by(*keys, maintain_order=True)
+    if by_seed:
+        return {(v, int(s)): g.drop(keys) for (v, s), g in grouped}
+    return {v: g.drop(keys) for (v,), g in grouped}
 
 
 def hac_lag(n_days: int) -> int:

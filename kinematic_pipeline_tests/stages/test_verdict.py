@@ -409,3 +409,35 @@ def test_the_argmax_equilibrium_row_counts_distinct_records_when_they_trade(tmp_
         "4 records of 4 variants; 2 distinct return series; 2 never in the market; days in the market 0-300 of 300"
     )
     assert row["Answer"].startswith("2 distinct return series among its 4 records (2 never in the market)")
+
+
+def test_a_tokenization_yes_needs_three_seeds_of_one_sign_beside_the_day_only_test(tmp_path):
+    """The rank-IC row of SplineGPT against RawGPT-FD: the seeds' mean daily IC difference is clearly positive
+    (the day-only Holm test says yes), but one seed of three goes the other way: the answer is "no evidence across
+    seeds", and the statistic prints each seed's difference; with the three seeds agreeing it is "yes"."""
+    settings = load_settings("ci", warehouse=tmp_path, env={})
+    rng = np.random.default_rng(4)
+    records = {"buy_and_hold": rng.normal(0, 0.01, 300), "lr_spline": rng.normal(0, 0.01, 300)}
+    strategies = strategy_returns(settings, {ARGMAX: _curves(records), "margin": pl.DataFrame()})
+    dates = [dt.date(2020, 1, 1) + dt.timedelta(days=k) for k in range(400)]
+
+    def series(mean: float) -> pl.DataFrame:
+        return pl.DataFrame({"date": dates, "rank_ic": rng.normal(mean, 0.02, len(dates))})
+
+    def answers(spline_means: tuple[float, float, float]) -> dict:
+        by_seed = {("rawgpt_fd", s): series(0.0) for s in (1, 2, 3)}
+        by_seed |= {("splinegpt", s): series(m) for s, m in zip((1, 2, 3), spline_means, strict=True)}
+        mean = {
+            v: pl.concat([by_seed[(v, s)] for s in (1, 2, 3)]).group_by("date").agg(pl.col("rank_ic").mean())
+            for v in ("splinegpt", "rawgpt_fd")
+        }
+        rows = _rows(spline_vs_fd(settings, strategies, mean, by_seed={"rank_ic": by_seed}))
+        row = rows["SplineGPT - RawGPT-FD (spline vs finite differences), rank IC"]
+        return row
+
+    split = answers((0.03, 0.03, -0.01))
+    assert split["Answer"].startswith("no evidence across seeds: 1 of 3 seeds disagrees (each day-only Holm p")
+    assert "seeds as replicates: +0.029" in split["Statistic"] and "(2 of 3 agree)" in split["Statistic"]
+    agreed = answers((0.03, 0.02, 0.025))
+    assert agreed["Answer"].startswith("yes: SplineGPT carries more information at 5%")
+    assert "(3 of 3 agree)" in agreed["Statistic"] and "conditional on the 3 trained models" in agreed["Statistic"]
