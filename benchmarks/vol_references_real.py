@@ -7,7 +7,8 @@ A seeded sample of names (as the ``real`` profile's universe sample), the refere
 (``backtest.volatility_forecasts``: GARCH per name on its returns <= 2018-12-31, the pooled HAR on the rows whose
 target is known by then) and scored on 2019-2022 by ``backtest.volatility_metrics.forecast_table`` (QLIKE with a
 50-day block interval, MSE, R^2 of ln RV against the 2000-2018 mean, daily rank IC, Diebold-Mariano against HAR, the
-model confidence set). Development data only (nothing after 2022-12-31). Prints the table and the seconds it took.
+model confidence set), and volatility targeting on each forecast against Buy & Hold at 10 bps
+(``backtest.volatility_targeting``). Development data only (nothing after 2022-12-31). Prints the table and the seconds it took.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import polars as pl
 from kinematic_pipeline.backtest.volatility_evidence import reference_forecasts
 from kinematic_pipeline.backtest.volatility_forecasts import realized
 from kinematic_pipeline.backtest.volatility_metrics import forecast_table, scored_frame
+from kinematic_pipeline.backtest.volatility_targeting import targeting_table
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_END, TEST_START, TEST_END = dt.date(2018, 12, 31), dt.date(2019, 1, 1), dt.date(2022, 12, 31)
@@ -46,8 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     scored = scored_frame(targets, forecasts).filter(pl.col("date") >= TEST_START)
     train = targets.filter((pl.col("date") <= TRAIN_END) & pl.col("log_rv").is_finite())["log_rv"]
     table = forecast_table(scored, args.h, float(train.mean()), reps=1000, seed=args.seed)
+    targeting = targeting_table(scored, bars, args.h, TRAIN_END, 10.0)
     with pl.Config(tbl_cols=16, tbl_width_chars=220, float_precision=4):
         print(table.sort("qlike"))
+        print(targeting.sort("sharpe", descending=True))
     print(f"{args.names} names, h = {args.h}, test {TEST_START}..{TEST_END}; {time.perf_counter() - started:.1f} s")
     return 0
 

@@ -93,26 +93,31 @@ class RealizedVariance(Task):
         return {
             "forecasters": f"Next-{h}-session variance: the models against vol20, EWMA, GARCH and HAR",
             "tokenizations": f"Next-{h}-session variance: spline tokens against the others, seeds as replicates",
+            "targeting": f"Volatility targeting on each next-{h}-session forecast, against Buy & Hold",
         }
 
     def evidence(
         self, settings, predictions: pl.DataFrame, bars: pl.DataFrame | None = None
     ) -> dict[str, pl.DataFrame]:
         """Every forecaster on the same test ticker-days (``volatility_evidence.forecaster_table``: QLIKE with its
-        block interval, MSE, R^2 of ln RV, rank IC, Diebold-Mariano against HAR, the model confidence set) and the
-        tokenizations' paired rows with seeds as replicates (``tokenization_table``)."""
+        block interval, MSE, R^2 of ln RV, rank IC, Diebold-Mariano against HAR, the model confidence set), the
+        tokenizations' paired rows with seeds as replicates (``tokenization_table``) and volatility targeting on
+        each forecast against Buy & Hold at the verdict's cost (``volatility_targeting.targeting_table``)."""
         # arch and statsmodels load here, not wherever the settings are read (the registry imports this module)
         from kinematic_pipeline.backtest.volatility_evidence import (
             forecaster_table,
             scored_forecasts,
             tokenization_table,
         )
+        from kinematic_pipeline.backtest.volatility_targeting import targeting_table
 
         if bars is None:
             raise ValueError("the volatility task's evidence needs the bars of its predictions' tickers")
         scored, train_mean = scored_forecasts(predictions, bars, self.horizon, settings.folds)
-        reps = settings.evaluate.skill_bootstrap_resamples
+        ev = settings.evaluate
+        reps, first_cut = ev.skill_bootstrap_resamples, min(f.train_end for f in settings.folds)
         return {
             "forecasters": forecaster_table(scored, self.horizon, train_mean, reps=reps),
             "tokenizations": tokenization_table(scored, n_boot=reps),
+            "targeting": targeting_table(scored, bars, self.horizon, first_cut, ev.verdict_cost_bps, ev.backtest),
         }

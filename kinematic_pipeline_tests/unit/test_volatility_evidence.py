@@ -127,3 +127,28 @@ def test_no_pair_no_rows(planted):
     scored, _ = ve.scored_forecasts(predictions.filter(pl.col("variant") == "splinegpt"), bars, H, FOLDS)
     assert ve.tokenization_table(scored, n_boot=50).height == 0
     assert isinstance(FOLDS[0].train_end, dt.date)
+
+
+def test_volatility_targeting_at_the_training_variance_is_buy_and_hold_and_halves_at_four_times_it(planted):
+    from kinematic_pipeline.backtest.volatility_forecasts import log_returns
+    from kinematic_pipeline.backtest.volatility_metrics import scored_frame
+    from kinematic_pipeline.backtest.volatility_targeting import BUY_AND_HOLD, target_volatility, targeting_table
+
+    bars, predictions, _ = planted
+    train_end = FOLDS[0].train_end
+    sigma = target_volatility(bars, train_end)
+    r = log_returns(bars).filter((pl.col("ticker") == "T3") & (pl.col("date") <= train_end))["r"].drop_nans()
+    assert sigma["T3"] == pytest.approx(float(np.std(r.to_numpy(), ddof=1)), rel=1e-12)
+    days = predictions.filter(pl.col("variant") == "splinegpt").select("ticker", "date").unique()
+    at = days.with_columns(pl.col("ticker").replace_strict(sigma).alias("s"))
+    forecasts = {  # the training variance itself: w = 1 every day; four times it: w = 1/2
+        "flat": at.select("ticker", "date", (pl.col("s") ** 2 * H).log().alias("log_variance")),
+        "quarter": at.select("ticker", "date", (4 * pl.col("s") ** 2 * H).log().alias("log_variance")),
+    }
+    scored = scored_frame(ve.realized(bars, H), forecasts)
+    table = {r["forecaster"]: r for r in targeting_table(scored, bars, H, train_end, 10.0).iter_rows(named=True)}
+    flat, half, hold = table["flat"], table["quarter"], table[BUY_AND_HOLD]
+    assert flat["sharpe"] == pytest.approx(hold["sharpe"], rel=1e-9) and flat["mean_weight"] == pytest.approx(1.0)
+    assert half["mean_weight"] == pytest.approx(0.5) and hold["tickers"] == 8 and hold["days"] > 400
+    assert abs(half["max_drawdown"]) < abs(hold["max_drawdown"])  # half the position: a shallower drawdown
+    assert hold["turnover"] > 0 and flat["turnover"] == pytest.approx(hold["turnover"], rel=1e-9)  # one buy each

@@ -1,8 +1,8 @@
 """The volatility task (``tasks/volatility.py``, issue 53) through the real stages, on a copy of the ci warehouse
 ``.ci/run`` materialized, turned on as an operator would (``KP_TASKS=bsh,vol``): labelled beside Buy/Sell/Hold,
 fine-tuned with LoRA from the ci foundations of two tokenizations, predicted on the test tickers and the universe,
-and scored against vol20, EWMA, GARCH and HAR on the same ticker-days, with the tokenizations' paired rows; its
-tables titled in the report."""
+and scored against vol20, EWMA, GARCH and HAR on the same ticker-days, with the tokenizations' paired rows and
+volatility targeting on each forecast; its tables titled in the report."""
 
 from __future__ import annotations
 
@@ -56,6 +56,9 @@ def test_the_volatility_task_is_fine_tuned_predicted_and_scored_beside_the_refer
     assert forecasters["rows"].n_unique() == 1 and forecasters["in_mcs"].any()  # one set of ticker-days
     assert forecasters["rows"][0] > forecasters["days"][0] * 6  # the universe's tickers beside the six
     assert set(pairs["metric"]) == {"qlike", "rank_ic"} and (pairs["reason"] == "fewer than 3 seeds").all()
+    targeting = tables["task_vol5_targeting"]
+    print(targeting)
+    assert set(targeting["forecaster"]) == names | {"buy_and_hold"} and (targeting["mean_weight"] <= 1).all()
 
     from kinematic_pipeline.stages.report_titles import optional_tables, table_headings
 
