@@ -56,13 +56,16 @@ def test_a_forecast_task_is_labelled_trained_predicted_and_tabled_from_a_ci_foun
     assert wh.predictions_extra("universe", policy).exists()  # the report reads it: the universe too
 
     (name, table), *_ = task_tables(settings).items()
-    known = frame.filter(pl.col("label").is_finite())
+    universe = pl.read_parquet(wh.predictions_extra("universe", policy)).select(frame.columns)
+    scored = pl.concat([frame, universe]).unique(["ticker", "date"])  # the test tickers' and the universe's days
+    known = scored.filter(pl.col("label").is_finite())
+    assert known.height > frame.filter(pl.col("label").is_finite()).height
     prior = float(task.prior(summary)[0])
     gap = (known["label"] - prior).to_numpy()
     constant = float(np.mean(np.exp(gap) - gap - 1.0))  # the training mean's QLIKE on the same rows
     row = table.row(0, named=True)
     print(
-        f"\nlog-variance QLIKE on {row['rows']} test rows: splinegpt {row['qlike']:.4f}, training mean {constant:.4f}"
+        f"\nlog-variance QLIKE on {row['rows']} test ticker-days: splinegpt {row['qlike']:.4f}, training mean {constant:.4f}"
     )
     assert name == "task_logvar5_qlike" and row["variant"] == "splinegpt" and row["rows"] == known.height
     assert np.isfinite(row["qlike"]) and row["qlike"] >= 0
