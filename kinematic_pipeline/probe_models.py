@@ -1,6 +1,7 @@
 """A fitted probe as data, never as code: a logistic regression's numbers (JSON) and a LightGBM model's own text.
 
-``LinearProbeModel`` and ``TreeProbeModel`` have scikit-learn's ``predict_proba``; both are written and read back
+``LinearProbeModel`` and ``TreeProbeModel`` have scikit-learn's ``predict_proba`` (a classifier) and
+``predict_log`` (a regression on a log link: the volatility task's); both are written and read back
 byte for byte (``to_bytes`` / ``from_bytes``), so a probe folder received from someone else can hold wrong numbers
 (refused by the sha256 its fit record holds, ``pins.load_probe``), never a payload that runs. No dagster here.
 """
@@ -40,6 +41,17 @@ class LinearProbeModel:
     def of(cls, model) -> LinearProbeModel:
         """From a fitted ``sklearn.linear_model.LogisticRegression``."""
         return cls(np.asarray(model.classes_, np.int64), np.asarray(model.coef_), np.asarray(model.intercept_))
+
+    @classmethod
+    def regression(cls, model) -> LinearProbeModel:
+        """From a fitted log-link regression (``sklearn.linear_model.GammaRegressor``): no classes, one row of
+        coefficients, read by ``predict_log``."""
+        coef = np.asarray(model.coef_, np.float64).reshape(1, -1)
+        return cls(np.zeros(0, np.int64), coef, np.asarray([model.intercept_], np.float64))
+
+    def predict_log(self, x: np.ndarray) -> np.ndarray:
+        """(n,) a regression's forecast on its link's scale: x w' + b."""
+        return (x @ self.coef.T + self.intercept)[:, 0]
 
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
         from scipy.special import expit, softmax
@@ -83,8 +95,14 @@ class TreeProbeModel:
 
     @classmethod
     def of(cls, model, threads: int) -> TreeProbeModel:
-        """From a fitted ``lightgbm.LGBMClassifier`` (its best iteration when it stopped early)."""
-        return cls(np.asarray(model.classes_, np.int64), model.booster_.model_to_string(), threads)
+        """From a fitted ``lightgbm.LGBMClassifier`` (its best iteration when it stopped early), or a regressor (no
+        classes)."""
+        classes = np.asarray(getattr(model, "classes_", ()), np.int64)
+        return cls(classes, model.booster_.model_to_string(), threads)
+
+    def predict_log(self, x: np.ndarray) -> np.ndarray:
+        """(n,) a regression's forecast on its link's scale (LightGBM's raw score: the log mean of a gamma model)."""
+        return np.asarray(self.booster.predict(x, raw_score=True, num_threads=self.threads), np.float64)
 
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
         p = np.asarray(self.booster.predict(x, num_threads=self.threads))

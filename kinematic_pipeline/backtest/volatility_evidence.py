@@ -13,7 +13,8 @@ forecasts better) and of the daily rank IC of forecast against realized (A - B: 
 ``seed_replicates.replicated_verdict`` says "yes" only when at least three seeds agree in sign and the two-level
 interval (seeds, then day blocks) excludes 0. Its interval is conditional on the trained models; the detectable
 difference is 2.8 times the two-level standard error (a 5% two-sided test with 80% power), what the run could have
-told apart. Pure: frames in, frames out; no dagster, no file I/O.
+told apart. The same paired test asks whether a learned forecaster beats HAR and GARCH (``reference_table``), and
+``verdict_rows`` turns both tables into the verdict's rows. Pure: frames in, frames out; no dagster, no file I/O.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import polars as pl
+from scipy.stats import norm
 
 from kinematic_pipeline.backtest.seed_replicates import replicated_verdict
 from kinematic_pipeline.backtest.volatility_forecasts import (
@@ -44,8 +46,9 @@ from kinematic_pipeline.backtest.volatility_metrics import (
 from kinematic_pipeline.folds import Fold, fold_labelled
 
 BENCHMARK = "har"  # the reference every forecaster's Diebold-Mariano test is against
+BEATEN = (BENCHMARK, "garch")  # the references a learned forecaster must beat (the verdict's question)
 PAIRS = (("splinegpt", "rawgpt_fd"), ("splinegpt", "rawgpt"))  # one backbone (GPT), two tokenizations each
-DETECTABLE = 2.8  # z_0.975 + z_0.80: the difference a 5% two-sided test finds with 80% power, in standard errors
+POWER_Z = float(norm.ppf(0.80))  # a difference of (z_(1 - alpha / 2) + POWER_Z) standard errors: found with 80% power
 SEED_SEPARATOR = " seed "  # a model forecaster's name: "<variant> seed <seed>"
 
 COMPARISON_SCHEMA = {
@@ -139,12 +142,7 @@ def tokenization_table(
     wide, names = common_rows(scored)
     if wide["date"].n_unique() < 2:
         return pl.DataFrame(schema=COMPARISON_SCHEMA)
-    losses = daily_losses(scored)
-    trained: dict[str, set[int]] = {}
-    for name in names:
-        if SEED_SEPARATOR in name:
-            variant, _, s = name.partition(SEED_SEPARATOR)
-            trained.setdefault(variant, set()).add(int(s))
+    losses, trained = daily_losses(scored), trained_seeds(names)
     rows = []
     for a, b in PAIRS:
         seeds = sorted(trained.get(a, set()) & trained.get(b, set()))
@@ -153,24 +151,168 @@ def tokenization_table(
         for metric in ("qlike", "rank_ic"):
             x, y = (_per_seed_days(wide, losses, v, seeds, metric) for v in (a, b))
             verdict = replicated_verdict(x, y, n_boot=n_boot, block_days=block_days, seed=seed)
-            se = (verdict["ci_high"] - verdict["ci_low"]) / (2 * 1.959964)
-            rows.append(
-                {
-                    "variant_a": a,
-                    "variant_b": b,
-                    "metric": metric,
-                    "difference": verdict["mean_difference"],
-                    "ci_low": verdict["ci_low"],
-                    "ci_high": verdict["ci_high"],
-                    "day_only_ci_low": verdict["day_only_ci_low"],
-                    "day_only_ci_high": verdict["day_only_ci_high"],
-                    "detectable": DETECTABLE * se,
-                    "n_seeds": verdict["n_seeds"],
-                    "sign_agreement": verdict["sign_agreement"],
-                    "days": verdict["n_days"],
-                    "answer": verdict["answer"],
-                    "reason": verdict["reason"],
-                    "conditional_on": verdict["conditional_on"],
-                }
-            )
+            rows.append(_comparison_row(a, b, metric, verdict))
     return pl.DataFrame(rows, schema=COMPARISON_SCHEMA)
+
+
+def trained_seeds(names: Sequence[str]) -> dict[str, set[int]]:
+    """{variant: its seeds} of the model forecasters among ``names`` ("<variant> seed <seed>")."""
+    trained: dict[str, set[int]] = {}
+    for name in names:
+        if SEED_SEPARATOR in name:
+            variant, _, s = name.partition(SEED_SEPARATOR)
+            trained.setdefault(variant, set()).add(int(s))
+    return trained
+
+
+def _comparison_row(a: str, b: str, metric: str, verdict: dict, alpha: float = 0.05) -> dict:
+    """One ``COMPARISON_SCHEMA`` row of ``replicated_verdict``'s ``verdict`` at two-sided level ``alpha``: its
+    detectable difference is (z_(1 - alpha / 2) + z_0.80) standard errors, the standard error read off the
+    interval's width."""
+    z = float(norm.ppf(1 - alpha / 2))
+    se = (verdict["ci_high"] - verdict["ci_low"]) / (2 * z)
+    return {
+        "variant_a": a,
+        "variant_b": b,
+        "metric": metric,
+        "difference": verdict["mean_difference"],
+        "ci_low": verdict["ci_low"],
+        "ci_high": verdict["ci_high"],
+        "day_only_ci_low": verdict["day_only_ci_low"],
+        "day_only_ci_high": verdict["day_only_ci_high"],
+        "detectable": (z + POWER_Z) * se,
+        "n_seeds": verdict["n_seeds"],
+        "sign_agreement": verdict["sign_agreement"],
+        "days": verdict["n_days"],
+        "answer": verdict["answer"],
+        "reason": verdict["reason"],
+        "conditional_on": verdict["conditional_on"],
+    }
+
+
+def reference_table(
+    scored: pl.DataFrame,
+    n_boot: int = 1000,
+    block_days: int = BLOCK_DAYS,
+    seed: int = 0,
+    alpha: float = 0.05,
+    fitted_once: frozenset[str] = frozenset(),
+) -> pl.DataFrame:
+    """Does a learned forecaster beat HAR and GARCH (``BEATEN``)? One row per model variant and reference
+    (``COMPARISON_SCHEMA``, metric "qlike", variant_b the reference): the paired daily mean QLIKE, model - reference
+    (negative: the model forecasts better), per seed against the reference's one series, with the seeds as
+    replicates (``seed_replicates.replicated_verdict``); each interval at ``alpha`` / the number of rows (Bonferroni
+    over the table: "yes" in any row answers the question at ``alpha``). A variant of ``fitted_once`` (a probe: one
+    fit, no training seed to vary) needs no three seeds: its interval is of its one fit. Empty without a model or a
+    reference."""
+    wide, names = common_rows(scored)
+    beaten = [r for r in BEATEN if r in names]
+    trained = trained_seeds(names)
+    if wide["date"].n_unique() < 2 or not beaten or not trained:
+        return pl.DataFrame(schema=COMPARISON_SCHEMA)
+    losses = daily_losses(scored)
+    level = alpha / (len(trained) * len(beaten))
+    rows = []
+    for variant in sorted(trained):
+        seeds = sorted(trained[variant])
+        x = _per_seed_days(wide, losses, variant, seeds, "qlike")
+        for reference in beaten:
+            y = np.tile(losses[reference].to_numpy(), (len(seeds), 1))
+            least = 1 if variant in fitted_once else 3
+            verdict = replicated_verdict(
+                x, y, n_boot=n_boot, block_days=block_days, seed=seed, alpha=level, min_seeds=least
+            )
+            rows.append(_comparison_row(variant, reference, "qlike", verdict, level))
+    return pl.DataFrame(rows, schema=COMPARISON_SCHEMA)
+
+
+# ------------------------------------------------------------------------------------------ the verdict's rows
+
+NAMES = {"splinegpt": "spline tokens", "rawgpt_fd": "finite differences", "rawgpt": "raw values"}
+METRICS = {"qlike": ("QLIKE", "negative"), "rank_ic": ("vol-rank IC", "positive")}
+
+
+def _interval(row: dict) -> str:
+    return (
+        f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}] two-level (seeds, then days; {row['conditional_on']}); "
+        f"days only [{row['day_only_ci_low']:+.4f}, {row['day_only_ci_high']:+.4f}]"
+    )
+
+
+def _better(row: dict, metric: str) -> bool:
+    """Whether ``row``'s side a is the better one: a lower QLIKE, a higher rank IC."""
+    return row["difference"] < 0 if metric == "qlike" else row["difference"] > 0
+
+
+def _answer(row: dict, metric: str, b: str) -> str:
+    if row["answer"] != "yes":
+        return f"no evidence: {row['reason']}"
+    if _better(row, metric):
+        return f"yes: {row['reason']}"
+    return f"no: {b} is better ({row['reason']})"
+
+
+def verdict_rows(tables: dict[str, pl.DataFrame], h: int) -> list[dict]:
+    """The verdict's rows of the volatility task's tables (``forecasters``, ``references``, ``tokenizations``):
+    does a learned forecaster beat HAR and GARCH (the best model variant's rows of ``reference_table``, "yes" only
+    when it beats both), and do spline tokens beat finite differences or raw values (one row per pair and metric of
+    ``tokenization_table``). The verdict's columns (``stages.verdict.VERDICT_SCHEMA``); none without models."""
+    rows: list[dict] = []
+    forecasters, references = tables.get("forecasters"), tables.get("references")
+    target = f"next-{h}-session variance"
+    if references is not None and references.height and forecasters is not None:
+        qlike = dict(forecasters.select("forecaster", "qlike").iter_rows())
+        # the variant whose largest difference (against its hardest reference) is the most negative
+        worst = references.group_by("variant_a").agg(pl.col("difference").max()).sort("difference", "variant_a")
+        best = worst["variant_a"][0]
+        best_rows = references.filter(pl.col("variant_a") == best).to_dicts()
+        seeds = best_rows[0]["n_seeds"]
+        model_mean = np.mean([q for n, q in qlike.items() if n.startswith(f"{best}{SEED_SEPARATOR}")])
+        fits = f"mean of {seeds} seeds" if seeds > 1 or "fewer" in best_rows[0]["reason"] else "one fit"
+        failing = next((r for r in best_rows if not (r["answer"] == "yes" and r["difference"] < 0)), None)
+        if failing is None:
+            answer = f"yes: {best} beats {' and '.join(r['variant_b'] for r in best_rows)} ({best_rows[0]['reason']})"
+        elif failing["answer"] != "yes":
+            answer = f"no evidence against {failing['variant_b']}: {failing['reason']}"
+        else:
+            answer = f"no: {failing['variant_b']} forecasts better than {best} ({failing['reason']})"
+        versus = ", ".join(f"{r['variant_b']} {qlike.get(r['variant_b'], float('nan')):.4f}" for r in best_rows)
+        in_mcs = ", ".join(forecasters.filter("in_mcs")["forecaster"].head(5))
+        rows.append(
+            {
+                "Question": f"Does a learned forecaster beat HAR and GARCH on {target} (QLIKE)?",
+                "Test": "paired daily QLIKE, model - reference, per seed; two-level bootstrap (seeds, then day "
+                f"blocks), Bonferroni over {references.height} model-reference rows; 'yes' only when >= 3 seeds "
+                "agree (a probe: its one fit)",
+                "Statistic": f"best {best}: QLIKE {model_mean:.4f} ({fits}) vs {versus}; the model "
+                f"confidence set keeps {in_mcs}",
+                "Interval or p-value": "; ".join(
+                    f"vs {r['variant_b']} {r['difference']:+.4f} {_interval(r)}" for r in best_rows
+                ),
+                "Trials": f"{references['variant_a'].n_unique()} model variants x {seeds} seeds, "
+                f"{best_rows[0]['days']} days",
+                "Answer": answer,
+                "Detectable at 80% power": f"a QLIKE difference of {max(r['detectable'] for r in best_rows):.4f}",
+            }
+        )
+    pairs = tables.get("tokenizations")
+    for row in pairs.iter_rows(named=True) if pairs is not None else ():
+        a, b, metric = (
+            NAMES.get(row["variant_a"], row["variant_a"]),
+            NAMES.get(row["variant_b"], row["variant_b"]),
+            row["metric"],
+        )
+        name, good = METRICS[metric]
+        rows.append(
+            {
+                "Question": f"Do {a} beat {b} on {target} ({name})?",
+                "Test": f"paired daily {name}, {row['variant_a']} - {row['variant_b']} ({good} = {a} better), per "
+                "seed; two-level bootstrap (seeds, then day blocks); 'yes' only when >= 3 seeds agree",
+                "Statistic": f"difference {row['difference']:+.4f}, seeds agreeing in sign {row['sign_agreement']:.0%}",
+                "Interval or p-value": _interval(row),
+                "Trials": f"{row['n_seeds']} seeds, {row['days']} days",
+                "Answer": _answer(row, metric, b),
+                "Detectable at 80% power": f"a {name} difference of {row['detectable']:.4f}",
+            }
+        )
+    return rows

@@ -13,6 +13,7 @@ from kinematic_pipeline.config.settings import (
     Settings,
     SplitConfig,
     SyntheticConfig,
+    TokenizeConfig,
     TrainConfig,
 )
 
@@ -125,10 +126,13 @@ def _profile_real() -> Settings:
             tau_sweep_folds="none",
             tau_sweep_seeds="first",
         ),
+        # both tasks: Buy/Sell/Hold and next-week volatility (issue 53: the task whose answer can tell tokenizations
+        # apart); the next-day horizon of volatility is swept like the taus (outside the whole-DAG run)
+        tokenize=TokenizeConfig(tasks=("bsh", "vol")),
         model=SMALL_CPU_MODEL,
-        # four walk-forward folds x 1 seed x 4 models: 16 foundations and 16 adapters (28 with the tau sweep on the
-        # last fold) trained to their best validation step on 2 cores (docs/results: the measured runs); a second
-        # seed (KP_SEEDS=1234,1235) adds 16 foundations and 16 adapters at the report's tau (the sweep: first seed)
+        # four walk-forward folds x 3 seeds (the replicates every tokenization row needs: a "yes" takes 3 agreeing
+        # seeds) x 4 models: 48 foundations, 48 Buy/Sell/Hold adapters and 48 volatility adapters, trained to their
+        # best validation step on 2 cores; KP_SEEDS=1234 is the one-seed run of the earlier measurements
         train=TrainConfig(
             # budgets that pass the 2x test on fold 2019 (benchmarks/bench_budget.py, docs/results/2026-11-28.md):
             # twice 1,600 pretraining steps and twice 300 fine-tuning steps lower no family's best validation loss by
@@ -145,7 +149,7 @@ def _profile_real() -> Settings:
             finetune_max_windows_per_epoch=2048,
             max_val_windows=2048,
             lora_dropout=CPU_LORA_DROPOUT,
-            seeds=(1234,),
+            seeds=(1234, 1235, 1236),
         ),
         # Within one hour on 2 cores: the probes at the report's tau only, and the universe tables on a fixed
         # sample of 50 tickers (every variant on the same ticker-days; the models' forward passes set the cost).

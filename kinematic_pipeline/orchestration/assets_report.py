@@ -52,19 +52,25 @@ def pooled_backtests_asset(settings: Settings) -> dg.AssetsDefinition:
 
 def verdict_asset(settings: Settings) -> dg.AssetsDefinition:
     trivial = [dg.AssetDep(baseline_inputs(TRIVIAL_PROBE))] if TRIVIAL_PROBE in settings.evaluate.baselines else []
+    # a task whose verdict rows fit reference forecasters on the bars (the volatility task's HAR and GARCH)
+    bars = [dg.AssetDep(RAW_OHLCV, partition_mapping=dg.AllPartitionMapping())] * any(
+        t.evidence_reads_bars for t in settings.tasks
+    )
 
     @dg.asset(
         name=VERDICT_ASSET,
         group_name="report",
         code_version=REPORT_CODE_VERSION,
         # the pooled records of both rules, the universe's predictions and the trivial features (the partial IC)
-        deps=[dg.AssetDep(POOLED_ASSET), *across_variants(settings, PREDICTIONS), *trivial],
+        deps=[dg.AssetDep(POOLED_ASSET), *across_variants(settings, PREDICTIONS), *trivial, *bars],
         kinds={"parquet"},
         description="The report's questions, each answered by exactly the statistic it names, with what the run "
         "could have detected: SPA and StepM against Buy & Hold, the deflated Sharpe above the average trial (the "
         "effective N as information), the (partial) rank IC on the universe, whether each argmax rule can tell "
         "tokenizations apart (the oracle beside it on synthetic runs), spline vs finite differences as three Holm "
-        "families (more information, better calibrated, better timed). "
+        "families (more information, better calibrated, better timed); the run's other tasks' questions (next-week "
+        "volatility: a learned forecaster against HAR and GARCH, spline tokens against the others, seeds as "
+        "replicates). "
         "$KP_WAREHOUSE/reports/tables/verdict.parquet.",
     )
     def verdict() -> dg.MaterializeResult:

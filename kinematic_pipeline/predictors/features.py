@@ -29,7 +29,6 @@ from kinematic_pipeline.predictors.base import (
 )
 from kinematic_pipeline.stages.baselines import probe_probabilities
 from kinematic_pipeline.stages.features import read_features
-from kinematic_pipeline.tasks.buy_sell_hold import predictions_frame
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import file_sha256
 
@@ -40,7 +39,8 @@ class FeaturesPredictor(Predictor):
 
     @abstractmethod
     def probabilities(self, policy: Policy, frame: pl.DataFrame, fitted: object) -> np.ndarray:
-        """[n, 3] (Buy, Sell, Hold) on the rows of ``frame``, with ``fitted`` (what ``load`` returns)."""
+        """The task's outputs on the rows of ``frame`` (``Task.outputs``: [n, 3] Buy, Sell, Hold; [n, 1] a log
+        variance), with ``fitted`` (what ``load`` returns)."""
 
     @abstractmethod
     def class_weights(self, fitted: object) -> tuple[float, float, float] | None:
@@ -49,19 +49,18 @@ class FeaturesPredictor(Predictor):
     def rows(
         self, settings: Settings, policy: Policy, split: str, tickers: list[str] | None, fitted: object = None
     ) -> pl.DataFrame:
-        """PREDICTIONS_SCHEMA rows of ``split`` (``test`` or ``validation``) of the features file, for ``tickers``
-        (None: every ticker), sorted by ticker and date. The action is the argmax of the softmax (the paper's
-        weighted argmax, as the models'), the rule's own action for a rule; p the softmax de-weighted with the
-        probe's class weights (a rule's one-hot action as it is)."""
+        """The task's prediction rows (``Task.predictions_frame``) of ``split`` (``test`` or ``validation``) of the
+        features file, for ``tickers`` (None: every ticker), sorted by ticker and date. Buy/Sell/Hold's: the action
+        is the argmax of the softmax (the paper's weighted argmax, as the models'), the rule's own action for a
+        rule; p the softmax de-weighted with the probe's class weights (a rule's one-hot action as it is)."""
         label = policy.task.label_column
         frame = read_features(settings, policy.variant.name, policy.fold, (split,), ("close", label))
         if tickers is not None:
             frame = frame.filter(pl.col("ticker").is_in(tickers))
         frame = frame.sort("ticker", "date")
         fitted = self.load(settings, policy) if fitted is None else fitted
-        probs = self.probabilities(policy, frame, fitted)
-        key = (policy.variant.name, policy.task.tau, policy.seed)
-        return predictions_frame(frame, key, probs, label, self.class_weights(fitted))
+        outputs = self.probabilities(policy, frame, fitted)
+        return policy.task.predictions_frame(frame, policy, outputs, self.class_weights(fitted))
 
     def predictions(
         self, settings: Settings, policy: Policy, days: list[dt.date], reported: bool, fitted: object = None
@@ -109,7 +108,8 @@ class ProbePredictor(FeaturesPredictor):
         return probe_probabilities(fitted, frame)
 
     def class_weights(self, fitted: object) -> tuple[float, float, float] | None:
-        return tuple(float(w) for w in fitted[1]["class_weights"])  # its fit's record
+        weights = fitted[1]["class_weights"]  # its fit's record: none for a regression
+        return tuple(float(w) for w in weights) if weights is not None else None
 
     def provenance(self, wh, policy: Policy, add) -> None:
         """A fitted probe: its model and fit record (the features file is an input)."""

@@ -43,7 +43,7 @@ from kinematic_pipeline.probe_models import (
     ProbeModel,
 )
 from kinematic_pipeline.stages.features import read_features
-from kinematic_pipeline.stages.probe_learners import LEARNERS, FitRows
+from kinematic_pipeline.stages.probe_learners import LEARNERS, FitRows, gamma_loss
 from kinematic_pipeline.variants import probes
 from kinematic_pipeline.warehouse.atomic import file_sha256, write_bytes_atomic
 
@@ -95,10 +95,11 @@ def train_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
     variant = policy.variant
     if not probes([variant.name]):
         raise ValueError(f"{variant.name} is not a probe")
-    label = policy.task.label_column
-    columns = variant.feature_columns
+    task = policy.task
+    label, columns, objective = task.label_column, variant.feature_columns, task.probe_objective
     frame = read_features(settings, policy.variant.name, policy.fold, ("train", "validation"), (label,))
-    frame = frame.filter(pl.col(label).is_not_null() & (pl.col(label) >= 0))
+    known = pl.col(label).is_finite() if objective is not None else pl.col(label) >= 0
+    frame = frame.filter(pl.col(label).is_not_null() & known)
     train, val = frame.filter(pl.col("split") == "train"), frame.filter(pl.col("split") == "validation")
     if train.height == 0:
         raise ValueError(f"{policy}: no labelled training row in {features_path(settings, policy.variant.name)}")
@@ -109,14 +110,16 @@ def train_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
     mean, std = np.nanmean(x_train, axis=0), np.nanstd(x_train, axis=0)
     std = np.where(std > 0, std, 1.0)
     x_train = _standardize(x_train, mean, std)
-    y_train = train[label].to_numpy().astype(np.int64)
-    weights = np.asarray(settings.train.class_weights, dtype=np.float64)
     x_val = _standardize(_matrix(val, columns), mean, std)
-    y_val = val[label].to_numpy().astype(np.int64)
-    rows = FitRows(x_train, y_train, x_val, y_val, weights, policy.seed, settings.probe_threads)
+    target = np.float64 if objective is not None else np.int64
+    y_train, y_val = (split[label].to_numpy().astype(target) for split in (train, val))
+    weights = np.asarray(settings.train.class_weights, dtype=np.float64) if objective is None else None
+    rows = FitRows(x_train, y_train, x_val, y_val, weights, policy.seed, settings.probe_threads, objective)
     model, iterations = LEARNERS[variant.learner].fit(rows, settings.evaluate)
     val_loss = float("nan")
-    if val.height:
+    if val.height and objective is not None:
+        val_loss = gamma_loss(y_val, model.predict_log(x_val))
+    elif val.height:
         q = _classes3(model, model.predict_proba(x_val))
         val_loss = float(
             np.average(-np.log(np.clip(q[np.arange(len(y_val)), y_val], 1e-12, 1)), weights=weights[y_val])
@@ -125,7 +128,9 @@ def train_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
         "variant": policy.variant.name,
         "learner": variant.learner,
         "seed": policy.seed,
-        "tau": policy.task.tau,
+        "task": task.key,
+        "tau": getattr(task, "tau", None),
+        "objective": objective or "classes",
         "features": list(columns),
         "classes": model.classes_.tolist(),
         "mean": mean.tolist(),
@@ -135,8 +140,10 @@ def train_probe(settings: Settings, policy: Policy) -> tuple[ProbeModel, dict]:
         "train_days": f"{train['date'].min()} .. {train['date'].max()}",
         "validation_days": f"{val['date'].min()} .. {val['date'].max()}" if val.height else "none",
         "iterations": iterations,
-        "validation_weighted_log_loss": round(val_loss, 6),
-        "class_weights": weights.tolist(),  # its sample weights: what its probabilities mean (model_pins)
+        # the classes' weighted log loss, or a regression's QLIKE (gamma_loss)
+        "validation_weighted_log_loss" if objective is None else "validation_qlike": round(val_loss, 6),
+        # its sample weights: what its probabilities mean (model_pins); none for a regression
+        "class_weights": weights.tolist() if weights is not None else None,
         "fold": policy.fold.label,
         "train_end": str(policy.fold.train_end),  # the cut it was fitted for: checked on load
         "features_sha256": file_sha256(features_path(settings, policy.variant.name)),  # the training file's
@@ -152,9 +159,11 @@ def _classes3(model, proba: np.ndarray) -> np.ndarray:
 
 
 def probe_probabilities(probe: tuple[ProbeModel, dict], frame: pl.DataFrame) -> np.ndarray:
-    """A loaded probe's (``load_probe``) softmax [n, 3] (Buy, Sell, Hold) on the rows of ``frame``."""
+    """A loaded probe's (``load_probe``) softmax [n, 3] (Buy, Sell, Hold) on the rows of ``frame``; a regression's
+    forecast [n, 1] on its link's scale (a log variance)."""
     model, fit = probe
     x = _standardize(_matrix(frame, tuple(fit["features"])), np.asarray(fit["mean"]), np.asarray(fit["std"]))
+    regression = fit.get("objective", "classes") != "classes"
     if x.shape[0] == 0:
-        return np.empty((0, 3))
-    return _classes3(model, model.predict_proba(x))
+        return np.empty((0, 1 if regression else 3))
+    return model.predict_log(x)[:, None] if regression else _classes3(model, model.predict_proba(x))

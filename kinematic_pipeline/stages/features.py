@@ -11,7 +11,8 @@ per window; a probe pins the training file's hash, so new test days never make a
 - the features (``Tokenization.features``: the last five tokens and window std; the raw tokens' file also ret1,
   vol20 and ret20);
 - the close of the day (every fold's validation rows and the test rows: what a backtest trades) and the labels of every
-  tau with ``r_close`` and ``r_spline`` (evaluation only: no feature reads them).
+  task of the run (each tau's; next week's log variance with the volatility task) with ``r_close`` and ``r_spline``
+  (evaluation only: no feature reads them).
 
 Beside them ``features/<tokenization>/inputs.parquet`` lists what it was built from (the store's tokens file and
 every test-period token and raw_ohlcv shard, with hashes; each path relative to the warehouse root, so a copied or
@@ -48,7 +49,6 @@ from kinematic_pipeline.pins import (
     rematerialize,
     verified_labels,
 )
-from kinematic_pipeline.tasks.buy_sell_hold import tau_column
 from kinematic_pipeline.tokenizations import Tokenization
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, RAW_OHLCV
@@ -151,7 +151,7 @@ def read_features(
     else:
         _, validation = fold_split(settings, spec.token_asset, scope)
         split = pl.when(date.is_in(validation)).then(pl.lit("validation")).otherwise(pl.lit("train"))
-        labels = [c for c in extra if c in {tau_column(t) for t in settings.tokenize.taus}]
+        labels = [c for c in extra if c in {t.label_column for t in settings.tasks}]
         purged = [pl.when(date > scope.label_end).then(None).otherwise(pl.col(c)).alias(c) for c in labels]
         scan = scan.filter(date <= scope.train_end).with_columns(split.alias("split"), *purged)
     return scan.filter(pl.col("split").is_in(splits)).select("ticker", "date", "split", *columns, *extra).collect()
@@ -175,7 +175,7 @@ def _closes(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
 
 def _labels(settings: Settings, days: list[dt.date]) -> pl.DataFrame:
     wh = settings.warehouse
-    columns = ["ticker", "date", *(tau_column(t) for t in settings.tokenize.taus), "r_close", "r_spline"]
+    columns = ["ticker", "date", *(t.label_column for t in settings.tasks), "r_close", "r_spline"]
     present = [d for d in days if wh.shard(LABELS, d).exists()]
     if not present:
         return pl.DataFrame(schema={c: (pl.String if c == "ticker" else pl.Date) for c in columns[:2]})

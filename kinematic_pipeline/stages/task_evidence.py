@@ -46,21 +46,36 @@ def task_predictions(settings: Settings, task: Task) -> pl.DataFrame:
     return rows.sort("variant", "seed", "fold", "ticker", "date")
 
 
+def task_evidence(settings: Settings, task: Task) -> dict[str, pl.DataFrame]:
+    """``task``'s tables (``Task.evidence``, by their own names) from its policies' predictions
+    (``task_predictions``); none for a task without evidence or whose predictions are not written yet."""
+    if not task.evidence_titles():
+        return {}
+    predictions = task_predictions(settings, task)
+    if not predictions.height:
+        return {}
+    if task.evidence_reads_bars:
+        return task.evidence(settings, predictions, task_bars(settings, predictions))
+    return task.evidence(settings, predictions)
+
+
 def task_tables(settings: Settings) -> dict[str, pl.DataFrame]:
-    """The tables of every task of the run that has evidence, from its policies' predictions (``task_predictions``);
-    none for a task whose predictions are not written yet."""
-    tables: dict[str, pl.DataFrame] = {}
+    """The tables of every task of the run (``task_evidence``), each named ``task_<key>_<name>``."""
+    return {
+        _table_name(task, name): frame
+        for task in settings.tasks
+        for name, frame in task_evidence(settings, task).items()
+    }
+
+
+def task_verdict_rows(settings: Settings) -> list[dict]:
+    """The verdict's rows of the run's reported tasks (``Task.verdict_rows`` of their ``task_evidence``), in the
+    order of the run's tasks; none for Buy/Sell/Hold alone."""
+    rows: list[dict] = []
     for task in settings.tasks:
-        if not task.evidence_titles():
-            continue
-        predictions = task_predictions(settings, task)
-        if predictions.height:
-            bars = task_bars(settings, predictions) if task.evidence_reads_bars else None
-            made = (
-                task.evidence(settings, predictions, bars) if bars is not None else task.evidence(settings, predictions)
-            )
-            tables |= {_table_name(task, name): frame for name, frame in made.items()}
-    return tables
+        if task.reported(settings) and type(task).verdict_rows is not Task.verdict_rows:
+            rows += task.verdict_rows(task_evidence(settings, task))
+    return rows
 
 
 def task_bars(settings: Settings, predictions: pl.DataFrame) -> pl.DataFrame:

@@ -31,6 +31,9 @@
    and their days in the market (``verdict_ablations._days_text``). Paired Newey-West tests use a lag of at least
    ``verdict_signal.HAC_LAG`` days. An ablation that cannot be computed gets a row saying why; an undefined
    statistic answers "undefined".
+6. The run's other tasks' questions (``Task.verdict_rows``): on next-week volatility, does a learned forecaster beat
+   HAR and GARCH, and do spline tokens beat finite differences or raw values (QLIKE, vol-rank IC), seeds as
+   replicates; beside them, the next-day direction questions are named the negative control.
 Beside them the model confidence set across the strategies. On real data the Test of every strategies' row (SPA,
 the deflated Sharpe ratios, the model confidence set) names the basket's survivorship and hindsight. Every answer is
 a template filled with the numbers (``multiple_testing``: arch's SPA, StepM, MCS, StationaryBootstrap). No dagster
@@ -51,17 +54,18 @@ from kinematic_pipeline.stages.evidence import universe_predictions
 from kinematic_pipeline.stages.oracle_control import oracle_days_in_market
 from kinematic_pipeline.stages.pooled import MARGIN_EQUITY_CURVES, PAPER_EQUITY_CURVES, read_pooled, read_view
 from kinematic_pipeline.stages.strategies import RULES, Strategies, count_trials, strategy_returns
-from kinematic_pipeline.stages.verdict_ablations import (
-    spline_vs_fd,
-)
+from kinematic_pipeline.stages.task_evidence import task_verdict_rows
+from kinematic_pipeline.stages.verdict_ablations import CALIBRATION, INFORMATION, spline_vs_fd
 from kinematic_pipeline.stages.verdict_rules import (
     argmax_equilibrium,
     days_in_market,
     market_positions,
 )
 from kinematic_pipeline.stages.verdict_signal import (
+    BEYOND_TRIVIAL,
     LEVEL,
     POWER,
+    RANKS_NEXT_DAY,
     annual,
     daily_ics,
     daily_ics_by_seed,
@@ -191,6 +195,21 @@ def verdict_table(
     return pl.DataFrame(rows, schema=VERDICT_SCHEMA)
 
 
+DIRECTION = (BEYOND_TRIVIAL, RANKS_NEXT_DAY, INFORMATION, CALIBRATION)  # the questions on next-day direction
+NEGATIVE_CONTROL = "Next-day direction (the negative control): "
+
+
+def with_task_rows(table: pl.DataFrame, task_rows: list[dict]) -> pl.DataFrame:
+    """``table`` and the run's other tasks' rows after it (``task_evidence.task_verdict_rows``); with any, the
+    next-day direction questions (``DIRECTION``) are named the negative control: the task the data cannot answer,
+    beside one it can."""
+    if not task_rows:
+        return table
+    named = pl.when(pl.col("Question").is_in(DIRECTION)).then(pl.lit(NEGATIVE_CONTROL) + pl.col("Question"))
+    table = table.with_columns(named.otherwise(pl.col("Question")).alias("Question"))
+    return pl.concat([table, pl.DataFrame(task_rows, schema=VERDICT_SCHEMA)], how="vertical")
+
+
 def pooled_curves(settings: Settings) -> dict[str, pl.DataFrame]:
     """{rule: its pooled equity curves} for every rule of ``strategies.RULES``."""
     files = {"paper": PAPER_EQUITY_CURVES, "calibrated": EQUITY_CURVES, "margin": MARGIN_EQUITY_CURVES}
@@ -208,7 +227,7 @@ def compute_verdict(settings: Settings) -> pl.DataFrame:
     if universe is not None and features is not None:
         universe = universe.join(features, on=["ticker", "date"], how="left")
     oracle = oracle_days_in_market(settings, read_view(settings, PREDICTIONS))
-    return verdict_table(settings, curves, universe, oracle)
+    return with_task_rows(verdict_table(settings, curves, universe, oracle), task_verdict_rows(settings))
 
 
 def materialize_verdict(settings: Settings) -> pl.DataFrame:

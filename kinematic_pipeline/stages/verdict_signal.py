@@ -31,6 +31,8 @@ POWER = 0.8  # the power of its "detectable" column
 # differences of vol60 vs vol20 on real data: autocorrelation 0.23 / 0.17 / 0.06 at lags 1 / 5 / 20), so the rule
 # of thumb's 6 days at T = 1,007 understates their error (science-5 M5)
 HAC_LAG = 20
+BEYOND_TRIVIAL = "Does any model carry directional information beyond the trivial features?"
+RANKS_NEXT_DAY = "Does any model's score rank the next day's returns (rank IC > 0)?"
 
 
 def p_text(value: float) -> str:
@@ -76,13 +78,13 @@ def information_beyond_trivial(
     partial = daily_partial_ics(universe, tested) if partial is None else {v: partial[v] for v in tested}
     if partial is not None:
         rows += ic_row(
-            "Does any model carry directional information beyond the trivial features?",
+            BEYOND_TRIVIAL,
             f"daily partial rank IC on the universe given {', '.join(TRIVIAL_FEATURES)} (the trivial probe's "
             "features; ranks regressed out within each day)",
             partial,
         )
     rows += ic_row(
-        "Does any model's score rank the next day's returns (rank IC > 0)?",
+        RANKS_NEXT_DAY,
         "daily rank IC on the universe against 0",
         {v: ic[v] for v in tested},
     )

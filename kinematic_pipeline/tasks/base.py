@@ -41,6 +41,9 @@ class Task(ABC):
     outputs: ClassVar[tuple[str, ...]]  # the prediction columns it stores
     head_width: ClassVar[int]  # outputs of the network's head
     target_dtype: ClassVar[type[pl.DataType]] = pl.Int8  # its labels column's type: a class code (-1 unknown)
+    # how a probe fits its target (``stages.probe_learners``): None, a classifier of its class codes; "gamma", a
+    # regression of exp(target) on a log link under the Gamma deviance (twice QLIKE: a log-variance target's)
+    probe_objective: ClassVar[str | None] = None
 
     @property
     @abstractmethod
@@ -195,6 +198,11 @@ class Task(ABC):
         high, low, close) of the predictions' tickers up to their last day, every day from the first; none by
         default."""
         return {}
+
+    def verdict_rows(self, tables: dict[str, pl.DataFrame]) -> list[dict]:
+        """Its rows of the verdict (``stages.verdict.VERDICT_SCHEMA``'s columns) from its ``evidence`` tables (by
+        their names); none by default (Buy/Sell/Hold's questions are the verdict's own)."""
+        return []
 
     def reported(self, settings) -> bool:
         """Whether the report's main tables read this task's policies: then every seed and fold trains it (another

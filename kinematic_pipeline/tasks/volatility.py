@@ -19,6 +19,7 @@ import polars as pl
 
 from kinematic_pipeline.tasks.base import Task
 from kinematic_pipeline.tasks.targets import VARIANCE_FLOOR, log_realized_variance
+from kinematic_pipeline.variants import variant as lookup_variant
 
 DEFAULT_HORIZON = 5  # sessions: next week
 
@@ -44,6 +45,7 @@ class RealizedVariance(Task):
     outputs: ClassVar[tuple[str, ...]] = ("log_variance",)
     head_width: ClassVar[int] = 1
     target_dtype: ClassVar[type[pl.DataType]] = pl.Float32
+    probe_objective: ClassVar[str | None] = "gamma"  # the probes regress RV on QLIKE too (stages.probe_learners)
 
     def __post_init__(self) -> None:
         if isinstance(self.horizon, bool) or not isinstance(self.horizon, int) or self.horizon < 1:
@@ -82,9 +84,10 @@ class RealizedVariance(Task):
         return self.horizon == settings.tokenize.vol_horizons[0]
 
     def evaluated_by(self, variant, settings) -> bool:
-        """The variants that fit any target (the fine-tuned transformers: ``Variant.any_target``); the probes
-        classify, and the evidence's reference forecasters stand where their regressors would."""
-        return variant.any_target
+        """The variants that fit any target (the fine-tuned transformers: ``Variant.any_target``) and the probes,
+        as regressors on their tokenization's features (``probe_objective``); not the fixed rules, which forecast
+        nothing."""
+        return variant.any_target or getattr(variant, "learner", None) is not None
 
     evidence_reads_bars: ClassVar[bool] = True  # the references are fitted on the bars
 
@@ -92,6 +95,7 @@ class RealizedVariance(Task):
         h = self.horizon
         return {
             "forecasters": f"Next-{h}-session variance: the models against vol20, EWMA, GARCH and HAR",
+            "references": f"Next-{h}-session variance: each model against HAR and GARCH, seeds as replicates",
             "tokenizations": f"Next-{h}-session variance: spline tokens against the others, seeds as replicates",
             "targeting": f"Volatility targeting on each next-{h}-session forecast, against Buy & Hold",
         }
@@ -100,12 +104,14 @@ class RealizedVariance(Task):
         self, settings, predictions: pl.DataFrame, bars: pl.DataFrame | None = None
     ) -> dict[str, pl.DataFrame]:
         """Every forecaster on the same test ticker-days (``volatility_evidence.forecaster_table``: QLIKE with its
-        block interval, MSE, R^2 of ln RV, rank IC, Diebold-Mariano against HAR, the model confidence set), the
-        tokenizations' paired rows with seeds as replicates (``tokenization_table``) and volatility targeting on
-        each forecast against Buy & Hold at the verdict's cost (``volatility_targeting.targeting_table``)."""
+        block interval, MSE, R^2 of ln RV, rank IC, Diebold-Mariano against HAR, the model confidence set), each
+        model against HAR and GARCH and the tokenizations' paired rows, both with seeds as replicates
+        (``reference_table``, ``tokenization_table``), and volatility targeting on each forecast against Buy & Hold
+        at the verdict's cost (``volatility_targeting.targeting_table``)."""
         # arch and statsmodels load here, not wherever the settings are read (the registry imports this module)
         from kinematic_pipeline.backtest.volatility_evidence import (
             forecaster_table,
+            reference_table,
             scored_forecasts,
             tokenization_table,
         )
@@ -118,6 +124,19 @@ class RealizedVariance(Task):
         reps, first_cut = ev.skill_bootstrap_resamples, min(f.train_end for f in settings.folds)
         return {
             "forecasters": forecaster_table(scored, self.horizon, train_mean, reps=reps),
+            "references": reference_table(scored, n_boot=reps, fitted_once=_fitted_once(settings)),
             "tokenizations": tokenization_table(scored, n_boot=reps),
             "targeting": targeting_table(scored, bars, self.horizon, first_cut, ev.verdict_cost_bps, ev.backtest),
         }
+
+    def verdict_rows(self, tables: dict[str, pl.DataFrame]) -> list[dict]:
+        """Does a learned forecaster beat HAR and GARCH, and do spline tokens beat the others, on this horizon
+        (``volatility_evidence.verdict_rows``); only the reported horizon's (the others are swept)."""
+        from kinematic_pipeline.backtest.volatility_evidence import verdict_rows
+
+        return verdict_rows(tables, self.horizon)
+
+
+def _fitted_once(settings) -> frozenset[str]:
+    """The run's variants fitted once, not per training seed (``Variant.seeded`` false: the probes)."""
+    return frozenset(name for name in settings.evaluated_variants if not lookup_variant(name).seeded)

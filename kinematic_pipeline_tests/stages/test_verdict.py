@@ -441,3 +441,22 @@ def test_a_tokenization_yes_needs_three_seeds_of_one_sign_beside_the_day_only_te
     agreed = answers((0.03, 0.02, 0.025))
     assert agreed["Answer"].startswith("yes: SplineGPT carries more information at 5%")
     assert "(3 of 3 agree)" in agreed["Statistic"] and "conditional on the 3 trained models" in agreed["Statistic"]
+
+
+def test_another_tasks_rows_follow_and_name_next_day_direction_the_negative_control():
+    from kinematic_pipeline.stages.verdict import NEGATIVE_CONTROL, VERDICT_SCHEMA, with_task_rows
+    from kinematic_pipeline.stages.verdict_signal import BEYOND_TRIVIAL
+
+    def row(question: str) -> dict:
+        return dict.fromkeys(VERDICT_SCHEMA, "-") | {"Question": question}
+
+    table = pl.DataFrame([row(BEYOND_TRIVIAL), row(CALIBRATION), row(TIMING)], schema=VERDICT_SCHEMA)
+    assert with_task_rows(table, []).equals(table)  # Buy/Sell/Hold alone: as it was
+    vol = row("Does a learned forecaster beat HAR and GARCH on next-5-session variance (QLIKE)?")
+    both = with_task_rows(table, [vol])
+    assert both["Question"].to_list() == [
+        NEGATIVE_CONTROL + BEYOND_TRIVIAL,
+        NEGATIVE_CONTROL + CALIBRATION,
+        TIMING,  # a strategy's timing is not a forecast of direction
+        vol["Question"],
+    ]

@@ -415,7 +415,7 @@ TASK_NAMES_ALLOWED = frozenset(
     orchestration/assets_models.py orchestration/metadata.py predictors/base.py predictors/features.py
     predictors/model.py
     report/evidence_tables.py run_keys.py stages/backtests.py stages/base_rates.py stages/baselines.py
-    stages/evidence.py stages/features.py stages/labels.py stages/oracle_control.py stages/pooled.py stages/predict.py
+    stages/evidence.py stages/labels.py stages/oracle_control.py stages/pooled.py stages/predict.py
     stages/reference_rows.py stages/report.py stages/report_titles.py stages/scaling.py stages/scaling_scores.py
     stages/training_table.py warehouse/layout.py""".split()
 )

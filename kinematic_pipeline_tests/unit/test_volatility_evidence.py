@@ -152,3 +152,63 @@ def test_volatility_targeting_at_the_training_variance_is_buy_and_hold_and_halve
     assert half["mean_weight"] == pytest.approx(0.5) and hold["tickers"] == 8 and hold["days"] > 400
     assert abs(half["max_drawdown"]) < abs(hold["max_drawdown"])  # half the position: a shallower drawdown
     assert hold["turnover"] > 0 and flat["turnover"] == pytest.approx(hold["turnover"], rel=1e-9)  # one buy each
+
+
+def _near_oracle(predictions: pl.DataFrame, oracle: pl.DataFrame, sd: float) -> pl.DataFrame:
+    """splinegpt's rows at the oracle's log variance plus noise of ``sd`` (a fresh draw per seed)."""
+    rows = predictions.filter(pl.col("variant") == "splinegpt").drop("log_variance")
+    rows = rows.join(oracle.select("ticker", "date", "log_variance"), on=["ticker", "date"])
+    noise = np.random.default_rng(1).normal(0.0, sd, rows.height)
+    return rows.with_columns(pl.col("log_variance") + pl.Series(noise))
+
+
+def test_a_model_near_the_oracle_beats_har_and_garch_in_the_verdict(planted):
+    bars, predictions, oracle = planted
+    scored, train_mean = ve.scored_forecasts(_near_oracle(predictions, oracle, 0.03), bars, H, FOLDS)
+    references = ve.reference_table(scored, n_boot=300)
+    assert references["variant_b"].to_list() == ["har", "garch"] and (references["answer"] == "yes").all()
+    assert (references["ci_high"] < 0).all() and (references["n_seeds"] == 3).all()
+    tables = {"forecasters": ve.forecaster_table(scored, H, train_mean, reps=300), "references": references}
+    (row,) = ve.verdict_rows(tables, H)
+    assert row["Question"] == "Does a learned forecaster beat HAR and GARCH on next-5-session variance (QLIKE)?"
+    assert row["Answer"].startswith("yes: splinegpt beats har and garch (all 3 seeds agree")
+    assert "Bonferroni over 2" in row["Test"] and "mean of 3 seeds" in row["Statistic"]
+
+
+def test_the_verdict_refuses_a_model_that_does_not_beat_garch_in_every_seed(planted):
+    bars, predictions, _ = planted
+    scored, train_mean = ve.scored_forecasts(predictions, bars, H, FOLDS)
+    references = ve.reference_table(scored, n_boot=300)
+    rows = {(r["variant_a"], r["variant_b"]): r for r in references.iter_rows(named=True)}
+    # rawgpt is the oracle on seed 1 and biased on seeds 2 and 3: against GARCH, 1 of 3 seeds disagrees
+    assert rows[("rawgpt", "garch")]["reason"] == "1 of 3 seeds disagrees"
+    # every seed of rawgpt_fd is biased high: worse than GARCH with every seed agreeing, never a "yes" for the model
+    fd = rows[("rawgpt_fd", "garch")]
+    assert fd["answer"] == "yes" and fd["difference"] > 0
+    # Bonferroni over the 6 rows: each interval is wider than a 5% one
+    plain = ve.reference_table(
+        scored.filter(pl.col("forecaster").str.starts_with("splinegpt").or_(pl.col("forecaster") == "har")), n_boot=300
+    )
+    wide, narrow = rows[("splinegpt", "har")], plain.row(0, named=True)
+    assert narrow["ci_high"] - narrow["ci_low"] < wide["ci_high"] - wide["ci_low"]
+    tables = {
+        "forecasters": ve.forecaster_table(scored, H, train_mean, reps=300),
+        "references": references,
+        "tokenizations": ve.tokenization_table(scored, n_boot=300),
+    }
+    first, *pairs = ve.verdict_rows(tables, H)
+    assert first["Answer"].startswith("no evidence against garch") and "best splinegpt" in first["Statistic"]
+    questions = {r["Question"]: r for r in pairs}
+    fd_row = questions["Do spline tokens beat finite differences on next-5-session variance (QLIKE)?"]
+    assert fd_row["Answer"].startswith("yes: all 3 seeds agree") and fd_row["Detectable at 80% power"].startswith(
+        "a QLIKE difference of 0.0"
+    )
+    raw_row = questions["Do spline tokens beat raw values on next-5-session variance (QLIKE)?"]
+    assert raw_row["Answer"] == "no evidence: 1 of 3 seeds disagrees"
+    assert len(pairs) == 4
+
+
+def test_a_pair_one_sided_the_wrong_way_answers_no():
+    row = {"answer": "yes", "difference": 0.02, "reason": "all 3 seeds agree and the interval excludes 0"}
+    assert ve._answer(row, "qlike", "finite differences").startswith("no: finite differences is better")
+    assert ve._answer(row, "rank_ic", "finite differences").startswith("yes")

@@ -100,7 +100,8 @@ def test_the_grid_reports_the_first_horizon_and_backtests_no_forecast(tmp_path):
     keys = policy_keys(settings, "splinegpt")
     assert {k.rpartition("|")[2] for k in keys} >= {"vol5", "vol1"}
     assert len([k for k in keys if k.endswith("|vol5")]) >= len([k for k in keys if k.endswith("|vol1")])
-    assert not [k for k in policy_keys(settings, "lr_spline") if "|vol" in k]  # the probes classify
+    assert [k for k in policy_keys(settings, "lr_spline") if "|vol" in k]  # the probes regress it
+    assert not [k for k in policy_keys(settings, "momentum_20d") if "|vol" in k]  # a rule forecasts nothing
     with pytest.raises(ValueError, match="vol_horizons"):
         dataclasses.replace(base.tokenize, vol_horizons=(5, 5))
 
@@ -126,7 +127,7 @@ def test_its_evidence_scores_the_runs_forecasts_beside_the_references_on_the_sam
     closes = pl.concat([pl.read_parquet(wh.shard("raw_ohlcv", d), columns=["ticker", "date", "close"]) for d in days])
     (fold,) = settings.folds
     tested = labels.filter(pl.col("date") >= fold.test_start).join(closes, on=["ticker", "date"])
-    policies = [p for p in run_policies(settings) if p.task == week]
+    policies = [p for p in run_policies(settings) if p.task == week and p.variant.seeded]  # the models' (no probe)
     assert {p.variant.name for p in policies} == {"splinegpt", "rawgpt_fd", "rawgpt", "patchtst"}
     rng = np.random.default_rng(0)
     ewma = ewma_forecast(task_bars(settings, tested), 5)

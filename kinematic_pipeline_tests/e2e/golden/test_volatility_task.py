@@ -16,7 +16,7 @@ from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.predict import materialize_predictions
-from kinematic_pipeline.stages.task_evidence import task_tables
+from kinematic_pipeline.stages.task_evidence import task_tables, task_verdict_rows
 from kinematic_pipeline.tasks.volatility import RealizedVariance
 from kinematic_pipeline.training.run import finetune
 from kinematic_pipeline.warehouse import LABELS
@@ -59,6 +59,14 @@ def test_the_volatility_task_is_fine_tuned_predicted_and_scored_beside_the_refer
     targeting = tables["task_vol5_targeting"]
     print(targeting)
     assert set(targeting["forecaster"]) == names | {"buy_and_hold"} and (targeting["mean_weight"] <= 1).all()
+    references = tables["task_vol5_references"]
+    assert set(references["variant_b"]) == {"har", "garch"} and set(references["variant_a"]) == set(PAIR)
+
+    first, *pairs = task_verdict_rows(settings)  # one seed: no "yes" can be said
+    print("\n".join(f"{r['Question']} -> {r['Answer']}" for r in (first, *pairs)))
+    assert first["Question"].startswith("Does a learned forecaster beat HAR and GARCH on next-5-session variance")
+    assert "fewer than 3 seeds" in first["Answer"] or first["Answer"].startswith("no:")
+    assert len(pairs) == 2 and all(r["Answer"].startswith(("no evidence: fewer than 3 seeds", "no:")) for r in pairs)
 
     from kinematic_pipeline.stages.report_titles import optional_tables, table_headings
 
