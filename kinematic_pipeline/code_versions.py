@@ -21,7 +21,9 @@ CODE_VERSIONS = {  # each stage's code version: a new one marks its assets (and 
     "probes": "probes-2",  # 2: saved as data (coefficients, LightGBM's text model), not a pickle (issue 30)
     # 4: the predictions store the de-weighted calibrated p (float64), not the class-weighted q (issue 52)
     "evaluate": "evaluate-4",
-    "report": "report-4",  # 4: the training table (each model's budget, steps run, best step; issue 39)
+    # 4: the training table (each model's budget, steps run, best step; issue 39); 5: the answers' first screen, short
+    # titles, the volatility task's verdict rows and figures, the timing rows' HAC test (issue 53)
+    "report": "report-5",
     "scaling": "scaling-2",  # n distinct windows under one step cap, and a 2x-steps row
 }
 

@@ -7,6 +7,7 @@
 - ``spa_pvalues`` (Hansen's SPA), ``stepm_superior`` (Romano and Wolf's StepM) and ``model_confidence_set``
   (Hansen, Lunde and Nason): arch's implementations, on losses = minus daily net returns, with its stationary
   bootstrap (block length ``default_block``), seeded.
+- ``sharpe_difference_hac``: Ledoit and Wolf's HAC test of a Sharpe-ratio difference (the verdict's timing rows);
 - ``sharpe_difference_interval`` / ``sharpe_difference_test``: a stationary-bootstrap interval (and p-value) of
   the difference of two strategies' Sharpe ratios, the two return series resampled together (arch's
   ``StationaryBootstrap``).
@@ -188,6 +189,38 @@ def sharpe_difference_test(
     low, high = np.quantile(draws, [alpha / 2, 1 - alpha / 2])
     p = 1.0 if point == 0 else min(1.0, 2.0 * float(np.mean(draws <= 0) if point > 0 else np.mean(draws >= 0)))
     return point, float(low), float(high), p, float(draws.std(ddof=1)) if draws.size > 1 else float("nan")
+
+
+def sharpe_difference_hac(
+    returns_a, returns_b, lags: int, alpha: float = 0.05
+) -> tuple[float, float, float, float, float]:
+    """Ledoit and Wolf's (2008) HAC test of Sharpe(a) - Sharpe(b) on the same days: the delta method on the moments
+    (mean and mean square of each series), their long-run covariance by Newey-West (Bartlett weights, ``lags``;
+    statsmodels' ``S_hac_simple`` of the demeaned moments, over T). (difference, the 1 - alpha interval, its
+    two-sided normal p-value, the standard error), per day (Sharpe ratios of ``sharpe_ratio``'s convention, the
+    population standard deviation); NaN throughout when a series is flat. Unlike the stationary bootstrap of
+    ``sharpe_difference_test`` (7.4% rejections at 5% on skill-less pairs, science-6 L-B) it holds its size on
+    pairs of long/cash strategies (``unit/test_multiple_testing.py``)."""
+    from scipy.stats import norm
+    from statsmodels.stats.sandwich_covariance import S_hac_simple
+
+    a, b = np.asarray(returns_a, dtype=np.float64), np.asarray(returns_b, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 1 or not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError("two finite return series of the same days are needed")
+    mu_a, mu_b, sq_a, sq_b = a.mean(), b.mean(), np.mean(a * a), np.mean(b * b)
+    var_a, var_b = sq_a - mu_a**2, sq_b - mu_b**2
+    if not (var_a > 0 and var_b > 0):
+        return (float("nan"),) * 5
+    diff = mu_a / np.sqrt(var_a) - mu_b / np.sqrt(var_b)
+    gradient = np.array([sq_a / var_a**1.5, -sq_b / var_b**1.5, -mu_a / (2 * var_a**1.5), mu_b / (2 * var_b**1.5)])
+    moments = np.column_stack([a - mu_a, b - mu_b, a * a - sq_a, b * b - sq_b])
+    psi = S_hac_simple(moments, nlags=int(lags)) / a.size
+    se = float(np.sqrt(max(gradient @ psi @ gradient, 0.0) / a.size))
+    if not se > 0:
+        return float(diff), float("nan"), float("nan"), float("nan"), se
+    z = float(norm.ppf(1 - alpha / 2))
+    p = float(2 * norm.sf(abs(diff) / se))
+    return float(diff), float(diff - z * se), float(diff + z * se), p, se
 
 
 def detectable(standard_error: float, level: float, power: float = 0.8) -> float:

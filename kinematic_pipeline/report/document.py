@@ -11,6 +11,11 @@ import polars as pl
 
 from kinematic_pipeline.report.markdown import markdown_table
 
+ANSWERS_NOTE = (
+    "_Each question: its answer, the number behind it and, where its seeds are replicates, their agreement; the "
+    "Verdict below gives each test._"
+)
+
 
 def _describe(key: str, headings: dict[str, tuple[str, str]]) -> tuple[str, str]:
     """Heading and explanation of ``key``; a key that extends a known one ("tau_sweep_NVDA") shares its
@@ -38,15 +43,19 @@ def render_report(
     lead: tuple[str, ...] = (),
     table_headings: dict[str, tuple[str, str]] | None = None,
     figure_headings: dict[str, tuple[str, str]] | None = None,
+    answers: list[str] | None = None,
 ) -> str:
     """The Markdown report. ``context`` is shown as a list (profile, test period, tickers, tau, cost, run
     id...); tables and figures, keyed by name, keep their order, each under its heading with its explanation
     (``table_headings``, ``figure_headings``: name -> (heading, caption), ``stages/report_titles.py``); figure links
     are relative to ``relative_to``, the folder the report is written to (None: paths as given);
     ``conventions`` (``backtest.metrics.CONVENTIONS``) closes the document; the ``lead`` tables (the verdict)
-    come first, under "Verdict", before the other tables."""
+    come first, under "Verdict", before the other tables; ``answers`` (``report.answers.answer_lines``), one line per
+    question, open the document under "Answers", before the context."""
     table_headings, figure_headings = table_headings or {}, figure_headings or {}
     lines = [f"# {title}", ""]
+    if answers:
+        lines += ["## Answers", "", ANSWERS_NOTE, "", *answers, "", "## Context", ""]
     lines += [f"- **{name}**: {value}" for name, value in context.items()]
     for key in (k for k in lead if k in tables):
         heading, caption = _describe(key, table_headings)

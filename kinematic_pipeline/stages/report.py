@@ -19,6 +19,7 @@ from kinematic_pipeline.config import EvalConfig, Settings
 from kinematic_pipeline.model_pins import run_class_weights
 from kinematic_pipeline.pins import check_evaluation, evaluation_digest, pin_evaluation
 from kinematic_pipeline.report import document, figures, kinematic_figures, paper, tables
+from kinematic_pipeline.report.answers import answer_lines
 from kinematic_pipeline.report.markdown import markdown_table
 from kinematic_pipeline.run_keys import run_keys_digest
 from kinematic_pipeline.stages.evidence import evidence_tables
@@ -37,7 +38,7 @@ from kinematic_pipeline.stages.pooled import (
 from kinematic_pipeline.stages.report_titles import (
     FIGURE_HEADINGS,
     RULE_TABLES,
-    all_titles,
+    convention_notes,
     optional_tables,
     table_headings,
 )
@@ -54,6 +55,7 @@ from kinematic_pipeline.stages.training_table import (
     training_table,
 )
 from kinematic_pipeline.stages.verdict import read_verdict
+from kinematic_pipeline.stages.volatility_report import volatility_figures
 from kinematic_pipeline.tasks.buy_sell_hold import at_tau, same_tau
 from kinematic_pipeline.tokenizations import SPLINE
 from kinematic_pipeline.tokenizations.spline import window_end_kinematics
@@ -102,14 +104,17 @@ def rule_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame], pl.DataFra
     return out, metrics["calibrated"]
 
 
-def report_conventions(ev: EvalConfig) -> str:
-    """The conventions paragraph, with the values this run's EvalConfig used."""
-    return conventions(ev.backtest) + (
-        f" The paper's tables print a Sharpe, its interval and a Sortino as N/A for a record long on fewer than "
+def report_conventions(ev: EvalConfig, notes: dict[str, str] | None = None) -> str:
+    """The conventions paragraph, with the values this run's EvalConfig used, and then ``notes``
+    (``report_titles.convention_notes``: what the captions refer to) as a list."""
+    listed = "".join(f"\n- **{name}**: {text}" for name, text in (notes or {}).items())
+    return (
+        conventions(ev.backtest)
+        + f" The paper's tables print a Sharpe, its interval and a Sortino as N/A for a record long on fewer than "
         f"{ev.min_days_in_market} days (in that convention a nearly flat record's Sharpe is unbounded: one day "
         "long in 1,008 gives -307), and give the days in the market beside them. The verdict and the tables not "
         f"in the paper use one bounded convention instead, named in each: {PORTFOLIO_CONVENTION}, the Sharpe of "
-        "the equal-weight portfolio of the backtested tickers."
+        "the equal-weight portfolio of the backtested tickers." + (f"\n{listed}" if listed else "")
     )
 
 
@@ -250,7 +255,7 @@ def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame
     if walk_forward_run(settings):
         built["per_fold"] = per_fold_table(settings)
     built |= task_tables(settings)  # the run's other tasks' evidence (none for Buy/Sell/Hold alone)
-    titles = all_titles(settings)
+    headings = table_headings(settings)
     out = settings.warehouse.report_tables_dir
     out.mkdir(parents=True, exist_ok=True)
     sections = []
@@ -258,12 +263,14 @@ def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame
         if name != "verdict":  # the verdict asset's own files
             write_text_atomic(out / f"{name}.md", markdown_table(frame) + "\n")
             settings.warehouse.write(frame, out / f"{name}.parquet")
-        sections.append(f"### {titles[name]}\n\n{markdown_table(frame)}\n")
+        title, caption = headings[name]
+        sections.append(f"### {title}\n\n" + (f"{caption}\n\n" if caption else "") + f"{markdown_table(frame)}\n")
     context = _context(settings, metrics)
     write_text_atomic(out / CONTEXT_FILE, json.dumps(context, indent=1))
     lines = "\n".join(f"- {k}: {v}" for k, v in context.items())
     path = settings.warehouse.tables_file
     text = f"## The paper's tables ({settings.profile} profile)\n\n{lines}\n\n" + "\n".join(sections)
+    text += f"\n## Conventions\n\n{report_conventions(settings.evaluate, convention_notes(settings))}\n"
     write_text_atomic(path, text, settings.warehouse.durable)
     pin_evaluation(settings.warehouse, out / TABLES_PIN_FILE, inputs, run_keys_digest(settings))
     return built, path, metrics
@@ -320,18 +327,8 @@ def materialize_figures(settings: Settings) -> dict[str, Path]:
     focus = focus_ticker(settings, metrics)
     out = settings.warehouse.figures_dir
     out.mkdir(parents=True, exist_ok=True)
-    paths = {
-        name: out / f"{name}.png"
-        for name in (
-            "equity_curves",
-            "diagnostics",
-            "sweeps",
-            "kinematic_manifold",
-            "responsiveness",
-            "decision_rules",
-            "training_curves",
-        )
-    }
+    names = ("equity_curves", "diagnostics", "sweeps", "kinematic_manifold", "responsiveness", "decision_rules")
+    paths = {name: out / f"{name}.png" for name in (*names, "training_curves")}
     figures.training_curves_png(training_curves(settings), paths["training_curves"])
     figures.equity_curves_png(equity, ev.report_tau, ev.report_cost_bps, paths["equity_curves"])
     figures.diagnostics_png(predictions, focus, ev.report_tau, paths["diagnostics"])
@@ -352,7 +349,7 @@ def materialize_figures(settings: Settings) -> dict[str, Path]:
     kinematic_figures.responsiveness_png(
         bars, kin, predictions, resp, FOCUS_VARIANT, ev.report_tau, start, end, paths["responsiveness"]
     )
-    return paths
+    return paths | volatility_figures(settings, focus, out)  # none without a reported volatility task
 
 
 def materialize_report(settings: Settings, extra_context: dict[str, str] | None = None) -> Path:
@@ -379,11 +376,12 @@ def materialize_report(settings: Settings, extra_context: dict[str, str] | None 
         {**json.loads((tables_dir / CONTEXT_FILE).read_text()), **(extra_context or {})},
         built,
         figure_paths,
-        report_conventions(settings.evaluate),
+        report_conventions(settings.evaluate, convention_notes(settings)),
         relative_to=wh.reports_dir,
         lead=("verdict",),  # ALL_TITLES' name of the verdict table
         table_headings=headings,
         figure_headings=FIGURE_HEADINGS,
+        answers=answer_lines(built["verdict"]) if "verdict" in built else None,
     )
     path = wh.report_file
     write_text_atomic(path, text, wh.durable)

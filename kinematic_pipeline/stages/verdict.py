@@ -25,9 +25,9 @@
    every record is the same series or none is ever in the market (the Liquidation Equilibrium is the rule's).
 5. Do spline tokens beat finite differences (or raw values, for RawGPT)? Three questions, each its own Holm family
    over the matched ablations (``variants.ABLATIONS``): more information, from the paired differences of the daily
-   rank IC and of the daily partial rank IC (given ret1 and vol20) on the universe; better calibrated, from the
-   paired daily mean log loss on close-to-close labels; better timed, from the stationary-bootstrap Sharpe
-   difference under each rule, with both sides' exposure, the share of ticker-days on which their positions differ
+   rank IC and of the daily partial rank IC (given ret1 and vol20) on the universe; better probabilistic forecasts,
+   from the paired daily mean log loss on close-to-close labels; better timed, from Ledoit and Wolf's HAC test of
+   the Sharpe difference under each rule, with both sides' exposure, the share of ticker-days on which their positions differ
    and their days in the market (``verdict_ablations._days_text``). Paired Newey-West tests use a lag of at least
    ``verdict_signal.HAC_LAG`` days. An ablation that cannot be computed gets a row saying why; an undefined
    statistic answers "undefined".

@@ -21,6 +21,7 @@ from kinematic_pipeline.stages.verdict_signal import (
     POWER,
     Comparison,
     annual,
+    hac_lag,
     p_text,
     paired,
     replicated,
@@ -35,7 +36,7 @@ from kinematic_pipeline.variants import variant as lookup_variant
 INFORMATION = "Do spline tokens carry more information than finite differences (or raw values)?"
 
 
-CALIBRATION = "Do spline tokens make better-calibrated models than finite differences (or raw values)?"
+CALIBRATION = "Do spline tokens make better probabilistic forecasts (log loss) than finite differences (or raw values)?"
 
 
 TIMING = "Do spline tokens make better-timed strategies than finite differences (or raw values)?"
@@ -43,7 +44,7 @@ TIMING = "Do spline tokens make better-timed strategies than finite differences 
 
 TOKENIZATION_QUESTIONS = {  # question -> what "better" reads in its answer
     INFORMATION: "carries more information",
-    CALIBRATION: "is better calibrated",
+    CALIBRATION: "forecasts better (log loss)",
     TIMING: "is better timed",
 }
 
@@ -93,7 +94,7 @@ def ablation_comparisons(
     by_seed: dict[str, dict] | None = None,
 ) -> dict[str, list[Comparison]]:
     """{question: its family's comparisons} over the matched ablations: more information (the paired daily
-    differences of the rank IC and of the partial rank IC given ret1 and vol20), better calibrated (of the daily
+    differences of the rank IC and of the partial rank IC given ret1 and vol20), better probabilistic forecasts (of the daily
     mean log loss, b's minus a's) and better timed (the Sharpe difference under each rule, with both sides' days
     in the market). Every estimate is positive when a is better. ``by_seed``: {"rank_ic": ``daily_ics_by_seed``,
     "log_loss": the per-seed ``daily_log_losses``}, the seeds as replicates of the rank IC and log-loss rows."""
@@ -132,8 +133,8 @@ def ablation_comparisons(
         for rule in RULES:
             names = strategy_name(a, tau, rule), strategy_name(b, tau, rule)
             test = (
-                f"{label}, {rule} rule: stationary-bootstrap Sharpe difference (tau {tau_key(tau)}, {cost:g} bps, "
-                f"{total} days, {SHARPE_CONVENTION})"
+                f"{label}, {rule} rule: Ledoit-Wolf HAC test of the Sharpe difference (Newey-West lag "
+                f"{hac_lag(total)}; tau {tau_key(tau)}, {cost:g} bps, {total} days, {SHARPE_CONVENTION})"
             )
             missing = [n for n in names if n not in strategies.column]
             if missing:
@@ -145,11 +146,8 @@ def ablation_comparisons(
                 why = "the two records are identical day by day (e.g. neither trades)"
                 out[TIMING].append(Comparison(test, statistic=days, why=why, pair=pair))
                 continue
-            diff, low, high, p, se = mt.sharpe_difference_test(
-                strategies.of(names[0]),
-                strategies.of(names[1]),
-                reps=ev.verdict_bootstrap_resamples,
-                seed=ev.verdict_seed,
+            diff, low, high, p, se = mt.sharpe_difference_hac(
+                strategies.of(names[0]), strategies.of(names[1]), hac_lag(total)
             )
             interval = f"[{annual(low):+.2f}, {annual(high):+.2f}] (95%, unadjusted)"
             statistic = f"{annual(diff):+.2f} (annualized); {days}"
@@ -159,7 +157,7 @@ def ablation_comparisons(
 
 def family_answers(comparisons: list[Comparison], a_b: list[tuple[str, str]], better: str = "is better") -> list[str]:
     """Holm over the family's computable tests; each test's answer (``a_b``: its (a, b) display names; ``better``:
-    what the better side is, e.g. "is better calibrated")."""
+    what the better side is, e.g. "forecasts better (log loss)")."""
     from statsmodels.stats.multitest import multipletests
 
     finite = [k for k, c in enumerate(comparisons) if c.why is None and np.isfinite(c.p)]

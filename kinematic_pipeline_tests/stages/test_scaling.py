@@ -269,8 +269,8 @@ def test_the_report_shows_the_section_only_when_the_table_exists(tmp_path, monke
     (tables / CONTEXT_FILE).write_text(json.dumps({"profile": "ci"}))
     pin_evaluation(wh, tables / TABLES_PIN_FILE, evaluation_digest(wh), run_keys_digest(settings))  # paper_tables'
     monkeypatch.setattr(report, "check_inputs_current", lambda settings: None)  # no predictions, no models to check
-    title = all_titles(settings)["scaling_curves"]  # the skill intervals' block filled in from the settings
-    assert title.startswith("Would more data help? Test skill and rank IC against the windows a fine-tuning saw")
+    title = all_titles(settings)["scaling_curves"]
+    assert title.startswith("Would more data help? Test skill and rank IC against the windows seen")
     assert title not in materialize_report(settings).read_text()
     pl.DataFrame(schema=SCALING_SCHEMA).write_parquet(tables / "scaling_curves.parquet")
     assert title in materialize_report(settings).read_text()

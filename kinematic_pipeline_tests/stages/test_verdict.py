@@ -261,7 +261,7 @@ def test_the_paired_log_loss_test_finds_the_better_calibrated_twin_under_its_own
     assert [len(families[q]) for q in (INFORMATION, CALIBRATION, TIMING)] == [8, 4, 4 * len(RULES)]
     rows = spline_vs_fd(settings, strategy_returns(settings, curves), daily_ics(universe), losses)
     (row,) = [r for r in rows if r["Question"] == CALIBRATION and r["Test"].startswith("Logistic")]
-    assert row["Answer"].startswith("yes: Logistic regression (Spline) is better calibrated at 5%")
+    assert row["Answer"].startswith("yes: Logistic regression (Spline) forecasts better (log loss) at 5%")
     assert row["Trials"] == "1 tests in this family (Holm)"  # the other ablations have no universe rows here
 
 

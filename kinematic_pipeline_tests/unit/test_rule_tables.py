@@ -16,7 +16,16 @@ from kinematic_pipeline.report import tau_sweep
 from kinematic_pipeline.stages import report
 from kinematic_pipeline.stages.oracle_control import RULE_LABELS
 from kinematic_pipeline.stages.pooled import PAPER_BACKTESTS
-from kinematic_pipeline.stages.report_titles import ALL_TITLES, FIGURE_HEADINGS, RULE_TABLES, all_titles, rule_caption
+from kinematic_pipeline.stages.report_titles import (
+    ALL_TITLES,
+    FIGURE_HEADINGS,
+    RULE_TABLES,
+    SEE_RULES,
+    all_titles,
+    convention_notes,
+    rule_caption,
+    table_headings,
+)
 from kinematic_pipeline.warehouse import BACKTESTS
 from kinematic_pipeline_tests.helpers.frames import ALWAYS_SELL, DATES, metric_row, metrics_frame
 
@@ -92,9 +101,10 @@ def test_the_caption_names_each_rule_and_the_buy_threshold_of_the_weights_passed
     assert f"With w = {weights}" in caption
     other = 1.39 if threshold > 1.5 else 1.61
     assert f"= {other:.2f} and" not in caption  # not the other weights' threshold, nor a fixed ln 5
-    titles = all_titles(settings)
-    for name, title in titles.items():
-        assert title.endswith(caption) == (name in RULE_TABLES), name
+    assert caption in convention_notes(settings)["decision rules"]  # stated once, in the Conventions
+    for name, (title, table_caption) in table_headings(settings).items():
+        assert caption not in title and caption not in table_caption, name
+        assert (SEE_RULES in table_caption) == (name in RULE_TABLES), name
 
 
 def test_the_tau_sweep_gives_each_tau_its_own_test_period():
@@ -109,13 +119,14 @@ def test_the_tau_sweep_gives_each_tau_its_own_test_period():
 
 
 def test_labels_of_the_calibrated_argmax_never_call_it_the_papers_rule(tmp_path):
-    titles = all_titles(_settings(tmp_path))
+    settings = _settings(tmp_path)
+    titles, headings = all_titles(settings), table_headings(settings)
     assert "under the calibrated argmax" in titles["decisions"]
-    rules = titles["decision_rules"]
-    assert "the paper's (the argmax of the network's own softmax)" in rules and "the calibrated argmax" in rules
-    assert "the margin rule" in rules
-    for name, title in titles.items():
-        assert "paper's weighted argmax" not in title, name
+    assert "paper, calibrated argmax, margin" in titles["decision_rules"]
+    assert "the margin rule" in headings["decision_rules"][1]
+    assert "the paper's rule, the argmax of the network's own softmax" in convention_notes(settings)["figures"]
+    for name, (title, caption) in headings.items():
+        assert "paper's weighted argmax" not in title + caption, name
     # the paper's figures show the calibrated argmax only, and say so
     for name in ("equity_curves", "diagnostics", "sweeps", "responsiveness", "decision_rules"):
         assert "calibrated argmax" in FIGURE_HEADINGS[name][1], name
@@ -128,11 +139,13 @@ def test_the_skill_bootstrap_block_outside_20_to_60_trading_days_is_refused(days
         EvalConfig(skill_bootstrap_block_days=days)
 
 
-def test_the_titles_state_the_block_the_settings_use(tmp_path):
+def test_the_conventions_state_the_block_the_settings_use_and_the_skill_captions_refer_to_it(tmp_path):
     assert EvalConfig(skill_bootstrap_block_days=60).skill_bootstrap_block_days == 60
-    titles = all_titles(_settings(tmp_path, block_days=40))
+    settings = _settings(tmp_path, block_days=40)
+    assert "bootstrap of 40-trading-day blocks" in convention_notes(settings)["skill intervals"]
+    assert "bootstrap of 20-trading-day blocks" in convention_notes(_settings(tmp_path))["skill intervals"]
+    headings = table_headings(settings)
     for name in ("information", "scaling_curves"):
-        assert "bootstrap of 40-trading-day blocks" in titles[name], name
-        assert "20-trading-day" not in titles[name] and "<block_days>" not in titles[name], name
-    assert "bootstrap of 20-trading-day blocks" in all_titles(_settings(tmp_path))["information"]
-    assert set(titles) == set(ALL_TITLES)
+        assert "(Conventions: skill intervals)" in headings[name][1], name
+        assert "-trading-day" not in headings[name][1], name
+    assert set(all_titles(settings)) == set(ALL_TITLES)

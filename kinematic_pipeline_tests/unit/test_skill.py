@@ -206,9 +206,10 @@ def test_skill_table_is_deterministic_for_a_seed_and_resamples_whole_days():
     rng = np.random.default_rng(11)
     probs, labels, days = _random_case(rng, 120, 30)
     acts = rng.integers(0, 3, 120)  # with actions every metric is finite, so == compares numbers, not NaNs
-    a = s.skill_table(probs, labels, days, [0.3, 0.3, 0.4], actions=acts, n_boot=200, seed=5)
-    assert a == s.skill_table(probs, labels, days, [0.3, 0.3, 0.4], actions=acts, n_boot=200, seed=5)
-    assert a != s.skill_table(probs, labels, days, [0.3, 0.3, 0.4], actions=acts, n_boot=200, seed=6)
+    kw = dict(actions=acts, n_boot=200, block_days=5)  # 30 days: the default 50-day block would hold them all
+    a = s.skill_table(probs, labels, days, [0.3, 0.3, 0.4], seed=5, **kw)
+    assert a == s.skill_table(probs, labels, days, [0.3, 0.3, 0.4], seed=5, **kw)
+    assert a != s.skill_table(probs, labels, days, [0.3, 0.3, 0.4], seed=6, **kw)
     assert a["n_days"] == len(set(days[labels >= 0].tolist())) and a["n_rows"] == int((labels >= 0).sum())
     assert a["auc_buy_ci_low"] <= a["auc_buy"] <= a["auc_buy_ci_high"]
     counts = s.day_resample_counts(30, 200, block_days=4, seed=5)
@@ -216,9 +217,7 @@ def test_skill_table_is_deterministic_for_a_seed_and_resamples_whole_days():
     # a chunked evaluation (tiny chunks) gives the same intervals, up to the order of float sums
     old, s._CHUNK_CELLS = s._CHUNK_CELLS, 1
     try:
-        _assert_same(
-            s.skill_table(probs, labels, days, [0.3, 0.3, 0.4], actions=acts, n_boot=200, seed=5), a, rtol=1e-12
-        )
+        _assert_same(s.skill_table(probs, labels, days, [0.3, 0.3, 0.4], seed=5, **kw), a, rtol=1e-12)
     finally:
         s._CHUNK_CELLS = old
 

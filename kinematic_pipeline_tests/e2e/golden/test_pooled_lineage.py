@@ -40,8 +40,9 @@ def _printed_sharpe(settings) -> str:
     ``backtests`` records lineage traces; the table's other rows are the paper's rule), column "Sharpe: Spline"."""
     lines = settings.warehouse.tables_file.read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("### Risk-adjusted efficiency"))
-    header = [c.strip() for c in lines[start + 2].strip("|").split("|")]
-    cells = ([c.strip() for c in line.strip("|").split("|")] for line in lines[start + 4 :] if line.startswith("|"))
+    start = next(i for i in range(start, len(lines)) if lines[i].startswith("|"))  # the header, below the caption
+    header = [c.strip() for c in lines[start].strip("|").split("|")]
+    cells = ([c.strip() for c in line.strip("|").split("|")] for line in lines[start + 2 :] if line.startswith("|"))
     rule, ticker = header.index("Rule"), header.index("Ticker")
     row = next(c for c in cells if c[rule] == RULE_LABELS["calibrated"] and c[ticker] == TICKER)
     return row[header.index("Sharpe: Spline")]
