@@ -75,18 +75,31 @@ START, END, CUT = dt.date(2019, 1, 2), dt.date(2020, 6, 30), dt.date(2020, 1, 31
 N_TICKERS = 16
 
 
-def volatility_universe(seed: int = 0) -> pl.DataFrame:
-    """Bars whose daily log return is N(0, exp(h_t)), h a log-AR(1) (phi 0.97, a stationary sd of 0.6 around
-    ln 0.015^2): next week's variance is predictable from the last weeks' returns."""
+PHI, SD, LEVEL = 0.97, 0.6, np.log(0.015**2)  # the log variance's AR(1): persistence, stationary sd, mean
+
+
+def oracle_log_variance(h: np.ndarray, horizon: int = 5) -> np.ndarray:
+    """ln E[RV of the next ``horizon`` returns | h_t] under the log-AR(1): each r_t+i^2 has the conditional mean
+    exp(LEVEL + PHI^i h_t + SD^2 (1 - PHI^(2i)) / 2) (h_t+i given h_t is normal)."""
+    i = np.arange(1, horizon + 1)
+    terms = np.exp(LEVEL + np.outer(h, PHI**i) + SD**2 * (1 - PHI ** (2 * i)) / 2)
+    return np.log(terms.sum(axis=1))
+
+
+def volatility_universe(seed: int = 0) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Bars whose daily log return is N(0, exp(LEVEL + h_t)), h a log-AR(1) (``PHI``, a stationary sd ``SD``): next
+    week's variance is predictable from the last weeks' returns; and the oracle's forecast from the true h (ticker,
+    date, log_variance: ``oracle_log_variance``)."""
     rng = np.random.default_rng(seed)
     days = trading_days(START, END)
-    frames = []
+    frames, oracle = [], []
     for i in range(N_TICKERS):
         h = np.zeros(len(days))
-        h[0] = rng.normal(0, 0.6)
+        h[0] = rng.normal(0, SD)
         for t in range(1, len(days)):
-            h[t] = 0.97 * h[t - 1] + rng.normal(0, 0.6 * np.sqrt(1 - 0.97**2))
-        r = np.exp((np.log(0.015**2) + h) / 2) * rng.standard_normal(len(days))
+            h[t] = PHI * h[t - 1] + rng.normal(0, SD * np.sqrt(1 - PHI**2))
+        r = np.exp((LEVEL + h) / 2) * rng.standard_normal(len(days))
+        oracle.append(pl.DataFrame({"ticker": f"V{i:02d}", "date": days, "log_variance": oracle_log_variance(h)}))
         close = 50.0 * np.exp(np.cumsum(r))
         frames.append(
             pl.DataFrame(
@@ -101,14 +114,15 @@ def volatility_universe(seed: int = 0) -> pl.DataFrame:
                 }
             )
         )
-    return pl.concat(frames)
+    return pl.concat(frames), pl.concat(oracle)
 
 
 @pytest.fixture(scope="module")
 def vol_warehouse(tmp_path_factory):
     root = tmp_path_factory.mktemp("vol")
     path = root / "bars.parquet"
-    volatility_universe().write_parquet(path)
+    bars, oracle = volatility_universe()
+    bars.write_parquet(path)
     settings = load_settings(
         "ci", source="parquet", source_path=str(path), warehouse=root / "w", start_date=START, end_date=END, env={}
     )
@@ -125,12 +139,12 @@ def vol_warehouse(tmp_path_factory):
     for tok in TOKENIZATIONS.values():
         materialize_window_store(settings, tok, progress=False)
         materialize_features(settings, tok, progress=False)
-    return settings
+    return settings, bars, oracle
 
 
 @pytest.mark.slow
 def test_the_probes_forecast_next_weeks_variance_in_the_tasks_schema(vol_warehouse):
-    settings, week = vol_warehouse, RealizedVariance(5)
+    (settings, _, _), week = vol_warehouse, RealizedVariance(5)
     assert week.evaluated_by(lookup_variant("lr_spline"), settings)
     assert not week.evaluated_by(lookup_variant("momentum_20d"), settings)  # a rule forecasts nothing
     fold = settings.folds[0]
@@ -154,3 +168,40 @@ def test_the_probes_forecast_next_weeks_variance_in_the_tasks_schema(vol_warehou
     for variant in ("lr_trivial", "lightgbm_trivial"):
         probe, constant = results[variant]
         assert probe < constant - 0.03, (variant, probe, constant)
+
+
+@pytest.mark.slow
+def test_on_the_planted_source_the_oracle_leads_the_confidence_set_of_probes_and_references(vol_warehouse):
+    """The probes' test forecasts, the oracle's (the exact conditional variance) and the references refitted on the
+    fold's training bars, scored on the same ticker-days by the task's evidence: the oracle has the least QLIKE and
+    leads the model confidence set, and the stage's targets are the variance the oracle forecasts (aligned days)."""
+    from kinematic_pipeline.backtest.volatility_evidence import forecaster_table, realized, scored_forecasts
+
+    settings, bars, oracle = vol_warehouse
+    week, fold = RealizedVariance(5), settings.folds[0]
+    frames = []
+    for variant in ("lr_trivial", "lightgbm_trivial", "lightgbm_spline"):
+        policy = Policy(variant, week, 0, fold)
+        materialize_probe(settings, policy)
+        frames.append(
+            baseline_predictions(settings, policy, "test", None).select(
+                "variant", "seed", "ticker", "date", "log_variance"
+            )
+        )
+    days = frames[0].select("ticker", "date")
+    planted = oracle.join(days, on=["ticker", "date"]).select(
+        pl.lit("oracle").alias("variant"), pl.lit(0, pl.Int64).alias("seed"), "ticker", "date", "log_variance"
+    )
+    predictions = pl.concat([*frames, planted]).with_columns(pl.lit(fold.label).alias("fold"))
+    scored, train_mean = scored_forecasts(predictions, bars, 5, settings.folds)
+    table = forecaster_table(scored, 5, train_mean, reps=300)
+    with pl.Config(tbl_cols=16, tbl_width_chars=200):
+        print(table.drop("qlike_low", "qlike_high"))
+    assert table["forecaster"][0] == "oracle seed 0" and table["mcs_p"][0] == 1.0
+    assert {"har", "garch", "ewma", "vol20", "lightgbm_trivial seed 0"} <= set(table["forecaster"])
+    # the labels the stages wrote are ln RV of the next five close-to-close returns, as the bars give them
+    labels = baseline_predictions(settings, Policy("lr_trivial", week, 0, fold), "test", None)
+    truth = realized(bars, 5).join(labels.select("ticker", "date", "label"), on=["ticker", "date"])
+    known = truth.filter(pl.col("label").is_finite())
+    np.testing.assert_allclose(known["label"].to_numpy(), known["log_rv"].to_numpy(), atol=1e-5)
+    assert known.height > 0.9 * labels.height
