@@ -31,6 +31,7 @@ from kinematic_pipeline.tasks.buy_sell_hold import at_tau
 
 POLICY_KEYS = ("variant", "tau", "seed")
 BEYOND = "log_loss_skill_beyond_reference"  # skill_beyond_reference_frame's metric (and _ci_low, _ci_high, _seed_std)
+BEYOND_TRIVIAL = "log_loss_skill_beyond_trivial"  # the same, beyond the trivial probe's rows (science-6 M-D)
 _NEEDED = (*POLICY_KEYS, "ticker", "date", *PROB_COLUMNS, "action")
 
 

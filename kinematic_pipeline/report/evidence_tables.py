@@ -10,12 +10,18 @@ import numpy as np
 import polars as pl
 
 from kinematic_pipeline.backtest.oracle import ORACLE, ORACLE_DISPLAY_NAME
-from kinematic_pipeline.backtest.policy_frames import BEYOND, PRIOR, PRIOR_DATA_SEEN, PRIOR_DISPLAY_NAME
+from kinematic_pipeline.backtest.policy_frames import (
+    BEYOND,
+    BEYOND_TRIVIAL,
+    PRIOR,
+    PRIOR_DATA_SEEN,
+    PRIOR_DISPLAY_NAME,
+)
 from kinematic_pipeline.backtest.volatility_reference import REFERENCE, REFERENCE_DATA_SEEN, REFERENCE_DISPLAY_NAME
 from kinematic_pipeline.report.tables import UNDEFINED, portfolio_cell, runs_at
 from kinematic_pipeline.tasks.actions import ACTION_NAMES, BUY, SELL, class_weight_vector
 from kinematic_pipeline.tasks.buy_sell_hold import at_tau
-from kinematic_pipeline.variants import ALL_VARIANT_NAMES, display_name
+from kinematic_pipeline.variants import ALL_VARIANT_NAMES, TRIVIAL_PROBE, display_name
 from kinematic_pipeline.variants import variant as lookup_variant
 
 INFORMATION_ROWS = (  # (metric of skill_table, how the report names it)
@@ -29,7 +35,9 @@ INFORMATION_ROWS = (  # (metric of skill_table, how the report names it)
 )
 # the information table's row of each model's skill beyond the trailing-volatility reference, when it was scored
 BEYOND_ROW = (BEYOND, "Log-loss skill beyond trailing vol20 (paired: the same ticker-days)")
-PROBABILISTIC = ("log_loss_skill", "brier_skill", BEYOND)  # scores of probabilities, not of decisions
+# and beyond the trivial probe (LR on ret1 and vol20), when it was scored: the stricter zero, so the table leads with it
+BEYOND_TRIVIAL_ROW = (BEYOND_TRIVIAL, "Log-loss skill beyond the trivial probe (paired: the same ticker-days)")
+PROBABILISTIC = ("log_loss_skill", "brier_skill", BEYOND, BEYOND_TRIVIAL)  # scores of probabilities, not decisions
 ORACLE_ELSEWHERE = "N/A (trained-on labels only)"  # the informed ceiling is scored on the trained-on labels
 IS_REFERENCE = "0 (the reference)"  # the reference's own skill beyond itself
 CONSTANT_SCORE = "N/A (score ≡ 0)"  # the reference's p_buy = p_sell: its signal score ranks nothing
@@ -49,11 +57,11 @@ def _variant_cell(rows: pl.DataFrame, variant: str, metric: str) -> str:
     r = rows.filter(pl.col("variant") == variant) if rows.height else rows
     if r.height == 0:
         return ORACLE_ELSEWHERE if variant == ORACLE else "-"
-    if variant == REFERENCE and metric == BEYOND:
+    if (variant, metric) in ((REFERENCE, BEYOND), (TRIVIAL_PROBE, BEYOND_TRIVIAL)):
         return IS_REFERENCE
     if metric not in r.columns:
         return "-"
-    if variant == PRIOR and metric == BEYOND:
+    if (variant in CONTROLS and metric == BEYOND_TRIVIAL) or (variant == PRIOR and metric == BEYOND):
         return "-"
     if metric in PROBABILISTIC and variant not in CONTROLS and not lookup_variant(variant).probabilistic:
         return "N/A (one-hot)"  # the rules decide; they state no probabilities
@@ -74,7 +82,8 @@ def information_table(
     block_days: int | None = None,
 ) -> pl.DataFrame:
     """One row per (outcome, metric), one column per variant (then the trailing-volatility reference and the
-    informed ceiling when present), at ``tau``; with the reference, a row per outcome of each model's log-loss skill
+    informed ceiling when present), at ``tau``; led, where the trivial probe was scored, by each model's log-loss
+    skill beyond it (``BEYOND_TRIVIAL_ROW``); with the reference, a row per outcome of each model's log-loss skill
     beyond it (``BEYOND_ROW``); with ``block_days`` a row states each column's interval (95%, the bootstrap's block
     and the test days resampled); with ``data_seen`` ({variant: dates}) a last row says what each saw. skill:
     {outcome name: ``seed_mean_skill_frame``, with ``skill_beyond_reference_frame``'s columns when scored}."""
@@ -83,7 +92,8 @@ def information_table(
     present = [v for v in (*ALL_VARIANT_NAMES, REFERENCE, PRIOR, ORACLE) if v in seen]
     names = {v: _display(v) for v in present}
     beyond = any(BEYOND in f.columns for f in by_outcome.values())
-    metrics = (*INFORMATION_ROWS, BEYOND_ROW) if beyond else INFORMATION_ROWS
+    trivial = any(BEYOND_TRIVIAL in f.columns for f in by_outcome.values())
+    metrics = (*((BEYOND_TRIVIAL_ROW,) if trivial else ()), *INFORMATION_ROWS, *((BEYOND_ROW,) if beyond else ()))
     out = [
         {"Outcome": outcome, "Metric": label} | {names[v]: _variant_cell(rows, v, metric) for v in present}
         for outcome, rows in by_outcome.items()

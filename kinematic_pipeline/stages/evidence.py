@@ -42,6 +42,8 @@ import numpy as np
 import polars as pl
 
 from kinematic_pipeline.backtest.policy_frames import (
+    BEYOND,
+    BEYOND_TRIVIAL,
     SkillOptions,
     decision_frame,
     seed_mean_skill_frame,
@@ -69,6 +71,7 @@ from kinematic_pipeline.stages.pooled import (
 from kinematic_pipeline.stages.reference_rows import volatility_reference, with_reference_scores
 from kinematic_pipeline.tasks.actions import PROB_COLUMNS, UNKNOWN_LABEL
 from kinematic_pipeline.tasks.buy_sell_hold import at_tau
+from kinematic_pipeline.variants import TRIVIAL_PROBE
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.warehouse import LABELS, PREDICTIONS
 from kinematic_pipeline.warehouse import exact_paths as exact
@@ -121,16 +124,21 @@ def skill_options(ev: EvalConfig, label_column: str = "label") -> SkillOptions:
 def _with_reference(
     scored: pl.DataFrame, models: pl.DataFrame, reference: pl.DataFrame | None, rates: dict, options
 ) -> pl.DataFrame:
-    """``seed_mean_skill_frame`` of ``scored``, and with a ``reference`` its own row and each model's log-loss skill
+    """``seed_mean_skill_frame`` of ``scored``; with a ``reference`` its own row and each model's log-loss skill
     beyond it on the same ticker-days (``skill_beyond_reference_frame``'s columns, null for the reference and the
-    informed ceiling)."""
+    informed ceiling); and where the trivial probe is among ``models``, each model's skill beyond it likewise
+    (``BEYOND_TRIVIAL``'s columns: the zero a two-feature probe sets, science-6 M-D)."""
     frame = seed_mean_skill_frame(scored, rates, options)
-    if reference is None or reference.height == 0:
-        return frame
-    own = seed_mean_skill_frame(reference, rates, options)
-    beyond = skill_beyond_reference_frame(models, reference, rates, options)
-    both = pl.concat([frame, own], how="diagonal_relaxed")
-    return both.join(beyond, on=["variant", "tau"], how="left").sort("variant", "tau")
+    if reference is not None and reference.height:
+        own = seed_mean_skill_frame(reference, rates, options)
+        beyond = skill_beyond_reference_frame(models, reference, rates, options)
+        frame = pl.concat([frame, own], how="diagonal_relaxed").join(beyond, on=["variant", "tau"], how="left")
+    trivial = models.filter(pl.col("variant") == TRIVIAL_PROBE)
+    if trivial.height and models["variant"].n_unique() > 1:
+        renamed = {f"{BEYOND}{end}": f"{BEYOND_TRIVIAL}{end}" for end in ("", "_ci_low", "_ci_high", "_seed_std")}
+        beyond = skill_beyond_reference_frame(models, trivial, rates, options).select("variant", "tau", *renamed)
+        frame = frame.join(beyond.rename(renamed), on=["variant", "tau"], how="left")
+    return frame.sort("variant", "tau")
 
 
 def information_skill(

@@ -365,6 +365,32 @@ def test_the_information_table_scores_the_reference_and_each_models_skill_beyond
     ]
 
 
+def test_the_skill_beyond_the_trivial_probe_leads_the_information_table(warehouse):
+    """Science-6 M-D: each model's log-loss skill beyond the trivial probe (LR on ret1 and vol20: the stricter zero),
+    paired on the same ticker-days as the skill beyond vol20 is, leads the table; the probe's own cell is the zero."""
+    from kinematic_pipeline.backtest.policy_frames import BEYOND_TRIVIAL
+    from kinematic_pipeline.variants import TRIVIAL_PROBE
+
+    settings, predictions = warehouse
+    rates = ev.train_base_rates(settings)
+    trivial = _reference_rows(predictions, p=(0.3, 0.2, 0.5)).with_columns(pl.lit(TRIVIAL_PROBE).alias("variant"))
+    both = pl.concat([predictions, trivial])
+    skill = ev.information_skill(settings, both, rates, TAU)
+    options = ev.skill_options(settings.evaluate)
+    trained = skill[ev.outcome_names("spline")[ev.TRAINED]]
+    model, zero = (trained.filter(variant=v).row(0, named=True) for v in ("splinegpt", TRIVIAL_PROBE))
+    direct = skill_beyond_reference_frame(predictions, trivial, rates[ev.TRAINED], options).row(0, named=True)
+    assert model[BEYOND_TRIVIAL] == direct[BEYOND] and model[f"{BEYOND_TRIVIAL}_ci_high"] == direct[f"{BEYOND}_ci_high"]
+    assert model[BEYOND_TRIVIAL] == pytest.approx(model["log_loss_skill"] - zero["log_loss_skill"], abs=1e-9)
+    assert zero[BEYOND_TRIVIAL] is None
+    table = tables.information_table(skill, TAU)
+    assert table["Metric"][0] == tables.BEYOND_TRIVIAL_ROW[1]  # it leads
+    assert table.row(0, named=True)["Logistic regression (Trivial)"] == tables.IS_REFERENCE
+    # without the trivial probe among the models: no such row
+    alone = tables.information_table(ev.information_skill(settings, predictions, rates, TAU), TAU)
+    assert tables.BEYOND_TRIVIAL_ROW[1] not in alone["Metric"].to_list()
+
+
 def test_the_information_table_prints_the_calibrated_priors_row_scored_by_hand(warehouse):
     """The calibrated prior (each fold's validation-day base rates, what a model that learned nothing is calibrated
     to) is its own column of the information table, on both outcomes: every trained-on test label is Buy, so its log
