@@ -9,7 +9,7 @@ import polars as pl
 from kinematic_pipeline.backtest.portfolio import ticker_excess
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.stages.strategies import RULES, Strategies, strategy_name
-from kinematic_pipeline.variants import BENCHMARK
+from kinematic_pipeline.variants import ABLATIONS, BENCHMARK, display_name
 
 MARGIN_RULE = "margin"  # every other rule of ``strategies.RULES`` is an argmax rule
 
@@ -63,12 +63,30 @@ def days_in_market(positions: dict[str, pl.DataFrame]) -> dict[str, int]:
     }
 
 
+def matched_pairs(strategies: Strategies, names: list[str], in_market: dict[str, int]) -> list[tuple[str, bool]]:
+    """Each matched pair of tokenizations (``variants.ABLATIONS``) both of whose records of ``names``' rule and tau
+    are there: ("A / B", whether they differ: not one return series day by day, and not both never in the market).
+    Science-6 L-E: records of rules that read no tokens (momentum, always Hold) tell no tokenizations apart."""
+    out = []
+    for a, b in ABLATIONS:
+        for name in names:
+            variant, sep, rest = name.partition(" tau=")
+            other = f"{b}{sep}{rest}"
+            if variant != a or other not in strategies.column:
+                continue
+            same = strategies.column[name] == strategies.column[other]
+            idle = in_market.get(name) == 0 and in_market.get(other) == 0
+            out.append((f"{display_name(a)} / {display_name(b)}", not (same or idle)))
+    return out
+
+
 def argmax_equilibrium(
     strategies: Strategies, in_market: dict[str, int], oracle: dict[str, int] | None = None
 ) -> list[dict]:
     """One descriptive row per argmax rule: can it tell tokenizations apart? "no" when all its records are one
-    return series or none is ever in the market (``in_market``: days in the market by strategy name); otherwise
-    how many distinct records it makes. ``oracle`` (synthetic runs): the oracle's days in the market under each
+    return series or none is ever in the market (``in_market``: days in the market by strategy name), or when
+    within every matched pair of tokenizations (``matched_pairs``) the two records are; otherwise how many pairs
+    differ. ``oracle`` (synthetic runs): the oracle's days in the market under each
     rule, which says whether the rule could trade at all with perfect information. Counts only: no test
     statistic."""
     rows = []
@@ -112,10 +130,13 @@ def argmax_equilibrium(
             oracle_note = f"; the oracle is in the market on {held} days: the rule can trade perfect information"
         spread = "unknown" if not known else f"{min(known)}" + (f"-{max(known)}" if max(known) > min(known) else "")
         spread += f" of {total}" if known else ""
+        pairs = matched_pairs(strategies, names, in_market)
+        differ = [pair for pair, differs in pairs if differs]
         statistic = (
             f"{len(names)} records of {len(variants)} variants; {distinct} distinct return series; {never} never in "
             f"the market; days in the market {spread}"
             + ("" if held is None else f"; the oracle's days in the market {held}")
+            + (f"; matched pairs of tokenizations that differ: {len(differ)} of {len(pairs)}" if pairs else "")
         )
         if known and len(known) == len(names) and never == len(names):
             answer = f"no: every variant{oracle_text} is in the same equilibrium: never in the market{oracle_note}"
@@ -123,10 +144,18 @@ def argmax_equilibrium(
             answer = (
                 f"no: every variant{oracle_text} is in the same equilibrium: one return series day by day{oracle_note}"
             )
+        elif pairs and not differ:
+            answer = (
+                f"no: within each of the {len(pairs)} matched pairs of tokenizations the two records are one return "
+                f"series or both never in the market ({distinct} distinct series among all {len(names)} records, "
+                "the rules that read no tokens included)"
+            )
+        elif pairs:
+            answer = f"yes, descriptively: {len(differ)} of {len(pairs)} matched pairs differ ({', '.join(differ)})"
         else:
             answer = (
-                f"{distinct} distinct return series among its {len(names)} records ({never} never in the market): "
-                "the rule's records differ"
+                f"{distinct} distinct return series among its {len(names)} records ({never} never in the market), "
+                "no matched pair of tokenizations among them"
             )
         rows.append(base | {"Statistic": statistic, "Interval or p-value": "-", "Answer": answer})
     return rows
