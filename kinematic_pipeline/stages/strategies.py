@@ -38,10 +38,9 @@ def strategy_name(variant: str, tau: float, rule: str) -> str:
     return f"{variant} tau={round(tau, 4)}{RULES[rule]}"
 
 
-def strategy_returns(settings: Settings, curves: dict[str, pl.DataFrame]) -> Strategies:
-    """Every pooled (variant, tau) record of each rule (``curves``: rule -> pooled equity curves) tested on every
-    fold, at the verdict's cost: the mean over the backtested tickers and seeds of each day's equity change, on
-    the days every strategy and Buy & Hold share (Buy & Hold from the ``BENCHMARK_RULE``'s curves)."""
+def _daily_rows(settings: Settings, curves: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """strategy, seed, ticker, date, r: each pooled record's daily excess return at the verdict's cost, every rule
+    (Buy & Hold from the ``BENCHMARK_RULE``'s curves), the records tested on every fold."""
     daily = []
     for rule, equity in curves.items():
         if equity.height == 0:
@@ -58,13 +57,42 @@ def strategy_returns(settings: Settings, curves: dict[str, pl.DataFrame]) -> Str
         name = name.otherwise(
             pl.col("variant") + pl.lit(" tau=") + pl.col("tau").round(4).cast(pl.String) + pl.lit(RULES[rule])
         )
-        daily.append(rows.with_columns(name.alias("strategy")).group_by("strategy", "date").agg(pl.col("r").mean()))
-    wide = pl.concat(daily).pivot(on="strategy", index="date", values="r").sort("date").drop_nulls()
+        daily.append(rows.with_columns(name.alias("strategy")))
+    return pl.concat(daily, how="diagonal_relaxed") if daily else pl.DataFrame()
+
+
+def strategy_returns(settings: Settings, curves: dict[str, pl.DataFrame]) -> Strategies:
+    """Every pooled (variant, tau) record of each rule (``curves``: rule -> pooled equity curves) tested on every
+    fold, at the verdict's cost: the mean over the backtested tickers and seeds of each day's equity change, on
+    the days every strategy and Buy & Hold share (Buy & Hold from the ``BENCHMARK_RULE``'s curves)."""
+    rows = _daily_rows(settings, curves)
+    if rows.height == 0:
+        raise ValueError("the verdict needs Buy & Hold and at least one strategy on common days")
+    daily = rows.group_by("strategy", "date").agg(pl.col("r").mean())
+    wide = daily.pivot(on="strategy", index="date", values="r").sort("date").drop_nulls()
     names = sorted(c for c in wide.columns if c not in ("date", BENCHMARK))
     if BENCHMARK not in wide.columns or not names:
         raise ValueError("the verdict needs Buy & Hold and at least one strategy on common days")
     labels, returns, column = _distinct(names, wide.select(names).to_numpy())
     return Strategies(labels, returns, wide[BENCHMARK].to_numpy(), wide["date"].to_list(), column)
+
+
+def strategy_returns_by_seed(
+    settings: Settings, curves: dict[str, pl.DataFrame], days: list
+) -> dict[tuple[str, int], np.ndarray]:
+    """{(strategy, seed): its daily return on ``days`` (a ``Strategies``' days; NaN where it has none)}: each seed's
+    record on its own, the mean over the backtested tickers (the seeds as replicates of the timing rows)."""
+    rows = _daily_rows(settings, curves)
+    if rows.height == 0 or "seed" not in rows.columns:
+        return {}
+    rows = rows.filter((pl.col("strategy") != BENCHMARK) & pl.col("seed").is_not_null())
+    rows = rows.group_by("strategy", "seed", "date").agg(pl.col("r").mean())
+    frame = pl.DataFrame({"date": days}, schema={"date": rows.schema["date"]})
+    out = {}
+    for (strategy, seed), group in rows.group_by("strategy", "seed"):
+        joined = frame.join(group.select("date", "r"), on="date", how="left")
+        out[(strategy, int(seed))] = joined["r"].cast(pl.Float64).fill_null(float("nan")).to_numpy()
+    return out
 
 
 def _distinct(names: list[str], returns: np.ndarray) -> tuple[list[str], np.ndarray, dict[str, int]]:

@@ -53,7 +53,13 @@ from kinematic_pipeline.run_keys import run_keys_digest
 from kinematic_pipeline.stages.evidence import universe_predictions
 from kinematic_pipeline.stages.oracle_control import oracle_days_in_market
 from kinematic_pipeline.stages.pooled import MARGIN_EQUITY_CURVES, PAPER_EQUITY_CURVES, read_pooled, read_view
-from kinematic_pipeline.stages.strategies import RULES, Strategies, count_trials, strategy_returns
+from kinematic_pipeline.stages.strategies import (
+    RULES,
+    Strategies,
+    count_trials,
+    strategy_returns,
+    strategy_returns_by_seed,
+)
 from kinematic_pipeline.stages.task_evidence import task_verdict_rows
 from kinematic_pipeline.stages.verdict_ablations import CALIBRATION, INFORMATION, spline_vs_fd
 from kinematic_pipeline.stages.verdict_rules import (
@@ -190,7 +196,11 @@ def verdict_table(
     rows += argmax_equilibrium(strategies, in_market, oracle)
     ics = daily_ics(universe) if universe is not None and universe.height else None
     losses = daily_log_losses(settings, universe)
-    by_seed = {"rank_ic": daily_ics_by_seed(universe), "log_loss": daily_log_losses(settings, universe, by_seed=True)}
+    by_seed = {
+        "rank_ic": daily_ics_by_seed(universe),
+        "log_loss": daily_log_losses(settings, universe, by_seed=True),
+        "sharpe": strategy_returns_by_seed(settings, curves, strategies.days),
+    }
     rows += spline_vs_fd(settings, strategies, ics, losses, partial, in_market, positions, by_seed)
     return pl.DataFrame(rows, schema=VERDICT_SCHEMA)
 

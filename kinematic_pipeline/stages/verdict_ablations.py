@@ -26,6 +26,7 @@ from kinematic_pipeline.stages.verdict_signal import (
     paired,
     replicated,
     replication_text,
+    seed_sharpe_replication,
 )
 from kinematic_pipeline.stages.verdict_trials import SHARPE_CONVENTION
 from kinematic_pipeline.tasks.buy_sell_hold import tau_key
@@ -97,7 +98,8 @@ def ablation_comparisons(
     differences of the rank IC and of the partial rank IC given ret1 and vol20), better probabilistic forecasts (of the daily
     mean log loss, b's minus a's) and better timed (the Sharpe difference under each rule, with both sides' days
     in the market). Every estimate is positive when a is better. ``by_seed``: {"rank_ic": ``daily_ics_by_seed``,
-    "log_loss": the per-seed ``daily_log_losses``}, the seeds as replicates of the rank IC and log-loss rows."""
+    "log_loss": the per-seed ``daily_log_losses``, "sharpe": ``strategies.strategy_returns_by_seed``}, the seeds
+    as replicates of the rank IC, log-loss and timing rows."""
     ev = settings.evaluate
     tau, cost = ev.report_tau, ev.verdict_cost_bps
     out: dict[str, list[Comparison]] = {q: [] for q in TOKENIZATION_QUESTIONS}
@@ -151,7 +153,13 @@ def ablation_comparisons(
             )
             interval = f"[{annual(low):+.2f}, {annual(high):+.2f}] (95%, unadjusted)"
             statistic = f"{annual(diff):+.2f} (annualized); {days}"
-            out[TIMING].append(Comparison(test, statistic, interval, diff, p, se=se, unit="sharpe", pair=pair))
+            timed = Comparison(test, statistic, interval, diff, p, se=se, unit="sharpe", pair=pair)
+            if lookup_variant(a).seeded and lookup_variant(b).seeded:  # a probe is fitted once: no seeds to vary
+                replication = seed_sharpe_replication((by_seed or {}).get("sharpe", {}), *names)
+                if replication is not None:
+                    timed = dataclasses.replace(timed, replication=replication)
+                    timed = dataclasses.replace(timed, statistic=statistic + replication_text(timed, annual))
+            out[TIMING].append(timed)
     return out
 
 

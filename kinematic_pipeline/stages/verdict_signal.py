@@ -24,6 +24,7 @@ from kinematic_pipeline.tasks.buy_sell_hold import labels_from_returns
 from kinematic_pipeline.tokenizations.raw import TRIVIAL_FEATURES
 from kinematic_pipeline.variants import TRIVIAL_PROBE as TRIVIAL
 from kinematic_pipeline.variants import trained
+from kinematic_pipeline.variants import variant as lookup_variant
 
 LEVEL = 0.05  # every verdict row's level
 POWER = 0.8  # the power of its "detectable" column
@@ -164,7 +165,7 @@ def replicated(
     bootstrap interval (seeds, then day blocks; ``boot``: resamples and seed). Unchanged for a side fitted once
     (a probe) or with no per-seed series."""
     seeds = sorted({s for v, s in by_seed if v == a} & {s for v, s in by_seed if v == b})
-    if not seeds or comparison.why is not None:
+    if not seeds or comparison.why is not None or not (lookup_variant(a).seeded and lookup_variant(b).seeded):
         return comparison
     days = sorted(set().union(*(set(by_seed[(v, s)]["date"].to_list()) for v in (a, b) for s in seeds)))
     frame = pl.DataFrame({"date": days}, schema={"date": by_seed[(a, seeds[0])].schema["date"]})
@@ -177,16 +178,55 @@ def replicated(
     return dataclasses.replace(comparison, replication=verdict)
 
 
-def replication_text(c: Comparison) -> str:
-    """The statistic's seeds part: each seed's difference, their agreement and the two-level interval."""
+def replication_text(c: Comparison, scale=lambda x: x) -> str:
+    """The statistic's seeds part: each seed's difference (through ``scale``: ``annual`` for a Sharpe ratio), their
+    agreement and the two-level interval (where there is one)."""
     r = c.replication
     if r is None:
         return ""
-    per_seed = ", ".join(f"{d:+.4f}" for d in r["per_seed_differences"])
-    return (
-        f"; seeds as replicates: {per_seed} ({r['n_seeds'] - r['n_disagree']} of {r['n_seeds']} agree), two-level "
-        f"interval [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}] (95%, conditional on {r['conditional_on']})"
+    per_seed = ", ".join(f"{scale(d):+.4f}" for d in r["per_seed_differences"])
+    text = f"; seeds as replicates: {per_seed} ({r['n_seeds'] - r['n_disagree']} of {r['n_seeds']} agree)"
+    if np.isfinite(r["ci_low"]) and np.isfinite(r["ci_high"]):
+        text += f", two-level interval [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}] (95%"
+        return text + f", conditional on {r['conditional_on']})"
+    return text + f" (conditional on {r['conditional_on']})"
+
+
+def seed_sharpe_replication(by_seed: dict, a: str, b: str, least: int = 3) -> dict | None:
+    """The timing rows' seeds as replicates: per seed both strategies ``a`` and ``b`` were trained with
+    (``by_seed``: ``strategies.strategy_returns_by_seed``), Sharpe(a) - Sharpe(b) on the days both hold, and whether
+    they agree in sign ("yes" only with at least ``least`` seeds, none at 0 or of the other sign: as
+    ``seed_replicates.replicated_verdict``, with no two-level interval: a Sharpe ratio is not a mean of days).
+    None with no seed in common."""
+    seeds = sorted({s for v, s in by_seed if v == a} & {s for v, s in by_seed if v == b})
+    if not seeds:
+        return None
+    diffs = []
+    for s in seeds:
+        x, y = by_seed[(a, s)], by_seed[(b, s)]
+        both = np.isfinite(x) & np.isfinite(y)
+        diffs.append(mt.sharpe_ratio(x[both]) - mt.sharpe_ratio(y[both]) if both.sum() > 1 else float("nan"))
+    d = np.asarray(diffs, dtype=np.float64)
+    mean = float(np.nanmean(d)) if np.isfinite(d).any() else float("nan")
+    n_disagree = int(np.sum(~(np.sign(d) == np.sign(mean)) | (d == 0)))
+    k = len(seeds)
+    reason = (
+        f"fewer than {least} seeds"
+        if k < least
+        else f"{n_disagree} of {k} seeds {'disagrees' if n_disagree == 1 else 'disagree'}"
+        if n_disagree
+        else ""
     )
+    return {
+        "answer": "no evidence" if reason else "yes",
+        "reason": reason or f"all {k} seeds agree",
+        "per_seed_differences": tuple(float(x) for x in d),
+        "n_seeds": k,
+        "n_disagree": n_disagree,
+        "ci_low": float("nan"),
+        "ci_high": float("nan"),
+        "conditional_on": f"the {k} trained models per side",
+    }
 
 
 def daily_log_losses(settings: Settings, universe: pl.DataFrame | None, by_seed: bool = False) -> dict:

@@ -468,3 +468,60 @@ def test_another_tasks_rows_follow_and_name_next_day_direction_the_negative_cont
         TIMING,  # a strategy's timing is not a forecast of direction
         vol["Question"],
     ]
+
+
+def _seeded_curves(records: dict[tuple[str, int], np.ndarray]) -> pl.DataFrame:
+    """``_curves`` with a seed per record: {(variant, seed): daily returns}."""
+    return pl.concat(
+        [_curves({variant: r}).with_columns(pl.lit(seed).alias("seed")) for (variant, seed), r in records.items()]
+    )
+
+
+def test_a_timing_yes_needs_three_seeds_of_one_sign(tmp_path):
+    """The timing row of SplineGPT against RawGPT-FD with three seeds each: SplineGPT's pooled record beats
+    RawGPT-FD's by far on the day-only test, but with one seed the other way the answer is "no evidence across
+    seeds", the statistic printing each seed's Sharpe difference; with the three agreeing it is "yes"."""
+    settings = load_settings("ci", warehouse=tmp_path, env={})
+    rng = np.random.default_rng(5)
+    market = rng.normal(0.0, 0.01, 600)
+
+    def timing_row(edges: tuple[float, float, float]) -> dict:
+        records = {("buy_and_hold", 0): market}
+        records |= {("rawgpt_fd", s): market + rng.normal(0, 0.002, 600) for s in (1, 2, 3)}
+        records |= {("splinegpt", s): market + e + rng.normal(0, 0.002, 600) for s, e in zip((1, 2, 3), edges)}
+        curves = {ARGMAX: _seeded_curves(records), "margin": pl.DataFrame()}
+        strategies = strategy_returns(settings, curves)
+        from kinematic_pipeline.stages.strategies import strategy_returns_by_seed
+
+        by_seed = {"sharpe": strategy_returns_by_seed(settings, curves, strategies.days)}
+        rows = _rows(spline_vs_fd(settings, strategies, None, by_seed=by_seed))
+        return rows[f"SplineGPT - RawGPT-FD (spline vs finite differences), {ARGMAX} rule"]
+
+    split = timing_row((0.004, 0.004, -0.002))
+    assert split["Answer"].startswith("no evidence across seeds: 1 of 3 seeds disagrees")
+    assert "seeds as replicates: +" in split["Statistic"] and "(2 of 3 agree)" in split["Statistic"]
+    agreed = timing_row((0.004, 0.003, 0.0035))
+    assert agreed["Answer"].startswith("yes: SplineGPT is better timed at 5%")
+    assert "(3 of 3 agree)" in agreed["Statistic"] and "Ledoit-Wolf HAC test" in agreed["Test"]
+
+
+def test_a_probe_pair_is_fitted_once_and_needs_no_seeds():
+    """lr_spline and lr_fd are fitted once (seed 0): their rows are the day-only test's, never "fewer than 3
+    seeds"."""
+    from kinematic_pipeline.stages.verdict_signal import replicated
+
+    dates = [dt.date(2020, 1, 1) + dt.timedelta(days=k) for k in range(100)]
+    series = pl.DataFrame({"date": dates, "rank_ic": np.linspace(0, 0.1, 100)})
+    comparison = Comparison("t", "s", "i", 0.01, 0.001, se=0.001, unit="rank_ic", pair=("a", "b"))
+    by_seed = {("lr_spline", 0): series, ("lr_fd", 0): series}
+    assert replicated(comparison, by_seed, "lr_spline", "lr_fd", "rank_ic", 1.0, (50, 0)) is comparison
+    seeded = replicated(
+        comparison,
+        {("splinegpt", 1): series, ("rawgpt_fd", 1): series},
+        "splinegpt",
+        "rawgpt_fd",
+        "rank_ic",
+        1.0,
+        (50, 0),
+    )
+    assert seeded.replication["reason"] == "fewer than 3 seeds"
