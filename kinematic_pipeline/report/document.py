@@ -44,6 +44,7 @@ def render_report(
     table_headings: dict[str, tuple[str, str]] | None = None,
     figure_headings: dict[str, tuple[str, str]] | None = None,
     answers: list[str] | None = None,
+    sections: dict[str, tuple[str, ...]] | None = None,
 ) -> str:
     """The Markdown report. ``context`` is shown as a list (profile, test period, tickers, tau, cost, run
     id...); tables and figures, keyed by name, keep their order, each under its heading with its explanation
@@ -51,7 +52,8 @@ def render_report(
     are relative to ``relative_to``, the folder the report is written to (None: paths as given);
     ``conventions`` (``backtest.metrics.CONVENTIONS``) closes the document; the ``lead`` tables (the verdict)
     come first, under "Verdict", before the other tables; ``answers`` (``report.answers.answer_lines``), one line per
-    question, open the document under "Answers", before the context."""
+    question, open the document under "Answers", before the context; ``sections`` ({heading: name prefixes}) gathers
+    the tables and figures whose names start so under their own heading after the others (a task's section)."""
     table_headings, figure_headings = table_headings or {}, figure_headings or {}
     lines = [f"# {title}", ""]
     if answers:
@@ -62,16 +64,33 @@ def render_report(
         lines += ["", "## Verdict", "", f"_{heading}_", ""] + ([caption, ""] if caption else [])
         lines += [markdown_table(tables[key])]
     tables = {k: v for k, v in tables.items() if k not in lead}
-    if tables:
-        lines += ["", "## Tables"]
-    for key, frame in tables.items():
-        heading, caption = _describe(key, table_headings)
-        lines += ["", f"### {heading}", ""] + ([caption, ""] if caption else []) + [markdown_table(frame)]
-    if figures:
-        lines += ["", "## Figures"]
-    for key, path in figures.items():
-        heading, caption = _describe(key, figure_headings)
-        lines += ["", f"### {heading}", "", f"![{heading}]({_link(path, relative_to)})"]
-        lines += ["", caption] if caption else []
+    grouped = {h: tuple(prefixes) for h, prefixes in (sections or {}).items()}
+
+    def section_of(key: str) -> str | None:
+        return next((h for h, prefixes in grouped.items() if key.startswith(prefixes)), None)
+
+    def table_lines(keys) -> list[str]:
+        out = []
+        for key in keys:
+            heading, caption = _describe(key, table_headings)
+            out += ["", f"### {heading}", ""] + ([caption, ""] if caption else []) + [markdown_table(tables[key])]
+        return out
+
+    def figure_lines(keys) -> list[str]:
+        out = []
+        for key in keys:
+            heading, caption = _describe(key, figure_headings)
+            out += ["", f"### {heading}", "", f"![{heading}]({_link(figures[key], relative_to)})"]
+            out += ["", caption] if caption else []
+        return out
+
+    own_tables = [k for k in tables if section_of(k) is None]
+    own_figures = [k for k in figures if section_of(k) is None]
+    lines += (["", "## Tables"] if own_tables else []) + table_lines(own_tables)
+    lines += (["", "## Figures"] if own_figures else []) + figure_lines(own_figures)
+    for heading in grouped:
+        keys = [k for k in tables if section_of(k) == heading], [k for k in figures if section_of(k) == heading]
+        if keys[0] or keys[1]:
+            lines += ["", f"## {heading}", *table_lines(keys[0]), *figure_lines(keys[1])]
     lines += ["", "## Conventions", "", conventions, ""]
     return "\n".join(lines)

@@ -382,6 +382,7 @@ def materialize_report(settings: Settings, extra_context: dict[str, str] | None 
         table_headings=headings,
         figure_headings=FIGURE_HEADINGS,
         answers=answer_lines(built["verdict"]) if "verdict" in built else None,
+        sections={"Next-week volatility": ("task_vol", "volatility_")},  # the volatility task's tables and figures
     )
     path = wh.report_file
     write_text_atomic(path, text, wh.durable)

@@ -291,6 +291,40 @@ def test_report_has_context_every_table_heading_relative_figures_and_the_convent
     assert text.rstrip().endswith(CONVENTIONS)
 
 
+def test_a_tasks_tables_and_figures_have_their_own_section_after_the_others(tmp_path):
+    tables = {name: pl.DataFrame({"a": [name]}) for name in ("verdict", "paper", "task_vol5_forecasters")}
+    figures = {name: tmp_path / f"{name}.png" for name in ("sweeps", "volatility_qlike")}
+    text = render_report(
+        "r",
+        {},
+        tables,
+        figures,
+        CONVENTIONS,
+        lead=("verdict",),
+        sections={"Next-week volatility": ("task_vol", "volatility_")},
+    )
+    order = [
+        text.index(h)
+        for h in (
+            "## Verdict",
+            "## Tables",
+            "### paper",
+            "## Figures",
+            "### sweeps",
+            "## Next-week volatility",
+            "### task_vol5_forecasters",
+            "### volatility_qlike",
+            "## Conventions",
+        )
+    ]
+    assert order == sorted(order)
+    assert text.count("## Next-week volatility") == 1
+    plain = render_report("r", {}, tables, figures, CONVENTIONS)  # no sections: every table under Tables, as before
+    assert "## Next-week volatility" not in plain and plain.index("### task_vol5_forecasters") < plain.index(
+        "## Figures"
+    )
+
+
 def test_report_without_tables_or_figures_still_states_the_conventions():
     text = render_report("empty", {}, {}, {}, CONVENTIONS)
     assert CONVENTIONS in text and "## Conventions" in text
