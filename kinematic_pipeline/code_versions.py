@@ -18,7 +18,9 @@ CODE_VERSIONS = {  # each stage's code version: a new one marks its assets (and 
     "models": "models-3",  # 3: a foundation records and is checked against its own backbone's config alone (issue 52)
     # 2: the token and raw days each features file was built from, checked on read; 3: its sha256 beside it (issue 55)
     "features": "features-3",
-    "probes": "probes-2",  # 2: saved as data (coefficients, LightGBM's text model), not a pickle (issue 30)
+    # 2: saved as data (coefficients, LightGBM's text model), not a pickle (issue 30); 3: a task's regression probes
+    # (the volatility task's: Gamma GLM by Newton-Cholesky, LightGBM's gamma objective; issue 53)
+    "probes": "probes-3",
     # 4: the predictions store the de-weighted calibrated p (float64), not the class-weighted q (issue 52)
     "evaluate": "evaluate-4",
     # 4: the training table (each model's budget, steps run, best step; issue 39); 5: the answers' first screen, short

@@ -47,7 +47,7 @@ def test_the_linear_probe_is_statsmodels_gamma_glm_on_a_log_link():
     np.testing.assert_allclose(model.intercept[0], glm.params[0], atol=2e-3)
     np.testing.assert_allclose(model.coef[0], glm.params[1:], atol=2e-3)  # the penalty 1 / rows moves it little
     np.testing.assert_allclose(model.predict_log(x), sm.add_constant(x) @ glm.params, atol=5e-3)
-    assert model.classes_.size == 0 and iterations > 0
+    assert model.classes_.size == 0 and 0 < iterations < 20  # Newton steps: converged, far below max_iter
 
 
 def test_the_tree_probe_fits_qlike_better_than_the_constant_and_near_the_truth():
