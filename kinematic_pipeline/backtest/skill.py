@@ -31,7 +31,7 @@ import numpy as np
 from kinematic_pipeline.backtest.metrics import brier_score
 from kinematic_pipeline.tasks.actions import BUY, SELL, check_labels, check_probabilities
 
-DEFAULT_BLOCK_DAYS = 50  # trading days per resampled block (evaluate.skill_bootstrap_block_days in the stages)
+DEFAULT_BLOCK_DAYS = 20  # trading days per resampled block (evaluate.skill_bootstrap_block_days in the stages)
 LOG_EPS = 1e-15  # probabilities are clipped to [LOG_EPS, 1] inside the log (as scikit-learn does)
 _CHUNK_CELLS = 1_000_000  # resamples are evaluated in chunks of about this many (resample x row) weights
 # The columns of skill_table, in order; each also has "<name>_ci_low" and "<name>_ci_high".

@@ -206,7 +206,7 @@ def test_skill_table_is_deterministic_for_a_seed_and_resamples_whole_days():
     rng = np.random.default_rng(11)
     probs, labels, days = _random_case(rng, 120, 30)
     acts = rng.integers(0, 3, 120)  # with actions every metric is finite, so == compares numbers, not NaNs
-    kw = dict(actions=acts, n_boot=200, block_days=5)  # 30 days: the default 50-day block would hold them all
+    kw = dict(actions=acts, n_boot=200, block_days=5)  # 30 days: a block of 30 or more would hold them all
     a = s.skill_table(probs, labels, days, [0.3, 0.3, 0.4], seed=5, **kw)
     assert a == s.skill_table(probs, labels, days, [0.3, 0.3, 0.4], seed=5, **kw)
     assert a != s.skill_table(probs, labels, days, [0.3, 0.3, 0.4], seed=6, **kw)
