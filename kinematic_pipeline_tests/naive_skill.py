@@ -111,7 +111,7 @@ def _labelled(probs, labels, days, actions, reference=None):
 
 def naive_resampled_days(n_days, n_boot, block_days, seed):
     """Per resample, the list of drawn day positions (0..n_days-1), block by block, as skill.py draws them."""
-    block = max(1, min(block_days, n_days))
+    block = max(1, min(block_days, n_days // 4))  # at least four blocks a resample (skill.MIN_BLOCKS)
     n_blocks = -(-n_days // block)
     starts = np.random.default_rng(seed).integers(0, n_days, size=(n_boot, n_blocks))
     out = []

@@ -31,7 +31,10 @@ import numpy as np
 from kinematic_pipeline.backtest.metrics import brier_score
 from kinematic_pipeline.tasks.actions import BUY, SELL, check_labels, check_probabilities
 
-DEFAULT_BLOCK_DAYS = 20  # trading days per resampled block (evaluate.skill_bootstrap_block_days in the stages)
+DEFAULT_BLOCK_DAYS = 50  # trading days per resampled block (evaluate.skill_bootstrap_block_days in the stages)
+# a resample holds at least this many blocks: a block is cut to n_days // MIN_BLOCKS days on a short test period (one
+# block of every day would only rotate them, and every resample would give the point estimate)
+MIN_BLOCKS = 4
 LOG_EPS = 1e-15  # probabilities are clipped to [LOG_EPS, 1] inside the log (as scikit-learn does)
 _CHUNK_CELLS = 1_000_000  # resamples are evaluated in chunks of about this many (resample x row) weights
 # The columns of skill_table, in order; each also has "<name>_ci_low" and "<name>_ci_high".
@@ -57,6 +60,7 @@ __all__ = [
     "base_rates",
     "brier_score",
     "day_resample_counts",
+    "effective_block_days",
     "labelled_sample",
     "log_loss",
     "macro_f1",
@@ -226,16 +230,23 @@ def _metrics_for_weights(probs, labels, actions, reference, weights: np.ndarray)
 # ------------------------------------------------------------------------------------------ the table
 
 
+def effective_block_days(block_days: int, n_days: int) -> int:
+    """The block a resample of ``n_days`` days uses: ``block_days``, at most n_days // ``MIN_BLOCKS`` (at least 1), so
+    that a short test period still resamples (science-6 L-D: 50-day blocks on a 31-day period held every day)."""
+    return max(1, min(int(block_days), int(n_days) // MIN_BLOCKS))
+
+
 def day_resample_counts(n_days: int, n_boot: int, block_days: int = 1, seed: int = 0) -> np.ndarray:
     """How often each day is drawn in each resample, (n_boot, n_days) int64; every row sums to n_days.
 
-    A resample concatenates ceil(n_days / block_days) circular blocks of consecutive days starting at
-    ``default_rng(seed).integers(0, n_days, (n_boot, n_blocks))``, cut to n_days days (block_days = 1:
-    the plain i.i.d. bootstrap of days). The same draw as metrics.block_bootstrap_sharpe_ci.
+    A resample concatenates ceil(n_days / b) circular blocks of b consecutive days starting at
+    ``default_rng(seed).integers(0, n_days, (n_boot, n_blocks))``, cut to n_days days, where b = ``block_days`` cut
+    to n_days // ``MIN_BLOCKS`` (``effective_block_days``; b = 1: the plain i.i.d. bootstrap of days). The same draw
+    as metrics.block_bootstrap_sharpe_ci where the block is that short.
     """
     if n_days < 1 or n_boot < 0:
         raise ValueError(f"need n_days >= 1 and n_boot >= 0, got {n_days} and {n_boot}")
-    block = max(1, min(int(block_days), n_days))
+    block = effective_block_days(block_days, n_days)
     n_blocks = -(-n_days // block)
     starts = np.random.default_rng(seed).integers(0, n_days, size=(int(n_boot), n_blocks))
     idx = (starts[:, :, None] + np.arange(block)).reshape(int(n_boot), n_blocks * block)[:, :n_days] % n_days

@@ -328,7 +328,7 @@ def test_the_information_table_scores_the_reference_and_each_models_skill_beyond
     skill = ev.information_skill(settings, predictions, rates, TAU, reference)
     names = ev.outcome_names("spline")
     options = ev.skill_options(settings.evaluate)
-    assert options.block_days == settings.evaluate.skill_bootstrap_block_days == 20
+    assert options.block_days == settings.evaluate.skill_bootstrap_block_days == 50
     trained = skill[names[ev.TRAINED]]
     assert trained["variant"].to_list() == ["splinegpt", REFERENCE]
     # the reference's own row: its p scored as it is stored, the same numbers as its frame alone

@@ -222,6 +222,22 @@ def test_skill_table_is_deterministic_for_a_seed_and_resamples_whole_days():
         s._CHUNK_CELLS = old
 
 
+def test_a_block_longer_than_a_quarter_of_the_days_is_cut_so_a_short_period_still_resamples():
+    # science-6 L-D: 50-day blocks on a 31-day test period held every day; each resample was a rotation of them
+    assert s.effective_block_days(50, 31) == 7 and s.effective_block_days(50, 1003) == 50
+    assert s.effective_block_days(50, 3) == 1 and s.effective_block_days(5, 30) == 5
+    counts = s.day_resample_counts(31, 300, block_days=50, seed=3)
+    assert (counts.sum(axis=1) == 31).all()
+    assert len({tuple(row) for row in counts.tolist()}) > 250  # resamples differ: not one rotation of every day
+    assert (counts == s.day_resample_counts(31, 300, block_days=7, seed=3)).all()
+    # so the interval of a mean over those days has a width, which a block of every day would not give
+    x = np.random.default_rng(0).normal(size=31)
+    means = counts @ x / 31
+    assert np.percentile(means, 97.5) - np.percentile(means, 2.5) > 0.2
+    uncut = np.ones(31) @ x / 31  # a rotation's mean: the point
+    assert abs(np.median(means) - uncut) < 0.2
+
+
 def test_day_order_and_day_labels_do_not_matter_only_the_grouping():
     rng = np.random.default_rng(2)
     probs, labels, days = _random_case(rng, 90, 15)

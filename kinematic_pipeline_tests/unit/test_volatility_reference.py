@@ -328,9 +328,10 @@ def test_on_autocorrelated_days_the_block_interval_is_wider_than_the_single_day_
     single = s.skill_table(probs, labels, days, [1 / 3] * 3, block_days=1, **kw)
     block = s.skill_table(probs, labels, days, [1 / 3] * 3, block_days=20, **kw)
     assert 0.7 < _width(block) / _width(single) < 1.4
-    default = s.skill_table(probs, labels, days, [1 / 3] * 3, **kw)  # 20-day blocks unless told
+    default = s.skill_table(probs, labels, days, [1 / 3] * 3, **kw)  # 50-day blocks unless told
+    block = s.skill_table(probs, labels, days, [1 / 3] * 3, block_days=50, **kw)
     assert all(default[k] == block[k] or (math.isnan(default[k]) and math.isnan(block[k])) for k in block)
-    assert SkillOptions().block_days == s.DEFAULT_BLOCK_DAYS == 20
+    assert SkillOptions().block_days == s.DEFAULT_BLOCK_DAYS == 50
 
 
 def test_the_frames_and_the_difference_use_the_block_they_are_given():
