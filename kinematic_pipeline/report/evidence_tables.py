@@ -17,6 +17,7 @@ from kinematic_pipeline.backtest.policy_frames import (
     PRIOR_DATA_SEEN,
     PRIOR_DISPLAY_NAME,
 )
+from kinematic_pipeline.backtest.skill import effective_block_days
 from kinematic_pipeline.backtest.volatility_reference import REFERENCE, REFERENCE_DATA_SEEN, REFERENCE_DISPLAY_NAME
 from kinematic_pipeline.report.tables import UNDEFINED, portfolio_cell, runs_at
 from kinematic_pipeline.tasks.actions import ACTION_NAMES, BUY, SELL, class_weight_vector
@@ -104,7 +105,7 @@ def information_table(
         days = {r["variant"]: r["n_days"] for r in first.iter_rows(named=True)} if first.height else {}
         out.append(
             {"Outcome": "-", "Metric": "Intervals"}
-            | {names[v]: f"95%, {block_days}-day blocks of {days.get(v, '?')} test days" for v in present}
+            | {names[v]: _intervals_cell(block_days, days.get(v)) for v in present}
         )
     if data_seen is not None:
         fallback = {REFERENCE: REFERENCE_DATA_SEEN, PRIOR: PRIOR_DATA_SEEN}
@@ -288,3 +289,13 @@ def data_seen_table(data_seen: dict[str, str]) -> pl.DataFrame:
         {"Model": [display_name(v) for v in data_seen], "Data seen": list(data_seen.values())},
         schema={"Model": pl.String, "Data seen": pl.String},
     )
+
+
+def _intervals_cell(block_days: int, n_days: int | None) -> str:
+    """How a variant's intervals were drawn: its blocks of its test days (``skill.effective_block_days``: a short
+    period's block is cut to a quarter of its days, and says so)."""
+    if n_days is None:
+        return f"95%, {block_days}-day blocks of ? test days"
+    used = effective_block_days(block_days, n_days)
+    cut = "" if used == block_days else f" (the {block_days}-day block cut to a quarter of the days)"
+    return f"95%, {used}-day blocks of {n_days} test days{cut}"

@@ -282,7 +282,7 @@ def convention_notes(settings: Settings) -> dict[str, str]:
         "trailing-volatility reference": "trailing_vol20: p of each class from N(0, vol20²) at tau, vol20 the std of "
         "the 20 daily returns up to the day, nothing fitted.",
         "skill intervals": f"95% intervals of the seed mean from a bootstrap of {block}-trading-day blocks of test "
-        "days, every ticker of a day together.",
+        "days (at most a quarter of the days), every ticker of a day together.",
     }
 
 

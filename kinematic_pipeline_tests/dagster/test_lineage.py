@@ -192,7 +192,9 @@ def test_the_evidence_tables_put_the_variant_side_by_side_and_explain_each_decis
     # spline and close outcomes, 7 metrics and the skill beyond trailing vol20 each, the intervals and data seen
     assert info["Metric"].to_list()[0].startswith("Log-loss skill") and info.height == 2 * 8 + 2
     assert info["Metric"][-1] == "Data seen" and info["SplineGPT"][-1].startswith("fit ")
-    assert info["Metric"][-2] == "Intervals" and "20-day blocks" in info["SplineGPT"][-2]
+    assert info["Metric"][-2] == "Intervals" and info["SplineGPT"][-2] == (
+        "95%, 7-day blocks of 31 test days (the 50-day block cut to a quarter of the days)"
+    )
     assert "SplineGPT" in info.columns and all("[" in c or c == "N/A" for c in info["SplineGPT"].to_list()[:-2])
     # the universe tables: the policy's universe predictions (the test period's every ticker-day at tau 1%)
     signal = built["signal"].filter(pl.col("Model") == "SplineGPT")

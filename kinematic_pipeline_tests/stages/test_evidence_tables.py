@@ -357,7 +357,8 @@ def test_the_information_table_scores_the_reference_and_each_models_skill_beyond
     seen = table.filter(pl.col("Metric") == "Data seen").row(0, named=True)
     assert seen["SplineGPT"] == "fit 2023" and seen[REFERENCE_DISPLAY_NAME] == REFERENCE_DATA_SEEN
     intervals = table.filter(pl.col("Metric") == "Intervals").row(0, named=True)
-    assert intervals["SplineGPT"] == intervals[REFERENCE_DISPLAY_NAME] == "95%, 20-day blocks of 6 test days"
+    want = "95%, 1-day blocks of 6 test days (the 20-day block cut to a quarter of the days)"
+    assert intervals["SplineGPT"] == intervals[REFERENCE_DISPLAY_NAME] == want
     assert table["Metric"][-1] == "Data seen"
     # without the reference, the table is as before
     assert ev.information_skill(settings, predictions, rates, TAU)[names[ev.TRAINED]]["variant"].to_list() == [
