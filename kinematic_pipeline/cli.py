@@ -26,7 +26,7 @@ from kinematic_pipeline.orchestration.side_by_side import SIDE_BY_SIDE_GROUPS, c
 from kinematic_pipeline.orchestration.timings import print_timings
 from kinematic_pipeline.pins import StalePairError
 from kinematic_pipeline.policy import Policy
-from kinematic_pipeline.run_keys import policy_seeds, run_policies, run_task
+from kinematic_pipeline.run_keys import named_task, policy_seeds, run_policies
 from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline.warehouse.layout import MODELS_DIR
 
@@ -214,7 +214,7 @@ def print_summary(settings: Settings) -> None:
 def lineage(
     settings: Settings,
     model: str,
-    tau: float,
+    tau: str,
     ticker: str,
     cost_bps: float | None,
     seed: int | None = None,
@@ -232,7 +232,11 @@ def lineage(
         return 2
     # Without --fold/--seed: the pooled record the report prints, and every (fold, seed) chain behind it; with
     # either, the chains of that fold and/or seed only, each on its own.
-    task = run_task(settings, tau)
+    try:
+        task = named_task(settings, str(tau))
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     folds = evaluated_folds(settings, task) if fold is None else (fold,)
     seeds = policy_seeds(settings, model) if seed is None else (seed,)
     chains = [Policy.named(settings.folds, model, s, task, f) for f in folds for s in seeds]
@@ -241,15 +245,15 @@ def lineage(
         chains = [p for p in chains if p in grid]
         if not chains:
             print(
-                f"no policy of this run is {model} at tau={tau:g} (the run's seeds, taus and folds: KP_SEEDS, "
+                f"no policy of this run is {model} at tau={task.key} (the run's seeds, taus and folds: KP_SEEDS, "
                 "tokenize.taus, KP_FOLDS); trace another run's with --seed and --fold",
                 file=sys.stderr,
             )
             return 2
     # Any ticker ingest accepts (BRK/B, "BRK B", unicode) is fine: the query binds it as a parameter.
     try:
-        if fold is None and seed is None:
-            report = trace_pooled(settings, pooled_record(settings), model, tau, ticker.strip(), chains, cost_bps)
+        if fold is None and seed is None and task.rules:  # a forecast's backtests are not pooled: each chain
+            report = trace_pooled(settings, pooled_record(settings), model, task.tau, ticker.strip(), chains, cost_bps)
         else:
             reports = [trace(settings, policy, ticker.strip(), cost_bps) for policy in chains]
             report = LineageReport([line for r in reports for line in r.lines], sum(r.checked for r in reports))
@@ -330,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("info", parents=[common], help="print the resolved settings and the catalog's views")
     lin = sub.add_parser("lineage", parents=[common], help="the chain behind a backtest metric, every file re-hashed")
     lin.add_argument("--model", required=True, help="model variant, e.g. splinegpt")
-    lin.add_argument("--tau", required=True, type=float, help="label threshold of the adapter, e.g. 0.01")
+    lin.add_argument("--tau", required=True, help="the adapter's label threshold (0.01) or forecast task (vol5)")
     lin.add_argument("--ticker", required=True, help="test ticker, e.g. NVDA")
     lin.add_argument("--cost-bps", type=float, help="cost of the backtest row (default: the report's)")
     lin.add_argument(

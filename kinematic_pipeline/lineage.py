@@ -34,10 +34,13 @@ from kinematic_pipeline.warehouse.layout import (
     POOLED_PIN_FILE,
     PREDICTION_INPUTS,
     PREDICTION_MODEL,
+    PROVENANCE,
+    TARGETING_BACKTESTS,
     VALIDATION_PREDICTIONS,
 )
 
 LINK_ORDER = (
+    "targeting_backtests",
     "backtests",
     "equity_curves",
     "trades",
@@ -72,13 +75,22 @@ PROVENANCE_SCHEMA: dict[str, pl.DataType] = {  # every link holds for every tick
 
 
 def provenance_frame(
-    settings: Settings, policy: Policy, predictor, *, outputs: dict[str, Path], code_versions: dict[str, str]
+    settings: Settings,
+    policy: Policy,
+    predictor,
+    *,
+    outputs: dict[str, Path],
+    code_versions: dict[str, str],
+    sized_on: list[tuple] = (),
 ):
     """The lineage of one policy's backtests, one row per file (or code version) it depends on.
 
     ``outputs``: asset -> file written by the backtests (backtests, equity curves, trades, margin backtests);
     the predictions, their validation-day file and the list of shards they read follow, then the adapter, the
-    foundation, what each trained on (``shards_used.parquet``: only what was served), the test shards."""
+    foundation, what each trained on (``shards_used.parquet``: only what was served), the test shards; and
+    ``sized_on``, (asset, path, sha256, day) of the raw shards a forecast's position sizes were set from (its target
+    volatility: ``stages.backtests.materialize_targeting``), split ``sizing``. A policy without a tau (a forecast)
+    has a null one."""
     wh, variant = settings.warehouse, policy.variant.name
     rows: list[dict] = []
 
@@ -91,7 +103,7 @@ def provenance_frame(
     inputs = wh.predictions_extra(PREDICTION_INPUTS, policy)
     files = {
         **outputs,
-        "predictions": wh.evaluation_file("predictions", policy),
+        "predictions": wh.predictions_file(policy),
         "predictions_validation": wh.predictions_extra(VALIDATION_PREDICTIONS, policy),
         "predictions_inputs": inputs,
         "predictions_model": wh.predictions_extra(PREDICTION_MODEL, policy),  # the model files' hashes it was made with
@@ -107,13 +119,15 @@ def provenance_frame(
             shard["content_hash"],
             date=shard["date"] or None,
         )
+    for asset, path, sha, day in sized_on:
+        add("raw_ohlcv", asset, path, sha, date=day.isoformat(), split="sizing")
     for name, version in code_versions.items():
         rows.append(dict(link="code", asset=name, path="", sha256=version))
     keys = ("variant", "tau", "seed", "fold")
     frame = pl.DataFrame(rows, schema={k: v for k, v in PROVENANCE_SCHEMA.items() if k not in keys})
     frame = frame.with_columns(
         pl.lit(variant).alias("variant"),
-        pl.lit(policy.task.tau).alias("tau"),
+        pl.lit(getattr(policy.task, "tau", None), pl.Float64).alias("tau"),
         pl.lit(policy.seed).alias("seed"),
         pl.lit(policy.fold.label).alias("fold"),
     )
@@ -189,8 +203,9 @@ def _check(rows: pl.DataFrame, report: LineageReport, wh) -> int:
 
 def trace(settings: Settings, policy: Policy, ticker: str, cost_bps: float | None = None) -> LineageReport:
     """The chain behind the backtest of ``policy`` on ``ticker`` (at the report's cost by default), every file
-    re-hashed, with its verdict line."""
-    return _concluded(_chain(settings, policy, ticker, cost_bps), "files checked")
+    re-hashed, with its verdict line: a rule's backtest, or a forecast's volatility-targeted one."""
+    chain = _chain if policy.task.rules else _targeting_chain
+    return _concluded(chain(settings, policy, ticker, cost_bps), "files checked")
 
 
 def _concluded(report: LineageReport, what: str) -> LineageReport:
@@ -231,6 +246,39 @@ def _chain(settings: Settings, policy: Policy, ticker: str, cost_bps: float | No
     )
     if prov.height == 0:
         raise LookupError(f"the backtest of {variant} at tau={tau:g} has no provenance rows; re-materialize backtests")
+    return _links(settings, policy, prov, report)
+
+
+def _targeting_chain(settings: Settings, policy: Policy, ticker: str, cost_bps: float | None) -> LineageReport:
+    """A forecast policy's volatility-targeted backtest on ``ticker`` (``stages.backtests.materialize_targeting``)
+    and its chain: its own files, read by their exact paths (a forecast's provenance has no tau to query by)."""
+    wh, report = settings.warehouse, LineageReport()
+    cost = settings.evaluate.report_cost_bps if cost_bps is None else cost_bps
+    path, prov_path = wh.evaluation_file(TARGETING_BACKTESTS, policy), wh.evaluation_file(PROVENANCE, policy)
+    if not path.exists() or not prov_path.exists():
+        raise LookupError(
+            f"no volatility-targeted backtest of {policy} in {wh}: materialize {policy.variant.name}_backtests "
+            f"partition {policy.key}"
+        )
+    rows = exact.read_parquet(path).filter((pl.col("ticker") == ticker) & ((pl.col("cost_bps") - cost).abs() < 1e-9))
+    if rows.height == 0:
+        have = ", ".join(sorted(set(exact.read_parquet(path)["ticker"])))
+        raise LookupError(f"no volatility-targeted backtest of {policy} on {ticker} at {cost:g} bps; tickers: {have}")
+    row = rows.row(0, named=True)
+    report.lines.append(
+        f"{policy.variant.name} {policy.task.key} (volatility targeting, target {row['sigma_target']:.4f}/day) "
+        f"{ticker} at {cost:g} bps, {row['first_date']} .. {row['last_date']} ({row['days']} days): "
+        f"Sharpe {_fmt(row['sharpe'])} (Buy & Hold {_fmt(row['buy_and_hold_sharpe'])}), return "
+        f"{row['total_return']:+.1%}, max drawdown {row['max_drawdown']:.1%}, mean weight {row['mean_weight']:.2f}, "
+        f"seed {policy.seed}, fold {policy.fold.label}"
+    )
+    return _links(settings, policy, exact.read_parquet(prov_path), report)
+
+
+def _links(settings: Settings, policy: Policy, prov: pl.DataFrame, report: LineageReport) -> LineageReport:
+    """Every link of ``prov`` (a policy's provenance rows) re-hashed, link by link; the adapter-foundation pair, the
+    token pins and the code versions."""
+    wh, variant = settings.warehouse, policy.variant.name
     for link in LINK_ORDER:
         rows = prov.filter(pl.col("link") == link)
         if rows.height == 0:

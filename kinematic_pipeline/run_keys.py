@@ -39,6 +39,19 @@ def run_task(settings: Settings, tau: float) -> BuySellHold:
     return BuySellHold(tau, settings.train.class_weights)
 
 
+def named_task(settings: Settings, text: str) -> Task:
+    """The run's task named ``text`` on the command line: a task's key (``vol5``), else Buy/Sell/Hold at the tau it
+    reads as (``run_task``); ValueError naming the run's tasks when it is neither."""
+    for task in settings.tasks:
+        if task.key == text.strip():
+            return task
+    try:
+        return run_task(settings, float(text))
+    except ValueError:
+        keys = ", ".join(t.key for t in settings.tasks)
+        raise ValueError(f"{text!r} is neither a tau nor one of the run's tasks ({keys})") from None
+
+
 def policy_tasks(settings: Settings, variant: str | None = None) -> tuple[Task, ...]:
     """The tasks of ``variant``'s policies: those of the run's (``Settings.tasks``) it is evaluated on
     (``Task.evaluated_by``: Buy/Sell/Hold's baselines at ``evaluate.baseline_taus`` only); None: every task."""

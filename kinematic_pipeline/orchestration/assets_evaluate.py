@@ -87,8 +87,10 @@ def backtests_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
                 "records) at every cost in evaluate.backtest.costs_bps, with Buy & Hold, "
                 "metrics and bootstrap Sharpe "
                 "intervals; equity curves and trades; and the provenance of every row (adapter, foundation, window "
-                "store, served training shards and test shards with hashes, code versions). Views: backtests, "
-                "equity_curves, trades, provenance.",
+                "store, served training shards and test shards with hashes, code versions). A forecast's policy "
+                "(the volatility task) holds its volatility-targeted backtests here instead: weight min(1, "
+                "sigma_target / the forecast daily volatility), sigma_target from its fold's training bars, beside "
+                "Buy & Hold. Views: backtests, equity_curves, trades, provenance, targeting_backtests.",
             ),
             dg.AssetSpec(
                 margin,
@@ -100,7 +102,7 @@ def backtests_asset(settings: Settings, variant: str) -> dg.AssetsDefinition:
                 "beyond a margin m chosen on the validation days), at every cost. View: margin_backtests.",
             ),
         ],
-        partitions_def=decision_partitions(settings, variant),  # a forecast (no rule) has no backtests
+        partitions_def=decision_partitions(settings, variant),  # every backtested task's policies
     )
     def backtesting(context: dg.AssetExecutionContext):
         result = materialize_backtests(

@@ -91,9 +91,10 @@ def policy_partitions(settings: Settings, variant: str | None = None) -> dg.Stat
 
 
 def decision_partitions(settings: Settings, variant: str) -> dg.StaticPartitionsDefinition:
-    """The policies of ``variant`` whose task decides (``Task.rules``: a forecast has none, so no backtests): the
-    backtests' partitions, the predictions' keys less the others (Dagster maps the shared keys one to one)."""
-    deciding = {task.key for task in settings.tasks if task.rules}
+    """The policies of ``variant`` whose task is backtested (``Task.backtested``: a rule's actions, a forecast's
+    volatility-targeted sizes): the backtests' partitions, the predictions' keys less the others (Dagster maps the
+    shared keys one to one)."""
+    deciding = {task.key for task in settings.tasks if task.backtested}
     keys = [k for k in policy_keys(settings, variant) if k.partition(KEY_SEPARATOR)[2] in deciding]
     return dg.StaticPartitionsDefinition(keys)
 

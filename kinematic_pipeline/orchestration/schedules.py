@@ -115,11 +115,11 @@ def evaluate_run_requests(settings: Settings, origin: str, session: str) -> list
     return [
         dg.RunRequest(
             run_key=f"{origin}:evaluate:{seed}|{tau}:{','.join(p.variant.name for p in policies)}",
-            asset_selection=[  # a forecast's task (no rule) has predictions, no backtests
+            asset_selection=[  # a task that is not backtested has predictions only
                 dg.AssetKey(evaluation_asset(p.variant.name, a))
                 for p in policies
                 for a in EVALUATION_ASSETS
-                if a == PREDICTIONS or p.task.rules
+                if a == PREDICTIONS or p.task.backtested
             ],
             partition_key=policies[0].key,
             tags={QUEUE_TAG: NIGHTLY_QUEUE, SESSION_TAG: session},

@@ -1,4 +1,5 @@
-"""backtests and margin_backtests: one policy's stored predictions swept over every cost, under both rules.
+"""backtests and margin_backtests: one policy's stored predictions swept over every cost, under both rules; a
+forecast's (the volatility task's) volatility-targeted backtests in its backtests partition instead.
 
 The calibrated argmax (the argmax of the calibrated class-weighted probabilities, the ``action`` column of the
 predictions) and the margin rule (trade beyond a margin m of the stored de-weighted p, m chosen on validation days) are
@@ -21,12 +22,14 @@ from kinematic_pipeline.backtest.sweep import (
     SweepResult,
     run_sweep,
 )
+from kinematic_pipeline.backtest.volatility_targeting import POLICY_TARGETING_SCHEMA, policy_targeting
 from kinematic_pipeline.config import EvalConfig, Settings
 from kinematic_pipeline.lineage import PROVENANCE_SCHEMA, provenance_frame
 from kinematic_pipeline.model_pins import check_predictions_model, predictions_class_weights
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.predictors.families import predictor
 from kinematic_pipeline.report.markdown import Markdown, markdown_table
+from kinematic_pipeline.stages.task_evidence import raw_bars
 from kinematic_pipeline.tasks.buy_sell_hold import PREDICTIONS_SCHEMA
 from kinematic_pipeline.tasks.rules import MarginRule
 from kinematic_pipeline.variants import BENCHMARK
@@ -36,6 +39,8 @@ from kinematic_pipeline.warehouse import (
     MARGIN_BACKTESTS,
     PREDICTIONS,
     PROVENANCE,
+    RAW_OHLCV,
+    TARGETING_BACKTESTS,
     TRADES,
 )
 from kinematic_pipeline.warehouse import exact_paths as exact
@@ -50,6 +55,7 @@ EVALUATION_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     EQUITY_CURVES: EQUITY_SCHEMA | FOLD,
     TRADES: TRADES_SCHEMA | FOLD,
     PROVENANCE: PROVENANCE_SCHEMA,
+    TARGETING_BACKTESTS: POLICY_TARGETING_SCHEMA,
 }
 MAIN_METRICS = (  # the columns the backtests asset shows at the report's cost
     "variant",
@@ -109,6 +115,8 @@ def materialize_backtests(settings: Settings, policy: Policy, code_versions: dic
     writes with the same bytes, so each view holds them once.
     """
     ev, wh = settings.evaluate, settings.warehouse
+    if not policy.task.rules:
+        return materialize_targeting(settings, policy, code_versions)
     predictions_file = wh.predictions_file(policy)
     if not predictions_file.exists():
         key = policy.key
@@ -140,3 +148,56 @@ def materialize_backtests(settings: Settings, policy: Policy, code_versions: dic
     for asset in paths:
         wh.refresh_view(asset, EVALUATION_SCHEMAS[asset])
     return Backtests(policy, sweep, margin, paths)
+
+
+@dataclass(frozen=True)
+class Targeting:
+    """A forecast policy's volatility-targeted backtests (``policy_targeting``): what its backtests partition holds."""
+
+    policy: Policy
+    metrics: pl.DataFrame  # POLICY_TARGETING_SCHEMA
+    paths: dict[str, Path]
+    margin = pl.DataFrame(schema=MARGIN_METRICS_SCHEMA)  # a forecast has no margin rule
+
+    def metadata(self, ev: EvalConfig) -> dict:
+        at = self.metrics.filter(pl.col("cost_bps") == ev.report_cost_bps)
+        columns = ["ticker", "days", "sigma_target", "sharpe", "buy_and_hold_sharpe", "mean_weight", "turnover"]
+        return {
+            "backtests": self.metrics.height,
+            "rule": "volatility targeting: weight min(1, sigma_target / the forecast daily volatility)",
+            f"metrics_at_{ev.report_cost_bps:g}_bps": Markdown(markdown_table(at.select(columns))),
+            **{f"{name}_path": path for name, path in self.paths.items()},
+            "lineage_command": f"python -m kinematic_pipeline lineage {self.policy.lineage_args}",
+        }
+
+
+def materialize_targeting(settings: Settings, policy: Policy, code_versions: dict[str, str]) -> Targeting:
+    """A forecast policy's backtests: volatility targeting on its stored test-day forecasts at every cost, each
+    ticker's target volatility from the raw bars of its fold's training days (``policy_targeting``), written with
+    the provenance of every file behind it (the predictions' chain and those raw shards), so ``lineage`` traces its
+    Sharpe as it does a rule's."""
+    wh, fold = settings.warehouse, policy.fold
+    predictions_file = wh.predictions_file(policy)
+    if not predictions_file.exists():
+        raise FileNotFoundError(
+            f"{predictions_file} is missing: materialize {policy.variant.name}_predictions partition {policy.key}"
+        )
+    check_predictions_model(settings, policy)
+    predictions = exact.read_parquet(predictions_file)
+    tickers = predictions["ticker"].unique().sort().to_list()
+    bars = raw_bars(settings, tickers, fold.train_end)
+    metrics = policy_targeting(
+        predictions, bars, policy.task.horizon, fold.train_end, fold.label, settings.evaluate.backtest
+    )
+    paths = {TARGETING_BACKTESTS: wh.evaluation_file(TARGETING_BACKTESTS, policy)}
+    wh.write(metrics, paths[TARGETING_BACKTESTS])
+    days = wh.shard_days(RAW_OHLCV, until=fold.train_end)
+    sized_on = [(RAW_OHLCV, wh.shard(RAW_OHLCV, d), h, d) for d, h in zip(days, wh.content_hashes(RAW_OHLCV, days))]
+    provenance = provenance_frame(
+        settings, policy, predictor(policy.variant), outputs=paths, code_versions=code_versions, sized_on=sized_on
+    )
+    paths[PROVENANCE] = wh.evaluation_file(PROVENANCE, policy)
+    wh.write(provenance, paths[PROVENANCE])
+    for asset in paths:
+        wh.refresh_view(asset, EVALUATION_SCHEMAS[asset])
+    return Targeting(policy, metrics, paths)

@@ -81,9 +81,14 @@ def task_verdict_rows(settings: Settings) -> list[dict]:
 def task_bars(settings: Settings, predictions: pl.DataFrame) -> pl.DataFrame:
     """The raw bars (ticker, date, open, high, low, close) of ``predictions``' tickers on every raw shard up to their
     last day: what a task's reference forecasters are fitted on (their training days) and read up to each day."""
+    return raw_bars(settings, predictions["ticker"].unique().to_list(), predictions["date"].max())
+
+
+def raw_bars(settings: Settings, tickers: list[str], until) -> pl.DataFrame:
+    """The raw bars (``RAW_BARS``) of ``tickers`` on every raw shard dated <= ``until``, each shard verified against
+    its manifest's hash (``Warehouse.verified_shards``)."""
     wh = settings.warehouse
-    shards = wh.shard_days(RAW_OHLCV, until=predictions["date"].max())
-    tickers = predictions["ticker"].unique().to_list()
+    shards = wh.shard_days(RAW_OHLCV, until=until)
     columns = ["ticker", "date", "open", "high", "low", "close"]
     frames = [
         exact.read_parquet(path, columns=columns).filter(pl.col("ticker").is_in(tickers))

@@ -168,8 +168,16 @@ class Task(ABC):
 
     @property
     def rules(self) -> tuple[DecisionRule, ...]:
-        """How its predictions decide (none: a forecast takes no action, so it has no backtests)."""
+        """How its predictions decide (none: a forecast takes no action)."""
         return ()
+
+    sizes_positions: ClassVar[bool] = False  # its forecasts size positions (volatility targeting), backtested too
+
+    @property
+    def backtested(self) -> bool:
+        """Whether its policies have backtests: a rule's actions (``rules``) or a forecast's position sizes
+        (``sizes_positions``: ``stages.backtests.materialize_targeting``)."""
+        return bool(self.rules) or self.sizes_positions
 
     def calibrate(self, fitting: pl.DataFrame, frames: list, trained) -> tuple[list, object | None]:
         """Its predictions ``frames`` (None stays None) recalibrated on ``fitting`` (validation-day rows of the same

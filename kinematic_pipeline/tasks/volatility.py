@@ -46,6 +46,9 @@ class RealizedVariance(Task):
     head_width: ClassVar[int] = 1
     target_dtype: ClassVar[type[pl.DataType]] = pl.Float32
     probe_objective: ClassVar[str | None] = "gamma"  # the probes regress RV on QLIKE too (stages.probe_learners)
+    # its forecasts size a volatility-targeted position (backtest/volatility_targeting.policy_targeting): each
+    # policy's backtests partition, traced by `lineage` like a rule's
+    sizes_positions: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if isinstance(self.horizon, bool) or not isinstance(self.horizon, int) or self.horizon < 1:

@@ -23,6 +23,7 @@ from kinematic_pipeline.warehouse.layout import (
     PROVENANCE,
     QUARANTINE,
     RAW_OHLCV,
+    TARGETING_BACKTESTS,
     TRADES,
 )
 from kinematic_pipeline.warehouse.store import CorruptShardError, Warehouse
@@ -38,6 +39,7 @@ __all__ = [
     "PROVENANCE",
     "QUARANTINE",
     "RAW_OHLCV",
+    "TARGETING_BACKTESTS",
     "TRADES",
     "CorruptShardError",
     "Warehouse",

@@ -43,6 +43,7 @@ PREDICTIONS, BACKTESTS, EQUITY_CURVES, TRADES, PROVENANCE = (
     "provenance",
 )
 MARGIN_BACKTESTS = "margin_backtests"  # the margin rule's backtests (beside the calibrated argmax's)
+TARGETING_BACKTESTS = "targeting_backtests"  # a forecast's volatility-targeted backtests (its backtests partition)
 
 # Assets whose trading day is one unit: a folder ``<asset>/<day>/`` holding the shard (``bars.parquet``,
 # ``tokens.parquet``), its companions (the quarantine) and its manifest, swapped in whole by one atomic rename:

@@ -212,3 +212,44 @@ def test_a_pair_one_sided_the_wrong_way_answers_no():
     row = {"answer": "yes", "difference": 0.02, "reason": "all 3 seeds agree and the interval excludes 0"}
     assert ve._answer(row, "qlike", "finite differences").startswith("no: finite differences is better")
     assert ve._answer(row, "rank_ic", "finite differences").startswith("yes")
+
+
+def test_one_policys_targeting_is_the_weight_backtest_and_its_sizes_never_read_past_the_cut(planted):
+    from kinematic_pipeline.backtest.volatility_targeting import POLICY_TARGETING_SCHEMA, policy_targeting
+    from kinematic_pipeline.backtest.weights import run_weight_backtest
+    from kinematic_pipeline.paper_conventions import BacktestConfig
+
+    bars, predictions, _ = planted
+    fold, config = FOLDS[0], BacktestConfig(costs_bps=(0.0, 10.0))
+    closes = bars.select("ticker", "date", "close")
+    rows = predictions.filter((pl.col("variant") == "rawgpt") & (pl.col("seed") == 2) & (pl.col("fold") == "A"))
+    rows = rows.join(closes, on=["ticker", "date"]).with_columns(pl.lit("vol5").alias("task")).drop("fold")
+    got = policy_targeting(rows, bars, H, fold.train_end, fold.label, config)
+    assert got.schema == pl.Schema(POLICY_TARGETING_SCHEMA) and got.height == 8 * 2  # tickers x costs
+    # one row against the engine called by hand: w = min(1, sigma / sqrt(exp(z) / h)), sigma to the cut
+    one = rows.filter(pl.col("ticker") == "T3").sort("date")
+    own = closes.filter((pl.col("ticker") == "T3") & (pl.col("date") <= fold.train_end)).sort("date")
+    r = np.diff(np.log(own["close"].to_numpy()))
+    sigma = float(np.std(r[np.isfinite(r)], ddof=1))
+    w = np.minimum(1.0, sigma / np.sqrt(np.exp(one["log_variance"].to_numpy()) / H))
+    want = run_weight_backtest(one["close"].to_numpy(), w, 10.0, config)
+    row = got.filter((pl.col("ticker") == "T3") & (pl.col("cost_bps") == 10.0)).row(0, named=True)
+    assert row["sigma_target"] == pytest.approx(sigma, rel=1e-12)
+    assert row["total_return"] == pytest.approx(want.equity[-1] / want.equity[0] - 1, rel=1e-9)
+    assert row["mean_weight"] == pytest.approx(float(w.mean())) and row["days"] == one.height
+    assert row["buy_and_hold_return"] != row["total_return"]
+    # bars after the cut move no size (the backtest reads the predictions' closes): a perturbed future, the same table
+    later = pl.col("date") > fold.train_end
+    shaken = bars.with_columns(
+        *(pl.when(later).then(pl.col(c) * 1.7).otherwise(pl.col(c)) for c in ("high", "low", "close"))
+    )
+    assert policy_targeting(rows, shaken, H, fold.train_end, fold.label, config).equals(got)
+    with pytest.raises(ValueError, match="one policy"):
+        policy_targeting(
+            rows.with_columns(pl.lit(9, pl.Int64).alias("seed")).vstack(rows),
+            bars,
+            H,
+            fold.train_end,
+            fold.label,
+            config,
+        )

@@ -1,6 +1,6 @@
 """The volatility task (issue 53, ``tasks/volatility.py``): its target by hand and by the labels stage (close-to-close
 returns whatever the classes' label source), its QLIKE loss and prior, its keys, and its place in the run's grid (the
-first horizon reported, the others swept; a forecast has no backtests)."""
+first horizon reported, the others swept; a forecast's volatility targeting backtested in its partitions)."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def test_the_labels_stage_builds_it_from_close_to_close_returns_whatever_the_cla
     assert checked > 50
 
 
-def test_the_grid_reports_the_first_horizon_and_backtests_no_forecast(tmp_path):
+def test_the_grid_reports_the_first_horizon_and_backtests_each_forecasts_volatility_targeting(tmp_path):
     from kinematic_pipeline.config import load_settings
     from kinematic_pipeline.run_keys import policy_keys
 
@@ -102,6 +102,17 @@ def test_the_grid_reports_the_first_horizon_and_backtests_no_forecast(tmp_path):
     assert len([k for k in keys if k.endswith("|vol5")]) >= len([k for k in keys if k.endswith("|vol1")])
     assert [k for k in policy_keys(settings, "lr_spline") if "|vol" in k]  # the probes regress it
     assert not [k for k in policy_keys(settings, "momentum_20d") if "|vol" in k]  # a rule forecasts nothing
+    from kinematic_pipeline.orchestration.partitions import decision_partitions
+    from kinematic_pipeline.run_keys import named_task
+
+    # a forecast has no rule, but its volatility-targeted sizes are backtested in the same partitions
+    assert not week.rules and week.backtested and all(t.backtested for t in base.tasks)
+    assert decision_partitions(settings, "splinegpt").get_partition_keys() == keys
+    assert named_task(settings, "vol5") == week and named_task(settings, "0.01").key == "0.01"
+    with pytest.raises(
+        ValueError, match=r"'vol9' is neither a tau nor one of the run's tasks \(.*0.01, .*vol5, vol1\)"
+    ):
+        named_task(settings, "vol9")
     with pytest.raises(ValueError, match="vol_horizons"):
         dataclasses.replace(base.tokenize, vol_horizons=(5, 5))
 

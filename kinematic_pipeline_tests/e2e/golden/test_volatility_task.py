@@ -6,14 +6,19 @@ volatility targeting on each forecast; its tables titled in the report."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import polars as pl
 import pytest
 
+from kinematic_pipeline.code_versions import CODE_VERSIONS
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.stages.backtests import materialize_backtests
 from kinematic_pipeline.stages.labels import materialize_labels
 from kinematic_pipeline.stages.predict import materialize_predictions
 from kinematic_pipeline.stages.task_evidence import task_tables, task_verdict_rows
@@ -46,6 +51,10 @@ def test_the_volatility_task_is_fine_tuned_predicted_and_scored_beside_the_refer
         assert trained.target_summary["rows"] > 0 and np.isfinite(trained.best_val_loss)
         made = materialize_predictions(settings, policy)
         assert made.path.parent == wh.root / "predictions" / "vol" and made.frame["log_variance"].is_finite().all()
+        sized = materialize_backtests(settings, policy, CODE_VERSIONS)  # its backtests partition: the targeting
+        assert set(sized.metrics["cost_bps"]) == set(settings.evaluate.backtest.costs_bps)
+        assert (sized.metrics["mean_weight"] <= 1).all() and sized.metrics["sharpe"].is_finite().all()
+    _traced_by_lineage(settings, policy, str(sized.metrics["ticker"][0]))
 
     tables = task_tables(settings)
     forecasters, pairs = tables["task_vol5_forecasters"], tables["task_vol5_tokenizations"]
@@ -73,3 +82,23 @@ def test_the_volatility_task_is_fine_tuned_predicted_and_scored_beside_the_refer
     headings = table_headings(settings)
     assert {"task_vol5_forecasters", "task_vol5_tokenizations"} <= set(optional_tables(settings))
     assert all(len(headings[name][0]) < 100 for name in tables)  # titles a person reads at a glance
+
+
+def _traced_by_lineage(settings, policy, ticker: str) -> None:
+    """The real CLI traces the policy's volatility-targeted Sharpe to its files, and names the one edited after."""
+    env = {**os.environ, "KP_PROFILE": "ci", "KP_WAREHOUSE": str(settings.warehouse.root), "KP_TASKS": "bsh,vol"}
+    args = [sys.executable, "-m", "kinematic_pipeline", "lineage", *policy.lineage_args.split(), "--ticker", ticker]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    print(done.stdout[-3000:], done.stderr[-2000:])
+    assert done.returncode == 0, done.stderr
+    first, *links = done.stdout.splitlines()
+    assert first.startswith(f"{policy.variant.name} vol5 (volatility targeting") and "Buy & Hold" in first
+    assert any(line.strip().startswith("targeting_backtests") for line in links)
+    assert any("raw_ohlcv [sizing]" in line for line in links)  # the training bars its sizes were set from
+    assert "every link resolves to a file with the recorded hash" in links[-1]
+    predictions = settings.warehouse.predictions_file(policy)
+    kept = predictions.read_bytes()
+    predictions.write_bytes(kept + b"\0")  # a byte after the backtest: the chain breaks there
+    broken = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    predictions.write_bytes(kept)
+    assert broken.returncode == 1 and f"hash mismatch: {predictions}" in broken.stdout
