@@ -31,6 +31,7 @@ TIME_UNITS = ("session", "calendar")
 FOLD_PERIODS = ("year", "half", "quarter")
 TAU_SWEEP_FOLDS = ("all", "last", "none")
 TAU_SWEEP_SEEDS = ("all", "first")
+SCHEDULES = ("wsd", "cosine")  # train.schedule (training/modules.LRSchedule)
 # the skill intervals' block, in trading days: long enough to keep the scores' autocorrelation (volatility clusters),
 # short enough to leave a test period of a few hundred days many blocks
 SKILL_BLOCK_DAYS_RANGE = (20, 60)
@@ -172,10 +173,13 @@ class TrainConfig:
     # One foundation, adapters and backtests per seed (data order, initialization and dropout); the report
     # shows mean +- std over seeds. A training run's own seed is its ``Policy``'s.
     seeds: tuple[int, ...] = (1234,)
-    # Budgets in optimizer steps (per rank), not epochs: each run warms up, decays on a cosine to 0 over its
-    # budget, validates every ``eval_every`` steps and stops after ``patience`` validations without a better
-    # validation loss; the best state (not the last) is restored and saved. Paper: 5 pretraining epochs over
-    # every window (~32k steps of 256 on its corpus) and 3 fine-tuning epochs.
+    # Budgets in optimizer steps (per rank), not epochs (paper: 5 pretraining epochs, ~32k steps of 256; 3 fine-tuning
+    # epochs). A run warms up, then anneals to 0 by ``schedule`` (training/modules.LRSchedule): "wsd" holds the peak
+    # until ``patience`` validations bring no better loss or the budget's last ``decay_fraction`` begins, then decays
+    # linearly to 0 over that fraction and ends; "cosine" decays over the whole budget and stops at the stall. The
+    # best state (not the last) is restored and saved.
+    schedule: str = "wsd"
+    decay_fraction: float = 0.2
     pretrain_steps: int = 30_000
     finetune_steps: int = 6_000
     # Rolling warm starts over walk-forward folds: fold k's foundation starts from fold k-1's saved (best) state, same
@@ -186,7 +190,7 @@ class TrainConfig:
     warm_start_steps: int | None = None
     warmup_fraction: float = 0.05  # of the budget, linear from 0 to the learning rate
     eval_every: int = 250  # optimizer steps between validations (and points of the learning curves)
-    patience: int = 8  # validations without a better validation loss before stopping (0: run the whole budget)
+    patience: int = 8  # validations without a better loss before the decay starts (cosine: stops; 0: never)
     lr: float = 6e-4
     weight_decay: float = 0.1  # AdamW, on matrices only
     grad_clip: float = 1.0  # gradient norm clipping
@@ -253,10 +257,11 @@ class TrainConfig:
                 f"train.warm_start_steps={self.warm_start_steps!r}: expected a positive number of steps (None: "
                 "train.pretrain_steps)"
             )
-        if self.patience < 0 or not 0.0 <= self.warmup_fraction < 1.0:
+        check_choice("train.schedule", self.schedule, SCHEDULES)
+        if self.patience < 0 or not 0.0 <= self.warmup_fraction < 1.0 or not 0.0 < self.decay_fraction <= 1.0:
             raise ValueError(
-                f"train.patience={self.patience}, train.warmup_fraction={self.warmup_fraction}: "
-                "expected patience >= 0 and a warmup fraction in [0, 1)"
+                f"train.patience={self.patience}, train.warmup_fraction={self.warmup_fraction}, train.decay_fraction="
+                f"{self.decay_fraction}: expected patience >= 0, a warmup fraction in [0, 1), a decay fraction in (0, 1]"
             )
 
 

@@ -1,9 +1,10 @@
 """How far each transformer trained: every foundation's and every adapter's (at the report's tau) step budget, the
-steps it ran, its best step and best validation loss, read from the ``curves.csv`` its run wrote. A best step at the
-last validation means the budget stopped a model that was still improving (under a cosine schedule that anneals to
-zero this is the usual case, so the sufficiency of a budget is measured apart: ``benchmarks/bench_budget.py``, the
-best validation loss at the budget against twice it); a best step of 0 means the initial state (the adapter's head
-at the prior) beat every step.
+steps it ran, its best step and best validation loss, and the learning rate's fraction of its peak at its last step
+(0: annealed; a run the cosine stopped at a stall keeps most of it), read from the ``curves.csv`` its run wrote. A
+best step at the last validation means the budget stopped a model that was still improving (under a schedule that
+anneals to zero this is the usual case, so the sufficiency of a budget is measured apart:
+``benchmarks/bench_budget.py``, the best validation loss at the budget against twice it); a best step of 0 means the
+initial state (the adapter's head at the prior) beat every step.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def training_table(settings: Settings) -> pl.DataFrame | None:
                 "Best step": best["step"],
                 "Best val loss": round(best["val_loss"], 5),
                 "Best at the last step": "yes" if best["step"] == last else "no",
+                "LR left at the stop": round(curves[-1]["lr_fraction"], 3),
             }
         )
     return pl.DataFrame(rows) if rows else None
@@ -103,8 +105,9 @@ STAGE_NAMES = {"pretrain": "pretraining", "finetune": "fine-tuning", "warm_start
 
 def budget_test_table(settings: Settings) -> pl.DataFrame | None:
     """Whether each family's budget is the answer: the best validation loss at its step budget and at twice it on one
-    fold (``benchmarks/bench_budget.py`` measured it into ``reports/budget_test.parquet``), the family passing when
-    twice the budget lowers it by no more than the tolerance; for an adapter, beside it the same fine-tuning from a
+    fold per seed (``benchmarks/bench_budget.py`` measured it into ``reports/budget_test.parquet``), the family
+    passing when twice the budget moves the seeds' mean by no more than their spread, either way
+    (``training/budget.py``); for an adapter, beside it the same fine-tuning from a
     random backbone (does pretraining help?). None until the benchmark has run on this warehouse."""
     path = settings.warehouse.budget_test_file
     if not path.exists():
@@ -123,7 +126,7 @@ def budget_test_table(settings: Settings) -> pl.DataFrame | None:
                 "2x budget: steps (best)": f"{r['budget_2x']}: {r['steps_2x']} ({r['best_step_2x']})",
                 "Best val loss at 2x": round(r["best_val_loss_2x"], 5),
                 "2x lowers it by": f"{100 * r['gain']:+.2f}%",
-                "Passes": f"{'yes' if r['passes'] else 'no'} (within {100 * r['tolerance']:g}%)",
+                "Passes": f"{'yes' if r['passes'] else 'no'} (seed spread {100 * r['tolerance']:.2f}%)",
                 "From a random backbone": "-" if random is None else f"{random:.5f}",
                 "Pretraining lowers it by": "-" if random is None else f"{100 * r['pretraining_gain']:+.2f}%",
                 # --pretrain-horizon h: fine-tuned from a foundation pretrained h tokens ahead, against the random one

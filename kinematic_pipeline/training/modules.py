@@ -2,8 +2,8 @@
 
 The models (``kinematic_pipeline.models``) know nothing of Lightning; each module here shares one
 ``model_step`` between training and validation (lightning-hydra-template). Paper "Training Stability":
-AdamW, a linear warmup and a cosine decay to 0 over the run's step budget, gradient clipping at norm 1 (set on
-the Trainer). Fine-tuning optimizes only the trainable parameters (LoRA + head, or the linear probe), the head
+AdamW, a linear warmup and a decay to 0 (``LRSchedule``: the paper's cosine over the budget, or warmup-stable-decay,
+whose decay starts when validation stalls), gradient clipping at norm 1 (set on the Trainer). Fine-tuning optimizes only the trainable parameters (LoRA + head, or the linear probe), the head
 at its own learning rate, and validates on the de-weighted log loss: the unweighted negative log likelihood of
 p = (q/w)/sum(q/w), the probabilities every table scores (the class-weighted loss it trains on rewards Sell
 ten times over and cannot say which state predicts best).
@@ -22,6 +22,52 @@ from kinematic_pipeline.config import TrainConfig
 from kinematic_pipeline.tasks.base import Task
 
 
+class LRSchedule:
+    """The learning rate's fraction of its peak after each optimizer step: a linear warmup over ``warmup`` steps,
+    then
+
+    - "cosine" (the paper's): a cosine from 1 to 0 at ``total``;
+    - "wsd" (warmup-stable-decay): 1 until ``decay_start``, then linear to 0 over ``decay`` steps, reached at
+      ``end``. ``decay_start`` is ``total - decay`` unless the run's validation stalls first (``start_decay``, called
+      by ``trainer.BestState``): every run anneals to 0 within its budget, however early it stops improving.
+
+    A callable of the step (``LambdaLR``'s), with the state a callback moves; no torch."""
+
+    def __init__(self, total: int, warmup: int = 0, kind: str = "cosine", decay: int = 0) -> None:
+        self.total = max(1, int(total))
+        self.warmup = max(0, min(int(warmup), self.total - 1))
+        self.kind = kind
+        self.decay = max(1, min(int(decay), self.total)) if kind == "wsd" else 0
+        self.decay_start = self.total - self.decay
+
+    @property
+    def end(self) -> int:
+        """The step at which the rate reaches 0 and the run ends (a cosine's: the budget)."""
+        return self.decay_start + self.decay if self.kind == "wsd" else self.total
+
+    def start_decay(self, step: int) -> None:
+        """Validation stalled at ``step``: a wsd schedule decays from there (never later than planned)."""
+        if self.kind == "wsd":
+            self.decay_start = min(self.decay_start, max(0, int(step)))
+
+    def __call__(self, step: int) -> float:
+        ramp = (step + 1) / (self.warmup + 1) if step < self.warmup else 1.0
+        if self.kind == "wsd":
+            return max(0.0, min(ramp, (self.end - step) / self.decay))
+        if step < self.warmup:
+            return ramp
+        span = self.total - self.warmup
+        return 0.5 * (1.0 + math.cos(math.pi * min(step - self.warmup, span) / span))
+
+
+def lr_schedule(cfg: TrainConfig, total_steps: int) -> LRSchedule:
+    """A run's schedule from its settings: ``train.schedule``, its warmup, and a wsd decay of ``decay_fraction`` of
+    the budget in whole validation intervals (so the run's last step is validated)."""
+    every = cfg.eval_every
+    decay = max(every, round(cfg.decay_fraction * total_steps / every) * every)
+    return LRSchedule(total_steps, warmup_steps(cfg, total_steps), cfg.schedule, decay)
+
+
 def adamw_with_cosine(
     params: list[tuple[str, nn.Parameter]],
     lr: float,
@@ -29,10 +75,11 @@ def adamw_with_cosine(
     total_steps: int,
     warmup_steps: int = 0,
     group_lr: dict[str, float] | None = None,
+    schedule: LRSchedule | None = None,
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW with weight decay on matrices only (not biases, norms), a linear warmup over ``warmup_steps`` and a
-    per-step cosine from each group's rate to 0 at ``total_steps``. ``group_lr`` maps a name fragment to its own
-    rate (e.g. ``{"cls_head": 3e-3}``): parameters whose name holds it form their own groups."""
+    """AdamW with weight decay on matrices only (not biases, norms) and each group's rate times ``schedule`` (by
+    default a linear warmup over ``warmup_steps`` and a cosine to 0 at ``total_steps``). ``group_lr`` maps a name
+    fragment to its own rate (e.g. ``{"cls_head": 3e-3}``): parameters whose name holds it form their own groups."""
     trainable = [(n, p) for n, p in params if p.requires_grad]
     if not trainable:
         raise ValueError("no trainable parameters")
@@ -49,14 +96,7 @@ def adamw_with_cosine(
             {"params": [p for _, p in mine if p.dim() < 2], "weight_decay": 0.0, "lr": value},
         ]
     optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=lr)
-    total = max(1, int(total_steps))
-    warmup = max(0, min(int(warmup_steps), total - 1))
-
-    def schedule(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / (warmup + 1)
-        return 0.5 * (1.0 + math.cos(math.pi * min(step - warmup, total - warmup) / (total - warmup)))
-
+    schedule = schedule or LRSchedule(total_steps, warmup_steps)
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
 
 
@@ -74,6 +114,7 @@ class PretrainModule(L.LightningModule):
         self.train_cfg = train_cfg
         self.total_steps = total_steps
         self.seed = seed  # validation draws (PatchTST's masks) from it: the same every epoch
+        self.lr_schedule = lr_schedule(train_cfg, total_steps)  # what BestState starts the decay of
         self.save_hyperparameters({"train": dataclasses.asdict(train_cfg), "total_steps": total_steps})
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -100,7 +141,7 @@ class PretrainModule(L.LightningModule):
             cfg.lr,
             cfg.weight_decay,
             self.total_steps,
-            warmup_steps(cfg, self.total_steps),
+            schedule=self.lr_schedule,
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
@@ -113,6 +154,7 @@ class FinetuneModule(L.LightningModule):
         self.classifier = classifier
         self.task, self.train_cfg = task, train_cfg
         self.total_steps = total_steps
+        self.lr_schedule = lr_schedule(train_cfg, total_steps)  # what BestState starts the decay of
         self.save_hyperparameters({"train": dataclasses.asdict(train_cfg), "total_steps": total_steps})
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -146,7 +188,7 @@ class FinetuneModule(L.LightningModule):
             cfg.finetune_lr,
             cfg.weight_decay,
             self.total_steps,
-            warmup_steps(cfg, self.total_steps),
             group_lr={"cls_head": cfg.head_lr},
+            schedule=self.lr_schedule,
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

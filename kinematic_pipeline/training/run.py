@@ -135,6 +135,8 @@ class TrainingResult:
             "best_step": result.best_step,
             "best_val_loss": result.best_val_loss,
             "stopped_early": result.steps < result.budget_steps,
+            "schedule": settings.train.schedule,
+            "lr_fraction_at_stop": (read_curves(result.out_dir) or [{"lr_fraction": float("nan")}])[-1]["lr_fraction"],
             "curves_path": result.out_dir / "curves.csv",
             "final_train_loss": float(curves["train"][-1][1]) if curves["train"] else float("nan"),
             "final_val_loss": float(curves["validation"][-1][1]) if curves["validation"] else float("nan"),

@@ -50,16 +50,28 @@ class WindowCounter(L.Callback):
 
 
 CURVES_FILE = "curves.csv"  # the learning curve of a training run, beside its weights
-CURVE_COLUMNS = ("step", "epoch", "windows", "lr", "train_loss", "val_loss", "val_weighted_loss", "val_acc", "best")
+CURVE_COLUMNS = (
+    "step",
+    "epoch",
+    "windows",
+    "lr",
+    "lr_fraction",  # of the peak rate after this step (the schedule's: modules.LRSchedule); 0 once annealed
+    "train_loss",
+    "val_loss",
+    "val_weighted_loss",
+    "val_acc",
+    "best",
+)
 
 
 class BestState(L.Callback):
     """Train to the best validation loss: validate before the first step (the initial state, e.g. a head at the
     prior, is a candidate) and every ``eval_every`` steps, keep a copy of the trainable parameters at the best
-    ``val/loss``, stop after ``patience`` validations without a better one (0: never), restore the best state when
-    training ends, and write the learning curve (``curves.csv``: one row per validation, with the mean training
-    loss since the previous one) beside the weights. ``val/loss`` is synchronized across DDP ranks, so every
-    rank keeps the same step."""
+    ``val/loss``; after ``patience`` validations without a better one (0: never) start the decay of a wsd schedule
+    (the module's ``lr_schedule``, ``modules.LRSchedule``) or stop (a cosine's); stop where the wsd schedule has
+    annealed to 0; restore the best state when training ends, and write the learning curve (``curves.csv``: one row
+    per validation, with the mean training loss since the previous one and the rate's fraction of its peak) beside
+    the weights. ``val/loss`` is synchronized across DDP ranks, so every rank keeps the same step."""
 
     def __init__(self, out_dir: Path, patience: int) -> None:
         self.out_dir, self.patience = Path(out_dir), patience
@@ -81,11 +93,13 @@ class BestState(L.Callback):
         val = float(metrics["val/loss"])
         optimizers = trainer.optimizers
         lr = optimizers[0].param_groups[0]["lr"] if optimizers and trainer.global_step else 0.0
+        schedule, step = getattr(pl_module, "lr_schedule", None), trainer.global_step
         row = dict(
-            step=trainer.global_step,
+            step=step,
             epoch=trainer.current_epoch,
             windows=self._windows * trainer.world_size,
             lr=lr,
+            lr_fraction=schedule(step) if schedule is not None and step else math.nan,
             train_loss=sum(self._losses) / len(self._losses) if self._losses else math.nan,
             val_loss=val,
             val_weighted_loss=float(metrics.get("val/weighted_loss", math.nan)),
@@ -100,7 +114,12 @@ class BestState(L.Callback):
         else:
             self.bad += 1
             if self.patience and self.bad >= self.patience:
-                trainer.should_stop = True
+                if schedule is not None and schedule.kind == "wsd":
+                    schedule.start_decay(step)  # anneal from here to 0, then end
+                else:
+                    trainer.should_stop = True
+        if schedule is not None and schedule.kind == "wsd" and step >= schedule.end:
+            trainer.should_stop = True
 
     def on_train_end(self, trainer, pl_module) -> None:
         if self.state is not None:
@@ -248,6 +267,7 @@ def read_curves(out_dir: Path) -> list[dict]:
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     for row in rows:
+        row.setdefault("lr_fraction", "nan")  # a curve written before the column
         for key in CURVE_COLUMNS:
             row[key] = (
                 row[key] == "True"

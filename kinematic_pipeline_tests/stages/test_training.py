@@ -29,6 +29,7 @@ from kinematic_pipeline.training import data as data_mod
 from kinematic_pipeline.training.data import WindowDataModule
 from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule, adamw_with_cosine
 from kinematic_pipeline.training.run import build_classifier, finetune, load_classifier, load_foundation, pretrain
+from kinematic_pipeline.training.trainer import read_curves
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline.warehouse.verified import MODEL_MANIFEST
 from kinematic_pipeline_tests.conftest import single_cut
@@ -422,3 +423,24 @@ def test_the_same_seed_gives_the_same_weights_and_another_seed_other_weights(fou
     assert all(torch.equal(base[k], same[k]) for k in base)
     assert not all(torch.equal(base[k], different[k]) for k in base)
     assert again.train_loss_curve == foundations["splinegpt"].train_loss_curve != other.train_loss_curve
+
+
+def test_the_budget_test_fails_a_deliberately_short_budget(tiny, tmp_path):
+    """Issue 54: two seeds of SplineGPT's pretraining at 8 steps against 16, both annealed to 0 (wsd, no patience): the
+    short budget's best validation loss drops beyond the seeds' spread at twice it, so the two-sided test fails it."""
+    from kinematic_pipeline.training.budget import budget_verdict
+
+    losses = {}
+    for factor in (1, 2):
+        train = dataclasses.replace(tiny.train, schedule="wsd", pretrain_steps=8 * factor, patience=0)
+        settings = dataclasses.replace(tiny, train=train)
+        for seed in (SEED, SEED + 1):
+            out = tmp_path / f"x{factor}_{seed}"
+            result = pretrain(settings, Foundation("splinegpt", seed, tiny.folds[0]), out_dir=out, progress=False)
+            curves = read_curves(out)
+            assert result.steps == 8 * factor and curves[-1]["lr_fraction"] == 0.0  # annealed to its end
+            losses.setdefault(factor, []).append(result.best_val_loss)
+    verdict = budget_verdict(losses[1], losses[2])
+    print(f"1x {losses[1]}, 2x {losses[2]}: {verdict.reason}")
+    assert not verdict.passes and verdict.difference < -verdict.spread
+    assert verdict.reason.startswith("fails: twice the budget ends lower")
