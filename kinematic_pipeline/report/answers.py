@@ -102,3 +102,14 @@ def answer_lines(verdict: pl.DataFrame) -> list[str]:
     for row in verdict.iter_rows(named=True):
         families.setdefault(row["Question"], []).append(row)
     return [answer_line(question, rows) for question, rows in families.items()]
+
+
+def answers_section(report: str) -> list[str]:
+    """The lines of a report's "## Answers" section (``document.report_markdown``), its heading and note left out;
+    none when it has none (a report written before the section, or without a verdict)."""
+    lines = report.splitlines()
+    if "## Answers" not in lines:
+        return []
+    start = lines.index("## Answers") + 1
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return [line for line in lines[start:end] if line.startswith("- ")]

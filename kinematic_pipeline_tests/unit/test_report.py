@@ -377,3 +377,26 @@ def test_the_equity_figure_counts_the_seeds_the_models_were_trained_with_not_a_b
     )
     assert trained_seeds(rows) == [1234, 1235]  # two, not three: the baselines' seed 0 is not a training seed
     assert trained_seeds(rows.filter(pl.col("seed") == 0)) == [] and trained_seeds(rows.clear()) == []
+
+
+def test_the_answers_section_is_cut_from_the_report_as_materialize_prints_it():
+    from kinematic_pipeline.report.answers import answers_section
+
+    report = "\n".join(
+        [
+            "# Report",
+            "",
+            "## Answers",
+            "",
+            "One line per question (the note).",
+            "",
+            "- **Q1?** no evidence: ...",
+            "- **Q2?** yes: ...",
+            "",
+            "## Context",
+            "",
+            "- **profile**: ci",
+        ]
+    )
+    assert answers_section(report) == ["- **Q1?** no evidence: ...", "- **Q2?** yes: ..."]
+    assert answers_section("# Report\n\n## Context\n\n- **profile**: ci") == []
