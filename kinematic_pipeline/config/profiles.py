@@ -48,6 +48,7 @@ def _profile_ci() -> Settings:
             # the cosine that stops at the stall, as when its golden numbers were written on three platforms
             # (kinematic_pipeline_tests/golden); every other profile anneals to 0 (wsd)
             schedule="cosine",
+            warm_start_rate=None,  # likewise: fold 2022H2's foundation restarts at the peak with a fresh optimizer
             batch_size=64,
             max_windows_per_epoch=2048,
             val_fraction=0.2,  # ~190 validation windows a fold (10%: 91, 7 Sell): too few to stop on

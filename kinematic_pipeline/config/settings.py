@@ -182,12 +182,13 @@ class TrainConfig:
     decay_fraction: float = 0.2
     pretrain_steps: int = 30_000
     finetune_steps: int = 6_000
-    # Rolling warm starts over walk-forward folds: fold k's foundation starts from fold k-1's saved (best) state, same
-    # variant and seed, and continues on fold k's own training days for ``warm_start_steps`` (None: pretrain_steps);
-    # the first fold (and a single cut) trains from scratch for pretrain_steps. It records its parent (``parent.json``)
-    # and is refused once that parent changes (model_pins.check_parent). False: every fold from scratch (KP_WARM_START=0).
-    warm_start: bool = True
+    # Rolling warm starts: fold k's foundation continues fold k-1's saved (best) state and AdamW state, same variant and
+    # seed, on its own training days for ``warm_start_steps`` (None: pretrain_steps), at ``warm_start_rate`` of ``lr``
+    # with no warmup (None: a fresh optimizer warmed up to the peak, the ci profile's golden numbers). The first fold
+    # trains from scratch. It records its parent (``parent.json``), refused once that changes (model_pins.check_parent).
+    warm_start: bool = True  # False: every fold from scratch (KP_WARM_START=0)
     warm_start_steps: int | None = None
+    warm_start_rate: float | None = 0.2
     warmup_fraction: float = 0.05  # of the budget, linear from 0 to the learning rate
     eval_every: int = 250  # optimizer steps between validations (and points of the learning curves)
     patience: int = 8  # validations without a better loss before the decay starts (cosine: stops; 0: never)
@@ -205,13 +206,10 @@ class TrainConfig:
     finetune_windows: int | None = None
     # validation windows at most (a sample fixed per seed; None: every validation window)
     max_val_windows: int | None = 20_000
-    # How many runs ``materialize`` runs at once on this machine (KP_TRAIN_SIDE_BY_SIDE): chains of one model (or
-    # tokenization), seed and tau side by side, each in its own process at cores // side_by_side threads (torch,
-    # BLAS, LightGBM: process_threads) -- the corpus, the foundations, the probes and rules, the adapters, and the
-    # scaling curves' two variants (orchestration/side_by_side.py). 1 (every profile): one at a time at every core.
-    # On 2 cores two one-thread training steps do 1.26x the windows of one two-thread step
-    # (bench_step_parallelism.py); on `real` the corpus group ran 1.33x as fast and the probes and rules 1.29x
-    # (docs/results/2026-11-28.md).
+    # How many runs ``materialize`` runs at once (KP_TRAIN_SIDE_BY_SIDE): chains of one model (or tokenization), seed
+    # and tau side by side, each in its own process at cores // side_by_side threads (process_threads)
+    # (orchestration/side_by_side.py). 1 (every profile): one at a time at every core. On 2 cores two one-thread steps
+    # do 1.26x the windows of one two-thread step (bench_step_parallelism.py; docs/results/2026-11-28.md).
     side_by_side: int = 1
     threads: int | None = None  # torch's intra-op threads in a training step (None: one per usable core)
     accelerator: str = "auto"  # "auto" uses a GPU (and DDP over several) when present
@@ -258,6 +256,8 @@ class TrainConfig:
                 "train.pretrain_steps)"
             )
         check_choice("train.schedule", self.schedule, SCHEDULES)
+        if self.warm_start_rate is not None and not 0.0 < self.warm_start_rate <= 1.0:
+            raise ValueError(f"train.warm_start_rate={self.warm_start_rate}: expected a fraction of lr in (0, 1]")
         if self.patience < 0 or not 0.0 <= self.warmup_fraction < 1.0 or not 0.0 < self.decay_fraction <= 1.0:
             raise ValueError(
                 f"train.patience={self.patience}, train.warmup_fraction={self.warmup_fraction}, train.decay_fraction="

@@ -1,6 +1,7 @@
 """How far each transformer trained: every foundation's and every adapter's (at the report's tau) step budget, the
 steps it ran, its best step and best validation loss, and the learning rate's fraction of its peak at its last step
-(0: annealed; a run the cosine stopped at a stall keeps most of it), read from the ``curves.csv`` its run wrote. A
+(0: annealed; a run the cosine stopped at a stall keeps most of it), read from the ``curves.csv`` its run wrote; a
+warm-started foundation says so, and whether it kept its parent (its best state the one it started from). A
 best step at the last validation means the budget stopped a model that was still improving (under a schedule that
 anneals to zero this is the usual case, so the sufficiency of a budget is measured apart:
 ``benchmarks/bench_budget.py``, the best validation loss at the budget against twice it); a best step of 0 means the
@@ -12,6 +13,7 @@ from __future__ import annotations
 import polars as pl
 
 from kinematic_pipeline.config import Settings
+from kinematic_pipeline.model_pins import PARENT_FILE
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.run_keys import run_task
 from kinematic_pipeline.variants import color, display_name
@@ -45,10 +47,12 @@ def training_table(settings: Settings) -> pl.DataFrame | None:
         budget = pretrain_budget(settings, policy) if stage == "pretraining" else settings.train.finetune_steps
         best = next((r for r in curves if r["best"]), curves[-1])
         last = curves[-1]["step"]
+        warm = stage == "pretraining" and (folder / PARENT_FILE).exists()  # continued the previous fold's
+        kept = " (kept its parent)" if warm and best["step"] == 0 else ""
         rows.append(
             {
                 "Model": lookup_variant(variant).display_name,
-                "Stage": stage,
+                "Stage": f"{stage}, warm-started{kept}" if warm else stage,
                 "Fold": policy.fold.name or "-",
                 "Seed": policy.seed,
                 "Budget": budget_steps(settings.train, budget),

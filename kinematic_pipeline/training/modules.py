@@ -31,9 +31,11 @@ class LRSchedule:
       ``end``. ``decay_start`` is ``total - decay`` unless the run's validation stalls first (``start_decay``, called
       by ``trainer.BestState``): every run anneals to 0 within its budget, however early it stops improving.
 
-    A callable of the step (``LambdaLR``'s), with the state a callback moves; no torch."""
+    ``peak`` scales it all (a warm start continuing at a fraction of the rate: ``train.warm_start_rate``). A callable
+    of the step (``LambdaLR``'s), with the state a callback moves; no torch."""
 
-    def __init__(self, total: int, warmup: int = 0, kind: str = "cosine", decay: int = 0) -> None:
+    def __init__(self, total: int, warmup: int = 0, kind: str = "cosine", decay: int = 0, peak: float = 1.0) -> None:
+        self.peak = float(peak)
         self.total = max(1, int(total))
         self.warmup = max(0, min(int(warmup), self.total - 1))
         self.kind = kind
@@ -51,6 +53,9 @@ class LRSchedule:
             self.decay_start = min(self.decay_start, max(0, int(step)))
 
     def __call__(self, step: int) -> float:
+        return self._fraction(step) if self.peak == 1.0 else self.peak * self._fraction(step)
+
+    def _fraction(self, step: int) -> float:
         ramp = (step + 1) / (self.warmup + 1) if step < self.warmup else 1.0
         if self.kind == "wsd":
             return max(0.0, min(ramp, (self.end - step) / self.decay))
@@ -60,11 +65,14 @@ class LRSchedule:
         return 0.5 * (1.0 + math.cos(math.pi * min(step - self.warmup, span) / span))
 
 
-def lr_schedule(cfg: TrainConfig, total_steps: int) -> LRSchedule:
+def lr_schedule(cfg: TrainConfig, total_steps: int, continued: bool = False) -> LRSchedule:
     """A run's schedule from its settings: ``train.schedule``, its warmup, and a wsd decay of ``decay_fraction`` of
-    the budget in whole validation intervals (so the run's last step is validated)."""
+    the budget in whole validation intervals (so the run's last step is validated); a ``continued`` warm start has no
+    warmup and peaks at ``train.warm_start_rate`` of the rate."""
     every = cfg.eval_every
     decay = max(every, round(cfg.decay_fraction * total_steps / every) * every)
+    if continued:
+        return LRSchedule(total_steps, 0, cfg.schedule, decay, peak=cfg.warm_start_rate or 1.0)
     return LRSchedule(total_steps, warmup_steps(cfg, total_steps), cfg.schedule, decay)
 
 
@@ -76,10 +84,13 @@ def adamw_with_cosine(
     warmup_steps: int = 0,
     group_lr: dict[str, float] | None = None,
     schedule: LRSchedule | None = None,
+    state: dict | None = None,
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW with weight decay on matrices only (not biases, norms) and each group's rate times ``schedule`` (by
     default a linear warmup over ``warmup_steps`` and a cosine to 0 at ``total_steps``). ``group_lr`` maps a name
-    fragment to its own rate (e.g. ``{"cls_head": 3e-3}``): parameters whose name holds it form their own groups."""
+    fragment to its own rate (e.g. ``{"cls_head": 3e-3}``): parameters whose name holds it form their own groups.
+    ``state``: an earlier run's ``optimizer.state_dict()`` of the same parameters (a warm start's parent's), whose
+    moments and step counts are continued; the rates and the schedule are this run's."""
     trainable = [(n, p) for n, p in params if p.requires_grad]
     if not trainable:
         raise ValueError("no trainable parameters")
@@ -96,6 +107,12 @@ def adamw_with_cosine(
             {"params": [p for _, p in mine if p.dim() < 2], "weight_decay": 0.0, "lr": value},
         ]
     optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=lr)
+    if state is not None:
+        rates = [g["lr"] for g in optimizer.param_groups]
+        optimizer.load_state_dict(state)  # its groups' hyperparameters too: this run's rates back, fresh for LambdaLR
+        for group, rate in zip(optimizer.param_groups, rates):
+            group["lr"] = rate
+            group.pop("initial_lr", None)
     schedule = schedule or LRSchedule(total_steps, warmup_steps)
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
 
@@ -106,15 +123,20 @@ def warmup_steps(cfg: TrainConfig, total_steps: int) -> int:
 
 class PretrainModule(L.LightningModule):
     """Self-supervised pretraining of a backbone with the objective it owns (``pretrain_loss``: next-token MSE
-    for KinematicGPT, masked patches for PatchTST)."""
+    for KinematicGPT, masked patches for PatchTST). ``optimizer_state``: a warm start's parent's AdamW state, continued
+    at ``train.warm_start_rate`` of the rate with no warmup (``lr_schedule``)."""
 
-    def __init__(self, model: nn.Module, train_cfg: TrainConfig, total_steps: int, seed: int = 0) -> None:
+    def __init__(
+        self, model: nn.Module, train_cfg: TrainConfig, total_steps: int, seed: int = 0, optimizer_state=None
+    ) -> None:
         super().__init__()
         self.model = model
         self.train_cfg = train_cfg
         self.total_steps = total_steps
         self.seed = seed  # validation draws (PatchTST's masks) from it: the same every epoch
-        self.lr_schedule = lr_schedule(train_cfg, total_steps)  # what BestState starts the decay of
+        self.optimizer_state = optimizer_state
+        continued = optimizer_state is not None and train_cfg.warm_start_rate is not None
+        self.lr_schedule = lr_schedule(train_cfg, total_steps, continued)  # what BestState starts the decay of
         self.save_hyperparameters({"train": dataclasses.asdict(train_cfg), "total_steps": total_steps})
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -142,6 +164,7 @@ class PretrainModule(L.LightningModule):
             cfg.weight_decay,
             self.total_steps,
             schedule=self.lr_schedule,
+            state=self.optimizer_state if cfg.warm_start_rate is not None else None,
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 

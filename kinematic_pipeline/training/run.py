@@ -39,6 +39,7 @@ from kinematic_pipeline.training.data import WindowDataModule, write_shards_used
 from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule
 from kinematic_pipeline.training.trainer import (
     CURVES_FILE,
+    BestState,
     budget_steps,
     build_trainer,
     configure_threads,
@@ -168,7 +169,10 @@ def _fit(
     has_val = data.has_validation
     trainer, counter, metrics_csv = build_trainer(cfg, out_dir, total, has_val, progress, cfg.patience, callbacks)
     trainer.fit(module, datamodule=data)
-    return data, counter, metrics_csv, trainer.global_step, total
+    best = next(c for c in trainer.callbacks if isinstance(c, BestState))
+    # the optimizer state at the kept step (a warm start's parent's when it kept that): what a next fold continues
+    optimizer_state = best.optimizer_state or getattr(module, "optimizer_state", None)
+    return data, counter, metrics_csv, trainer.global_step, total, optimizer_state
 
 
 def _data(settings: Settings, policy: Policy, num_workers: int) -> WindowDataModule:
@@ -178,7 +182,7 @@ def _data(settings: Settings, policy: Policy, num_workers: int) -> WindowDataMod
 
 
 def _result(settings, policy, out_dir, files, model, fitted, started, **extra) -> TrainingResult:
-    data, counter, csv, steps, budget = fitted
+    data, counter, csv, steps, budget, _ = fitted
     total, trainable = count_parameters(model)
     train_curve, val_curve = loss_curves(csv)
     curves = read_curves(out_dir)
@@ -224,9 +228,10 @@ def pretrain_budget(settings: Settings, policy: Policy) -> int:
     return cfg.warm_start_steps
 
 
-def _parent_state(settings: Settings, policy: Policy) -> tuple[Path, str, dict] | None:
-    """(model.pt, sha256, state_dict) of the foundation ``policy``'s continues from (its previous fold's, with
-    ``train.warm_start``), checked as a load checks it (its bytes, its own parent); None when it trains from scratch."""
+def _parent_state(settings: Settings, policy: Policy) -> tuple[Path, str, dict, dict | None] | None:
+    """(model.pt, sha256, state_dict, AdamW state or None) of the foundation ``policy``'s continues from (its previous
+    fold's, with ``train.warm_start``), checked as a load checks it (its bytes, its own parent); None when it trains
+    from scratch."""
     parent = parent_foundation(settings, policy)
     if parent is None:
         return None
@@ -237,8 +242,8 @@ def _parent_state(settings: Settings, policy: Policy) -> tuple[Path, str, dict] 
             f"{policy.fold.name}'s foundation continues from fold {parent.fold.name}'s: train.warm_start, KP_WARM_START=0 turns "
             "it off)"
         )
-    model, sha = read_foundation(settings, parent, path)  # the hash of the bytes loaded: what the child pins
-    return path, sha, {k: v.detach().clone() for k, v in model.state_dict().items()}
+    saved, sha = _read_checked(settings, parent, path)  # the hash of the bytes loaded: what the child pins
+    return path, sha, saved["state_dict"], saved.get("optimizer")
 
 
 def pretrain(
@@ -260,13 +265,15 @@ def pretrain(
             model.load_state_dict(parent[2])
 
         def module_for(total_steps: int) -> PretrainModule:
-            return PretrainModule(model, settings.train, total_steps, policy.seed)
+            continued = None if parent is None else parent[3]  # the parent's AdamW state (train.warm_start_rate)
+            return PretrainModule(model, settings.train, total_steps, policy.seed, continued)
 
         data = _data(settings, policy, num_workers)
         fitted = _fit(settings, module_for, out_dir, data, pretrain_budget(settings, policy), progress)
     path = out_dir / MODEL_FILE
     pin_parent(settings.warehouse, out_dir, None, None)  # the old record goes before the new weights come
-    save_foundation(settings, policy, {k: v.detach().cpu() for k, v in model.state_dict().items()}, path)
+    optimizer = fitted[5] if settings.train.warm_start_rate is not None else None  # what the next fold continues
+    save_foundation(settings, policy, {k: v.detach().cpu() for k, v in model.state_dict().items()}, path, optimizer)
     extra = {}
     if parent is not None:
         pin_parent(settings.warehouse, out_dir, parent[0], parent[1])  # loads check it (model_pins.check_parent)
@@ -277,12 +284,16 @@ def pretrain(
     return _result(settings, policy, out_dir, [path], model, fitted, started, **extra)
 
 
-def save_foundation(settings: Settings, policy: Foundation, state: dict[str, torch.Tensor], path: Path) -> None:
+def save_foundation(
+    settings: Settings, policy: Foundation, state: dict[str, torch.Tensor], path: Path, optimizer: dict | None = None
+) -> None:
     """``model.pt``: the variant, the config of its backbone alone (what ``load_foundation`` checks; another
-    backbone's sizes are not its concern) and the weights."""
+    backbone's sizes are not its concern), the weights and, given, the AdamW state at the kept step (``optimizer``:
+    what the next fold's warm start continues)."""
     config = settings.model.record(policy.variant.backbone)
     buffer = io.BytesIO()  # saved in memory, written whole: a rename over ``path``, never through a link
-    torch.save({"variant": policy.variant.name, "model_config": config, "state_dict": state}, buffer)
+    saved = {"variant": policy.variant.name, "model_config": config, "state_dict": state}
+    torch.save(saved if optimizer is None else {**saved, "optimizer": optimizer}, buffer)
     write_bytes_atomic(path, buffer.getvalue(), settings.warehouse.durable)
 
 
@@ -291,6 +302,15 @@ def read_foundation(settings: Settings, policy: Policy, path: Path | None = None
     file is read once into memory, those bytes checked against the folder's record and loaded, so that whatever
     pins the hash pins what was used, even if another run replaces the file meanwhile. The config of its backbone
     must be the settings' one (another backbone's config is not its concern)."""
+    saved, sha = _read_checked(settings, policy, path)
+    model = build_model(policy.variant.name, settings.model)
+    model.load_state_dict(saved["state_dict"])
+    return model, sha
+
+
+def _read_checked(settings: Settings, policy: Policy, path: Path | None = None) -> tuple[dict, str]:
+    """What ``model.pt`` holds (``save_foundation``'s dict) and the sha256 of the bytes read, checked as
+    ``read_foundation`` says."""
     path = Path(path or settings.warehouse.foundation_checkpoint(policy))
     fix = f"re-materialize {policy.variant.name}_foundation partition {policy.fit_key}"
     recorded = verify_model_folder(path.parent, fix)  # the bytes its files.json records, or one line naming the file
@@ -305,9 +325,7 @@ def read_foundation(settings: Settings, policy: Policy, path: Path | None = None
     differences = settings.model.differences(policy.variant.backbone, saved["model_config"])
     if differences:
         raise ValueError(f"{path} was trained with {', '.join(differences)}: {fix}")
-    model = build_model(policy.variant.name, settings.model)
-    model.load_state_dict(saved["state_dict"])
-    return model, sha
+    return saved, sha
 
 
 def load_foundation(settings: Settings, policy: Policy, path: Path | None = None) -> nn.Module:

@@ -6,6 +6,7 @@ No dagster here; ``training/run.py`` builds a Trainer with ``build_trainer`` for
 from __future__ import annotations
 
 import contextlib
+import copy
 import csv
 import io
 import logging
@@ -77,6 +78,7 @@ class BestState(L.Callback):
         self.out_dir, self.patience = Path(out_dir), patience
         self.best_loss, self.best_step, self.bad = math.inf, 0, 0
         self.state: dict[str, torch.Tensor] | None = None
+        self.optimizer_state: dict | None = None  # AdamW's at the best step (what a warm start continues)
         self.rows: list[dict] = []
         self._losses: list[float] = []
         self._windows = 0
@@ -111,6 +113,8 @@ class BestState(L.Callback):
         if val < self.best_loss:
             self.best_loss, self.best_step, self.bad = val, trainer.global_step, 0
             self.state = {n: p.detach().clone() for n, p in pl_module.named_parameters() if p.requires_grad}
+            if step and trainer.optimizers:  # at step 0 nothing has moved: the optimizer it started from stands
+                self.optimizer_state = copy.deepcopy(trainer.optimizers[0].state_dict())
         else:
             self.bad += 1
             if self.patience and self.bad >= self.patience:

@@ -12,15 +12,17 @@ from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.training.trainer import CURVE_COLUMNS, CURVES_FILE
 
 
-def _write_curves(folder, rows):
+def _write_curves(folder, rows, fractions=None):
     folder.mkdir(parents=True, exist_ok=True)
+    fractions = fractions or [math.nan] * len(rows)
     with open(folder / CURVES_FILE, "w", newline="") as out:
         writer = csv.DictWriter(out, fieldnames=CURVE_COLUMNS, lineterminator="\n")
         writer.writeheader()
-        for step, val, best in rows:
+        for (step, val, best), fraction in zip(rows, fractions):
             writer.writerow(
                 {
                     **dict.fromkeys(CURVE_COLUMNS, math.nan),
+                    "lr_fraction": fraction,
                     "step": step,
                     "epoch": 0,
                     "windows": step,
@@ -53,6 +55,23 @@ def test_a_model_stopped_while_improving_and_one_stopped_early_read_as_such(tmp_
     assert (adapter["Stage"], adapter["Steps run"], adapter["Best step"]) == ("fine-tuning", 60, 20)
     assert adapter["Best at the last step"] == "no"
     assert adapter["Budget"] >= settings.train.finetune_steps
+
+
+def test_the_table_gives_the_rate_left_at_the_stop_and_a_warm_start_that_kept_its_parent(tmp_path):
+    from kinematic_pipeline.model_pins import PARENT_FILE
+    from kinematic_pipeline.policy import Policy
+
+    settings = load_settings("ci", warehouse=tmp_path / "warehouse", env={})
+    first, second = settings.folds[:2]
+    seed, tau, wh = settings.train.seeds[0], settings.evaluate.report_tau, settings.warehouse
+    parent, child = (Policy("splinegpt", BuySellHold(tau), seed, f) for f in (first, second))
+    _write_curves(wh.foundation_dir(parent), [(0, 0.9, False), (20, 0.5, True), (40, 0.6, False)], [1.0, 1.0, 0.72])
+    _write_curves(wh.foundation_dir(child), [(0, 0.4, True), (20, 0.41, False)], [0.2, 0.0])
+    (wh.foundation_dir(child) / PARENT_FILE).write_text("{}")
+    rows = {r["Fold"]: r for r in training_table(settings).rows(named=True) if r["Stage"].startswith("pretraining")}
+    assert rows[first.name]["Stage"] == "pretraining" and rows[first.name]["LR left at the stop"] == 0.72  # stopped hot
+    assert rows[second.name]["Stage"] == "pretraining, warm-started (kept its parent)"
+    assert rows[second.name]["LR left at the stop"] == 0.0 and rows[second.name]["Best step"] == 0
 
 
 def test_no_trained_model_gives_no_table(tmp_path):

@@ -253,3 +253,34 @@ def test_the_warm_start_budget(tmp_path):
     assert (pretrain_budget(settings, first), pretrain_budget(settings, second)) == (300, 60)
     same = load_settings("ci", warehouse=tmp_path, env={})
     assert pretrain_budget(same, second) == same.train.pretrain_steps == 300
+
+
+@pytest.mark.slow
+def test_a_warm_start_continues_its_parents_adamw_state_at_a_fifth_of_the_rate(trained, tmp_path):
+    """Issue 54 (science-6 L-G): fold k's first optimizer step runs at ``train.warm_start_rate`` of the peak, not a
+    fresh warmup to it, from the moments and step counts its parent's AdamW reached at the parent's kept step."""
+    from kinematic_pipeline.models import build_model
+    from kinematic_pipeline.training.modules import PretrainModule
+
+    base, _ = trained
+    settings = copy_warehouse(base, tmp_path)
+    train = dataclasses.replace(settings.train, warm_start_rate=0.2, schedule="wsd", warm_start_steps=8)
+    settings = dataclasses.replace(settings, train=train)
+    first, second = _train_folds(settings)
+    parent = torch.load(first.checkpoint_path, weights_only=True)
+    assert set(parent) == {"variant", "model_config", "state_dict", "optimizer"}
+    moments = parent["optimizer"]["state"]
+    assert moments and all(float(s["step"]) == first.best_step for s in moments.values())  # at its kept step
+    # the child's module, as pretrain builds it: its optimizer continues the parent's, at 0.2 of the rate, no warmup
+    child = PretrainModule(build_model(VARIANT, settings.model), settings.train, 8, SEED, parent["optimizer"])
+    optimizer = child.configure_optimizers()["optimizer"]
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([0.2 * settings.train.lr] * 2)
+    (index, state), *_ = optimizer.state_dict()["state"].items()
+    assert torch.equal(state["exp_avg"], moments[index]["exp_avg"]) and float(state["step"]) == first.best_step
+    curves = second.curves
+    assert curves[1]["lr_fraction"] <= 0.2 and curves[-1]["lr_fraction"] == 0.0  # from a fifth down to 0
+    # without the setting (the ci profile's): a fresh optimizer warmed up to the peak, nothing continued
+    fresh = PretrainModule(build_model(VARIANT, base.model), base.train, 8, SEED, parent["optimizer"])
+    optimizer = fresh.configure_optimizers()["optimizer"]
+    assert not optimizer.state_dict()["state"] and fresh.lr_schedule.peak == 1.0
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(base.train.lr * fresh.lr_schedule(0))
