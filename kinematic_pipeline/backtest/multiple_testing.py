@@ -140,17 +140,26 @@ def model_confidence_set(
     strategy_returns, names, *, size: float = 0.05, reps: int = 1000, block=None, seed: int = 0
 ) -> dict[str, float]:
     """Hansen, Lunde and Nason's model confidence set on losses = -returns (T x k): {name: MCS p-value}; the set at
-    level ``size`` is the names whose p-value exceeds it (arch ``MCS``, method "R")."""
+    level ``size`` is the names whose p-value exceeds it (arch ``MCS``, method "R"). Identical series (strategies
+    flat in cash alike) cannot be told apart: the set is computed on the distinct series, each name given its series'
+    p-value (arch divides by their differences' zero variance and fails otherwise); one distinct series: p 1 each."""
     from arch.bootstrap import MCS
 
     losses = -np.asarray(strategy_returns, dtype=np.float64)
     if not np.isfinite(losses).all():
         raise ValueError("returns must be finite (align the series on common days first)")
-    mcs = MCS(losses, size=size, reps=reps, block_size=block or default_block(losses.shape[0]), seed=seed)
-    mcs.compute()
     names = list(names)
-    pvalues = mcs.pvalues.iloc[:, 0]
-    return {names[int(i)]: float(p) for i, p in pvalues.items()}
+    distinct, first, which = np.unique(losses, axis=1, return_index=True, return_inverse=True)
+    order = np.argsort(first)  # the distinct series in the order they first appear
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    if order.size == 1:
+        return dict.fromkeys(names, 1.0)
+    distinct = distinct[:, order]
+    mcs = MCS(distinct, size=size, reps=reps, block_size=block or default_block(losses.shape[0]), seed=seed)
+    mcs.compute()
+    pvalues = {int(i): float(p) for i, p in mcs.pvalues.iloc[:, 0].items()}
+    return {name: pvalues[int(rank[int(k)])] for name, k in zip(names, np.ravel(which))}
 
 
 def sharpe_difference_interval(

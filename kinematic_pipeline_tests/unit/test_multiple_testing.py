@@ -108,6 +108,19 @@ def test_spa_stepm_and_mcs_equal_arch_on_the_same_losses_and_find_the_better_str
     assert [name for name, p in mcs.items() if p > 0.05] == ["b"]  # the best strategy alone
 
 
+def test_identical_series_share_their_model_confidence_p_value_instead_of_failing_arch():
+    # the demo's failure at b648743: every flat strategy in cash has the same returns, and arch's MCS divides by the
+    # zero variance of their differences (IndexError); identical series cannot be told apart, so they share a p-value
+    _, strategies = _universe()
+    cash = np.zeros(strategies.shape[0])
+    doubled = np.column_stack([cash, strategies[:, 0], cash, strategies[:, 1], strategies[:, 2], cash])
+    names = ["hold", "a", "flat1", "b", "c", "flat2"]
+    mcs = model_confidence_set(doubled, names, size=0.05, reps=300, seed=7)
+    once = model_confidence_set(doubled[:, [0, 1, 3, 4]], ["hold", "a", "b", "c"], size=0.05, reps=300, seed=7)
+    assert {k: mcs[k] for k in once} == once and mcs["flat1"] == mcs["flat2"] == mcs["hold"]
+    assert model_confidence_set(np.column_stack([cash, cash]), ["x", "y"], reps=50) == {"x": 1.0, "y": 1.0}
+
+
 def test_the_sharpe_difference_interval_resamples_both_series_together():
     bench, strategies = _universe()
     diff, low, high = sharpe_difference_interval(strategies[:, 1], bench, reps=300, seed=3)
