@@ -29,6 +29,10 @@ import numpy as np
 from scipy import stats
 
 EULER_GAMMA = 0.5772156649015329
+# Daily returns no day tells apart by more than this are one series to the model confidence set: 1e-12 of a day's
+# return is no difference a cost or a trade makes, and is far above the 1e-18 that pooling the same trades in another
+# order leaves (the demo's momentum rules under paper, calibrated and margin, 2026-12-03)
+SAME_SERIES_ATOL = 1e-12
 
 
 def _finite(returns) -> np.ndarray:
@@ -137,29 +141,47 @@ def stepm_superior(
 
 
 def model_confidence_set(
-    strategy_returns, names, *, size: float = 0.05, reps: int = 1000, block=None, seed: int = 0
+    strategy_returns,
+    names,
+    *,
+    size: float = 0.05,
+    reps: int = 1000,
+    block=None,
+    seed: int = 0,
+    same_within: float = SAME_SERIES_ATOL,
 ) -> dict[str, float]:
     """Hansen, Lunde and Nason's model confidence set on losses = -returns (T x k): {name: MCS p-value}; the set at
-    level ``size`` is the names whose p-value exceeds it (arch ``MCS``, method "R"). Identical series (strategies
-    flat in cash alike) cannot be told apart: the set is computed on the distinct series, each name given its series'
-    p-value (arch divides by their differences' zero variance and fails otherwise); one distinct series: p 1 each."""
+    level ``size`` is the names whose p-value exceeds it (arch ``MCS``, method "R"). Series that no day tells apart by
+    more than ``same_within`` (strategies flat in cash alike, or the same trades pooled in another order, 1e-18
+    apart) are one series: the set is computed on the distinct ones, each name given its series' p-value (arch divides
+    their mean difference, 0, by its bootstrap variance, 0, and fails); one distinct series: p 1 each."""
     from arch.bootstrap import MCS
 
     losses = -np.asarray(strategy_returns, dtype=np.float64)
     if not np.isfinite(losses).all():
         raise ValueError("returns must be finite (align the series on common days first)")
     names = list(names)
-    distinct, first, which = np.unique(losses, axis=1, return_index=True, return_inverse=True)
-    order = np.argsort(first)  # the distinct series in the order they first appear
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.size)
-    if order.size == 1:
+    kept, which = distinct_columns(losses, same_within)
+    if len(kept) == 1:
         return dict.fromkeys(names, 1.0)
-    distinct = distinct[:, order]
-    mcs = MCS(distinct, size=size, reps=reps, block_size=block or default_block(losses.shape[0]), seed=seed)
+    mcs = MCS(losses[:, kept], size=size, reps=reps, block_size=block or default_block(losses.shape[0]), seed=seed)
     mcs.compute()
     pvalues = {int(i): float(p) for i, p in mcs.pvalues.iloc[:, 0].items()}
-    return {name: pvalues[int(rank[int(k)])] for name, k in zip(names, np.ravel(which))}
+    return {name: pvalues[int(k)] for name, k in zip(names, which)}
+
+
+def distinct_columns(x: np.ndarray, atol: float) -> tuple[list[int], np.ndarray]:
+    """The columns of ``x`` (T x k) that differ from every earlier kept one by more than ``atol`` on some row, in
+    order, and for each column the position among them of the first kept column within ``atol`` of it."""
+    kept: list[int] = []
+    which = np.empty(x.shape[1], dtype=np.int64)
+    for j in range(x.shape[1]):
+        same = next((r for r, col in enumerate(kept) if np.abs(x[:, j] - x[:, col]).max() <= atol), None)
+        if same is None:
+            same = len(kept)
+            kept.append(j)
+        which[j] = same
+    return kept, which
 
 
 def sharpe_difference_interval(

@@ -11,9 +11,11 @@ import pytest
 from scipy.stats import norm
 
 from kinematic_pipeline.backtest.multiple_testing import (
+    SAME_SERIES_ATOL,
     cluster_sharpe_ratios,
     default_block,
     deflated_sharpe_ratio,
+    distinct_columns,
     effective_trials,
     eigenvalue_trials,
     expected_maximum_sharpe,
@@ -119,6 +121,26 @@ def test_identical_series_share_their_model_confidence_p_value_instead_of_failin
     once = model_confidence_set(doubled[:, [0, 1, 3, 4]], ["hold", "a", "b", "c"], size=0.05, reps=300, seed=7)
     assert {k: mcs[k] for k in once} == once and mcs["flat1"] == mcs["flat2"] == mcs["hold"]
     assert model_confidence_set(np.column_stack([cash, cash]), ["x", "y"], reps=50) == {"x": 1.0, "y": 1.0}
+
+
+def test_series_a_rounding_apart_are_one_series_to_the_model_confidence_set():
+    # the demo's failure at 7d749ed: one rule's trades pooled under paper, calibrated and margin differ by 1e-18 on
+    # some days; every bootstrap mean of their difference is then exactly 0, and arch divides 0 by 0 (IndexError)
+    _, strategies = _universe()
+    a = strategies[:, 0]
+    ulp = a.copy()
+    ulp[::7] = np.nextafter(ulp[::7], np.inf)  # a rounding apart on every 7th day
+    assert 0 < np.abs(ulp - a).max() < 1e-15
+    series = np.column_stack([a, strategies[:, 1], ulp, strategies[:, 2]])
+    kept, which = distinct_columns(-series, SAME_SERIES_ATOL)
+    assert kept == [0, 1, 3] and which.tolist() == [0, 1, 0, 2]
+    mcs = model_confidence_set(series, ["a", "b", "a'", "c"], size=0.05, reps=300, seed=7)
+    once = model_confidence_set(series[:, [0, 1, 3]], ["a", "b", "c"], size=0.05, reps=300, seed=7)
+    assert {k: mcs[k] for k in once} == once and mcs["a'"] == mcs["a"]
+    # a difference a cost makes (a basis point on one day) is a difference
+    cost = a.copy()
+    cost[10] -= 1e-4
+    assert distinct_columns(-np.column_stack([a, cost]), SAME_SERIES_ATOL)[0] == [0, 1]
 
 
 def test_the_sharpe_difference_interval_resamples_both_series_together():
