@@ -22,7 +22,7 @@ same run. The loss after the timed steps is printed beside each, so that a faste
 On the workplace's device machine (Python 3.12 with torch, lightning, numba, scipy and pyarrow, but no polars; at most
 64 MiB travel): here, ``echo /.bench/ >> .git/info/exclude``, ``python benchmarks/bench_paper_scale.py --write-subset
 .bench/bars.parquet`` (3.3 MB) and ``pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation
-cp --platform manylinux_2_17_x86_64 -d .bench polars==V polars-runtime-32==V`` (V: constraints.txt's; 56 MB); there,
+cp --platform manylinux_2_17_x86_64 -d .bench polars==V polars-runtime-32==V`` (V: constraints.txt's; 55 MB); there,
 with ``.bench`` carried: ``python3 -m pip install -q --no-index --no-deps --target /tmp/site .bench/*.whl &&
 PYTHONPATH=/tmp/site python3 benchmarks/bench_paper_scale.py --file .bench/bars.parquet --json $OUT/paper_scale.json``
 (the default variants: a few minutes on an H200, tokenizing included; it must end inside 8). On a CPU (``--device
