@@ -66,14 +66,35 @@ def _read(settings: Settings, asset: str, day: dt.date, schema: dict[str, pl.Dat
     return pl.DataFrame(schema=schema)
 
 
-def day_labels(settings: Settings, day: dt.date) -> tuple[pl.DataFrame, dt.date, str]:
+class ShardReads:
+    """The shards one labels run reads, each read and checked against its manifest once: day t's labels read the
+    shards of t and of the ``label_horizon`` sessions after it, so a shard is wanted by up to horizon + 1 days in a
+    row (the next-week volatility task: 6; read each time, they were 80% of the demo's labels step). ``forget_before``
+    drops the days no later day reads (the days go in order)."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.frames: dict[tuple[str, dt.date], pl.DataFrame] = {}
+
+    def read(self, asset: str, day: dt.date, schema: dict[str, pl.DataType], required: bool) -> pl.DataFrame:
+        key = (asset, day)
+        if key not in self.frames:
+            self.frames[key] = _read(self.settings, asset, day, schema, required)
+        return self.frames[key]
+
+    def forget_before(self, day: dt.date) -> None:
+        self.frames = {key: frame for key, frame in self.frames.items() if key[1] >= day}
+
+
+def day_labels(settings: Settings, day: dt.date, reads: ShardReads | None = None) -> tuple[pl.DataFrame, dt.date, str]:
     """Labels of the windows ending on ``day`` (LABELS schema), the next session, and the inputs' digest.
 
-    The day's shards and those of the ``settings.label_horizon`` sessions after it are read: a task's ``target``
-    gets one return per session ahead (``forward_returns``), NaN where a session is not materialized yet."""
+    The day's shards and those of the ``settings.label_horizon`` sessions after it are read (through ``reads``, the
+    run's, when given): a task's ``target`` gets one return per session ahead (``forward_returns``), NaN where a
+    session is not materialized yet."""
     cfg, wh = settings.tokenize, settings.warehouse
     sessions = label_sessions(day, settings.label_horizon)
-    spline, close = forward_returns(settings, sessions)
+    spline, close = forward_returns(settings, sessions, reads or ShardReads(settings))
     frame = spline.select("ticker").with_columns(
         pl.Series("r_spline", spline["r1"].to_numpy()), pl.Series("r_close", close["r1"].to_numpy())
     )
@@ -93,23 +114,23 @@ def day_labels(settings: Settings, day: dt.date) -> tuple[pl.DataFrame, dt.date,
     return out.sort("ticker"), sessions[1], label_inputs_digest(wh, sessions)
 
 
-def forward_returns(settings: Settings, sessions: list[dt.date]) -> tuple[pl.DataFrame, pl.DataFrame]:
+def forward_returns(
+    settings: Settings, sessions: list[dt.date], reads: ShardReads
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The returns of the tickers of ``sessions[0]`` (its token shard: the windows ending that day) over each of the
     sessions after it: ``ticker``, ``r1`` .. ``rH``, from consecutive causal fits' end positions (the spline
     returns) and from the closes; NaN where a session's shard or a ticker's bar is missing (the newest days)."""
     positions = {"ticker": pl.String, "end_position": pl.Float64}
     closes = {"ticker": pl.String, "close": pl.Float64}
-    today = _read(settings, SPLINE.tokens_asset, sessions[0], positions, required=True)
-    frame = today.join(_read(settings, "raw_ohlcv", sessions[0], closes, required=True), on="ticker", how="left")
+    today = reads.read(SPLINE.tokens_asset, sessions[0], positions, required=True)
+    frame = today.join(reads.read("raw_ohlcv", sessions[0], closes, required=True), on="ticker", how="left")
     for k, session in enumerate(sessions[1:], start=1):  # the sessions ahead may not exist yet: unknown
         frame = frame.join(
-            _read(settings, SPLINE.tokens_asset, session, positions, required=False).rename(
-                {"end_position": f"end{k}"}
-            ),
+            reads.read(SPLINE.tokens_asset, session, positions, required=False).rename({"end_position": f"end{k}"}),
             on="ticker",
             how="left",
         ).join(
-            _read(settings, "raw_ohlcv", session, closes, required=False).rename({"close": f"close{k}"}),
+            reads.read("raw_ohlcv", session, closes, required=False).rename({"close": f"close{k}"}),
             on="ticker",
             how="left",
         )
@@ -153,8 +174,10 @@ class LabelsSummary:
 def materialize_labels(settings: Settings, days: list[dt.date], progress: bool = True) -> LabelsSummary:
     wh = settings.warehouse
     records = []
+    reads = ShardReads(settings)
     for day in tqdm(sorted(days), desc="labels", unit="day", disable=not progress):
-        frame, nxt, inputs_digest = day_labels(settings, day)
+        reads.forget_before(day)
+        frame, nxt, inputs_digest = day_labels(settings, day, reads)
         known = frame["r_spline" if settings.tokenize.label_source == "spline" else "r_close"].is_not_nan().sum()
         record = {
             "partition_date": day,
