@@ -22,7 +22,7 @@ from kinematic_pipeline.config import PROFILES, SOURCES, Settings, load_settings
 from kinematic_pipeline.folds import check_folds_have_test_days, evaluated_folds, fold_names
 from kinematic_pipeline.lineage import LineageReport, pooled_record, trace, trace_pooled
 from kinematic_pipeline.orchestration.plan import FOLD_GROUPS, normalize_selection, partition_range, plan_runs
-from kinematic_pipeline.orchestration.side_by_side import SIDE_BY_SIDE_GROUPS, chains, owners, run_side_by_side
+from kinematic_pipeline.orchestration.side_by_side import Workers, planned_chains, run_side_by_side
 from kinematic_pipeline.orchestration.timings import print_timings
 from kinematic_pipeline.pins import StalePairError
 from kinematic_pipeline.policy import Policy
@@ -84,82 +84,67 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
         if last_day is None and isinstance(bounds, tuple):
             last_day = dt.date.fromisoformat(bounds[1])
         check_folds_have_test_days(settings, last_day)  # before any run: a fold with no test day is a setting's error
-    for keys in plan:
-        partitions_def = graph.get(keys[0]).partitions_def
-        names = ", ".join(k.to_user_string() for k in keys)
-        runs: list[dict[str, str]] = [{}]
-        if isinstance(partitions_def, dg.TimeWindowPartitionsDefinition):
-            if bounds is unread:
-                bounds = partition_range(settings)
-            if bounds is None:
-                print(f"skip {names}: the source holds no bars in the profile's range")
+    with Workers(settings) as workers:  # the side-by-side groups' processes, spawned once
+        for keys in plan:
+            partitions_def = graph.get(keys[0]).partitions_def
+            names = ", ".join(k.to_user_string() for k in keys)
+            runs: list[dict[str, str]] = [{}]
+            if isinstance(partitions_def, dg.TimeWindowPartitionsDefinition):
+                if bounds is unread:
+                    bounds = partition_range(settings)
+                if bounds is None:
+                    print(f"skip {names}: the source holds no bars in the profile's range")
+                    continue
+                runs = [range_tags(bounds[0], bounds[1])]
+                print(f"materialize {names} for trading days {bounds[0]} .. {bounds[1]} (one run)")
+            elif partitions_def is not None:
+                keys_all = partitions_def.get_partition_keys(dynamic_partitions_store=instance)
+                runs = [{PARTITION_TAG: k} for k in keys_all]
+                print(f"materialize {names} for partitions {', '.join(keys_all)}")
+            else:
+                print(f"materialize {names}")
+            run_config = DEBUG_RUN_CONFIG if debug else QUIET_RUN_CONFIG
+            work = planned_chains(settings, graph, keys, runs)
+            if work:
+                at_once = settings.train.processes
+                chain = "a model or tokenization, seed and tau each, folds in order"
+                print(f"  side by side: {len(work)} chains ({chain}), {at_once} at once")
+                failed = [
+                    o for o in run_side_by_side(settings, work, owner_tags(), run_config, workers=workers) if o.error
+                ]
+                if failed:
+                    gc.collect()
+                    first = failed[0]
+                    assets = ", ".join(first.chain.assets)
+                    where = "" if first.partition is None else f" [{first.partition}]"
+                    print(f"FAILED: {assets}{where} (run {first.run_id}): {first.error}", file=sys.stderr)
+                    return 1
                 continue
-            runs = [range_tags(bounds[0], bounds[1])]
-            print(f"materialize {names} for trading days {bounds[0]} .. {bounds[1]} (one run)")
-        elif partitions_def is not None:
-            keys_all = partitions_def.get_partition_keys(dynamic_partitions_store=instance)
-            runs = [{PARTITION_TAG: k} for k in keys_all]
-            print(f"materialize {names} for partitions {', '.join(keys_all)}")
-        else:
-            print(f"materialize {names}")
-        run_config = DEBUG_RUN_CONFIG if debug else QUIET_RUN_CONFIG
-        work = _side_by_side(settings, graph, keys, runs)
-        if work:
-            at_once = settings.train.side_by_side
-            chain = "a model or tokenization, seed and tau each, folds in order"
-            print(f"  side by side: {len(work)} chains ({chain}), {at_once} at once")
-            failed = [o for o in run_side_by_side(settings, work, owner_tags(), run_config) if o.error]
-            if failed:
-                gc.collect()
-                first = failed[0]
-                assets = ", ".join(first.chain.assets)
-                where = "" if first.partition is None else f" [{first.partition}]"
-                print(f"FAILED: {assets}{where} (run {first.run_id}): {first.error}", file=sys.stderr)
-                return 1
-            continue
-        for tags in runs:
-            partition_key = tags.pop(PARTITION_TAG, None)
-            tags = {**tags, **owner_tags()}
-            result = dg.materialize(
-                [*defs.assets, *defs.asset_checks],
-                run_config=run_config,
-                selection=keys,
-                instance=instance,
-                resources=defs.resources,
-                tags=tags,
-                partition_key=partition_key,
-                raise_on_error=False,
-            )
-            if not result.success:
-                gc.collect()  # close progress bars left open by the failed step first: the error is the last line
-                print(f"FAILED: {names} (run {result.run_id}): {failure_line(result)}", file=sys.stderr)
-                return 1
-            print(f"materialized {names} (run {result.run_id})")
-            _print_ingest_totals(result, keys)
-            _print_check_warnings(result)
+            for tags in runs:
+                partition_key = tags.pop(PARTITION_TAG, None)
+                tags = {**tags, **owner_tags()}
+                result = dg.materialize(
+                    [*defs.assets, *defs.asset_checks],
+                    run_config=run_config,
+                    selection=keys,
+                    instance=instance,
+                    resources=defs.resources,
+                    tags=tags,
+                    partition_key=partition_key,
+                    raise_on_error=False,
+                )
+                if not result.success:
+                    gc.collect()  # close progress bars left open by the failed step first: the error is the last line
+                    print(f"FAILED: {names} (run {result.run_id}): {failure_line(result)}", file=sys.stderr)
+                    return 1
+                print(f"materialized {names} (run {result.run_id})")
+                _print_ingest_totals(result, keys)
+                _print_check_warnings(result)
     print_summary(settings)
     if settings.warehouse.report_file.exists() and (selection is None or "report" in selection):
         print("\nAnswers:\n" + "\n".join(answers_section(settings.warehouse.report_file.read_text())))
         print(f"Report: {settings.warehouse.report_file} (every table: python -m kinematic_pipeline report)")
     return 0
-
-
-def _side_by_side(settings: Settings, graph, keys, runs: list[dict[str, str]]):
-    """The chains a planned group runs side by side in (orchestration/side_by_side.py), or None: a group of
-    ``SIDE_BY_SIDE_GROUPS`` (foundations; adapters, probes and rules with what is partitioned like them; the corpus),
-    split by model or tokenization, with ``train.side_by_side`` > 1. A planned group holding such assets splits with
-    the assets planned beside them (the adapters' predictions and backtests, of the evaluation group): ``chains``
-    refuses a group whose assets do not all belong to a model or tokenization."""
-    from kinematic_pipeline.orchestration.partitions import PARTITION_TAG
-
-    splits = any(graph.get(k).group_name in SIDE_BY_SIDE_GROUPS for k in keys)
-    if settings.train.side_by_side < 2 or not splits:
-        return None
-    if runs == [{}]:  # unpartitioned: one run a chain
-        return chains([k.to_user_string() for k in keys], [None], owners())
-    if not all(PARTITION_TAG in tags for tags in runs):
-        return None
-    return chains([k.to_user_string() for k in keys], [t[PARTITION_TAG] for t in runs], owners())
 
 
 def _print_check_warnings(result) -> None:

@@ -68,7 +68,7 @@ TRAIN_BUDGET_ENV = {  # environment variable -> TrainConfig field (a longer budg
     "KP_WARM_START_STEPS": "warm_start_steps",  # the budget of a fold's foundation warm-started from the previous fold's
 }
 TRAIN_PROCESS_ENV = {  # environment variable -> TrainConfig field (how training uses the machine's cores)
-    "KP_TRAIN_SIDE_BY_SIDE": "side_by_side",  # training runs at once in materialize: one seed's chain per process
+    "KP_TRAIN_SIDE_BY_SIDE": "side_by_side",  # runs at once in materialize (auto: one a core): a chain per process
     "KP_TRAIN_THREADS": "threads",  # torch's threads in a training step (a side-by-side worker sets its share)
 }
 
@@ -158,9 +158,11 @@ def load_settings(
                 raise ValueError(f"{var}={env[var]!r}: expected a positive number of optimizer steps")
             budget[name] = int(env[var])
     for var, name in TRAIN_PROCESS_ENV.items():
-        if env.get(var):
+        if env.get(var) == "auto":  # one run a usable core at one thread each (the demo's and real's default)
+            budget[name] = None
+        elif env.get(var):
             if not env[var].isdigit() or int(env[var]) < 1:
-                raise ValueError(f"{var}={env[var]!r}: expected a positive integer")
+                raise ValueError(f"{var}={env[var]!r}: expected a positive integer or auto")
             budget[name] = int(env[var])
     if env.get("KP_SEEDS"):  # e.g. "1234,1235": one foundation, adapters and backtests per seed
         parts = [p.strip() for p in env["KP_SEEDS"].split(",")]

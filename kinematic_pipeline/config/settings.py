@@ -37,6 +37,13 @@ SCHEDULES = ("wsd", "cosine")  # train.schedule (training/modules.LRSchedule)
 SKILL_BLOCK_DAYS_RANGE = (20, 60)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, as a container or ``taskset`` limits it)."""
+    import os
+
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
 def check_choice(field_name: str, value, choices: tuple) -> None:
     """A ValueError naming the field, the value and the choices when ``value`` is not one of ``choices``."""
     if value not in choices:
@@ -208,9 +215,11 @@ class TrainConfig:
     max_val_windows: int | None = 20_000
     # How many runs ``materialize`` runs at once (KP_TRAIN_SIDE_BY_SIDE): chains of one model (or tokenization), seed
     # and tau side by side, each in its own process at cores // side_by_side threads (process_threads)
-    # (orchestration/side_by_side.py). 1 (every profile): one at a time at every core. On 2 cores two one-thread steps
-    # do 1.26x the windows of one two-thread step (bench_step_parallelism.py; docs/results/2026-11-28.md).
-    side_by_side: int = 1
+    # (orchestration/side_by_side.py). None (demo, real): one per usable core, each at one thread, so that a fit's
+    # bytes are those of one thread on any machine; 1 (ci, whose golden numbers were written at every core; paper,
+    # one accelerator): one at a time at every core. On 2 cores two one-thread steps do 1.26x the windows of one
+    # two-thread step (bench_step_parallelism.py; docs/results/2026-11-28.md).
+    side_by_side: int | None = 1
     threads: int | None = None  # torch's intra-op threads in a training step (None: one per usable core)
     accelerator: str = "auto"  # "auto" uses a GPU (and DDP over several) when present
     devices: str = "auto"
@@ -231,14 +240,16 @@ class TrainConfig:
     shard_trace: str | None = None  # KP_TRAIN_SHARD_TRACE: a folder where each rank records what it served
 
     @property
+    def processes(self) -> int:
+        """How many runs ``materialize`` runs at once: ``side_by_side``, else one per usable core."""
+        return self.side_by_side or usable_cores()
+
+    @property
     def process_threads(self) -> int:
         """The threads of one process that computes (a training step, a probe): ``threads``, else the usable cores
-        shared between the ``side_by_side`` processes that run at once (never more: 2 cores are easy to
-        oversubscribe)."""
-        import os
-
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        return self.threads or max(1, cores // max(1, self.side_by_side))
+        shared between the ``processes`` that run at once (never more: 2 cores are easy to oversubscribe); 1
+        wherever ``side_by_side`` is None, whatever the machine."""
+        return self.threads or max(1, usable_cores() // self.processes)
 
     def __post_init__(self) -> None:
         for name in self.variants:

@@ -1,13 +1,14 @@
 """Work run side by side on one machine: ``materialize`` runs a group of per-model (or per-tokenization) work as
-chains in ``train.side_by_side`` worker processes at once, each at ``cores // side_by_side`` torch threads
+chains in ``train.processes`` worker processes at once, each at ``cores // processes`` torch threads
 (``training.trainer.training_threads``). The groups (``SIDE_BY_SIDE_GROUPS``): the foundations (by fit); the adapters
 and the probes and rules, with the predictions and backtests partitioned like them (by policy); and the corpus (a
 window store, its statistics and its features per tokenization, unpartitioned: one run a tokenization).
 
 On 2 cores, two one-thread training steps do 1.26x the windows per second of one two-thread step, and two two-thread
 steps 0.58x (oversubscribed): ``benchmarks/bench_step_parallelism.py``, docs/results/2026-11-27.md. The corpus and the
-probes run at ~1.1 cores each (their reads and Python), so two at once use the second core. It is opt-in
-(``KP_TRAIN_SIDE_BY_SIDE=2``; ``train.side_by_side`` is 1 in every profile). A chain keeps its
+probes run at ~1.1 cores each (their reads and Python), so two at once use the second core. The demo and real
+profiles run one chain a usable core at one thread each (``train.side_by_side`` None); ci and paper one at a time
+(``KP_TRAIN_SIDE_BY_SIDE=2``, or ``auto``, changes it). A chain keeps its
 partitions' order (fold by fold), so a warm-started foundation always finds its parent (fold k-1, same model and
 seed) trained first; a chain reads no other chain's files (its model's or tokenization's assets only). Each worker
 runs its partitions as ordinary runs of the instance (``dg.materialize``), tagged with the worker's pid (a killed
@@ -133,32 +134,89 @@ def _run_chain(settings: Settings, chain: Chain, tags: dict[str, str], run_confi
     return outcomes
 
 
+class Workers:
+    """The worker processes of one ``materialize`` command: spawned at its first group that runs side by side (up to
+    ``train.processes``, as chains need them) and kept for the next groups. A spawn imports torch and Dagster and
+    builds the definitions: ~12 s at the start of each of the demo's five such groups on 2 cores, a minute of its ten.
+    ``close`` (leaving its ``with``) shuts them down; ``close(cancel=True)`` tells them to stop first."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._pool = None
+        self._stop = None
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close(cancel=exc[0] is not None)
+
+    def pool(self):
+        """The process pool and its stop event, started on first use."""
+        if self._pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            context = multiprocessing.get_context("spawn")  # never fork a process holding Dagster's and torch's threads
+            self._stop = context.Event()
+            self._pool = ProcessPoolExecutor(
+                max_workers=max(1, self.settings.train.processes),
+                mp_context=context,
+                initializer=_keep_stop,
+                initargs=(self._stop,),
+            )
+        return self._pool, self._stop
+
+    def close(self, cancel: bool = False) -> None:
+        if self._pool is None:
+            return
+        if cancel:
+            self._stop.set()
+        self._pool.shutdown(wait=True, cancel_futures=cancel)
+        self._pool = None
+
+
 def run_side_by_side(
-    settings: Settings, work: Sequence[Chain], tags: dict[str, str], run_config: dict, run=None
+    settings: Settings, work: Sequence[Chain], tags: dict[str, str], run_config: dict, run=None, workers=None
 ) -> list[RunOutcome]:
-    """Run the chains in up to ``train.side_by_side`` spawned processes at once, each taking the next chain when its
-    last is done; every partition's outcome, a failed chain's last. ``run`` (a picklable function of the same
-    arguments as ``_run_chain``, the default) is what a worker runs for a chain.
+    """Run the chains in up to ``train.processes`` spawned processes at once (``workers``', the command's, when given;
+    else a pool of their own, closed at the end), each taking the next chain when its last is done; every partition's
+    outcome, a failed chain's last. ``run`` (a picklable function of the same arguments as ``_run_chain``, the
+    default) is what a worker runs for a chain.
 
     Interrupted (Ctrl-C: the workers, in the same process group, get the signal too and fail their runs), nothing
     more starts: the queue is cancelled, and a worker told to stop starts neither a chain already handed to it nor
     its chain's next partition."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    context = multiprocessing.get_context("spawn")  # never fork a process holding Dagster's and torch's threads
-    workers = max(1, min(settings.train.side_by_side, len(work)))
-    stop = context.Event()
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_keep_stop, initargs=(stop,))
+    own = workers is None
+    workers = workers or Workers(settings)
+    pool, _ = workers.pool()
     try:
         futures = [pool.submit(_chain_unless_stopped, run or _run_chain, settings, c, tags, run_config) for c in work]
         return [outcome for future in futures for outcome in future.result()]
     except BaseException:
-        stop.set()
-        pool.shutdown(wait=True, cancel_futures=True)
+        workers.close(cancel=True)
         raise
     finally:
-        pool.shutdown(wait=True)
+        if own:
+            workers.close()
+
+
+def planned_chains(settings: Settings, graph, keys, runs: list[dict[str, str]]) -> list[Chain] | None:
+    """The chains a planned group of ``materialize`` runs side by side in, or None: a group of ``SIDE_BY_SIDE_GROUPS``
+    (foundations; adapters, probes and rules with what is partitioned like them; the corpus), split by model or
+    tokenization, with ``train.processes`` > 1. A planned group holding such assets splits with the assets planned
+    beside them (the adapters' predictions and backtests, of the evaluation group): ``chains`` refuses a group whose
+    assets do not all belong to a model or tokenization."""
+    from kinematic_pipeline.orchestration.partitions import PARTITION_TAG
+
+    splits = any(graph.get(k).group_name in SIDE_BY_SIDE_GROUPS for k in keys)
+    if settings.train.processes < 2 or not splits:
+        return None
+    if runs == [{}]:  # unpartitioned: one run a chain
+        return chains([k.to_user_string() for k in keys], [None], owners())
+    if not all(PARTITION_TAG in tags for tags in runs):
+        return None
+    return chains([k.to_user_string() for k in keys], [t[PARTITION_TAG] for t in runs], owners())
 
 
 _WORKER: dict = {

@@ -309,7 +309,7 @@ def load_bars_and_kinematics(settings: Settings, ticker: str, days: list[dt.date
 def training_curves(settings: Settings) -> dict[tuple[str, str], list[list[dict]]]:
     """The learning curves (``curves.csv``) of every foundation and of every adapter at the report's tau, per
     variant and stage, over the folds and seeds (those trained so far)."""
-    from kinematic_pipeline.training.trainer import read_curves
+    from kinematic_pipeline.training.curves import read_curves
 
     out = {}
     for variant, stage, _, folder in model_runs(settings):

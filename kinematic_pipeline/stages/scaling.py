@@ -241,7 +241,7 @@ def variant_rows(
 ) -> list[dict]:
     """One variant's rows: its transformer at every n (and the largest n at twice the step cap), its tokens' LR probe
     at every n and on every row, then the trailing-volatility reference (``with_vol20``). The variants are
-    independent: with ``train.side_by_side`` > 1 each runs in its own process at its share of the cores."""
+    independent: with ``train.processes`` > 1 each runs in its own process at its share of the cores."""
     from kinematic_pipeline.training.trainer import configure_threads
 
     configure_threads(settings.train)
@@ -272,11 +272,11 @@ def materialize_scaling_curves(settings: Settings, progress: bool = False, log=N
     rates = train_base_rates(settings)[CLOSE]
     sizes = sorted({int(n) for n in settings.evaluate.scaling_windows})
     work = [(settings, v, foundations[v], fold, rates, sizes, progress) for v in variants]
-    if settings.train.side_by_side > 1 and len(variants) > 1:  # a process a variant, as training side by side
+    if settings.train.processes > 1 and len(variants) > 1:  # a process a variant, as training side by side
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        workers = min(settings.train.side_by_side, len(variants))
+        workers = min(settings.train.processes, len(variants))
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(workers, mp_context=context) as pool:
             per_variant = list(pool.map(variant_rows, *zip(*work)))

@@ -36,8 +36,7 @@ def model_runs(settings: Settings):
 
 def training_table(settings: Settings) -> pl.DataFrame | None:
     """One row per trained model; None when no model has a learning curve (a run of the probes alone)."""
-    from kinematic_pipeline.training.run import pretrain_budget
-    from kinematic_pipeline.training.trainer import budget_steps, read_curves
+    from kinematic_pipeline.training.curves import budget_steps, pretrain_budget, read_curves
 
     rows = []
     for variant, stage, policy, folder in model_runs(settings):
@@ -76,7 +75,7 @@ def learnability_table(settings: Settings) -> pl.DataFrame | None:
     prior) at the last validation within a quarter, a half and all of the budget, and the windows it had seen then; the mean over folds and
     seeds. Pretraining is left out: each family's own objective is not comparable across tokenizations. None when no
     adapter has a learning curve."""
-    from kinematic_pipeline.training.trainer import budget_steps, read_curves
+    from kinematic_pipeline.training.curves import budget_steps, read_curves
 
     budget = budget_steps(settings.train, settings.train.finetune_steps)
     runs: dict[str, list[list[dict]]] = {}

@@ -35,18 +35,16 @@ from kinematic_pipeline.pins import StalePairError
 from kinematic_pipeline.policy import Foundation, Policy
 from kinematic_pipeline.report.markdown import Markdown, embedded_image, markdown_table
 from kinematic_pipeline.report.training_figures import curve_table, loss_curves_png
+from kinematic_pipeline.training.curves import CURVES_FILE, budget_steps, pretrain_budget, read_curves
 from kinematic_pipeline.training.data import WindowDataModule, write_shards_used
 from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule
 from kinematic_pipeline.training.trainer import (
-    CURVES_FILE,
     BestState,
-    budget_steps,
     build_trainer,
     configure_threads,
     loss_curves,
     quiet_lightning,
     ranks,
-    read_curves,
 )
 from kinematic_pipeline.warehouse.atomic import digest, file_sha256, write_bytes_atomic
 from kinematic_pipeline.warehouse.layout import LOSS_PLOT_FILE, MODEL_FILE, SHARDS_USED_SCHEMA
@@ -216,16 +214,6 @@ def _result(settings, policy, out_dir, files, model, fitted, started, **extra) -
     kind = policy.training
     loss_curves_png(result.loss_curves, f"{policy.variant.name} {kind}", out_dir / LOSS_PLOT_FILE)
     return result
-
-
-def pretrain_budget(settings: Settings, policy: Policy) -> int:
-    """The pretraining budget of the policy's foundation: ``train.pretrain_steps`` from scratch, and
-    ``train.warm_start_steps`` (None: the same) when it continues from the previous fold's
-    (``model_pins.parent_foundation``)."""
-    cfg = settings.train
-    if parent_foundation(settings, policy.foundation) is None or cfg.warm_start_steps is None:
-        return cfg.pretrain_steps
-    return cfg.warm_start_steps
 
 
 def _parent_state(settings: Settings, policy: Policy) -> tuple[Path, str, dict, dict | None] | None:

@@ -22,6 +22,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
 from kinematic_pipeline.config import TrainConfig
+from kinematic_pipeline.config.settings import usable_cores
+from kinematic_pipeline.training.curves import CURVE_COLUMNS, CURVES_FILE
 from kinematic_pipeline.training.data import EpochSeed
 from kinematic_pipeline.warehouse import exact_paths as exact
 from kinematic_pipeline.warehouse.atomic import inside_warehouse, write_text_atomic
@@ -48,21 +50,6 @@ class WindowCounter(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.windows += len(batch[1] if isinstance(batch, (tuple, list)) else batch)
-
-
-CURVES_FILE = "curves.csv"  # the learning curve of a training run, beside its weights
-CURVE_COLUMNS = (
-    "step",
-    "epoch",
-    "windows",
-    "lr",
-    "lr_fraction",  # of the peak rate after this step (the schedule's: modules.LRSchedule); 0 once annealed
-    "train_loss",
-    "val_loss",
-    "val_weighted_loss",
-    "val_acc",
-    "best",
-)
 
 
 class BestState(L.Callback):
@@ -143,10 +130,10 @@ class BestState(L.Callback):
 
 def training_threads(train=None) -> int:
     """Torch's intra-op threads in a training step: ``train.threads``, else the usable cores shared between the
-    ``train.side_by_side`` steps that run at once (never more: 2 cores are easy to oversubscribe). A fit's bytes
+    ``train.processes`` steps that run at once (never more: 2 cores are easy to oversubscribe). A fit's bytes
     depend on it (a reduction's order), so it follows from the settings alone, never from how many fits a run has."""
     if train is None:  # a benchmark's process: every core
-        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+        return usable_cores()
     return train.process_threads
 
 
@@ -237,11 +224,6 @@ def build_trainer(
     return trainer, counter, Path(loggers[0].log_dir) / "metrics.csv"
 
 
-def budget_steps(cfg: TrainConfig, budget: int) -> int:
-    """The step budget rounded up to whole validation intervals (the last steps are always validated)."""
-    return max(1, math.ceil(budget / cfg.eval_every)) * cfg.eval_every
-
-
 def ranks(cfg: TrainConfig) -> int:
     """Processes the Trainer will train in: GPUs requested when on GPUs, ``devices`` CPU ranks with
     ``accelerator="cpu"``, else 1. Each rank takes 1/ranks of an epoch's batches (training/data.py)."""
@@ -261,26 +243,6 @@ def _gpus_requested(devices: str) -> int:
     if "," in text:
         return len([d for d in text.split(",") if d.strip()])
     return int(text) if text.isdigit() else 1
-
-
-def read_curves(out_dir: Path) -> list[dict]:
-    """The learning curve ``BestState`` wrote (one row per validation; [] when the run had no validation)."""
-    path = Path(out_dir) / CURVES_FILE
-    if not path.exists():
-        return []
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    for row in rows:
-        row.setdefault("lr_fraction", "nan")  # a curve written before the column
-        for key in CURVE_COLUMNS:
-            row[key] = (
-                row[key] == "True"
-                if key == "best"
-                else int(row[key])
-                if key in ("step", "epoch", "windows")
-                else float(row[key])
-            )
-    return rows
 
 
 def loss_curves(metrics_csv: Path) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:

@@ -38,8 +38,8 @@ from kinematic_pipeline.stages.scaling import (
 from kinematic_pipeline.stages.scaling_scores import BEYOND_VOL20
 from kinematic_pipeline.tasks.buy_sell_hold import tau_column
 from kinematic_pipeline.tokenizations import FD, SPLINE
+from kinematic_pipeline.training.curves import budget_steps
 from kinematic_pipeline.training.data import distinct_sample
-from kinematic_pipeline.training.trainer import budget_steps
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.window_store import validation_days
 from kinematic_pipeline_tests.conftest import _bars, _run_all, _settings, _training_inputs
@@ -355,8 +355,8 @@ def test_learnability_on_test_days_scores_every_validated_state_and_the_kept_one
         learnability_test_png,
         learnability_test_table,
     )
+    from kinematic_pipeline.training.curves import read_curves
     from kinematic_pipeline.training.run import load_foundation
-    from kinematic_pipeline.training.trainer import read_curves
 
     bench = _benchmark("bench_learnability")
     settings, _ = built

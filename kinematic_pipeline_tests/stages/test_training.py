@@ -26,10 +26,10 @@ from kinematic_pipeline.stages.window_store import materialize_window_store
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold, tau_column
 from kinematic_pipeline.tokenizations import FD, RAW, SPLINE
 from kinematic_pipeline.training import data as data_mod
+from kinematic_pipeline.training.curves import read_curves
 from kinematic_pipeline.training.data import WindowDataModule
 from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule, adamw_with_cosine
 from kinematic_pipeline.training.run import build_classifier, finetune, load_classifier, load_foundation, pretrain
-from kinematic_pipeline.training.trainer import read_curves
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline.warehouse.verified import MODEL_MANIFEST
 from kinematic_pipeline_tests.conftest import single_cut

@@ -9,7 +9,7 @@ import math
 from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.stages.training_table import learnability_table, training_table
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
-from kinematic_pipeline.training.trainer import CURVE_COLUMNS, CURVES_FILE
+from kinematic_pipeline.training.curves import CURVE_COLUMNS, CURVES_FILE
 
 
 def _write_curves(folder, rows, fractions=None):

@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from kinematic_pipeline.config import TrainConfig
+from kinematic_pipeline.training.curves import read_curves
 from kinematic_pipeline.training.modules import LRSchedule, adamw_with_cosine, lr_schedule
-from kinematic_pipeline.training.trainer import build_trainer, quiet_lightning, read_curves
+from kinematic_pipeline.training.trainer import build_trainer, quiet_lightning
 
 
 def _old_cosine(step: int, total: int, warmup: int) -> float:

@@ -9,7 +9,16 @@ from pathlib import Path
 import pytest
 
 from kinematic_pipeline.config import load_settings
-from kinematic_pipeline.orchestration.side_by_side import SIDE_BY_SIDE_GROUPS, Chain, chains, model_of, owners
+from kinematic_pipeline.orchestration.side_by_side import (
+    SIDE_BY_SIDE_GROUPS,
+    Chain,
+    Workers,
+    chains,
+    model_of,
+    owners,
+    planned_chains,
+    run_side_by_side,
+)
 from kinematic_pipeline.training.trainer import training_threads
 
 
@@ -78,6 +87,53 @@ def test_the_threads_of_a_training_step_follow_from_the_settings_not_from_the_ru
             load_settings("ci", env={var: "0"})
 
 
+@pytest.mark.parametrize("cores", [1, 2, 3, 16])
+def test_demo_and_real_run_one_chain_a_core_at_one_thread_on_any_machine(monkeypatch, cores):
+    """Every core busy by default (issue 56): demo and real run as many chains at once as the machine has usable
+    cores, each at one thread, so that a fit's bytes are those of one thread whatever the machine; ci and paper stay
+    one at a time (ci's golden numbers were written at every core)."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+    env = {"KP_SOURCE_PATH": "bars.parquet"}  # the real and paper profiles read a file (never opened here)
+    for profile in ("demo", "real"):
+        train = load_settings(profile, env=env).train
+        assert (train.side_by_side, train.processes, training_threads(train)) == (None, cores, 1), profile
+    for profile in ("ci", "paper"):
+        train = load_settings(profile, env=env).train
+        assert (train.processes, training_threads(train)) == (1, cores), profile
+    auto = load_settings("ci", env={"KP_TRAIN_SIDE_BY_SIDE": "auto"}).train
+    assert (auto.processes, training_threads(auto)) == (cores, 1)
+    one = load_settings("demo", env={"KP_TRAIN_SIDE_BY_SIDE": "1"}).train
+    assert (one.processes, training_threads(one)) == (1, cores)
+
+
+def pid_chain(settings, chain, tags, run_config):
+    """A worker's chain for the test below: records which process ran it."""
+    import time
+
+    Path(tags["out"], chain.partitions[0]).write_text(str(os.getpid()))
+    time.sleep(0.5)  # long enough that both workers take a chain
+    return []
+
+
+def test_the_groups_of_one_command_share_its_worker_processes(tmp_path):
+    """No spawn paid twice: the side-by-side groups of one ``materialize`` (foundations, probes, adapters, ...) run in
+    the same worker processes (each spawn imports torch and Dagster and builds the definitions), closed at the end."""
+    settings = load_settings("ci", env={"KP_TRAIN_SIDE_BY_SIDE": "2"})
+    pids = []
+    with Workers(settings) as workers:
+        for group in ("foundations", "adapters"):
+            out = tmp_path / group
+            out.mkdir()
+            work = [Chain("splinegpt", ("a",), (f"{group}{i}",)) for i in range(4)]
+            assert run_side_by_side(settings, work, {"out": str(out)}, {}, run=pid_chain, workers=workers) == []
+            pids.append({p.read_text() for p in out.iterdir()})
+        pool, _ = workers.pool()
+        processes = list(pool._processes.values())
+    assert len(pids[0]) == 2 and pids[1] == pids[0]
+    assert str(os.getpid()) not in pids[0]
+    assert all(not p.is_alive() for p in processes)
+
+
 def sleeping_chain(settings, chain, tags, run_config):
     """A worker's chain for the test below: marks that it started, then takes a while (a fine-tuning run's stand-in)."""
     import pathlib
@@ -135,7 +191,6 @@ def test_every_planned_run_of_the_whole_dag_that_holds_a_side_by_side_group_spli
     (the evaluation group), and it must split all the same (a run at 5c02da5 trained every adapter one at a time)."""
     import dagster as dg
 
-    from kinematic_pipeline.cli import _side_by_side
     from kinematic_pipeline.definitions import build_definitions
     from kinematic_pipeline.orchestration.assets_scaling import off_dag_groups
     from kinematic_pipeline.orchestration.partitions import PARTITION_TAG
@@ -151,7 +206,7 @@ def test_every_planned_run_of_the_whole_dag_that_holds_a_side_by_side_group_spli
         partitions = graph.get(keys[0]).partitions_def
         assert not isinstance(partitions, dg.TimeWindowPartitionsDefinition)
         runs = [{}] if partitions is None else [{PARTITION_TAG: k} for k in partitions.get_partition_keys()]
-        work = _side_by_side(settings, graph, keys, runs)
+        work = planned_chains(settings, graph, keys, runs)
         names = [k.to_user_string() for k in keys]
         assert work is not None and len(work) > 1, names
         assert {a for c in work for a in c.assets} == set(names)
