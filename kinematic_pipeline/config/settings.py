@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kinematic_pipeline.config.backbones import ModelConfig
+from kinematic_pipeline.config.machine import usable_cores
 from kinematic_pipeline.folds import Fold, walk_forward
 from kinematic_pipeline.paper_conventions import BacktestConfig
 from kinematic_pipeline.tasks.base import Task
@@ -35,13 +36,6 @@ SCHEDULES = ("wsd", "cosine")  # train.schedule (training/modules.LRSchedule)
 # the skill intervals' block, in trading days: long enough to keep the scores' autocorrelation (volatility clusters),
 # short enough to leave a test period of a few hundred days many blocks
 SKILL_BLOCK_DAYS_RANGE = (20, 60)
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity, as a container or ``taskset`` limits it)."""
-    import os
-
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 def check_choice(field_name: str, value, choices: tuple) -> None:
@@ -213,12 +207,9 @@ class TrainConfig:
     finetune_windows: int | None = None
     # validation windows at most (a sample fixed per seed; None: every validation window)
     max_val_windows: int | None = 20_000
-    # How many runs ``materialize`` runs at once (KP_TRAIN_SIDE_BY_SIDE): chains of one model (or tokenization), seed
-    # and tau side by side, each in its own process at cores // side_by_side threads (process_threads)
-    # (orchestration/side_by_side.py). None (demo, real): one per usable core, each at one thread, so that a fit's
-    # bytes are those of one thread on any machine; 1 (ci, whose golden numbers were written at every core; paper,
-    # one accelerator): one at a time at every core. On 2 cores two one-thread steps do 1.26x the windows of one
-    # two-thread step (bench_step_parallelism.py; docs/results/2026-11-28.md).
+    # Runs ``materialize`` runs at once (KP_TRAIN_SIDE_BY_SIDE; orchestration/side_by_side.py), each a process at
+    # process_threads. None (demo, real): one a usable core at one thread, a fit's bytes one thread's on any machine;
+    # 1 (ci: golden numbers written at every core; paper: one accelerator): one at a time at every core.
     side_by_side: int | None = 1
     threads: int | None = None  # torch's intra-op threads in a training step (None: one per usable core)
     accelerator: str = "auto"  # "auto" uses a GPU (and DDP over several) when present
@@ -247,8 +238,7 @@ class TrainConfig:
     @property
     def process_threads(self) -> int:
         """The threads of one process that computes (a training step, a probe): ``threads``, else the usable cores
-        shared between the ``processes`` that run at once (never more: 2 cores are easy to oversubscribe); 1
-        wherever ``side_by_side`` is None, whatever the machine."""
+        shared between the ``processes`` at once (never more: 2 cores are easy to oversubscribe; 1 with None)."""
         return self.threads or max(1, usable_cores() // self.processes)
 
     def __post_init__(self) -> None:

@@ -59,6 +59,7 @@ from kinematic_pipeline.stages.volatility_report import volatility_figures
 from kinematic_pipeline.tasks.buy_sell_hold import at_tau, same_tau
 from kinematic_pipeline.tokenizations import SPLINE
 from kinematic_pipeline.tokenizations.spline import window_end_kinematics
+from kinematic_pipeline.training.curves import read_curves
 from kinematic_pipeline.variants import BENCHMARK, FOCUS_VARIANT, models
 from kinematic_pipeline.warehouse import BACKTESTS, EQUITY_CURVES, PREDICTIONS, RAW_OHLCV
 from kinematic_pipeline.warehouse import exact_paths as exact
@@ -309,8 +310,6 @@ def load_bars_and_kinematics(settings: Settings, ticker: str, days: list[dt.date
 def training_curves(settings: Settings) -> dict[tuple[str, str], list[list[dict]]]:
     """The learning curves (``curves.csv``) of every foundation and of every adapter at the report's tau, per
     variant and stage, over the folds and seeds (those trained so far)."""
-    from kinematic_pipeline.training.curves import read_curves
-
     out = {}
     for variant, stage, _, folder in model_runs(settings):
         rows = read_curves(folder)

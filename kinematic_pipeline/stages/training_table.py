@@ -16,6 +16,7 @@ from kinematic_pipeline.config import Settings
 from kinematic_pipeline.model_pins import PARENT_FILE
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.run_keys import run_task
+from kinematic_pipeline.training.curves import budget_steps, pretrain_budget, read_curves
 from kinematic_pipeline.variants import color, display_name
 from kinematic_pipeline.variants import variant as lookup_variant
 
@@ -36,8 +37,6 @@ def model_runs(settings: Settings):
 
 def training_table(settings: Settings) -> pl.DataFrame | None:
     """One row per trained model; None when no model has a learning curve (a run of the probes alone)."""
-    from kinematic_pipeline.training.curves import budget_steps, pretrain_budget, read_curves
-
     rows = []
     for variant, stage, policy, folder in model_runs(settings):
         curves = read_curves(folder)
@@ -75,8 +74,6 @@ def learnability_table(settings: Settings) -> pl.DataFrame | None:
     prior) at the last validation within a quarter, a half and all of the budget, and the windows it had seen then; the mean over folds and
     seeds. Pretraining is left out: each family's own objective is not comparable across tokenizations. None when no
     adapter has a learning curve."""
-    from kinematic_pipeline.training.curves import budget_steps, read_curves
-
     budget = budget_steps(settings.train, settings.train.finetune_steps)
     runs: dict[str, list[list[dict]]] = {}
     for variant, stage, _, folder in model_runs(settings):

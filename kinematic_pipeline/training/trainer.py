@@ -22,7 +22,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
 from kinematic_pipeline.config import TrainConfig
-from kinematic_pipeline.config.settings import usable_cores
+from kinematic_pipeline.config.machine import usable_cores
 from kinematic_pipeline.training.curves import CURVE_COLUMNS, CURVES_FILE
 from kinematic_pipeline.training.data import EpochSeed
 from kinematic_pipeline.warehouse import exact_paths as exact
