@@ -227,10 +227,14 @@ _WORKER: dict = {
 
 
 def _keep_stop(event) -> None:
-    """A worker's initializer: keep the stop event, and note a SIGINT of its own (a Ctrl-C reaches the whole process
-    group, often before the parent has set the event) before raising it as usual."""
+    """A worker's initializer: keep the stop event, note a SIGINT of its own (a Ctrl-C reaches the whole process
+    group, often before the parent has set the event) before raising it as usual, and exit once orphaned: a worker
+    waiting for its next chain never learns that the ``materialize`` that started it was killed (``kill -9``), and the
+    command keeps its workers between groups; its run, if one was open, is failed by the next ``materialize``."""
     import os
     import signal
+    import threading
+    import time
 
     _WORKER["stop"] = event
     _WORKER["parent"] = os.getppid()
@@ -239,7 +243,13 @@ def _keep_stop(event) -> None:
         _WORKER["interrupted"] = True
         raise KeyboardInterrupt
 
+    def watch() -> None:
+        while os.getppid() == _WORKER["parent"]:
+            time.sleep(1.0)
+        os._exit(1)
+
     signal.signal(signal.SIGINT, interrupted)
+    threading.Thread(target=watch, name="orphaned-worker-watch", daemon=True).start()
 
 
 def _stopped() -> bool:

@@ -134,6 +134,36 @@ def test_the_groups_of_one_command_share_its_worker_processes(tmp_path):
     assert all(not p.is_alive() for p in processes)
 
 
+def test_a_worker_whose_command_was_killed_exits(tmp_path):
+    """``kill -9`` of ``materialize`` leaves its workers orphaned; one waiting for its next chain (the command keeps
+    them between groups) would wait forever. It exits within seconds."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = f"""
+from kinematic_pipeline.config import load_settings
+from kinematic_pipeline.orchestration.side_by_side import Chain, Workers, run_side_by_side
+from kinematic_pipeline_tests.unit.test_side_by_side import pid_chain
+settings = load_settings("ci", env={{"KP_TRAIN_SIDE_BY_SIDE": "1"}})
+workers = Workers(settings)
+run_side_by_side(settings, [Chain("splinegpt", ("a",), ("p",))], {{"out": {str(tmp_path)!r}}}, {{}}, pid_chain, workers)
+print("ready", flush=True)
+import time
+time.sleep(60)
+"""
+    command = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert command.stdout.readline().strip() == "ready"
+    worker = int((tmp_path / "p").read_text())
+    os.kill(command.pid, signal.SIGKILL)
+    command.wait()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and Path(f"/proc/{worker}").exists():
+        time.sleep(0.2)
+    assert not Path(f"/proc/{worker}").exists() or "Z" in Path(f"/proc/{worker}/stat").read_text().split()[2]
+
+
 def sleeping_chain(settings, chain, tags, run_config):
     """A worker's chain for the test below: marks that it started, then takes a while (a fine-tuning run's stand-in)."""
     import pathlib
