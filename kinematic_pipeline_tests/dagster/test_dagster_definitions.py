@@ -185,28 +185,31 @@ def test_a_selection_below_one_adapter_materializes_no_other_variants_assets(ci_
 
 
 def test_the_policy_partitions_are_exactly_the_runs_grid(tmp_path):
-    """The ci profile's folds (2022H1, 2022H2) with the tau sweep on the last fold only: the adapters' partitions
-    are the report tau on the first fold and every tau on the last, each reading the foundation of its own fit;
-    no partition names a policy the run never trains."""
+    """The ci profile's folds (2022H1, 2022H2) with the tau sweep on the last fold and the first seed: the adapters'
+    partitions are the report tau on every fold and seed and every tau on the last fold with seed 1234, each reading
+    the foundation of its own fit; no partition names a policy the run never trains."""
     from kinematic_pipeline.config import load_settings
     from kinematic_pipeline.policy import Policy
     from kinematic_pipeline.run_keys import policy_keys
     from kinematic_pipeline.tasks.buy_sell_hold import tau_key
 
     settings = load_settings("ci", warehouse=tmp_path / "wh", env={})
-    assert settings.split.tau_sweep_folds == "last" and [f.name for f in settings.folds] == ["2022H1", "2022H2"]
+    assert (settings.split.tau_sweep_folds, settings.split.tau_sweep_seeds) == ("last", "first")
+    assert [f.name for f in settings.folds] == ["2022H1", "2022H2"]
     graph = build_definitions(settings).resolve_asset_graph()
     seeds, taus = settings.train.seeds, settings.tokenize.taus
     report = tau_key(settings.evaluate.report_tau)
-    expected = [f"2022H1@{s}|{report}" for s in seeds] + [f"2022H2@{s}|{tau_key(t)}" for s in seeds for t in taus]
+    expected = [f"2022H1@{s}|{report}" for s in seeds] + [
+        f"2022H2@{s}|{tau_key(t)}" for s in seeds for t in taus if s == seeds[0] or tau_key(t) == report
+    ]
     for asset in ("splinegpt_adapter", "splinegpt_predictions", "patchtst_backtests"):
         assert graph.get(dg.AssetKey(asset)).partitions_def.get_partition_keys() == expected, asset
-    assert len(expected) == len(seeds) * (1 + len(taus)) < 2 * len(seeds) * len(taus)
-    # the sweep with the first seed only: the report's tau keeps every seed
-    first = dataclasses.replace(settings, split=dataclasses.replace(settings.split, tau_sweep_seeds="first"))
-    swept = [f"2022H2@{seeds[0]}|{tau_key(t)}" for t in taus if tau_key(t) != report]
-    assert policy_keys(first, "splinegpt") == [k for k in expected if "|" + report in k or k in swept]
-    assert len(policy_keys(first, "splinegpt")) == 2 * len(seeds) + len(swept) < len(expected)
+    assert len(expected) == 2 * len(seeds) + len(taus) - 1 < len(seeds) * (1 + len(taus))
+    # the sweep with every seed: the last fold's every tau for each seed
+    every = dataclasses.replace(settings, split=dataclasses.replace(settings.split, tau_sweep_seeds="all"))
+    all_seeds = [f"2022H1@{s}|{report}" for s in seeds] + [f"2022H2@{s}|{tau_key(t)}" for s in seeds for t in taus]
+    assert policy_keys(every, "splinegpt") == all_seeds
+    assert set(expected) < set(all_seeds)
     # no sweep (real's whole-DAG run): the report's tau on every fold and seed, nothing else; KP_TAU_SWEEP_FOLDS
     # sets it, and refuses what is not a choice
     none = load_settings("ci", warehouse=tmp_path / "wh", env={"KP_TAU_SWEEP_FOLDS": "none"})

@@ -115,6 +115,7 @@ def pid_chain(settings, chain, tags, run_config):
     return []
 
 
+@pytest.mark.slow  # spawns workers that import torch: 14-18 s (the nightly lane runs this file's slow tests)
 def test_the_groups_of_one_command_share_its_worker_processes(tmp_path):
     """No spawn paid twice: the side-by-side groups of one ``materialize`` (foundations, probes, adapters, ...) run in
     the same worker processes (each spawn imports torch and Dagster and builds the definitions), closed at the end."""
@@ -134,6 +135,7 @@ def test_the_groups_of_one_command_share_its_worker_processes(tmp_path):
     assert all(not p.is_alive() for p in processes)
 
 
+@pytest.mark.slow  # spawns workers that import torch: 14-18 s (the nightly lane runs this file's slow tests)
 def test_a_worker_whose_command_was_killed_exits(tmp_path):
     """``kill -9`` of ``materialize`` leaves its workers orphaned; one waiting for its next chain (the command keeps
     them between groups) would wait forever. It exits within seconds."""
