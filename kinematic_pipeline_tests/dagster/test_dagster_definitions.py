@@ -158,7 +158,12 @@ def test_each_baselines_results_have_its_features_and_probe_upstream_and_no_mode
         assert _upstream(graph, dg.AssetKey(f"{name}_backtests")) == chain | features_inputs | {f"{name}_predictions"}
     rule = {"raw_features", "raw_window_store", "raw_tokens"} | features_inputs
     assert _upstream(graph, dg.AssetKey("momentum_20d_predictions")) == rule
-    assert graph.get(dg.AssetKey("lr_spline_probe")).partitions_def.get_partition_keys() == [
+    # fitted at the report's tau (ci's evaluate.baseline_taus, as demo's and real's); None: at every tau
+    assert ci_settings.evaluate.baseline_taus == (0.01,)
+    assert graph.get(dg.AssetKey("lr_spline_probe")).partitions_def.get_partition_keys() == ["0|0.01"]
+    every = dataclasses.replace(ci_settings.evaluate, baseline_taus=None)
+    swept = build_definitions(dataclasses.replace(ci_settings, evaluate=every)).resolve_asset_graph()
+    assert swept.get(dg.AssetKey("lr_spline_probe")).partitions_def.get_partition_keys() == [
         f"0|{t}" for t in ("0.0025", "0.005", "0.01", "0.02")
     ]
     tables = _upstream(graph, dg.AssetKey("paper_tables"))
