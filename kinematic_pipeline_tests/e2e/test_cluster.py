@@ -44,6 +44,7 @@ from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.folds import fold_names
 from kinematic_pipeline.orchestration.assets_models import TRAINING_POOL
 from kinematic_pipeline.policy import Foundation, Policy
+from kinematic_pipeline.run_keys import policy_keys
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline_tests.helpers import ROOT
@@ -313,14 +314,20 @@ def test_celery_workers_on_postgres_backfill_the_same_bytes_and_survive_a_killed
 
 
 def _grid() -> tuple[str, list[str], list[str]]:
-    """The ci profile's last fold, and its partitions: foundations by seed, adapters by (seed, tau)."""
+    """The ci profile's last fold, and its partitions: foundations by seed, adapters by (seed, tau) at GRID_TAUS
+    where the run trains them (the report's tau with every seed, the other with the first: ``tau_sweep_seeds``)."""
     settings = load_settings("ci", env={})
     fold = fold_names(settings)[-1]
     seeds = settings.train.seeds
     pretrain = [Foundation.named(settings.folds, GRID_VARIANT, s, fold).fit_key for s in seeds]
+    grid = set(policy_keys(settings, GRID_VARIANT))
     finetune = [
-        Policy.named(settings.folds, GRID_VARIANT, s, BuySellHold(tau), fold).key for s in seeds for tau in GRID_TAUS
+        key
+        for s in seeds
+        for tau in GRID_TAUS
+        if (key := Policy.named(settings.folds, GRID_VARIANT, s, BuySellHold(tau), fold).key) in grid
     ]
+    assert len(finetune) == len(seeds) + 1, finetune  # both seeds at one tau, the first at the other
     return fold, pretrain, finetune
 
 
