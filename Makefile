@@ -14,7 +14,7 @@ export DAGSTER_HOME := $(CURDIR)
 unexport PYTHONDONTWRITEBYTECODE
 KP_PROFILE ?= demo
 
-.PHONY: demo test venv ci materialize-ci ui clean
+.PHONY: demo resume test venv ci materialize-ci ui clean
 
 venv: $(VENV)/.installed
 
@@ -30,6 +30,10 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 demo: venv
 	KP_PROFILE=$(KP_PROFILE) $(BIN)/python -m kinematic_pipeline materialize
+
+# a stopped `make demo` (killed, interrupted, the machine taken back) finishes what it had not: same KP_* variables
+resume: venv
+	KP_PROFILE=$(KP_PROFILE) $(BIN)/python -m kinematic_pipeline materialize --resume
 
 test: venv
 	$(BIN)/python -m pytest

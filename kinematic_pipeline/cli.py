@@ -56,7 +56,7 @@ def _ensure_dagster_home(settings: Settings) -> Path:
     return home
 
 
-def materialize(settings: Settings, selection: str | None = None, debug: bool = False) -> int:
+def materialize(settings: Settings, selection: str | None = None, debug: bool = False, resume: bool = False) -> int:
     # Read a file source first: an unreadable file is reported in a second, before Dagster loads. Other
     # sources (yfinance goes to the network) are read only when a trading-day asset is selected.
     unread = object()
@@ -68,6 +68,7 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
     from kinematic_pipeline.definitions import build_definitions
     from kinematic_pipeline.orchestration.assets_scaling import off_dag_groups
     from kinematic_pipeline.orchestration.partitions import PARTITION_TAG, range_tags
+    from kinematic_pipeline.orchestration.resume import SETTINGS_TAG, fingerprint, resume_point
     from kinematic_pipeline.orchestration.runs import fail_orphaned_runs, failure_line, owner_tags
 
     home = _ensure_dagster_home(settings)
@@ -84,6 +85,12 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
         if last_day is None and isinstance(bounds, tuple):
             last_day = dt.date.fromisoformat(bounds[1])
         check_folds_have_test_days(settings, last_day)  # before any run: a fold with no test day is a setting's error
+    own_tags = {**owner_tags(), SETTINGS_TAG: fingerprint(settings)}
+    point = resume_point(instance, settings) if resume else None
+    if point is not None:
+        own_tags |= point.tags()
+        trust = "" if point.checked else " (its runs carry no settings fingerprint: same settings and code assumed)"
+        print(f"resume invocation {point.invocation}: {len(point.done)} asset partitions finished{trust}")
     with Workers(settings) as workers:  # the side-by-side groups' processes, spawned once
         for keys in plan:
             partitions_def = graph.get(keys[0]).partitions_def
@@ -105,13 +112,15 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
                 print(f"materialize {names}")
             run_config = DEBUG_RUN_CONFIG if debug else QUIET_RUN_CONFIG
             work = planned_chains(settings, graph, keys, runs)
+            if point is not None:
+                runs, work = point.left([k.to_user_string() for k in keys], runs, work)
+                if not runs and not work:
+                    continue
             if work:
                 at_once = settings.train.processes
                 chain = "a model or tokenization, seed and tau each, folds in order"
                 print(f"  side by side: {len(work)} chains ({chain}), {at_once} at once")
-                failed = [
-                    o for o in run_side_by_side(settings, work, owner_tags(), run_config, workers=workers) if o.error
-                ]
+                failed = [o for o in run_side_by_side(settings, work, own_tags, run_config, workers=workers) if o.error]
                 if failed:
                     gc.collect()
                     first = failed[0]
@@ -122,7 +131,7 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
                 continue
             for tags in runs:
                 partition_key = tags.pop(PARTITION_TAG, None)
-                tags = {**tags, **owner_tags()}
+                tags = {**tags, **own_tags}
                 result = dg.materialize(
                     [*defs.assets, *defs.asset_checks],
                     run_config=run_config,
@@ -317,6 +326,12 @@ def main(argv: list[str] | None = None) -> int:
         help="assets to materialize: names ('raw_ohlcv', 'raw_ohlcv,spline_tokens', 'raw_ohlcv or labels') or "
         "Dagster's selection syntax ('group:ingest', '+spline_tokens')",
     )
+    mat.add_argument(
+        "--resume",
+        action="store_true",
+        help="finish the last materialize on this host that was stopped: skip what its runs finished "
+        "(same settings and code required)",
+    )
     sub.add_parser("info", parents=[common], help="print the resolved settings and the catalog's views")
     lin = sub.add_parser("lineage", parents=[common], help="the chain behind a backtest metric, every file re-hashed")
     lin.add_argument("--model", required=True, help="model variant, e.g. splinegpt")
@@ -359,7 +374,7 @@ def _run(args: argparse.Namespace) -> int:
     # The flags override KP_*; the definitions are built from these settings (cli.materialize), in process.
     settings = load_settings(args.profile, source=args.source, source_path=args.source_path, warehouse=args.warehouse)
     if args.command == "materialize":
-        return materialize(settings, args.select, debug=args.debug)
+        return materialize(settings, args.select, debug=args.debug, resume=args.resume)
     if args.command == "timings":
         return timings(args.run_id, args.invocation)
     if not _require_warehouse(settings):
