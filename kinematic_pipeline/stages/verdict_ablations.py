@@ -151,6 +151,10 @@ def ablation_comparisons(
             diff, low, high, p, se = mt.sharpe_difference_hac(
                 strategies.of(names[0]), strategies.of(names[1]), hac_lag(total)
             )
+            if not np.isfinite(diff):  # a record whose excess returns do not vary (cash every day): no Sharpe
+                why = "a Sharpe ratio is undefined: one record's excess returns do not vary (e.g. it never trades)"
+                out[TIMING].append(Comparison(test, statistic=days, why=why, pair=pair))
+                continue
             interval = f"[{annual(low):+.2f}, {annual(high):+.2f}] (95%, unadjusted)"
             statistic = f"{annual(diff):+.2f} (annualized); {days}"
             timed = Comparison(test, statistic, interval, diff, p, se=se, unit="sharpe", pair=pair)
