@@ -9,7 +9,6 @@ range.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime as dt
 import gc
 import os
@@ -19,6 +18,7 @@ from pathlib import Path
 from polars.exceptions import PanicException
 
 from kinematic_pipeline.config import PROFILES, SOURCES, Settings, load_settings
+from kinematic_pipeline.config.fingerprint import settings_tree
 from kinematic_pipeline.folds import check_folds_have_test_days, evaluated_folds, fold_names
 from kinematic_pipeline.lineage import LineageReport, pooled_record, trace, trace_pooled
 from kinematic_pipeline.orchestration.plan import FOLD_GROUPS, normalize_selection, partition_range, plan_runs
@@ -28,7 +28,6 @@ from kinematic_pipeline.pins import StalePairError
 from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.report.answers import answers_section
 from kinematic_pipeline.run_keys import named_task, policy_seeds, run_policies
-from kinematic_pipeline.warehouse import Warehouse
 from kinematic_pipeline.warehouse.layout import MODELS_DIR
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -386,27 +385,3 @@ def _run(args: argparse.Namespace) -> int:
     print(settings_tree(settings))
     print_summary(settings)
     return 0
-
-
-def settings_tree(settings: Settings) -> str:
-    """The resolved settings as an indented tree: one ``name: value`` line per field, a section per group
-    (``data``, ``model``, ``train``, ...), tuples as comma lists (``seeds: 1234, 1235``)."""
-
-    def value(v) -> str:
-        if isinstance(v, Warehouse):
-            return str(v.root)
-        if isinstance(v, (tuple, list)):
-            return ", ".join(value(x) for x in v) if v else "(none)"
-        return "(none)" if v is None else str(v)
-
-    def lines(obj, depth: int) -> list[str]:
-        out = []
-        for f in dataclasses.fields(obj):
-            v = getattr(obj, f.name)
-            if dataclasses.is_dataclass(v) and not isinstance(v, (type, Warehouse)):
-                out += ["  " * depth + f"{f.name}:", *lines(v, depth + 1)]
-            else:
-                out.append("  " * depth + f"{f.name}: {value(v)}")
-        return out
-
-    return "\n".join(["settings:", *lines(settings, 1)])

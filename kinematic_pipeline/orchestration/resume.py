@@ -14,12 +14,11 @@ ends as one uninterrupted command would have left it. The run that was killed mi
 
 from __future__ import annotations
 
-import hashlib
-import json
 import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from kinematic_pipeline.config.fingerprint import fingerprint
 from kinematic_pipeline.orchestration.partitions import PARTITION_TAG, RANGE_END, RANGE_START
 from kinematic_pipeline.orchestration.runs import HOST_TAG, INVOCATION_TAG
 
@@ -27,16 +26,6 @@ SETTINGS_TAG = "kinematic_pipeline/settings"  # the fingerprint of the resolved 
 RESUMES_TAG = "kinematic_pipeline/resumes"  # on a resumed command's runs: the invocation it resumes
 
 Unit = tuple[frozenset[str], str]  # (asset names, partition key | "<first>..<last>" | "")
-
-
-def fingerprint(settings) -> str:
-    """What must not change between a stopped command and its resume: the resolved settings (every field, as
-    ``info`` prints them) and each stage's code version."""
-    from kinematic_pipeline.cli import settings_tree
-    from kinematic_pipeline.code_versions import CODE_VERSIONS
-
-    text = settings_tree(settings) + "\n" + json.dumps(CODE_VERSIONS, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def unit(assets: Iterable[str], tags: Mapping[str, str]) -> Unit:
