@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 import polars as pl  # noqa: E402
 
 from kinematic_pipeline.config import load_settings  # noqa: E402
+from kinematic_pipeline.config.fingerprint import fingerprint  # noqa: E402
 from kinematic_pipeline.folds import fold_names  # noqa: E402
 from kinematic_pipeline.models import build_model  # noqa: E402
 from kinematic_pipeline.policy import Foundation, Policy  # noqa: E402
@@ -72,6 +74,13 @@ def random_foundation(settings, policy: Policy, folder: Path) -> Path:
     return path
 
 
+def from_random(settings, policy: Policy, tmp: Path) -> dict:
+    """``policy``'s adapter fine-tuned at the 1x budget from its backbone as initialized (no pretraining step)."""
+    name = f"{policy.variant.name}_{policy.seed}"
+    backbone = random_foundation(settings, policy, tmp / f"{name}_random_backbone")
+    return run(settings, policy, "finetune", 1, tmp / f"{name}_from_random", backbone)
+
+
 def from_horizon(settings, policy: Policy, horizon: int, tmp: Path) -> dict:
     """Pretrain ``policy``'s foundation from scratch with the target ``horizon`` tokens ahead (the 1x budget), then
     fine-tune from it at the 1x budget: both runs' rows (the foundation is pinned to that model config, so the
@@ -88,6 +97,30 @@ def from_horizon(settings, policy: Policy, horizon: int, tmp: Path) -> dict:
             far, policy, "finetune", 1, tmp / f"{policy.variant.name}_horizon{horizon}", folder / MODEL_FILE
         ),
     }
+
+
+class Runs:
+    """Each training run's row, kept as one JSON file per run under ``folder`` (the warehouse's
+    ``reports/budget_runs/<settings fingerprint>/``): a benchmark stopped after hours (killed, the machine taken back)
+    runs again only what it had not finished; other settings or code (rates, budgets, stage versions) get another
+    folder. ``None``: nothing kept."""
+
+    def __init__(self, folder: Path | None):
+        self.folder = folder
+        self.reused = 0
+
+    def get(self, name: str, make) -> dict:
+        path = None if self.folder is None else self.folder / f"{name}.json"
+        if path is not None and path.exists():
+            self.reused += 1
+            return json.loads(path.read_text())
+        row = make()
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            staged = path.with_suffix(".tmp")
+            staged.write_text(json.dumps(row))
+            staged.replace(path)  # whole or absent: a run killed while writing is run again
+        return row
 
 
 def run(settings, policy: Policy, stage: str, factor: int, out: Path, foundation: Path | None = None) -> dict:
@@ -134,12 +167,22 @@ def main() -> None:
     )
     parser.add_argument("--head-lr", type=float, help="the head's learning rate (train.head_lr) for this run only")
     parser.add_argument("--lr", type=float, help="pretraining's learning rate (train.lr) for this run only")
+    parser.add_argument(
+        "--ablation-seeds",
+        type=int,
+        default=1,
+        help="fine-tune from a random backbone on the first N seeds (each against its own 1x adapter): the "
+        "ablation's mean and sd over seeds",
+    )
+    parser.add_argument("--fresh", action="store_true", help="train every run again (default: reuse the kept ones)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     settings = load_settings()
     given = (("lr", args.lr), ("finetune_lr", args.finetune_lr), ("head_lr", args.head_lr))
     rates = {k: v for k, v in given if v is not None}
     settings = dataclasses.replace(settings, train=dataclasses.replace(settings.train, **rates))
+    kept = None if args.fresh else settings.warehouse.reports_dir / "budget_runs" / fingerprint(settings)
+    cache = Runs(kept)
     folds = fold_names(settings)
     fold = args.fold or folds[0]
     later = folds[folds.index(fold) + 1 :] if fold in folds else []
@@ -162,17 +205,22 @@ def main() -> None:
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     rows, ablation = [], []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as temporary:
+        tmp = Path(temporary)
         for variant in variants:
             for stage in args.stages:
                 on = later[0] if stage == "warm_start" else fold
-                foundation = Foundation.named(settings.folds, variant, seed, on)
                 family = []
                 for s in seeds:
                     seeded = Foundation.named(settings.folds, variant, s, on)
                     policy = seeded.on(run_task(settings, args.tau)) if stage == "finetune" else seeded
-                    runs = (run(settings, policy, stage, k, Path(tmp) / f"{variant}_{stage}_{s}_{k}x") for k in (1, 2))
-                    one, two = runs
+                    name = f"{variant}_{stage}_{on}_{s}"
+                    one, two = (
+                        cache.get(
+                            f"{name}_{k}x", lambda k=k, p=policy, g=stage, n=name: run(settings, p, g, k, tmp / n)
+                        )
+                        for k in (1, 2)
+                    )
                     gain = (one["best_val_loss"] - two["best_val_loss"]) / abs(one["best_val_loss"])
                     family.append({"variant": variant, "stage": stage, "fold": on, "seed": s, "1x": one, "2x": two})
                     family[-1]["gain"] = gain
@@ -189,30 +237,35 @@ def main() -> None:
                 for row in family:
                     row.update(passes=verdict.passes, tolerance=verdict.spread / abs(verdict.mean_1x))
                 rows += family
-                policy = foundation.on(run_task(settings, args.tau)) if stage == "finetune" else foundation
-                one = family[0]["1x"]
-                if stage == "finetune" and not args.no_ablation:
-                    backbone = random_foundation(settings, policy, Path(tmp) / f"{variant}_random_backbone")
-                    cold = run(settings, policy, stage, 1, Path(tmp) / f"{variant}_from_random", backbone)
-                    ablation.append({"variant": variant, "from foundation": one, "from random": cold})
-                    if args.pretrain_horizon and lookup_variant(variant).backbone == "gpt":
-                        ablation[-1]["horizon"] = from_horizon(settings, policy, args.pretrain_horizon, Path(tmp))
+                if stage != "finetune" or args.no_ablation:
+                    continue
+                for row in family[: args.ablation_seeds]:
+                    s = row["seed"]
+                    policy = Foundation.named(settings.folds, variant, s, on).on(run_task(settings, args.tau))
+                    cold = cache.get(f"{variant}_{on}_{s}_from_random", lambda p=policy: from_random(settings, p, tmp))
+                    ablation.append({"variant": variant, "seed": s, "from foundation": row["1x"], "from random": cold})
+                    if args.pretrain_horizon and lookup_variant(variant).backbone == "gpt" and s == seed:
+                        h = args.pretrain_horizon
+                        ablation[-1]["horizon"] = cache.get(
+                            f"{variant}_{on}_{s}_horizon{h}", lambda p=policy, h=h: from_horizon(settings, p, h, tmp)
+                        )
         print()
         print(
             "Does pretraining help? The adapter from its foundation against the same fine-tuning from a random backbone"
         )
         h = args.pretrain_horizon
         print(
-            "| family | from the foundation: best val loss (best step) | from a random backbone | pretraining lowers it by |"
+            "| family | seed | from the foundation: best val loss (best step) | from a random backbone | "
+            "pretraining lowers it by |"
             + (f" from a foundation pretrained {h} tokens ahead | which lowers it by |" if h else "")
         )
-        print("| --- | --- | --- | --- |" + (" --- | --- |" if h else ""))
+        print("| --- | --- | --- | --- | --- |" + (" --- | --- |" if h else ""))
         for row in ablation:
             warm, cold = row["from foundation"], row["from random"]
             gain = (cold["best_val_loss"] - warm["best_val_loss"]) / abs(cold["best_val_loss"])
             row["gain"] = gain
             line = (
-                f"| {row['variant']} | {warm['best_val_loss']:.5f} ({warm['best_step']}) | "
+                f"| {row['variant']} | {row['seed']} | {warm['best_val_loss']:.5f} ({warm['best_step']}) | "
                 f"{cold['best_val_loss']:.5f} ({cold['best_step']}) | {100 * gain:+.2f}% |"
             )
             if "horizon" in row:
@@ -222,6 +275,13 @@ def main() -> None:
             elif h:
                 line += " - | - |"
             print(line)
+        for variant in dict.fromkeys(row["variant"] for row in ablation):
+            gains = [100 * row["gain"] for row in ablation if row["variant"] == variant]
+            if len(gains) > 1:
+                mean, sd = statistics.mean(gains), statistics.stdev(gains)
+                print(f"| {variant} | {len(gains)} seeds | | | {mean:+.2f}% (sd {sd:.2f}%) |")
+    if cache.reused:
+        print(f"{cache.reused} runs reused from {cache.folder} (--fresh trains them again)")
     if args.json:
         args.json.write_text(json.dumps({"budget": rows, "pretraining": ablation}, indent=2))
     if rates:
@@ -236,12 +296,11 @@ def write_budget_test(settings, fold: str, rows: list, ablation: list) -> Path:
     seed, each with its family's verdict over the seeds (``passes``) and the seeds' spread relative to the 1x mean
     (``tolerance``)."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    cold = {row["variant"]: row for row in ablation}
+    cold = {(row["variant"], row.get("seed", rows[0]["seed"])): row for row in ablation}  # first seed's, by default
     records = []
     for row in rows:
         one, two = row["1x"], row["2x"]
-        first = row["seed"] == rows[0]["seed"]  # the ablation ran on the first seed
-        random = cold.get(row["variant"]) if row["stage"] == "finetune" and first else None
+        random = cold.get((row["variant"], row["seed"])) if row["stage"] == "finetune" else None
         records.append(
             {
                 "variant": row["variant"],

@@ -191,3 +191,26 @@ def test_learnability_on_test_days_reaches_the_report_table_once_the_benchmark_w
     assert (probe["Model"], probe["Step (budget)"], probe["Validation skill over the prior"]) == (
         "Logistic regression (Spline)", "fitted", None,
     )  # fmt: skip
+
+
+def test_the_budget_benchmark_keeps_each_run_and_reuses_it_when_run_again(tmp_path):
+    """A benchmark of hours stopped half-way runs again only what it had not finished: each run's row is kept whole
+    under its name; with no folder nothing is kept."""
+    made = []
+
+    def make(loss):
+        def train():
+            made.append(loss)
+            return {"best_val_loss": loss}
+
+        return train
+
+    runs = _bench_budget().Runs(tmp_path / "runs")
+    assert runs.get("a_1x", make(0.5)) == {"best_val_loss": 0.5}
+    assert runs.get("a_1x", make(0.7)) == {"best_val_loss": 0.5}  # kept: not trained again
+    assert runs.get("a_2x", make(0.4)) == {"best_val_loss": 0.4}
+    assert made == [0.5, 0.4] and runs.reused == 1
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["a_1x.json", "a_2x.json"]  # no staged leftovers
+    nothing = _bench_budget().Runs(None)
+    nothing.get("a_1x", make(0.9))
+    assert made[-1] == 0.9 and nothing.reused == 0
