@@ -5,6 +5,10 @@ clipping and the cosine schedule) measured in the same run as
   * two processes at once, one thread each (two training steps side by side: a Dagster executor of two slots);
   * two processes at once, two threads each (two steps side by side at the default threads: oversubscribed);
   * one process at two threads with ``torch.compile`` (its compile time counted, and the steps it needs to pay);
+  * one process at two threads with bf16 autocast (CPUs with avx512_bf16 or AMX);
+  * regional compilation (each repeated transformer block compiled on its own, ``nn.Module.compile``) with an
+    Inductor cache (``TORCHINDUCTOR_CACHE_DIR``) cold, then warm (a new process reading what the cold one wrote, as
+    every training process of a run would share one), at two threads x 1 and one thread x 2 processes;
   * one process at two threads with batches of 2x and 4x the profile's (windows per second only: whether a larger
     batch with a scaled learning rate reaches the same validation loss is ``bench_training.py``'s MFU section).
 
@@ -21,7 +25,9 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,8 +41,9 @@ def _settings():
     return load_settings("demo", env={})  # the real profile's backbones, batch and optimizer (no source file needed)
 
 
-def _step_seconds(variant: str, threads: int, batch: int, steps: int, warmup: int, compiled: bool, barrier) -> dict:
-    """Seconds of ``steps`` timed training steps after ``warmup`` (compile, if any, inside the first warm-up step)."""
+def _step_seconds(variant: str, threads: int, batch: int, steps: int, warmup: int, how: str, barrier) -> dict:
+    """Seconds of ``steps`` timed training steps after ``warmup`` (compile, if any, inside the first warm-up step);
+    ``how``: "" (eager float32), "compile" (the whole loss), "regional" (each repeated block), "bf16" (autocast)."""
     import torch
 
     from kinematic_pipeline.models import build_model
@@ -53,10 +60,15 @@ def _step_seconds(variant: str, threads: int, batch: int, steps: int, warmup: in
     x = torch.randn(batch, cfg.context, channels)
     lr = train.lr * batch / train.batch_size  # the linear scaling rule for larger batches
     optimizer, schedule = adamw_with_cosine(list(model.named_parameters()), lr, train.weight_decay, warmup + steps + 1)
-    loss_of = torch.compile(model.pretrain_loss) if compiled else model.pretrain_loss
+    loss_of = torch.compile(model.pretrain_loss) if how == "compile" else model.pretrain_loss
+    if how == "regional":
+        for name in ("blocks", "layers"):  # the GPT's blocks, PatchTST's encoder layers
+            for block in getattr(model, name, ()):
+                block.compile()
 
     def step() -> None:
-        loss = loss_of(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=how == "bf16"):
+            loss = loss_of(x)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
@@ -85,11 +97,11 @@ def _worker(args, barrier, queue) -> None:
         queue.put({"error": f"{type(exc).__name__}: {exc}"})
 
 
-def measure(variant: str, processes: int, threads: int, batch: int, steps: int, warmup: int, compiled: bool) -> dict:
+def measure(variant: str, processes: int, threads: int, batch: int, steps: int, warmup: int, how: str) -> dict:
     """One mode: ``processes`` spawned at once, each ``threads`` threads; total windows/s over the slowest."""
     ctx = mp.get_context("spawn")
     barrier, queue = ctx.Barrier(processes), ctx.Queue()
-    args = (variant, threads, batch, steps, warmup, compiled)
+    args = (variant, threads, batch, steps, warmup, how)
     procs = [ctx.Process(target=_worker, args=(args, barrier, queue)) for _ in range(processes)]
     for p in procs:
         p.start()
@@ -107,14 +119,19 @@ def measure(variant: str, processes: int, threads: int, batch: int, steps: int, 
     }
 
 
-MODES = [  # (name, processes, threads, batch scale, compiled)
-    ("1 process x 2 threads (today)", 1, 2, 1, False),
-    ("2 processes x 1 thread, side by side", 2, 1, 1, False),
-    ("2 processes x 2 threads (oversubscribed)", 2, 2, 1, False),
-    ("1 process x 2 threads, torch.compile", 1, 2, 1, True),
-    ("1 process x 2 threads, batch x2, lr x2", 1, 2, 2, False),
-    ("1 process x 2 threads, batch x4, lr x4", 1, 2, 4, False),
+MODES = [  # (name, processes, threads, batch scale, how, Inductor cache: "" none, "cold" a fresh one, "warm" the last)
+    ("1 process x 2 threads (today)", 1, 2, 1, "", ""),
+    ("2 processes x 1 thread, side by side", 2, 1, 1, "", ""),
+    ("2 processes x 2 threads (oversubscribed)", 2, 2, 1, "", ""),
+    ("1 process x 2 threads, bf16 autocast", 1, 2, 1, "bf16", ""),
+    ("1 process x 2 threads, torch.compile", 1, 2, 1, "compile", "cold"),
+    ("1 process x 2 threads, regional compile, cold cache", 1, 2, 1, "regional", "cold"),
+    ("1 process x 2 threads, regional compile, warm cache", 1, 2, 1, "regional", "warm"),
+    ("2 processes x 1 thread, regional compile, warm cache", 2, 1, 1, "regional", "warm"),
+    ("1 process x 2 threads, batch x2, lr x2", 1, 2, 2, "", ""),
+    ("1 process x 2 threads, batch x4, lr x4", 1, 2, 4, "", ""),
 ]
+COMPILED = ("compile", "regional")
 
 
 def main() -> None:
@@ -129,12 +146,18 @@ def main() -> None:
     rows = []
     print("| variant | mode | windows/s | x today | step ms | first step s | compile pays after |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
+    caches = tempfile.TemporaryDirectory(prefix="inductor_")
+    cache = None
     for variant in args.variants:
         reference = None
-        for name, processes, threads, scale, compiled in MODES:
-            if compiled and args.no_compile:
+        for name, processes, threads, scale, how, state in MODES:
+            if how in COMPILED and args.no_compile:
                 continue
-            r = measure(variant, processes, threads, batch * scale, args.steps, args.warmup, compiled)
+            if state == "cold" or (state == "warm" and cache is None):
+                cache = tempfile.mkdtemp(dir=caches.name)  # spawned workers read the variable at start
+            if state:
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+            r = measure(variant, processes, threads, batch * scale, args.steps, args.warmup, how)
             row = {"variant": variant, "mode": name, **r}
             rows.append(row)
             if "error" in r:
@@ -143,9 +166,11 @@ def main() -> None:
             reference = reference or r
             ratio = r["windows_per_s"] / reference["windows_per_s"]
             pays = ""
-            if compiled:  # steps until the compile time is won back by the faster steps
-                saved = (reference["step_ms"] - r["step_ms"]) / 1000
-                extra = r["first_step_s"] - reference["first_step_s"]
+            if how in COMPILED:  # steps until the compile time is won back by the faster steps (same threads)
+                eager = MODES[0 if processes == 1 else 1][0]
+                same = next(x for x in rows if (x["variant"], x["mode"]) == (variant, eager) and "error" not in x)
+                saved = (same["step_ms"] - r["step_ms"]) / 1000
+                extra = r["first_step_s"] - same["first_step_s"]
                 pays = f"{extra / saved:.0f} steps" if saved > 0 else "never (no faster step)"
                 row["compile_pays_after_steps"] = extra / saved if saved > 0 else None
             print(
