@@ -6,6 +6,12 @@ best validation loss by no more than the seeds' own spread, either way.
 
     KP_PROFILE=real KP_SOURCE=parquet KP_SOURCE_PATH=... KP_WAREHOUSE=warehouse/real \\
         python benchmarks/bench_budget.py [--fold 2019] [--seeds 1234 1235] [--tau 0.01] [--variants ...] [--json PATH]
+            [--ablation-seeds 3] [--test-days] [--fresh]
+
+Each run's row is kept under ``<warehouse>/reports/budget_runs/<settings fingerprint>/`` as it ends, and a later
+invocation with the same settings and code reuses it: a benchmark of hours on ``real`` stopped half-way (killed, the
+machine taken back) trains only what it had not (``--fresh``: everything again). Two invocations with disjoint
+``--variants`` at ``KP_TRAIN_THREADS=1`` use both cores of a 2-core machine.
 
 The foundation runs train from scratch (the first fold has no parent; a later fold's ``--fold`` is trained from
 scratch as well, at the from-scratch budget) into a temporary folder, never the warehouse's; both adapters are
@@ -15,8 +21,9 @@ objective, the adapters' the de-weighted log loss they stop on.
 
 The second table is the pretraining ablation: each family's adapter fine-tuned from its foundation (the 1x run
 above) against the same fine-tuning, seed and budget from a randomly initialized backbone (the foundation's own
-initialization: the seed's draw before any pretraining step). A family whose pretraining helps reaches a lower
-validation loss from its foundation.
+initialization: the seed's draw before any pretraining step), on the first ``--ablation-seeds`` seeds, with the
+mean and sd of the gain over them. A family whose pretraining helps reaches a lower validation loss from its
+foundation. ``--test-days`` also scores both adapters' kept states on the fold's test days (rank IC, log-loss skill).
 """
 
 from __future__ import annotations
@@ -74,11 +81,17 @@ def random_foundation(settings, policy: Policy, folder: Path) -> Path:
     return path
 
 
-def from_random(settings, policy: Policy, tmp: Path) -> dict:
+def scored_on_test_days(stage: str, seed: int, seeds: list[int], args) -> bool:
+    """Whether a fine-tuning's 1x run is scored on test days: an ablation seed's, under ``--test-days``."""
+    ablated = seeds[: args.ablation_seeds]
+    return bool(args.test_days) and stage == "finetune" and seed in ablated and not args.no_ablation
+
+
+def from_random(settings, policy: Policy, tmp: Path, test: TestDays | None = None) -> dict:
     """``policy``'s adapter fine-tuned at the 1x budget from its backbone as initialized (no pretraining step)."""
     name = f"{policy.variant.name}_{policy.seed}"
     backbone = random_foundation(settings, policy, tmp / f"{name}_random_backbone")
-    return run(settings, policy, "finetune", 1, tmp / f"{name}_from_random", backbone)
+    return run(settings, policy, "finetune", 1, tmp / f"{name}_from_random", backbone, test)
 
 
 def from_horizon(settings, policy: Policy, horizon: int, tmp: Path) -> dict:
@@ -123,19 +136,52 @@ class Runs:
         return row
 
 
-def run(settings, policy: Policy, stage: str, factor: int, out: Path, foundation: Path | None = None) -> dict:
+def run(
+    settings, policy: Policy, stage: str, factor: int, out: Path, foundation: Path | None = None, test=None
+) -> dict:
+    """One run's row; ``test`` (``TestDays``) scores a fine-tuned adapter's kept state on the fold's test days too."""
     s = scaled(settings, factor, stage)
     if stage != "finetune":  # warm_start: from the warehouse's foundation of the previous fold
         result = pretrain(s, policy, out_dir=out, progress=False)
     else:  # from the warehouse's foundation of the fold, or the one given
         result = finetune(s, policy, out_dir=out, foundation=foundation, progress=False)
-    return {
+    row = {
         "budget": result.budget_steps,
         "steps": result.steps,
         "best_step": result.best_step,
         "best_val_loss": result.best_val_loss,
         "seconds": result.seconds,
     }
+    if test is not None and stage == "finetune":
+        row |= test.score(s, policy, out, foundation)
+    return row
+
+
+class TestDays:
+    """Scores an adapter's kept state as the report scores the universe (``stages.scaling_scores.score_universe``):
+    the daily rank IC of p_buy - p_sell against the next close-to-close return and the log-loss skill over the fold's
+    training base rates, on the fold's test days. The test days choose nothing: they only show what the kept state
+    (chosen on validation) scores."""
+
+    def __init__(self, settings):
+        from kinematic_pipeline.stages.base_rates import CLOSE, train_base_rates
+
+        self.rates = train_base_rates(settings)[CLOSE]
+
+    def score(self, settings, policy: Policy, out: Path, foundation: Path | None) -> dict:
+        from kinematic_pipeline.folds import evaluation_days
+        from kinematic_pipeline.models import HEADS
+        from kinematic_pipeline.predictors.families import predictor
+        from kinematic_pipeline.stages.scaling_scores import score_universe
+        from kinematic_pipeline.training.run import load_foundation
+
+        backbone = load_foundation(settings, policy, foundation or settings.warehouse.foundation_checkpoint(policy))
+        classifier = HEADS[policy.variant.head.kind].load(backbone, out, policy.task.head_width).eval()
+        days = evaluation_days(settings, policy.variant.token_asset, policy.fold)
+        fitted = classifier, settings.train.class_weights
+        _, _, universe, _ = predictor(policy.variant).predictions(settings, policy, days, True, fitted)
+        scores = score_universe(settings, universe, self.rates)
+        return {"test_rank_ic": scores["rank_ic"], "test_logloss_skill": scores["logloss_skill"]}
 
 
 def main() -> None:
@@ -174,6 +220,12 @@ def main() -> None:
         help="fine-tune from a random backbone on the first N seeds (each against its own 1x adapter): the "
         "ablation's mean and sd over seeds",
     )
+    parser.add_argument(
+        "--test-days",
+        action="store_true",
+        help="score the ablation's adapters (from the foundation, from a random backbone) on the fold's test days: "
+        "rank IC and log-loss skill (Buy/Sell/Hold)",
+    )
     parser.add_argument("--fresh", action="store_true", help="train every run again (default: reuse the kept ones)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -183,6 +235,7 @@ def main() -> None:
     settings = dataclasses.replace(settings, train=dataclasses.replace(settings.train, **rates))
     kept = None if args.fresh else settings.warehouse.reports_dir / "budget_runs" / fingerprint(settings)
     cache = Runs(kept)
+    test = TestDays(settings) if args.test_days else None
     folds = fold_names(settings)
     fold = args.fold or folds[0]
     later = folds[folds.index(fold) + 1 :] if fold in folds else []
@@ -215,9 +268,13 @@ def main() -> None:
                     seeded = Foundation.named(settings.folds, variant, s, on)
                     policy = seeded.on(run_task(settings, args.tau)) if stage == "finetune" else seeded
                     name = f"{variant}_{stage}_{on}_{s}"
+                    scored = test if scored_on_test_days(stage, s, seeds, args) else None
                     one, two = (
                         cache.get(
-                            f"{name}_{k}x", lambda k=k, p=policy, g=stage, n=name: run(settings, p, g, k, tmp / n)
+                            f"{name}_{k}x{'_test' if k == 1 and scored else ''}",
+                            lambda k=k, p=policy, g=stage, n=name, t=scored: run(
+                                settings, p, g, k, tmp / f"{n}_{k}x", None, t if k == 1 else None
+                            ),
                         )
                         for k in (1, 2)
                     )
@@ -242,7 +299,10 @@ def main() -> None:
                 for row in family[: args.ablation_seeds]:
                     s = row["seed"]
                     policy = Foundation.named(settings.folds, variant, s, on).on(run_task(settings, args.tau))
-                    cold = cache.get(f"{variant}_{on}_{s}_from_random", lambda p=policy: from_random(settings, p, tmp))
+                    cold = cache.get(
+                        f"{variant}_{on}_{s}_from_random{'_test' if test else ''}",
+                        lambda p=policy: from_random(settings, p, tmp, test),
+                    )
                     ablation.append({"variant": variant, "seed": s, "from foundation": row["1x"], "from random": cold})
                     if args.pretrain_horizon and lookup_variant(variant).backbone == "gpt" and s == seed:
                         h = args.pretrain_horizon
@@ -268,6 +328,11 @@ def main() -> None:
                 f"| {row['variant']} | {row['seed']} | {warm['best_val_loss']:.5f} ({warm['best_step']}) | "
                 f"{cold['best_val_loss']:.5f} ({cold['best_step']}) | {100 * gain:+.2f}% |"
             )
+            if "test_rank_ic" in warm and "test_rank_ic" in cold:
+                line += (
+                    f" test: rank IC {warm['test_rank_ic']:+.4f} / {cold['test_rank_ic']:+.4f}, log-loss skill "
+                    f"{warm['test_logloss_skill']:+.5f} / {cold['test_logloss_skill']:+.5f} (foundation / random) |"
+                )
             if "horizon" in row:
                 far = row["horizon"]["finetune"]
                 row["horizon_gain"] = (cold["best_val_loss"] - far["best_val_loss"]) / abs(cold["best_val_loss"])
