@@ -24,6 +24,18 @@ def epoch_sample(n: int, cap: int | None, seed: int, epoch: int, split: str) -> 
     return rng.choice(n, size=k, replace=False, shuffle=True)
 
 
+def distinct_served(n: int, cap: int | None, seed: int, served: int) -> int:
+    """How many distinct positions of 0..n-1 a training stream's first ``served`` windows hold: epochs 0, 1, ... in
+    serving order (``epoch_sample``'s, split "train"), the last one cut at ``served``; at most min(n, served)."""
+    seen = np.zeros(n, dtype=bool)
+    epoch, left = 0, served
+    while left > 0 and n > 0 and not seen.all():
+        sample = epoch_sample(n, cap, seed, epoch, "train")[:left]
+        seen[sample] = True
+        epoch, left = epoch + 1, left - len(sample)
+    return int(seen.sum())
+
+
 def part_of(sample: np.ndarray, part: int, parts: int) -> np.ndarray:
     """Part ``part`` of ``parts`` disjoint, equal shares of an epoch's sample (DDP ranks x DataLoader workers):
     every part gets len // parts positions (the remainder is not served), so every rank runs the same steps."""

@@ -3,11 +3,13 @@
 On the first walk-forward fold, the first training seed and the report's tau, each of SplineGPT and RawGPT-FD (those
 of ``train.variants``) is fine-tuned from its existing foundation once per size n of ``evaluate.scaling_windows``, on
 exactly n distinct labelled training windows (``train.finetune_windows``: a sample fixed by the seed, which every
-epoch draws from) under one step cap for every n (the profile's ``train.finetune_steps``, its schedule and early
-stopping), to its own best validation loss: n is data, never steps. One more row per variant, at the largest n, runs
-twice the step cap (``TRANSFORMER_LONG``): whether more steps on the same data would move the point. Each row records
+epoch draws from) under one step cap for every n (the profile's ``train.finetune_steps``, or the steps that serve n
+windows once when more; its schedule and early stopping), to its own best validation loss: n is data, never steps.
+One more row per variant, at the largest n, runs twice that cap (``TRANSFORMER_LONG``): whether more steps on the
+same data would move the point. Each row records
 the windows its optimizer was served up to the state it kept (``windows_seen``; the curves' ``windows`` at the best
-validation). Each adapter goes to a scratch folder (``<warehouse>/scaling/<variant>/n=<n>/``), never over the
+validation) and the distinct windows among them (``distinct_windows``, the figure's x: exact, from the seeded epoch
+samples). Each adapter goes to a scratch folder (``<warehouse>/scaling/<variant>/n=<n>/``), never over the
 pipeline's own adapters. Beside each transformer, the logistic-regression probe on its tokens' window features
 (``lr_spline`` / ``lr_fd``) is fitted on a seeded sample of n labelled training rows (matched data) and on every
 labelled training row (the reference line). Beside them, the trailing-volatility forecaster
@@ -31,6 +33,7 @@ bootstrap interval over blocks of ``evaluate.skill_bootstrap_block_days`` test d
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +47,7 @@ from kinematic_pipeline.policy import Policy
 from kinematic_pipeline.predictors.families import predictor
 from kinematic_pipeline.report.markdown import Markdown, embedded_image, markdown_table
 from kinematic_pipeline.run_keys import run_task
+from kinematic_pipeline.sampling import distinct_served
 from kinematic_pipeline.stages.base_rates import CLOSE, train_base_rates
 from kinematic_pipeline.stages.baselines import train_probe
 from kinematic_pipeline.stages.scaling_scores import VOL_REFERENCE, log_row, score_universe, with_vol20
@@ -65,6 +69,8 @@ SCALING_SCHEMA: dict[str, pl.DataType] = {
     "model": pl.String,  # the variant that learned: the transformer, or its tokens' probe (lr_spline | lr_fd)
     "n_windows": pl.Int64,  # the distinct training windows asked for (lr_all: every labelled training row)
     "windows_seen": pl.Int64,  # windows served up to the kept state (repeats past an epoch); rows a probe fitted
+    # the distinct windows among them (the figure's x): a transformer's exactly, from the seeded epoch samples
+    "distinct_windows": pl.Int64,
     "train_rows": pl.Int64,  # distinct labelled training windows the fine-tuning drew from (<= n); a probe's rows
     "steps": pl.Int64,  # optimizer steps run (a probe: L-BFGS iterations)
     "best_step": pl.Int64,  # the step whose state was kept (null for a probe)
@@ -135,9 +141,11 @@ def scratch_dir(settings: Settings, variant: str, n: int) -> Path:
 
 
 def scaling_budget(cfg: TrainConfig, n: int, long: bool = False) -> TrainConfig:
-    """``cfg`` fine-tuning on n distinct windows under the profile's step cap (twice it when ``long``), its schedule
-    and early stopping as every fine-tuning has them."""
-    return dataclasses.replace(cfg, finetune_windows=n, finetune_steps=cfg.finetune_steps * (2 if long else 1))
+    """``cfg`` fine-tuning on n distinct windows under the profile's step cap, or as many steps as serve n windows
+    once when that is more (science-6 L-A: at the cap the largest n was served less than half its windows), twice
+    that when ``long``; its schedule and early stopping as every fine-tuning has them."""
+    steps = max(cfg.finetune_steps, math.ceil(n / cfg.batch_size))
+    return dataclasses.replace(cfg, finetune_windows=n, finetune_steps=steps * (2 if long else 1))
 
 
 def check_foundations(settings: Settings, variants: tuple[str, ...]) -> dict[str, Path]:
@@ -179,6 +187,9 @@ def transformer_row(
     scaled = dataclasses.replace(settings, train=scaling_budget(settings.train, n, long))
     out = scratch_dir(settings, variant, n) / "2x_steps" if long else scratch_dir(settings, variant, n)
     result = finetune(scaled, policy, out_dir=out, foundation=foundation, progress=progress)
+    seen = next((r["windows"] for r in result.curves if r["best"]), 0)  # served up to the kept state
+    rows = sum(result.target_summary.values())
+    cap = scaled.train.finetune_max_windows_per_epoch or scaled.train.max_windows_per_epoch
     head = HEADS[lookup_variant(variant).head.kind]
     classifier = head.load(load_foundation(settings, policy, foundation), out, policy.task.head_width).eval()
     fitted = classifier, settings.train.class_weights  # fine-tuned here, with these
@@ -190,8 +201,9 @@ def transformer_row(
         "learner": TRANSFORMER_LONG if long else TRANSFORMER,
         "model": variant,
         "n_windows": n,
-        "windows_seen": next((r["windows"] for r in result.curves if r["best"]), 0),  # up to the kept state
-        "train_rows": sum(result.target_summary.values()),
+        "windows_seen": seen,
+        "distinct_windows": distinct_served(rows, cap, policy.seed, seen),
+        "train_rows": rows,
         "steps": result.steps,
         "best_step": result.best_step,
         **score_universe(settings, universe, rates),
@@ -218,6 +230,7 @@ def probe_row(
         "model": probe,
         "n_windows": fit["train_rows"] if n is None else n,
         "windows_seen": fit["train_rows"],
+        "distinct_windows": fit["train_rows"],
         "train_rows": fit["train_rows"],
         "steps": fit["iterations"],
         "best_step": None,
@@ -317,7 +330,7 @@ def scaling_png(frame: pl.DataFrame, subtitle: str, path: Path) -> Path:
                 model = rows.filter(pl.col("learner") == learner).sort("n_windows")
                 prior = (model["best_step"] == 0).to_numpy() & ~np.isfinite(model[column].to_numpy())
                 y = np.where(prior, 0.0, model[column].to_numpy())
-                x = np.minimum(model["n_windows"].to_numpy(), model["train_rows"].to_numpy())
+                x = model["distinct_windows"].to_numpy()  # distinct windows served up to the kept state
                 ax.plot(
                     x,
                     y,

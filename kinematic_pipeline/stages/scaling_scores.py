@@ -106,6 +106,7 @@ def reference_row(settings: Settings, variant: str, forecast: pl.DataFrame, rows
         "model": REFERENCE,
         "n_windows": None,
         "windows_seen": None,
+        "distinct_windows": None,
         "train_rows": 0,
         "steps": None,
         "best_step": None,

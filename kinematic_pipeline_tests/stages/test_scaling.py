@@ -22,6 +22,7 @@ from kinematic_pipeline.backtest.calibration import fit_calibration
 from kinematic_pipeline.config import TrainConfig
 from kinematic_pipeline.folds import walk_forward
 from kinematic_pipeline.policy import Foundation
+from kinematic_pipeline.sampling import distinct_served
 from kinematic_pipeline.stages.features import materialize_features
 from kinematic_pipeline.stages.scaling import (
     LR_ALL,
@@ -94,10 +95,16 @@ def test_one_row_per_variant_learner_and_n_and_the_budgets_serve_n_windows(built
     models = frame.filter(pl.col("learner").is_in([TRANSFORMER, TRANSFORMER_LONG]))
     for row in models.iter_rows(named=True):
         long = row["learner"] == TRANSFORMER_LONG
-        assert row["steps"] <= budget_steps(settings.train, cap * (2 if long else 1))  # one cap for every n
+        budget = scaling_budget(settings.train, row["n_windows"], long).finetune_steps
+        assert budget == max(cap, -(-row["n_windows"] // batch)) * (2 if long else 1)  # the cap, or one pass over n
+        assert row["steps"] <= budget_steps(settings.train, budget)
         assert row["train_rows"] == row["n_windows"]  # exactly n distinct windows (the fold holds more)
         assert 0 <= row["best_step"] <= row["steps"]
         assert row["windows_seen"] <= row["best_step"] * batch  # served up to the kept state, not after it
+        assert row["distinct_windows"] <= min(row["windows_seen"], row["train_rows"])  # the figure's x
+        window_cap = settings.train.finetune_max_windows_per_epoch or settings.train.max_windows_per_epoch
+        seed = settings.train.seeds[0]
+        assert row["distinct_windows"] == distinct_served(row["train_rows"], window_cap, seed, row["windows_seen"])
         folder = scratch_dir(settings, row["variant"], row["n_windows"])
         assert (folder / "2x_steps" if long else folder).joinpath("curves.csv").exists()
         assert not settings.warehouse.adapter_dir(scaling_policy(settings, row["variant"])).exists()  # never over
@@ -215,6 +222,9 @@ def test_a_scaling_budget_fixes_n_distinct_windows_under_the_profiles_step_cap()
         scaled = scaling_budget(cfg, n)
         assert (scaled.finetune_windows, scaled.finetune_steps, scaled.patience) == (n, 150, 3)
     assert scaling_budget(cfg, 4096, long=True).finetune_steps == 300
+    # science-6 L-A: 65,536 windows at the cap of 150 steps of 64 would be served 9,600 windows: one pass at least
+    assert scaling_budget(cfg, 65536).finetune_steps == 1024
+    assert scaling_budget(cfg, 65536, long=True).finetune_steps == 2048
 
 
 def test_the_distinct_sample_is_n_rows_of_the_split_fixed_by_seed_and_n():
@@ -386,3 +396,26 @@ def test_learnability_on_test_days_scores_every_validated_state_and_the_kept_one
     assert table.height == len(rows) + 1 and table["Kept"].to_list().count("yes") == 1
     assert table["Step (budget)"][0] == f"0 ({rows[0]['budget']})" and table["Step (budget)"][-1] == "fitted"
     assert learnability_test_png(frame, tmp_path / "learnability_test.png").stat().st_size > 0
+
+
+def test_the_distinct_windows_served_are_counted_as_a_loop_over_the_served_windows_counts_them():
+    """``distinct_served`` against its slow twin: the served windows one by one, epoch after epoch, into a set."""
+    from kinematic_pipeline.sampling import epoch_sample
+
+    def twin(n, cap, seed, served):
+        seen, epoch = set(), 0
+        while served > 0 and n > 0 and len(seen) < n:
+            for position in epoch_sample(n, cap, seed, epoch, "train").tolist():
+                if served == 0:
+                    break
+                seen.add(position)
+                served -= 1
+            epoch += 1
+        return len(seen)
+
+    for n, cap, served in ((100, None, 50), (100, None, 250), (1000, 64, 640), (1000, 64, 5000), (7, 3, 100)):
+        assert distinct_served(n, cap, 1234, served) == twin(n, cap, 1234, served)
+    assert distinct_served(1000, 64, 1234, 64) == 64  # within the first epoch: every window served is new
+    assert distinct_served(1000, 64, 1234, 640) < 640  # epochs drawn independently repeat windows
+    assert distinct_served(100, None, 1234, 100) == 100  # no cap: one epoch is a permutation of every window
+    assert distinct_served(0, None, 1234, 10) == 0
