@@ -22,7 +22,7 @@ from kinematic_pipeline.config.fingerprint import settings_tree
 from kinematic_pipeline.folds import check_folds_have_test_days, evaluated_folds, fold_names
 from kinematic_pipeline.lineage import LineageReport, pooled_record, trace, trace_pooled
 from kinematic_pipeline.orchestration.plan import FOLD_GROUPS, normalize_selection, partition_range, plan_runs
-from kinematic_pipeline.orchestration.side_by_side import Workers, planned_chains, run_side_by_side
+from kinematic_pipeline.orchestration.side_by_side import Workers, planned_chains, run_side_by_side, step_seconds
 from kinematic_pipeline.orchestration.timings import print_timings
 from kinematic_pipeline.pins import StalePairError
 from kinematic_pipeline.policy import Policy
@@ -90,6 +90,7 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
         own_tags |= point.tags()
         trust = "" if point.checked else " (its runs carry no settings fingerprint: same settings and code assumed)"
         print(f"resume invocation {point.invocation}: {len(point.done)} asset partitions finished{trust}")
+    history = step_seconds(instance) if settings.train.processes > 1 else {}  # longest chains first
     with Workers(settings) as workers:  # the side-by-side groups' processes, spawned once
         for keys in plan:
             partitions_def = graph.get(keys[0]).partitions_def
@@ -110,7 +111,7 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
             else:
                 print(f"materialize {names}")
             run_config = DEBUG_RUN_CONFIG if debug else QUIET_RUN_CONFIG
-            work = planned_chains(settings, graph, keys, runs)
+            work = planned_chains(settings, graph, keys, runs, history)
             if point is not None:
                 runs, work = point.left([k.to_user_string() for k in keys], runs, work)
                 if not runs and not work:

@@ -19,7 +19,7 @@ worker leaves an orphaned run like any other) and the invocation of the ``materi
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kinematic_pipeline.config import Settings
@@ -62,27 +62,63 @@ def owners() -> tuple[str, ...]:
     return (*ALL_VARIANT_NAMES, *TOKENIZATIONS)
 
 
-def chains(assets: Sequence[str], partitions: Sequence[str | None], variants: Sequence[str]) -> list[Chain] | None:
+def chains(
+    assets: Sequence[str],
+    partitions: Sequence[str | None],
+    variants: Sequence[str],
+    seconds: Callable[[Chain], float] | None = None,
+) -> list[Chain] | None:
     """A group's work as chains, one per model, seed and tau (partition keys ``<fold>@<seed>[|<tau>]``), each with
     its folds in the order given (``fit_partitions`` and ``policy_partitions`` list them fold by fold: a foundation
     warm-starts from the previous fold's), or one per model for an unpartitioned group (``partitions`` ``[None]``);
     None when an asset belongs to no model (its run cannot be split by model). Chains of different taus are
-    independent (an adapter starts from its fold's foundation), so the adapters' work splits finely; the chains of
-    most partitions come first (the tau sweep's single folds last), so that two workers end together."""
+    independent (an adapter starts from its fold's foundation), so the adapters' work splits finely. The longest
+    chains come first, so that the workers end together: by ``seconds`` (a chain's expected seconds, from the
+    instance's history: ``chain_seconds``) when given, else by their partitions (the tau sweep's single folds last).
+    (Longest first: three SplineGPT foundation chains of ~25 min each last on 2 workers left one idle ~25 min.)"""
     by_model: dict[str, list[str]] = {}
     for asset in assets:
         model = model_of(asset, variants)
         if model is None:
             return None
         by_model.setdefault(model, []).append(asset)
+    cost = seconds or (lambda chain: 0.0)
     if list(partitions) == [None]:
-        return [Chain(m, tuple(a), (None,)) for m, a in by_model.items()]
+        return sorted((Chain(m, tuple(a), (None,)) for m, a in by_model.items()), key=lambda c: -cost(c))
     by_seed_and_tau: dict[tuple[int, str], list[str]] = {}
     for key in partitions:
         fit, _, tau = key.partition(KEY_SEPARATOR)
         by_seed_and_tau.setdefault((parse_fit_key(fit)[1], tau), []).append(key)
     work = [Chain(m, tuple(a), tuple(p)) for m, a in by_model.items() for p in by_seed_and_tau.values()]
-    return sorted(work, key=lambda c: -len(c.partitions))  # the longest first: the short ones even out the end
+    return sorted(work, key=lambda c: (-cost(c), -len(c.partitions)))  # the longest first: the short ones even the end
+
+
+def step_seconds(instance, limit: int = 50_000) -> dict[str, float]:
+    """The mean seconds of each step (op) key over the instance's latest ``limit`` successful steps: what a chain of
+    those steps is expected to take (``chain_seconds``). Empty on a fresh instance."""
+    import dagster as dg
+
+    records = instance.get_event_records(
+        dg.EventRecordsFilter(event_type=dg.DagsterEventType.STEP_SUCCESS), limit=limit, ascending=False
+    )
+    sums: dict[str, list[float]] = {}
+    for record in records:
+        event = record.event_log_entry.dagster_event
+        total = sums.setdefault(event.step_key, [0.0, 0])
+        total[0] += event.event_specific_data.duration_ms / 1000.0
+        total[1] += 1
+    return {step: seconds / count for step, (seconds, count) in sums.items()}
+
+
+def chain_seconds(graph, history: dict[str, float]) -> Callable[[Chain], float]:
+    """A chain's expected seconds: its partitions times the mean seconds of the steps (ops) of its assets."""
+    import dagster as dg
+
+    def seconds(chain: Chain) -> float:
+        ops = {graph.assets_def_for_key(dg.AssetKey.from_user_string(a)).node_def.name for a in chain.assets}
+        return len(chain.partitions) * sum(history.get(op, 0.0) for op in ops)
+
+    return seconds
 
 
 _DEFINITIONS: list = []  # a worker's definitions, built once from the first chain's settings (all are the command's)
@@ -201,22 +237,25 @@ def run_side_by_side(
             workers.close()
 
 
-def planned_chains(settings: Settings, graph, keys, runs: list[dict[str, str]]) -> list[Chain] | None:
+def planned_chains(
+    settings: Settings, graph, keys, runs: list[dict[str, str]], history: dict[str, float] | None = None
+) -> list[Chain] | None:
     """The chains a planned group of ``materialize`` runs side by side in, or None: a group of ``SIDE_BY_SIDE_GROUPS``
     (foundations; adapters, probes and rules with what is partitioned like them; the corpus), split by model or
     tokenization, with ``train.processes`` > 1. A planned group holding such assets splits with the assets planned
     beside them (the adapters' predictions and backtests, of the evaluation group): ``chains`` refuses a group whose
-    assets do not all belong to a model or tokenization."""
+    assets do not all belong to a model or tokenization. ``history`` (``step_seconds``) orders them longest first."""
     from kinematic_pipeline.orchestration.partitions import PARTITION_TAG
 
     splits = any(graph.get(k).group_name in SIDE_BY_SIDE_GROUPS for k in keys)
     if settings.train.processes < 2 or not splits:
         return None
+    seconds = chain_seconds(graph, history) if history else None
     if runs == [{}]:  # unpartitioned: one run a chain
-        return chains([k.to_user_string() for k in keys], [None], owners())
+        return chains([k.to_user_string() for k in keys], [None], owners(), seconds)
     if not all(PARTITION_TAG in tags for tags in runs):
         return None
-    return chains([k.to_user_string() for k in keys], [t[PARTITION_TAG] for t in runs], owners())
+    return chains([k.to_user_string() for k in keys], [t[PARTITION_TAG] for t in runs], owners(), seconds)
 
 
 _WORKER: dict = {

@@ -245,3 +245,35 @@ def test_every_planned_run_of_the_whole_dag_that_holds_a_side_by_side_group_spli
         split |= set(names)
     assert {"splinegpt_adapter", "splinegpt_predictions", "splinegpt_backtests", "splinegpt_foundation"} <= split
     assert {"lr_spline_probe", "spline_window_store"} <= split
+
+
+def test_the_longest_chains_go_first_by_the_instances_history_of_their_steps():
+    """Three long SplineGPT chains last would leave one of two workers idle for one of them: with a history of step
+    times they go first; without one the order is the partitions' (the longest chains first)."""
+    import dagster as dg
+
+    from kinematic_pipeline.definitions import build_definitions
+    from kinematic_pipeline.orchestration.side_by_side import chain_seconds, step_seconds
+
+    fits = ["2021@1234", "2021@1235", "2022@1234", "2022@1235"]
+    assets = ["patchtst_foundation", "splinegpt_foundation"]
+    plain = chains(assets, fits, owners())
+    assert [c.variant for c in plain] == ["patchtst", "patchtst", "splinegpt", "splinegpt"]
+    graph = build_definitions(load_settings("ci", env={})).resolve_asset_graph()
+    history = {"splinegpt_foundation": 600.0, "patchtst_foundation": 100.0}
+    timed = chains(assets, fits, owners(), chain_seconds(graph, history))
+    assert [c.variant for c in timed] == ["splinegpt", "splinegpt", "patchtst", "patchtst"]
+    assert chain_seconds(graph, history)(timed[0]) == 1200.0  # two folds of 600 s
+    backtests = Chain("splinegpt", ("splinegpt_backtests", "splinegpt_margin_backtests"), ("2021@1|0.01",))
+    assert chain_seconds(graph, {"splinegpt_backtesting": 30.0})(backtests) == 30.0  # one op, counted once
+
+    @dg.asset
+    def tiny() -> int:
+        return 1
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        assert step_seconds(instance) == {}
+        dg.materialize([tiny], instance=instance)
+        dg.materialize([tiny], instance=instance)
+        seconds = step_seconds(instance)
+        assert set(seconds) == {"tiny"} and seconds["tiny"] >= 0.0
