@@ -1,5 +1,5 @@
-"""How to spend two cores on training steps: the `real` profile's pretraining step (its model sizes, batch, AdamW with
-clipping and the cosine schedule) measured in the same run as
+"""How to spend two cores on training steps: a profile's pretraining step (``--profile``, default ``real``: its model
+sizes, batch, AdamW with clipping and the cosine schedule) measured in the same run as
 
   * one process at two threads (what ``python -m kinematic_pipeline materialize`` does today: one step at a time);
   * two processes at once, one thread each (two training steps side by side: a Dagster executor of two slots);
@@ -16,7 +16,7 @@ Windows are drawn N(0, 1) in the model's input shape (the step's cost does not d
 starts its processes together (a barrier) and counts windows over the slowest process's timed steps; the first
 ``--warmup`` steps are not timed. Ratios are against one process at two threads in the same run.
 
-    python benchmarks/bench_step_parallelism.py [--variants splinegpt patchtst] [--steps 40] [--warmup 5]
+    python benchmarks/bench_step_parallelism.py [--profile real] [--variants splinegpt patchtst] [--steps 40] [--warmup 5]
         [--no-compile] [--json PATH]
 """
 
@@ -35,13 +35,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def _settings():
-    from kinematic_pipeline.config import load_settings
+def _settings(profile: str):
+    """The profile's backbones, batch and optimizer, as the profile declares them (no source file needed)."""
+    from kinematic_pipeline.config.profiles import profile_settings
 
-    return load_settings("demo", env={})  # the real profile's backbones, batch and optimizer (no source file needed)
+    return profile_settings(profile)
 
 
-def _step_seconds(variant: str, threads: int, batch: int, steps: int, warmup: int, how: str, barrier) -> dict:
+def _step_seconds(
+    profile: str, variant: str, threads: int, batch: int, steps: int, warmup: int, how: str, barrier
+) -> dict:
     """Seconds of ``steps`` timed training steps after ``warmup`` (compile, if any, inside the first warm-up step);
     ``how``: "" (eager float32), "compile" (the whole loss), "regional" (each repeated block), "bf16" (autocast)."""
     import torch
@@ -50,7 +53,7 @@ def _step_seconds(variant: str, threads: int, batch: int, steps: int, warmup: in
     from kinematic_pipeline.training.modules import adamw_with_cosine
 
     torch.set_num_threads(threads)
-    settings = _settings()
+    settings = _settings(profile)
     train = settings.train
     torch.manual_seed(0)
     model = build_model(variant, settings.model)
@@ -97,11 +100,13 @@ def _worker(args, barrier, queue) -> None:
         queue.put({"error": f"{type(exc).__name__}: {exc}"})
 
 
-def measure(variant: str, processes: int, threads: int, batch: int, steps: int, warmup: int, how: str) -> dict:
+def measure(
+    profile: str, variant: str, processes: int, threads: int, batch: int, steps: int, warmup: int, how: str
+) -> dict:
     """One mode: ``processes`` spawned at once, each ``threads`` threads; total windows/s over the slowest."""
     ctx = mp.get_context("spawn")
     barrier, queue = ctx.Barrier(processes), ctx.Queue()
-    args = (variant, threads, batch, steps, warmup, how)
+    args = (profile, variant, threads, batch, steps, warmup, how)
     procs = [ctx.Process(target=_worker, args=(args, barrier, queue)) for _ in range(processes)]
     for p in procs:
         p.start()
@@ -136,13 +141,16 @@ COMPILED = ("compile", "regional")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="real", help="whose backbones and batch (real; demo: half as wide)")
     parser.add_argument("--variants", nargs="+", default=["splinegpt", "patchtst"])
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    batch = _settings().train.batch_size
+    settings = _settings(args.profile)
+    batch, gpt = settings.train.batch_size, settings.model.gpt
+    print(f"profile {args.profile}: batch {batch}, GPT d_model {gpt.d_model}, {gpt.n_layers} layers, d_ff {gpt.d_ff}")
     rows = []
     print("| variant | mode | windows/s | x today | step ms | first step s | compile pays after |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
@@ -157,7 +165,7 @@ def main() -> None:
                 cache = tempfile.mkdtemp(dir=caches.name)  # spawned workers read the variable at start
             if state:
                 os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
-            r = measure(variant, processes, threads, batch * scale, args.steps, args.warmup, how)
+            r = measure(args.profile, variant, processes, threads, batch * scale, args.steps, args.warmup, how)
             row = {"variant": variant, "mode": name, **r}
             rows.append(row)
             if "error" in r:
