@@ -60,6 +60,7 @@ TRAIN_ENV = {  # environment variable -> TrainConfig field (Lightning Trainer ar
     "KP_TRAIN_DEVICES": "devices",
     "KP_TRAIN_PRECISION": "precision",
     "KP_TRAIN_STRATEGY": "strategy",
+    "KP_TRAIN_COMPILE": "compile",  # "regional": long pretraining runs compile each repeated block
 }
 TRAIN_BUDGET_ENV = {  # environment variable -> TrainConfig field (a longer budget overnight, a shorter one in a test)
     "KP_PRETRAIN_STEPS": "pretrain_steps",

@@ -32,7 +32,7 @@ TIME_UNITS = ("session", "calendar")
 FOLD_PERIODS = ("year", "half", "quarter")
 TAU_SWEEP_FOLDS = ("all", "last", "none")
 TAU_SWEEP_SEEDS = ("all", "first")
-SCHEDULES = ("wsd", "cosine")  # train.schedule (training/modules.LRSchedule)
+SCHEDULES, COMPILES = ("wsd", "cosine"), ("none", "regional")  # train.schedule (modules.LRSchedule), train.compile
 # the skill intervals' block, in trading days: long enough to keep the scores' autocorrelation (volatility clusters),
 # short enough to leave a test period of a few hundred days many blocks
 SKILL_BLOCK_DAYS_RANGE = (20, 60)
@@ -171,8 +171,7 @@ class TokenizeConfig:
 class TrainConfig:
     """Pretraining (paper "Training Stability") and LoRA fine-tuning (paper "Fine-Tuning via LoRA")."""
 
-    # One foundation, adapters and backtests per seed (data order, initialization and dropout); the report
-    # shows mean +- std over seeds. A training run's own seed is its ``Policy``'s.
+    # One foundation, adapters and backtests per seed (data order, initialization, dropout): a run's is its Policy's
     seeds: tuple[int, ...] = (1234,)
     # Budgets in optimizer steps (per rank), not epochs (paper: 5 pretraining epochs, ~32k steps of 256; 3 fine-tuning
     # epochs). A run warms up, then anneals to 0 by ``schedule`` (training/modules.LRSchedule): "wsd" holds the peak
@@ -202,15 +201,16 @@ class TrainConfig:
     # longer than an epoch draws the next epoch's sample
     max_windows_per_epoch: int | None = None
     finetune_max_windows_per_epoch: int | None = None  # fine-tuning's cap (None: max_windows_per_epoch)
-    # fine-tuning draws its epochs from a fixed sample (seeded by the policy's seed) of this many distinct labelled
-    # training windows (None: every one); the data-scaling curves set it, so that n is data and steps are steps
+    # fine-tuning's epochs from a fixed seeded sample of this many labelled windows (the scaling curves': n is data)
     finetune_windows: int | None = None
-    # validation windows at most (a sample fixed per seed; None: every validation window)
-    max_val_windows: int | None = 20_000
-    # Runs ``materialize`` runs at once (KP_TRAIN_SIDE_BY_SIDE; orchestration/side_by_side.py), each a process at
-    # process_threads. None (demo, real): one a usable core at one thread, a fit's bytes one thread's on any machine;
-    # 1 (ci: golden numbers written at every core; paper: one accelerator): one at a time at every core.
+    max_val_windows: int | None = 20_000  # validation windows at most (a sample fixed per seed; None: all)
+    # Runs ``materialize`` runs at once (KP_TRAIN_SIDE_BY_SIDE; orchestration/side_by_side.py), each at process_threads.
+    # None (demo, real): one a core at one thread; 1 (ci: golden numbers at every core; paper: one accelerator)
     side_by_side: int | None = 1
+    # "regional" (KP_TRAIN_COMPILE): a pretraining run of >= compile_min_steps compiles each repeated block (one
+    # Inductor cache in the warehouse, shared by the run's processes); 1.18x a step at real's size, paid after ~215
+    compile: str = "none"
+    compile_min_steps: int = 400
     threads: int | None = None  # torch's intra-op threads in a training step (None: one per usable core)
     accelerator: str = "auto"  # "auto" uses a GPU (and DDP over several) when present
     devices: str = "auto"
@@ -225,8 +225,7 @@ class TrainConfig:
     lora_dropout: float = 0.05
     lora_layers: tuple[int, ...] = (0, 1, 3)  # the paper's layers 1, 2 and 4 (0-based)
     class_weights: tuple[float, float, float] = (2.0, 10.0, 1.0)  # weighted CE for [Buy, Sell, Hold]
-    # the models trained and evaluated, in this order (variants.VARIANT_NAMES holds the same four in the registry's
-    # order, splinegpt, patchtst, rawgpt_fd, rawgpt; this order is Settings.evaluated_variants')
+    # the models trained and evaluated, in this order (Settings.evaluated_variants'; variants.VARIANT_NAMES: registry's)
     variants: tuple[str, ...] = ("splinegpt", "rawgpt_fd", "rawgpt", "patchtst")
     shard_trace: str | None = None  # KP_TRAIN_SHARD_TRACE: a folder where each rank records what it served
 
@@ -257,6 +256,7 @@ class TrainConfig:
                 "train.pretrain_steps)"
             )
         check_choice("train.schedule", self.schedule, SCHEDULES)
+        check_choice("train.compile", self.compile, COMPILES)
         if self.warm_start_rate is not None and not 0.0 < self.warm_start_rate <= 1.0:
             raise ValueError(f"train.warm_start_rate={self.warm_start_rate}: expected a fraction of lr in (0, 1]")
         if self.patience < 0 or not 0.0 <= self.warmup_fraction < 1.0 or not 0.0 < self.decay_fraction <= 1.0:

@@ -41,6 +41,7 @@ from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule
 from kinematic_pipeline.training.trainer import (
     BestState,
     build_trainer,
+    compile_blocks,
     configure_threads,
     loss_curves,
     quiet_lightning,
@@ -257,7 +258,9 @@ def pretrain(
             return PretrainModule(model, settings.train, total_steps, policy.seed, continued)
 
         data = _data(settings, policy, num_workers)
-        fitted = _fit(settings, module_for, out_dir, data, pretrain_budget(settings, policy), progress)
+        budget = pretrain_budget(settings, policy)
+        compile_blocks(model, settings.train, budget, settings.warehouse.root)  # train.compile: long runs only
+        fitted = _fit(settings, module_for, out_dir, data, budget, progress)
     path = out_dir / MODEL_FILE
     pin_parent(settings.warehouse, out_dir, None, None)  # the old record goes before the new weights come
     optimizer = fitted[5] if settings.train.warm_start_rate is not None else None  # what the next fold continues

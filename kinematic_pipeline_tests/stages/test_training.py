@@ -444,3 +444,22 @@ def test_the_budget_test_fails_a_deliberately_short_budget(tiny, tmp_path):
     print(f"1x {losses[1]}, 2x {losses[2]}: {verdict.reason}")
     assert not verdict.passes and verdict.difference < -verdict.spread
     assert verdict.reason.startswith("fails: twice the budget ends lower")
+
+
+def test_a_pretraining_compiled_by_regions_trains_the_eager_models_weights(tiny, tmp_path, monkeypatch):
+    """train.compile "regional": each GPT block compiled in place; the same steps from the same seed end at the eager
+    run's weights (to float rounding), saved under the eager model's names, with Inductor's cache in the warehouse."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "restored after the test")  # then unset: the warehouse's is used
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    foundation = Foundation("splinegpt", SEED, tiny.folds[0])
+    eager = pretrain(tiny, foundation, out_dir=tmp_path / "eager", progress=False)
+    compiled_settings = dataclasses.replace(
+        tiny, train=dataclasses.replace(tiny.train, compile="regional", compile_min_steps=8)
+    )
+    compiled = pretrain(compiled_settings, foundation, out_dir=tmp_path / "compiled", progress=False)
+    assert (tiny.warehouse.root / ".inductor").is_dir()  # the run's processes share it
+    a, b = (torch.load(r.checkpoint_path, weights_only=False)["state_dict"] for r in (eager, compiled))
+    assert list(a) == list(b)
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5)
+    assert compiled.best_val_loss == pytest.approx(eager.best_val_loss, rel=1e-5)
