@@ -7,11 +7,13 @@ import dataclasses
 import hashlib
 import json
 
+from kinematic_pipeline.code_versions import CODE_VERSIONS
+from kinematic_pipeline.warehouse import Warehouse
+
 
 def settings_tree(settings) -> str:
     """The resolved settings as an indented tree: one ``name: value`` line per field, a section per group
     (``data``, ``model``, ``train``, ...), tuples as comma lists (``seeds: 1234, 1235``)."""
-    from kinematic_pipeline.warehouse import Warehouse
 
     def value(v) -> str:
         if isinstance(v, Warehouse):
@@ -36,7 +38,5 @@ def settings_tree(settings) -> str:
 def fingerprint(settings) -> str:
     """What must not change between a stopped command and its resume: the resolved settings (every field, as
     ``info`` prints them) and each stage's code version."""
-    from kinematic_pipeline.code_versions import CODE_VERSIONS
-
     text = settings_tree(settings) + "\n" + json.dumps(CODE_VERSIONS, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
