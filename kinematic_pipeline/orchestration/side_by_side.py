@@ -75,7 +75,8 @@ def chains(
     independent (an adapter starts from its fold's foundation), so the adapters' work splits finely. The longest
     chains come first, so that the workers end together: by ``seconds`` (a chain's expected seconds, from the
     instance's history: ``chain_seconds``) when given, else by their partitions (the tau sweep's single folds last).
-    (Longest first: three SplineGPT foundation chains of ~25 min each last on 2 workers left one idle ~25 min.)"""
+    (Longest first: a group's chains came in the order of its asset keys, so the longest family's chains could come
+    last and leave a worker idle while the other trains the last of them alone.)"""
     by_model: dict[str, list[str]] = {}
     for asset in assets:
         model = model_of(asset, variants)
