@@ -45,14 +45,16 @@ import polars as pl  # noqa: E402
 from kinematic_pipeline.config import load_settings  # noqa: E402
 from kinematic_pipeline.config.fingerprint import fingerprint  # noqa: E402
 from kinematic_pipeline.folds import fold_names  # noqa: E402
+from kinematic_pipeline.model_pins import PARENT_FILE, check_class_weights, check_pair  # noqa: E402
 from kinematic_pipeline.models import build_model  # noqa: E402
 from kinematic_pipeline.policy import Foundation, Policy  # noqa: E402
 from kinematic_pipeline.run_keys import run_task  # noqa: E402
 from kinematic_pipeline.training.budget import budget_verdict  # noqa: E402
-from kinematic_pipeline.training.run import finetune, pretrain, save_foundation  # noqa: E402
+from kinematic_pipeline.training.curves import budget_steps, pretrain_budget, read_curves  # noqa: E402
+from kinematic_pipeline.training.run import finetune, pretrain, read_foundation, save_foundation  # noqa: E402
 from kinematic_pipeline.variants import variant as lookup_variant  # noqa: E402
 from kinematic_pipeline.warehouse.layout import MODEL_FILE  # noqa: E402
-from kinematic_pipeline.warehouse.verified import write_model_manifest  # noqa: E402
+from kinematic_pipeline.warehouse.verified import MODEL_MANIFEST, verify_model_folder, write_model_manifest  # noqa: E402
 
 STAGES = ("pretrain", "finetune", "warm_start")
 
@@ -150,10 +152,57 @@ def run(
         "steps": result.steps,
         "best_step": result.best_step,
         "best_val_loss": result.best_val_loss,
+        "lr_fraction": (read_curves(out) or [{"lr_fraction": float("nan")}])[-1]["lr_fraction"],  # left at the stop
         "seconds": result.seconds,
     }
     if test is not None and stage == "finetune":
         row |= test.score(s, policy, out, foundation)
+    return row
+
+
+def from_warehouse(settings, policy: Policy, stage: str) -> dict | None:
+    """``--reuse-warehouse``: the 1x run the DAG trained itself, read from the warehouse model's curves, when it is
+    the run this stage's 1x would train: the same model config (the foundation's ``model.pt``), a first fold's
+    foundation from scratch (``pretrain``) or a later one continuing from its parent (``warm_start``), an adapter
+    fine-tuned from the foundation on disk now with the settings' class weights (``finetune``), within the 1x budget.
+    Its weights are checked against their ``files.json``; None where the warehouse holds no such model (trained
+    here). Its seconds are the DAG's (``timings``), not kept here."""
+    wh, s = settings.warehouse, scaled(settings, 1, stage)
+    folder = wh.adapter_dir(policy) if stage == "finetune" else wh.foundation_dir(policy)
+    if not (folder / MODEL_MANIFEST).exists() or not (wh.foundation_dir(policy) / MODEL_MANIFEST).exists():
+        return None  # not materialized
+    read_foundation(s, policy.foundation)  # intact, this model config, its parent (if any) the one on disk
+    if stage == "finetune":
+        check_pair(wh, policy)  # fine-tuned from the foundation on disk now
+        check_class_weights(s, policy)
+        verify_model_folder(folder, f"re-materialize {policy.variant.asset('adapter')} {policy.key}")
+    continued = (wh.foundation_dir(policy) / PARENT_FILE).exists()
+    if stage != "finetune" and continued != (stage == "warm_start"):
+        return None  # from scratch where the stage continues, or the other way round
+    budget = s.train.finetune_steps if stage == "finetune" else pretrain_budget(s, policy)
+    curves, total = read_curves(folder), budget_steps(s.train, budget)
+    if not curves or curves[-1]["step"] > total:
+        return None
+    best = next((r for r in curves if r["best"]), curves[-1])
+    return {
+        "budget": total,
+        "steps": curves[-1]["step"],
+        "best_step": best["step"],
+        "best_val_loss": best["val_loss"],
+        "lr_fraction": curves[-1]["lr_fraction"],
+        "seconds": None,
+        "source": str(folder.relative_to(wh.root)),
+    }
+
+
+def first(settings, policy: Policy, stage: str, out: Path, test, reuse: bool) -> dict:
+    """The 1x run's row: the warehouse's own where ``reuse`` (``--reuse-warehouse``) finds it (``from_warehouse``;
+    ``test`` scores its adapter where it is given), else trained into ``out`` (``run``)."""
+    row = from_warehouse(settings, policy, stage) if reuse else None
+    if row is None:
+        return run(settings, policy, stage, 1, out, None, test)
+    if test is not None and stage == "finetune":
+        row |= test.score(scaled(settings, 1, stage), policy, settings.warehouse.adapter_dir(policy), None)
     return row
 
 
@@ -227,6 +276,12 @@ def main() -> None:
         "rank IC and log-loss skill (Buy/Sell/Hold)",
     )
     parser.add_argument("--fresh", action="store_true", help="train every run again (default: reuse the kept ones)")
+    parser.add_argument(
+        "--reuse-warehouse",
+        action="store_true",
+        help="each 1x run is the warehouse's own model where the DAG trained it under these settings (its curves; "
+        "checked as a load checks it): only the 2x runs and the ablation train",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     settings = load_settings()
@@ -253,7 +308,7 @@ def main() -> None:
         f"lr {settings.train.lr:g}, finetune_lr {settings.train.finetune_lr:g}, head_lr {settings.train.head_lr:g}"
     )
     print(
-        "| family | stage | seed | budget 1x: steps (best) | best val loss 1x | budget 2x: steps (best) | "
+        "| family | stage | seed | budget 1x: steps (best), lr left | best val loss 1x | budget 2x: steps (best), lr left | "
         "best val loss 2x | 2x better by | verdict over the seeds |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -272,8 +327,10 @@ def main() -> None:
                     one, two = (
                         cache.get(
                             f"{name}_{k}x{'_test' if k == 1 and scored else ''}",
-                            lambda k=k, p=policy, g=stage, n=name, t=scored: run(
-                                settings, p, g, k, tmp / f"{n}_{k}x", None, t if k == 1 else None
+                            lambda k=k, p=policy, g=stage, n=name, t=scored: (
+                                first(settings, p, g, tmp / f"{n}_1x", t, args.reuse_warehouse)
+                                if k == 1
+                                else run(settings, p, g, k, tmp / f"{n}_{k}x")
                             ),
                         )
                         for k in (1, 2)
@@ -282,9 +339,8 @@ def main() -> None:
                     family.append({"variant": variant, "stage": stage, "fold": on, "seed": s, "1x": one, "2x": two})
                     family[-1]["gain"] = gain
                     print(
-                        f"| {variant} | {stage} {on} | {s} | {one['budget']}: {one['steps']} ({one['best_step']}) | "
-                        f"{one['best_val_loss']:.5f} | {two['budget']}: {two['steps']} ({two['best_step']}) | "
-                        f"{two['best_val_loss']:.5f} | {100 * gain:+.2f}% | |",
+                        f"| {variant} | {stage} {on} | {s} | {steps_text(one)} | {one['best_val_loss']:.5f} | "
+                        f"{steps_text(two)} | {two['best_val_loss']:.5f} | {100 * gain:+.2f}% | |",
                         flush=True,
                     )
                 verdict = budget_verdict(
@@ -356,6 +412,11 @@ def main() -> None:
     print(f"wrote {path}: the report shows it from its next materialize")
 
 
+def steps_text(row: dict) -> str:
+    """'budget: steps (best step), lr x<fraction of the peak left at the stop>' of one run's row."""
+    return f"{row['budget']}: {row['steps']} ({row['best_step']}), lr x{row.get('lr_fraction', float('nan')):.2f}"
+
+
 def write_budget_test(settings, fold: str, rows: list, ablation: list) -> Path:
     """``<warehouse>/reports/budget_test.parquet``, the report's budget-test table: one row per family, stage and
     seed, each with its family's verdict over the seeds (``passes``) and the seeds' spread relative to the 1x mean
@@ -372,7 +433,7 @@ def write_budget_test(settings, fold: str, rows: list, ablation: list) -> Path:
                 "stage": row["stage"],
                 "fold": row.get("fold", fold),
                 "seed": row["seed"],
-                **{f"{k}_{x}": run[k] for x, run in (("1x", one), ("2x", two)) for k in RUN_FIELDS},
+                **{f"{k}_{x}": run.get(k) for x, run in (("1x", one), ("2x", two)) for k in RUN_FIELDS},
                 "gain": row["gain"],
                 "tolerance": row["tolerance"],
                 "passes": row["passes"],
@@ -391,12 +452,13 @@ def write_budget_test(settings, fold: str, rows: list, ablation: list) -> Path:
     path = settings.warehouse.budget_test_file
     path.parent.mkdir(parents=True, exist_ok=True)
     nullable = ("random_best_val_loss", "pretraining_gain", "horizon_best_val_loss", "horizon_gain")
+    nullable += tuple(f"{k}_{x}" for k in ("lr_fraction", "seconds") for x in ("1x", "2x"))  # a warehouse run's seconds
     frame = pl.DataFrame(records, schema_overrides={**dict.fromkeys(nullable, pl.Float64), "horizon": pl.Int64})
     settings.warehouse.write(frame, path)  # atomic, as every warehouse file: a report never reads half of it
     return path
 
 
-RUN_FIELDS = ("budget", "steps", "best_step", "best_val_loss", "seconds")
+RUN_FIELDS = ("budget", "steps", "best_step", "best_val_loss", "lr_fraction", "seconds")
 
 
 if __name__ == "__main__":

@@ -152,8 +152,10 @@ def copy_warehouse(settings, folder: Path):
     own: the catalog's views and the manifests hold paths relative to the warehouse, and ``copy2`` keeps the mtimes
     the verified-read sidecars recorded."""
     folder.mkdir(parents=True, exist_ok=True)
-    source = shutil.copy2(settings.data.source_path, folder / Path(settings.data.source_path).name)
     root = shutil.copytree(settings.warehouse.root, folder / settings.warehouse.root.name)
+    if settings.data.source_path is None:  # the embedded synthetic universe: nothing to copy
+        return dataclasses.replace(settings, warehouse=root)
+    source = shutil.copy2(settings.data.source_path, folder / Path(settings.data.source_path).name)
     data = dataclasses.replace(settings.data, source_path=str(source))
     return dataclasses.replace(settings, warehouse=root, data=data)
 

@@ -125,6 +125,10 @@ def budget_test_table(settings: Settings) -> pl.DataFrame | None:
                 "Best val loss": round(r["best_val_loss_1x"], 5),
                 "2x budget: steps (best)": f"{r['budget_2x']}: {r['steps_2x']} ({r['best_step_2x']})",
                 "Best val loss at 2x": round(r["best_val_loss_2x"], 5),
+                # of the peak rate, at each run's stop: 0 where the schedule annealed to its end
+                "Rate left at the stop (1x / 2x)": " / ".join(
+                    _fraction(r.get(f"lr_fraction_{x}")) for x in ("1x", "2x")
+                ),
                 "2x lowers it by": f"{100 * r['gain']:+.2f}%",
                 "Passes": f"{'yes' if r['passes'] else 'no'} (seed spread {100 * r['tolerance']:.2f}%)",
                 "From a random backbone": "-" if random is None else f"{random:.5f}",
@@ -139,6 +143,11 @@ def budget_test_table(settings: Settings) -> pl.DataFrame | None:
             }
         )
     return pl.DataFrame(rows) if rows else None
+
+
+def _fraction(value) -> str:
+    """A rate fraction to 2 places; '-' where it is not recorded (a table the benchmark wrote before the column)."""
+    return "-" if value is None or value != value else f"{value:.2f}"
 
 
 LEARNABILITY_TEST_TABLE = "learnability_test"

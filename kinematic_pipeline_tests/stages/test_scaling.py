@@ -44,6 +44,7 @@ from kinematic_pipeline.training.data import distinct_sample
 from kinematic_pipeline.variants import variant as lookup_variant
 from kinematic_pipeline.window_store import validation_days
 from kinematic_pipeline_tests.conftest import _bars, _run_all, _settings, _training_inputs
+from kinematic_pipeline_tests.helpers import benchmark
 
 # slow: the module fine-tunes both transformers at several n and fits the probes (about a minute of the fast lane);
 # the nightly lane runs it
@@ -340,17 +341,6 @@ def test_the_variants_side_by_side_give_the_rows_of_one_process(built, tmp_path)
     assert frame.drop("seconds").equals(summary.frame.drop("seconds"))
 
 
-def _benchmark(name: str):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_learnability_on_test_days_scores_every_validated_state_and_the_kept_one_is_the_adapter(built, tmp_path):
     """``benchmarks/bench_learnability.py`` (issue 39, item 5): one fine-tuning, a row per validated state in the
     curve's order; the states differ; the kept state's test scores are the saved adapter's scored directly; its tokens'
@@ -368,7 +358,7 @@ def test_learnability_on_test_days_scores_every_validated_state_and_the_kept_one
     from kinematic_pipeline.training.curves import read_curves
     from kinematic_pipeline.training.run import load_foundation
 
-    bench = _benchmark("bench_learnability")
+    bench = benchmark("bench_learnability")
     settings, _ = built
     fold, policy = settings.folds[0], scaling_policy(settings, "splinegpt")
     days, rates = evaluation_days(settings, "spline_tokens", fold), train_base_rates(settings)[CLOSE]

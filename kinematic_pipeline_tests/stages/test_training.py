@@ -32,7 +32,8 @@ from kinematic_pipeline.training.modules import FinetuneModule, PretrainModule, 
 from kinematic_pipeline.training.run import build_classifier, finetune, load_classifier, load_foundation, pretrain
 from kinematic_pipeline.warehouse.atomic import file_sha256
 from kinematic_pipeline.warehouse.verified import MODEL_MANIFEST
-from kinematic_pipeline_tests.conftest import single_cut
+from kinematic_pipeline_tests.conftest import copy_warehouse, single_cut
+from kinematic_pipeline_tests.helpers import benchmark
 
 # slow: the module builds the ci history and trains foundations and adapters on it (about a minute of the fast
 # lane); the nightly lane runs it, and the DAG lane trains every ci model
@@ -444,6 +445,28 @@ def test_the_budget_test_fails_a_deliberately_short_budget(tiny, tmp_path):
     print(f"1x {losses[1]}, 2x {losses[2]}: {verdict.reason}")
     assert not verdict.passes and verdict.difference < -verdict.spread
     assert verdict.reason.startswith("fails: twice the budget ends lower")
+
+
+def test_the_budget_benchmark_reads_the_dags_own_1x_runs_as_the_runs_it_would_train(foundations, tiny, tmp_path):
+    """``bench_budget --reuse-warehouse`` (issue 54's table on a ``real`` fold without training its 1x runs again): the
+    warehouse's foundation and adapter, read from their curves, are the rows the benchmark's own 1x runs train (the
+    same steps, best step, loss and rate left at the stop); a stage the warehouse's model is not (a first fold's
+    foundation as a warm start) and a model the warehouse does not hold are trained instead (None)."""
+    bench = benchmark("bench_budget")
+    settings = copy_warehouse(tiny, tmp_path / "copy")
+    foundation = Foundation("splinegpt", SEED, tiny.folds[0])
+    adapter = foundation.on(BuySellHold(TAU))
+    finetune(settings, adapter, progress=False)  # into the copy's adapter folder, as the DAG's adapter asset does
+    keys = ("budget", "steps", "best_step", "best_val_loss", "lr_fraction")
+    for policy, stage in ((foundation, "pretrain"), (adapter, "finetune")):
+        kept = bench.from_warehouse(settings, policy, stage)
+        trained = bench.run(settings, policy, stage, 1, tmp_path / f"{stage}_1x")
+        assert {k: kept[k] for k in keys} == {k: trained[k] for k in keys}, stage
+        assert kept["steps"] == 8 and kept["lr_fraction"] == trained["lr_fraction"] == 0.0
+    wh = settings.warehouse
+    assert kept["source"] == str(wh.adapter_dir(adapter).relative_to(wh.root))
+    assert bench.from_warehouse(settings, foundation, "warm_start") is None  # trained from scratch, not continued
+    assert bench.from_warehouse(settings, Foundation("rawgpt", SEED, tiny.folds[0]), "pretrain") is None
 
 
 def test_a_pretraining_compiled_by_regions_trains_the_eager_models_weights(tiny, tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ from kinematic_pipeline.config import load_settings
 from kinematic_pipeline.stages.training_table import learnability_table, training_table
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.training.curves import CURVE_COLUMNS, CURVES_FILE
+from kinematic_pipeline_tests.helpers import benchmark
 
 
 def _write_curves(folder, rows, fractions=None):
@@ -103,25 +104,15 @@ def test_learnability_is_the_best_skill_over_the_prior_so_far_at_each_fraction_o
     assert learnability_table(load_settings("ci", warehouse=tmp_path / "empty", env=env)) is None
 
 
-def _bench_budget():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_budget.py"
-    spec = importlib.util.spec_from_file_location("bench_budget", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_budget_test_the_benchmark_writes_reaches_the_report_table(tmp_path):
     from kinematic_pipeline.stages.training_table import budget_test_table
 
     settings = load_settings("ci", warehouse=tmp_path / "warehouse", env={})
     assert budget_test_table(settings) is None  # until the benchmark has run
 
-    def run(budget, steps, best, loss):
-        return {"budget": budget, "steps": steps, "best_step": best, "best_val_loss": loss, "seconds": 1.0}
+    def run(budget, steps, best, loss, lr_fraction=0.0):
+        row = {"budget": budget, "steps": steps, "best_step": best, "best_val_loss": loss, "seconds": 1.0}
+        return row | {"lr_fraction": lr_fraction}
 
     rows = [  # a foundation that twice the budget improves by 5%, an adapter it improves by 0.5%
         {"variant": "splinegpt", "stage": "pretrain", "1x": run(300, 300, 300, 0.2), "2x": run(600, 600, 600, 0.19)},
@@ -131,7 +122,7 @@ def test_the_budget_test_the_benchmark_writes_reaches_the_report_table(tmp_path)
             "stage": "warm_start",
             "fold": "2022H2",
             "1x": run(100, 100, 100, 0.2),
-            "2x": run(200, 150, 75, 0.21),
+            "2x": {"budget": 200, "steps": 150, "best_step": 75, "best_val_loss": 0.21},  # kept before the column
         },
     ]
     for row in rows:
@@ -141,11 +132,12 @@ def test_the_budget_test_the_benchmark_writes_reaches_the_report_table(tmp_path)
     ablation[0]["gain"] = (1.02 - 1.0) / 1.02
     ablation[0]["horizon"] = {"horizon": 5, "pretrain": run(300, 300, 300, 0.4), "finetune": run(200, 200, 200, 0.99)}
     ablation[0]["horizon_gain"] = (1.02 - 0.99) / 1.02
-    path = _bench_budget().write_budget_test(settings, "2022H1", rows, ablation)
+    path = benchmark("bench_budget").write_budget_test(settings, "2022H1", rows, ablation)
     assert path == settings.warehouse.budget_test_file
 
     pretraining, finetuning, warm = budget_test_table(settings).rows(named=True)
     assert (warm["Stage"], warm["Fold"], warm["2x lowers it by"]) == ("pretraining, warm-started", "2022H2", "-5.00%")
+    assert warm["Rate left at the stop (1x / 2x)"] == "0.00 / -"  # a run the benchmark kept before it recorded it
     assert (pretraining["Stage"], pretraining["Fold"], pretraining["Seed"]) == ("pretraining", "2022H1", 1234)
     assert pretraining["Budget: steps (best)"] == "300: 300 (300)" and pretraining["Best val loss at 2x"] == 0.19
     assert pretraining["2x lowers it by"] == "+5.00%" and pretraining["Passes"] == "no (seed spread 1.00%)"
@@ -205,12 +197,12 @@ def test_the_budget_benchmark_keeps_each_run_and_reuses_it_when_run_again(tmp_pa
 
         return train
 
-    runs = _bench_budget().Runs(tmp_path / "runs")
+    runs = benchmark("bench_budget").Runs(tmp_path / "runs")
     assert runs.get("a_1x", make(0.5)) == {"best_val_loss": 0.5}
     assert runs.get("a_1x", make(0.7)) == {"best_val_loss": 0.5}  # kept: not trained again
     assert runs.get("a_2x", make(0.4)) == {"best_val_loss": 0.4}
     assert made == [0.5, 0.4] and runs.reused == 1
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["a_1x.json", "a_2x.json"]  # no staged leftovers
-    nothing = _bench_budget().Runs(None)
+    nothing = benchmark("bench_budget").Runs(None)
     nothing.get("a_1x", make(0.9))
     assert made[-1] == 0.9 and nothing.reused == 0
