@@ -6,12 +6,14 @@ best validation loss by no more than the seeds' own spread, either way.
 
     KP_PROFILE=real KP_SOURCE=parquet KP_SOURCE_PATH=... KP_WAREHOUSE=warehouse/real \\
         python benchmarks/bench_budget.py [--fold 2019] [--seeds 1234 1235] [--tau 0.01] [--variants ...] [--json PATH]
-            [--ablation-seeds 3] [--test-days] [--fresh]
+            [--ablation-seeds 3] [--test-days] [--fresh] [--reuse-warehouse]
 
 Each run's row is kept under ``<warehouse>/reports/budget_runs/<settings fingerprint>/`` as it ends, and a later
 invocation with the same settings and code reuses it: a benchmark of hours on ``real`` stopped half-way (killed, the
 machine taken back) trains only what it had not (``--fresh``: everything again). Two invocations with disjoint
-``--variants`` at ``KP_TRAIN_THREADS=1`` use both cores of a 2-core machine.
+``--variants`` at ``KP_TRAIN_THREADS=1`` use both cores of a 2-core machine. ``--reuse-warehouse`` takes each 1x run
+from the warehouse where the DAG trained it under these settings (``from_warehouse``): on a materialized ``real``
+warehouse only the 2x runs and the ablation train, and the budget judged is the production models' own.
 
 The foundation runs train from scratch (the first fold has no parent; a later fold's ``--fold`` is trained from
 scratch as well, at the from-scratch budget) into a temporary folder, never the warehouse's; both adapters are
