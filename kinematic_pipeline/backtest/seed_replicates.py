@@ -162,6 +162,11 @@ def day_only_interval(
 # ------------------------------------------------------------------------------------------ the verdict
 
 
+def conditional_on(k: int) -> str:
+    """What a seeds-as-replicates interval is conditional on: the k trained models per side (one: its one fit)."""
+    return f"the {k} trained models per side" if k > 1 else "the one fit per side"
+
+
 def replicated_verdict(
     a,
     b,
@@ -198,9 +203,10 @@ def replicated_verdict(
         reason = "the interval covers 0"
     else:
         reason = ""
+    agreed = f"all {k} seeds agree" if k > 1 else "one fit (no training seed to vary)"  # a probe: min_seeds 1
     return {
         "answer": "no evidence" if reason else "yes",
-        "reason": reason or f"all {k} seeds agree and the interval excludes 0",
+        "reason": reason or f"{agreed} and the interval excludes 0",
         "mean_difference": summary["mean"],
         "ci_low": low,
         "ci_high": high,
@@ -214,7 +220,7 @@ def replicated_verdict(
         "n_days": int(np.max(summary["n_days"])),
         "block_days": int(block_days),
         "n_boot": int(n_boot),
-        "conditional_on": f"the {k} trained models per side",
+        "conditional_on": conditional_on(k),
     }
 
 

@@ -15,7 +15,7 @@ import polars as pl
 from scipy import stats as sps
 
 from kinematic_pipeline.backtest import multiple_testing as mt
-from kinematic_pipeline.backtest.seed_replicates import replicated_verdict
+from kinematic_pipeline.backtest.seed_replicates import conditional_on, replicated_verdict
 from kinematic_pipeline.backtest.signal import daily_ic, newey_west_lags, newey_west_t, partial_rank_ic
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.stages.features import read_features
@@ -225,7 +225,7 @@ def seed_sharpe_replication(by_seed: dict, a: str, b: str, least: int = 3) -> di
         "n_disagree": n_disagree,
         "ci_low": float("nan"),
         "ci_high": float("nan"),
-        "conditional_on": f"the {k} trained models per side",
+        "conditional_on": conditional_on(k),
     }
 
 

@@ -164,6 +164,18 @@ def test_a_yes_is_refused_with_two_seeds_and_given_with_three_agreeing_seeds_and
     assert sr.ANSWERS == ("yes", "no evidence")
 
 
+def test_one_fit_answers_as_one_fit_not_as_seeds_that_agree():
+    """A probe (one deterministic fit, min_seeds 1) is judged by its day-block interval alone: the row says so
+    rather than "all 1 seeds agree", and with one seed to draw the two-level interval is the day-only one."""
+    a, b = _sides([1.0], n_days=200, noise=0.1)
+    row = sr.replicated_verdict(a, b, n_boot=1000, block_days=5, seed=0, min_seeds=1)
+    assert row["answer"] == "yes" and row["reason"] == "one fit (no training seed to vary) and the interval excludes 0"
+    assert row["conditional_on"] == "the one fit per side" and "seeds agree" not in row["reason"]
+    assert sr.conditional_on(3) == "the 3 trained models per side"
+    assert (row["ci_low"], row["ci_high"]) == (row["day_only_ci_low"], row["day_only_ci_high"])
+    assert sr.replicated_verdict(a, b, n_boot=1000, block_days=5, seed=0)["reason"] == "fewer than 3 seeds"
+
+
 def test_a_yes_is_refused_when_agreeing_seeds_have_an_interval_that_covers_0():
     rng = np.random.default_rng(4)
     common = rng.normal(0.0, 1.0, 100)
