@@ -35,8 +35,10 @@ demo: venv
 resume: venv
 	KP_PROFILE=$(KP_PROFILE) $(BIN)/python -m kinematic_pipeline materialize --resume
 
+# one pytest-xdist worker a core, each pinned to it (kinematic_pipeline_tests/__init__.py); TEST_WORKERS=0: one process
+TEST_WORKERS ?= auto
 test: venv
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 ui: venv
 	$(BIN)/dagster dev -w workspace.yaml

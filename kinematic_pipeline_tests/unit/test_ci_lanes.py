@@ -29,3 +29,28 @@ def test_every_file_with_a_slow_test_is_run_by_the_nightly_lane():
     assert slow, "no slow test found: the search is wrong"
     missing = sorted(slow - _nightly_slow_files())
     assert not missing, f"slow tests in files .ci/nightly never runs with -m slow: {missing}"
+
+
+def test_an_xdist_worker_runs_on_one_core_and_its_settings_train_at_one_thread():
+    """``pytest -n 2`` (the nightly lane): worker gw1 is pinned to the second core before numpy or torch load, so its
+    settings (``usable_cores``: ci's one run at every core) and a CLI it starts train at one thread; outside a worker nothing is pinned."""
+    import os
+    import subprocess
+    import sys
+
+    cores = sorted(os.sched_getaffinity(0))
+    script = (
+        "import os, kinematic_pipeline_tests as t; from kinematic_pipeline.config import load_settings; "
+        "print(sorted(os.sched_getaffinity(0)), load_settings('ci', env={}).train.process_threads)"
+    )
+
+    def run(**env):
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+        out = subprocess.run([sys.executable, "-c", script], env={**clean, **env}, cwd=ROOT, capture_output=True)
+        assert out.returncode == 0, out.stderr.decode()[-2000:]
+        return out.stdout.decode().strip()
+
+    pinned = run(PYTEST_XDIST_WORKER="gw1", PYTEST_XDIST_WORKER_COUNT="2")
+    assert pinned == f"[{cores[1 % len(cores)]}] 1"
+    alone = run(PYTEST_XDIST_WORKER="gw0", PYTEST_XDIST_WORKER_COUNT="1")  # -n 1: every core, as without xdist
+    assert alone == f"{cores} {len(cores)}"  # ci trains one run at a time at every core
