@@ -50,6 +50,7 @@ BEATEN = (BENCHMARK, "garch")  # the references a learned forecaster must beat (
 PAIRS = (("splinegpt", "rawgpt_fd"), ("splinegpt", "rawgpt"))  # one backbone (GPT), two tokenizations each
 POWER_Z = float(norm.ppf(0.80))  # a difference of (z_(1 - alpha / 2) + POWER_Z) standard errors: found with 80% power
 SEED_SEPARATOR = " seed "  # a model forecaster's name: "<variant> seed <seed>"
+ORACLE = "oracle"  # the exact forecast of a planted-volatility universe (KP_PLANTED_VOL), a row of its own kind
 
 COMPARISON_SCHEMA = {
     "variant_a": pl.String,
@@ -82,12 +83,17 @@ def reference_forecasts(bars: pl.DataFrame, h: int, train_end) -> dict[str, pl.D
 
 
 def scored_forecasts(
-    predictions: pl.DataFrame, bars: pl.DataFrame, h: int, folds: Sequence[Fold]
+    predictions: pl.DataFrame,
+    bars: pl.DataFrame,
+    h: int,
+    folds: Sequence[Fold],
+    oracle: pl.DataFrame | None = None,
 ) -> tuple[pl.DataFrame, float]:
     """Every forecaster's rows (``volatility_metrics.scored_frame``: ticker, date, forecaster, log_variance, log_rv)
     on the ticker-days of ``predictions`` (the task's: variant, seed, fold, ticker, date, log_variance), fold by
-    fold, the references refitted on each fold's training days; and the mean log RV of the first fold's training
-    rows (``label_end`` and before: the R^2's zero, known before any test day)."""
+    fold, the references refitted on each fold's training days, and ``oracle`` (ticker, date, log_variance: a
+    planted universe's exact forecast) as the forecaster ``ORACLE``; and the mean log RV of the first fold's
+    training rows (``label_end`` and before: the R^2's zero, known before any test day)."""
     targets = realized(bars, h)
     parts = []
     for (label,), rows in predictions.group_by("fold", maintain_order=True):
@@ -97,6 +103,8 @@ def scored_forecasts(
             name: frame.join(days, on=list(KEYS), how="semi")
             for name, frame in reference_forecasts(bars, h, fold.train_end).items()
         }
+        if oracle is not None:
+            forecasts[ORACLE] = oracle.join(days, on=list(KEYS), how="semi").select(*KEYS, "log_variance")
         for (variant, seed), model in rows.sort("variant", "seed").group_by("variant", "seed", maintain_order=True):
             forecasts[f"{variant}{SEED_SEPARATOR}{seed}"] = model.select(*KEYS, pl.col("log_variance").cast(pl.Float64))
         parts.append(scored_frame(targets, forecasts))
@@ -112,13 +120,17 @@ def scored_forecasts(
 
 def forecaster_table(scored: pl.DataFrame, h: int, train_mean: float, reps: int = 1000, seed: int = 0) -> pl.DataFrame:
     """``volatility_metrics.forecast_table`` of every forecaster against HAR, sorted by QLIKE, with each row's
-    ``kind`` (reference or model)."""
+    ``kind`` (reference, model, or the planted universe's oracle)."""
     wide, names = common_rows(scored)
     if len(names) < 2 or wide["date"].n_unique() < 2:  # nothing to compare on: too few forecasters or days
         return pl.DataFrame(schema={**TABLE_SCHEMA, "kind": pl.String})
     table = forecast_table(scored, h, train_mean, BENCHMARK, reps=reps, seed=seed)
     kind = (
-        pl.when(pl.col("forecaster").str.contains(SEED_SEPARATOR)).then(pl.lit("model")).otherwise(pl.lit("reference"))
+        pl.when(pl.col("forecaster").str.contains(SEED_SEPARATOR))
+        .then(pl.lit("model"))
+        .when(pl.col("forecaster") == ORACLE)
+        .then(pl.lit(ORACLE))
+        .otherwise(pl.lit("reference"))
     )
     return table.with_columns(kind.alias("kind")).sort("qlike")
 

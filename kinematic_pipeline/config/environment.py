@@ -7,7 +7,7 @@ cut: one fold unless ``KP_FOLDS`` says otherwise), ``KP_FOLDS`` (walk-forward fo
 ``KP_TAU_SWEEP_FOLDS`` (the folds of the taus other than the report's: ``all``, ``last`` or ``none``), ``KP_TASKS``
 (the task families: ``bsh``, ``bsh,vol``),
 ``KP_TRAIN_ACCELERATOR`` / ``_DEVICES`` / ``_PRECISION`` / ``_STRATEGY`` (the Lightning Trainer),
-``KP_TRAIN_SHARD_TRACE``, ``KP_WARM_START`` / ``KP_WARM_START_STEPS`` (rolling warm starts of the foundations over
+``KP_PLANTED_IC`` / ``KP_PLANTED_VOL`` (the synthetic source's positive controls), ``KP_TRAIN_SHARD_TRACE``, ``KP_WARM_START`` / ``KP_WARM_START_STEPS`` (rolling warm starts of the foundations over
 walk-forward folds), ``KP_PRETRAIN_HORIZON`` (the GPTs' pretraining target), ``KP_TRAIN_SIDE_BY_SIDE`` / ``KP_TRAIN_THREADS`` (training runs at once and their torch
 threads), ``KP_DROP_DIR`` and ``KP_DURABLE_WRITES``. ``load_settings`` is the only reader of the
 environment: it resolves them once, when the definitions load, and partitions, schedules, sensors and every
@@ -143,6 +143,13 @@ def load_settings(
                 f"KP_PLANTED_IC={env['KP_PLANTED_IC']!r}: expected a daily IC in [0, 1) on the synthetic source"
             )
         synthetic = dataclasses.replace(synthetic, planted_ic=planted)
+    if env.get("KP_PLANTED_VOL"):
+        if env["KP_PLANTED_VOL"] not in ("0", "1") or source != "synthetic" or synthetic.planted_ic is not None:
+            raise ValueError(
+                f"KP_PLANTED_VOL={env['KP_PLANTED_VOL']!r}: expected 1 (a planted log-AR(1) variance) or 0, on the "
+                "synthetic source and without KP_PLANTED_IC"
+            )
+        synthetic = dataclasses.replace(synthetic, planted_vol=env["KP_PLANTED_VOL"] == "1")
     if env.get("KP_SYNTHETIC_TICKERS"):
         if not env["KP_SYNTHETIC_TICKERS"].isdigit() or int(env["KP_SYNTHETIC_TICKERS"]) < 1:
             raise ValueError(f"KP_SYNTHETIC_TICKERS={env['KP_SYNTHETIC_TICKERS']!r}: expected a positive integer")

@@ -68,10 +68,11 @@ class SyntheticConfig:
     late_listing_fraction: float = 0.25  # share of tickers that list after the first day (IPOs)
     zero_volume_prob: float = 2e-4  # chance a bar reports zero volume (a missing measurement)
     measurement_noise: tuple[float, float] = (0.002, 0.008)  # range of per-ticker noise std of ln(close)
-    # A positive control (KP_PLANTED_IC): None keeps the latent-kinematics universe above; a number in [0, 1)
-    # replaces it by a planted signal whose oracle daily IC is that number (sources/synthetic.py, planted).
+    # Positive controls in place of the latent kinematics (sources/synthetic.py): KP_PLANTED_IC, a drift whose oracle
+    # daily IC is that number in [0, 1); KP_PLANTED_VOL=1 (planted_vol), a log-AR(1) variance and its exact forecast.
     planted_ic: float | None = None
     planted_persistence: float = 0.99  # AR(1) coefficient of the planted drift (half-life ~69 sessions)
+    planted_vol: bool = False
 
 
 @dataclass(frozen=True)
@@ -120,9 +121,8 @@ class SplitConfig:
 class IngestConfig:
     """The raw_ohlcv data contract (DESIGN.md)."""
 
-    # Adjusted prices carry rounding noise (~2e-6 relative on the real file): only a high/low outside
-    # open/close by more than this is an inconsistency.
-    hl_rel_tolerance: float = 1e-6
+    # Adjusted prices carry rounding noise (~2e-6 relative on the real file): only a high/low outside open/close
+    hl_rel_tolerance: float = 1e-6  # by more than this is an inconsistency
     # "quarantine": high/low-inconsistent rows go to the quarantine (the contract's default);
     # "flag": they are kept with hl_inconsistent = true (their close and volume are still usable).
     hl_policy: str = "quarantine"

@@ -70,11 +70,13 @@ def qlike_png(table: pl.DataFrame, path: Path) -> bytes:
     y = np.arange(rows.height)
     q, low, high = (rows[c].to_numpy().astype(np.float64) for c in ("qlike", "qlike_low", "qlike_high"))
     for i, (kind, in_mcs) in enumerate(zip(rows["kind"].to_list(), rows["in_mcs"].to_list())):
-        color = "C0" if kind == "model" else "C7"
+        color = {"model": "C0", "oracle": "C3"}.get(kind, "C7")
         bar = [[q[i] - low[i]], [high[i] - q[i]]]
         ax.errorbar(q[i], y[i], xerr=bar, fmt="o", color=color, capsize=3, mfc=color if in_mcs else "white")
     ax.set_yticks(y, rows["forecaster"].to_list(), fontsize=8)
-    ax.set_xlabel("QLIKE (lower is better); filled: in the model confidence set; blue: a model, grey: a reference")
+    ax.set_xlabel(
+        "QLIKE (lower is better); filled: in the model confidence set; blue: a model, grey: a reference, red: the oracle"
+    )
     ax.grid(alpha=0.3, axis="x")
     return save_figure(fig, path)
 

@@ -22,6 +22,13 @@ past returns, so what a model can reach is below the oracle's IC (a causal EWMA 
 Spearman IC at 0.1 and 64% at 0.2 on 40 names over 2021-2022, science-5 section 4); at 0 the prices are a random walk
 and nothing is predictable. The ground truth
 holds mu as the velocity, its daily change as the acceleration, and the regime "planted".
+
+A planted volatility control (``planted_vol``, ``KP_PLANTED_VOL=1``): each ticker's daily log return is
+N(0, exp(``VOL_LEVEL`` + h_t)), h a log-AR(1) (persistence ``VOL_PERSISTENCE``, stationary sd ``VOL_SD``) independent
+across tickers, and each day's high-low range scales with that day's sd. Next week's variance is predictable from the
+last weeks' returns, and its exact forecast from h_t (``planted_log_variance``) is the volatility task's oracle row.
+The ground truth holds the log variance exp(``VOL_LEVEL`` + h_t) of the day's return (NaN in the other universes),
+the log close as the position, no drift, and the regime "planted_vol".
 """
 
 from __future__ import annotations
@@ -75,8 +82,16 @@ class SyntheticSource:
     def read_all(self) -> pl.DataFrame:
         return _universe(self.config, self.start, self.end)[0]
 
+    def oracle(self, task) -> pl.DataFrame | None:
+        """The exact forecast of ``task``'s target on this universe, where it plants one: a realized-variance task's
+        (kind "vol") on a planted-volatility universe (``planted_log_variance``); else None."""
+        if not self.config.planted_vol or getattr(task, "kind", None) != "vol":
+            return None
+        return planted_log_variance(self.ground_truth(), task.horizon)
+
     def ground_truth(self) -> pl.DataFrame:
-        """Latent position (log price), velocity and acceleration per ticker and session, and the regime."""
+        """Latent position (log price), velocity and acceleration per ticker and session, the regime, and the log
+        variance of the day's return (planted-volatility universes; NaN in the others)."""
         return _universe(self.config, self.start, self.end)[1]
 
 
@@ -95,6 +110,7 @@ def _universe(config: SyntheticConfig, start: dt.date, end: dt.date) -> tuple[pl
         if i > 0 and rng.random() < config.late_listing_fraction:
             first = int(rng.integers(1, max(2, int(0.6 * n_days))))
         simulate = _simulate_ticker if config.planted_ic is None else _planted_ticker
+        simulate = _planted_vol_ticker if config.planted_vol else simulate
         sim = simulate(rng, n_days - first, config)
         dates = pl.Series("date", days[first:], dtype=pl.Date)
         bars.append(
@@ -111,6 +127,7 @@ def _universe(config: SyntheticConfig, start: dt.date, end: dt.date) -> tuple[pl
                     "velocity": sim["v"],
                     "acceleration": sim["a"],
                     "regime": pl.Series([_regime_name(r) for r in sim["regime"]], dtype=pl.String),
+                    "log_variance": sim.get("log_variance", np.full(len(dates), np.nan)),
                 }
             )
         )
@@ -123,11 +140,49 @@ def _universe(config: SyntheticConfig, start: dt.date, end: dt.date) -> tuple[pl
 
 
 PLANTED_NOISE = 0.015  # daily std of the unpredictable part of a planted universe's log return
-PLANTED_REGIME = -1
+PLANTED_REGIME, PLANTED_VOL_REGIME = -1, -2
+VOL_PERSISTENCE, VOL_SD, VOL_LEVEL = 0.97, 0.6, float(np.log(0.015**2))  # a planted log variance's AR(1)
 
 
 def _regime_name(code: int) -> str:
-    return "planted" if code == PLANTED_REGIME else REGIMES[code]
+    return {PLANTED_REGIME: "planted", PLANTED_VOL_REGIME: "planted_vol"}.get(code) or REGIMES[code]
+
+
+def planted_forecast(h: np.ndarray, horizon: int) -> np.ndarray:
+    """ln E[sum of the next ``horizon`` squared returns | h_t] under the planted log-AR(1): r_(t+i)^2 has the
+    conditional mean exp(VOL_LEVEL + phi^i h_t + sd^2 (1 - phi^(2i)) / 2), h_(t+i) given h_t being normal."""
+    i = np.arange(1, horizon + 1)
+    phi, sd = VOL_PERSISTENCE, VOL_SD
+    return np.log(np.exp(VOL_LEVEL + np.outer(h, phi**i) + sd**2 * (1 - phi ** (2 * i)) / 2).sum(axis=1))
+
+
+def planted_log_variance(truth: pl.DataFrame, horizon: int) -> pl.DataFrame:
+    """The oracle of a planted-volatility universe's ``truth`` (``SyntheticSource.ground_truth``): ticker, date and
+    ``planted_forecast`` of its next ``horizon`` returns' variance from the day's latent h, as the volatility task's
+    predictions give it (log_variance)."""
+    h = truth["log_variance"].to_numpy() - VOL_LEVEL
+    return truth.select("ticker", "date").with_columns(pl.Series("log_variance", planted_forecast(h, horizon)))
+
+
+def _planted_vol_ticker(rng: np.random.Generator, n: int, config: SyntheticConfig) -> dict[str, np.ndarray]:
+    """r_t ~ N(0, exp(VOL_LEVEL + h_t)), h a stationary log-AR(1); the range of day t scales with its sd."""
+    phi, shocks = VOL_PERSISTENCE, rng.standard_normal(n)
+    h = np.empty(n)
+    h[0] = VOL_SD * shocks[0]
+    for t in range(1, n):
+        h[t] = phi * h[t - 1] + VOL_SD * np.sqrt(1.0 - phi**2) * shocks[t]
+    sd = np.exp((VOL_LEVEL + h) / 2)
+    r = np.concatenate([[0.0], sd[1:] * rng.standard_normal(n - 1)])
+    x = np.log(rng.uniform(10.0, 300.0)) + np.cumsum(r)
+    close = np.exp(x)
+    open_ = np.concatenate([[close[0]], close[:-1]]) * np.exp(0.3 * r)
+    high = np.maximum(open_, close) * np.exp(np.abs(rng.normal(0.0, 0.5, n)) * sd)
+    low = np.minimum(open_, close) * np.exp(-np.abs(rng.normal(0.0, 0.5, n)) * sd)
+    volume = np.round(np.exp(rng.uniform(np.log(2e5), np.log(5e7)) + 0.25 * rng.standard_normal(n)))
+    volume[rng.random(n) < config.zero_volume_prob] = 0.0
+    bars = {"open": open_, "high": high, "low": low, "close": close, "volume": volume}
+    zero, regime = np.zeros(n), np.full(n, PLANTED_VOL_REGIME, dtype=np.int8)
+    return bars | {"x": x, "v": zero, "a": zero, "regime": regime, "log_variance": VOL_LEVEL + h}
 
 
 def _planted_ticker(rng: np.random.Generator, n: int, config: SyntheticConfig) -> dict[str, np.ndarray]:

@@ -12,6 +12,7 @@ import polars as pl
 
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.run_keys import run_policies
+from kinematic_pipeline.sources import make_source
 from kinematic_pipeline.tasks.base import Task
 from kinematic_pipeline.warehouse import RAW_OHLCV
 from kinematic_pipeline.warehouse import exact_paths as exact
@@ -55,8 +56,14 @@ def task_evidence(settings: Settings, task: Task) -> dict[str, pl.DataFrame]:
     if not predictions.height:
         return {}
     if task.evidence_reads_bars:
-        return task.evidence(settings, predictions, task_bars(settings, predictions))
+        return task.evidence(settings, predictions, task_bars(settings, predictions), task_oracle(settings, task))
     return task.evidence(settings, predictions)
+
+
+def task_oracle(settings: Settings, task: Task) -> pl.DataFrame | None:
+    """The exact forecast of ``task``'s target where the run's synthetic source plants one
+    (``SyntheticSource.oracle``: a planted-volatility universe's, ``KP_PLANTED_VOL``), else None."""
+    return make_source(settings).oracle(task) if settings.data.source == "synthetic" else None
 
 
 def task_tables(settings: Settings) -> dict[str, pl.DataFrame]:

@@ -198,13 +198,18 @@ class Task(ABC):
     evidence_reads_bars: ClassVar[bool] = False  # its evidence needs the raw bars of its predictions' tickers
 
     def evidence(
-        self, settings, predictions: pl.DataFrame, bars: pl.DataFrame | None = None
+        self,
+        settings,
+        predictions: pl.DataFrame,
+        bars: pl.DataFrame | None = None,
+        oracle: pl.DataFrame | None = None,
     ) -> dict[str, pl.DataFrame]:
         """Its tables (named as ``evidence_titles``) from ``predictions``: every run policy's rows on this task
         (``predictions_schema`` and the ``fold``), as the report prints them after its own
         (``stages/task_evidence.py``); ``bars``: where ``evidence_reads_bars``, the raw bars (ticker, date, open,
-        high, low, close) of the predictions' tickers up to their last day, every day from the first; none by
-        default."""
+        high, low, close) of the predictions' tickers up to their last day, every day from the first; ``oracle``:
+        there too, the exact forecast of its target where the run's synthetic source plants one
+        (``SyntheticSource.oracle``), else None; none by default."""
         return {}
 
     def verdict_rows(self, tables: dict[str, pl.DataFrame]) -> list[dict]:

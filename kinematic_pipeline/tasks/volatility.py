@@ -104,13 +104,18 @@ class RealizedVariance(Task):
         }
 
     def evidence(
-        self, settings, predictions: pl.DataFrame, bars: pl.DataFrame | None = None
+        self,
+        settings,
+        predictions: pl.DataFrame,
+        bars: pl.DataFrame | None = None,
+        oracle: pl.DataFrame | None = None,
     ) -> dict[str, pl.DataFrame]:
         """Every forecaster on the same test ticker-days (``volatility_evidence.forecaster_table``: QLIKE with its
         block interval, MSE, R^2 of ln RV, rank IC, Diebold-Mariano against HAR, the model confidence set), each
         model against HAR and GARCH and the tokenizations' paired rows, both with seeds as replicates
         (``reference_table``, ``tokenization_table``), and volatility targeting on each forecast against Buy & Hold
-        at the verdict's cost (``volatility_targeting.targeting_table``)."""
+        at the verdict's cost (``volatility_targeting.targeting_table``). ``oracle``: a planted universe's exact
+        forecast (``KP_PLANTED_VOL``), a row of its own among the forecasters, never one the comparisons name."""
         # arch and statsmodels load here, not wherever the settings are read (the registry imports this module)
         from kinematic_pipeline.backtest.volatility_evidence import (
             forecaster_table,
@@ -122,7 +127,7 @@ class RealizedVariance(Task):
 
         if bars is None:
             raise ValueError("the volatility task's evidence needs the bars of its predictions' tickers")
-        scored, train_mean = scored_forecasts(predictions, bars, self.horizon, settings.folds)
+        scored, train_mean = scored_forecasts(predictions, bars, self.horizon, settings.folds, oracle)
         ev = settings.evaluate
         reps, first_cut = ev.skill_bootstrap_resamples, min(f.train_end for f in settings.folds)
         return {

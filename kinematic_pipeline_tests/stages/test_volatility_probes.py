@@ -15,6 +15,7 @@ import pytest
 from kinematic_pipeline.calendar import trading_days
 from kinematic_pipeline.config import EvalConfig, load_settings
 from kinematic_pipeline.policy import Policy
+from kinematic_pipeline.sources.synthetic import VOL_LEVEL, VOL_PERSISTENCE, VOL_SD, planted_forecast
 from kinematic_pipeline.stages.baselines import materialize_probe
 from kinematic_pipeline.stages.features import materialize_features
 from kinematic_pipeline.stages.ingest import materialize_raw_ohlcv
@@ -75,15 +76,14 @@ START, END, CUT = dt.date(2019, 1, 2), dt.date(2020, 6, 30), dt.date(2020, 1, 31
 N_TICKERS = 16
 
 
-PHI, SD, LEVEL = 0.97, 0.6, np.log(0.015**2)  # the log variance's AR(1): persistence, stationary sd, mean
+# the log variance's AR(1) of the planted source (KP_PLANTED_VOL): persistence, stationary sd, mean
+PHI, SD, LEVEL = VOL_PERSISTENCE, VOL_SD, VOL_LEVEL
 
 
 def oracle_log_variance(h: np.ndarray, horizon: int = 5) -> np.ndarray:
-    """ln E[RV of the next ``horizon`` returns | h_t] under the log-AR(1): each r_t+i^2 has the conditional mean
-    exp(LEVEL + PHI^i h_t + SD^2 (1 - PHI^(2i)) / 2) (h_t+i given h_t is normal)."""
-    i = np.arange(1, horizon + 1)
-    terms = np.exp(LEVEL + np.outer(h, PHI**i) + SD**2 * (1 - PHI ** (2 * i)) / 2)
-    return np.log(terms.sum(axis=1))
+    """ln E[RV of the next ``horizon`` returns | h_t] under the log-AR(1) (``synthetic.planted_forecast``, checked
+    against its loop twin in ``unit/test_planted_volatility.py``)."""
+    return planted_forecast(h, horizon)
 
 
 def volatility_universe(seed: int = 0) -> tuple[pl.DataFrame, pl.DataFrame]:
