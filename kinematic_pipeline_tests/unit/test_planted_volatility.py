@@ -24,6 +24,7 @@ from kinematic_pipeline.sources.synthetic import (
 from kinematic_pipeline.stages.task_evidence import task_oracle
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold
 from kinematic_pipeline.tasks.volatility import RealizedVariance
+from kinematic_pipeline_tests.helpers.predictions import variance_forecasts
 
 ENV = {"KP_PLANTED_VOL": "1", "KP_SYNTHETIC_TICKERS": "12", "KP_START_DATE": "2019-01-02", "KP_TASKS": "bsh,vol"}
 
@@ -89,16 +90,7 @@ def test_the_oracle_row_leads_the_tasks_confidence_set_and_no_comparison_names_i
         for variant in ("splinegpt", "rawgpt_fd"):
             for seed in (1234, 1235, 1236):
                 noisy = pl.col("log_variance") + pl.Series(rng.normal(0.1, 0.3, days.height))
-                frames.append(
-                    days.select(
-                        pl.lit(variant).alias("variant"),
-                        pl.lit(seed, pl.Int64).alias("seed"),
-                        pl.lit(fold.label).alias("fold"),
-                        "ticker",
-                        "date",
-                        noisy.alias("log_variance"),
-                    )
-                )
+                frames.append(variance_forecasts(days, variant, seed, fold.label, noisy))
     tables = task.evidence(settings, pl.concat(frames), bars, task_oracle(settings, task))
     table = tables["forecasters"]
     with pl.Config(tbl_cols=16, tbl_width_chars=200):

@@ -14,6 +14,7 @@ import pytest
 from kinematic_pipeline.backtest import volatility_evidence as ve
 from kinematic_pipeline.backtest.volatility_forecasts import garch_forecast
 from kinematic_pipeline.folds import Fold
+from kinematic_pipeline_tests.helpers.predictions import variance_forecasts
 from kinematic_pipeline_tests.unit.test_volatility_forecasts import _day, simulated_bars
 
 H = 5
@@ -42,14 +43,7 @@ def planted():
             for seed, (bias, sd) in seeds.items():
                 noise = bias + rng.normal(0.0, sd, days.height)
                 rows.append(
-                    days.select(
-                        pl.lit(variant).alias("variant"),
-                        pl.lit(seed, pl.Int64).alias("seed"),
-                        pl.lit(fold.label).alias("fold"),
-                        "ticker",
-                        "date",
-                        (pl.col("log_variance") + pl.Series(noise)).alias("log_variance"),
-                    )
+                    variance_forecasts(days, variant, seed, fold.label, pl.col("log_variance") + pl.Series(noise))
                 )
     oracle = truth.filter(pl.col("date") >= FOLDS[0].test_start)
     return bars, pl.concat(rows), oracle
@@ -120,6 +114,26 @@ def test_a_tokenization_yes_needs_three_agreeing_seeds(planted):
     assert raw["answer"] == "no evidence" and raw["reason"] == "1 of 3 seeds disagrees"
     assert raw["day_only_ci_high"] - raw["day_only_ci_low"] < raw["ci_high"] - raw["ci_low"]  # seeds widen it
     assert set(table["metric"]) == {"qlike", "rank_ic"} and table.height == 4
+
+
+def test_a_side_that_forecasts_one_value_for_every_name_has_no_rank_ic_row_of_numbers(planted):
+    """An adapter kept at its prior (one value for every name: on the planted-volatility demo, RawGPT's next-day
+    adapter) has no rank IC on any day: its pair's rank-IC row says so as "no evidence", its QLIKE row is computed,
+    and the table is built (it raised before)."""
+    bars, predictions, _ = planted
+    constant = pl.when(pl.col("variant") == "rawgpt").then(pl.lit(-9.2)).otherwise("log_variance")
+    scored, _ = ve.scored_forecasts(predictions.with_columns(constant.alias("log_variance")), bars, H, FOLDS)
+    rows = {(r["variant_b"], r["metric"]): r for r in ve.tokenization_table(scored, n_boot=100).iter_rows(named=True)}
+    flat = rows[("rawgpt", "rank_ic")]
+    assert flat["answer"] == "no evidence" and flat["reason"] == ve.UNSCORED and flat["days"] == 0
+    assert np.isnan(flat["difference"]) and flat["n_seeds"] == 3
+    assert np.isfinite(rows[("rawgpt", "qlike")]["difference"]) and rows[("rawgpt_fd", "rank_ic")]["days"] > 0
+    line = next(
+        r
+        for r in ve.verdict_rows({"tokenizations": ve.tokenization_table(scored, 100)}, H)
+        if "IC" in r["Question"] and "raw values" in r["Question"]
+    )
+    assert line["Answer"] == f"no evidence: {ve.UNSCORED}" and line["Statistic"] == "undefined: no day scored"
 
 
 def test_no_pair_no_rows(planted):
