@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
 
-from kinematic_pipeline.backtest.volatility_evidence import BEATEN, SEED_SEPARATOR, trained_seeds
+from kinematic_pipeline.backtest.volatility_evidence import BEATEN, ORACLE, SEED_SEPARATOR, trained_seeds
 from kinematic_pipeline.backtest.volatility_metrics import common_rows
 from kinematic_pipeline.backtest.volatility_targeting import BUY_AND_HOLD, target_volatility
 from kinematic_pipeline.backtest.weights import run_weight_backtest, volatility_target_weights
@@ -25,10 +25,10 @@ EQUITY_SCHEMA = {"forecaster": pl.String, "date": pl.Date, "equity": pl.Float64}
 
 
 def shown_forecasters(names: Sequence[str]) -> list[str]:
-    """Of the forecasters ``names``: the references a learned forecaster must beat (HAR, GARCH) that are there,
-    then each model variant's first seed ("<variant> seed <seed>"), by variant."""
+    """Of the forecasters ``names``: the planted universe's oracle and the references a learned forecaster must beat
+    (HAR, GARCH) that are there, then each model variant's first seed ("<variant> seed <seed>"), by variant."""
     firsts = [f"{v}{SEED_SEPARATOR}{min(seeds)}" for v, seeds in sorted(trained_seeds(names).items())]
-    return [n for n in BEATEN if n in names] + firsts
+    return [n for n in (ORACLE, *BEATEN) if n in names] + firsts
 
 
 def forecasts_png(
@@ -70,12 +70,12 @@ def qlike_png(table: pl.DataFrame, path: Path) -> bytes:
     y = np.arange(rows.height)
     q, low, high = (rows[c].to_numpy().astype(np.float64) for c in ("qlike", "qlike_low", "qlike_high"))
     for i, (kind, in_mcs) in enumerate(zip(rows["kind"].to_list(), rows["in_mcs"].to_list())):
-        color = {"model": "C0", "oracle": "C3"}.get(kind, "C7")
+        color = {"model": "C0", ORACLE: "C3"}.get(kind, "C7")
         bar = [[q[i] - low[i]], [high[i] - q[i]]]
         ax.errorbar(q[i], y[i], xerr=bar, fmt="o", color=color, capsize=3, mfc=color if in_mcs else "white")
     ax.set_yticks(y, rows["forecaster"].to_list(), fontsize=8)
     ax.set_xlabel(
-        "QLIKE (lower is better); filled: in the model confidence set; blue: a model, grey: a reference, red: the oracle"
+        "QLIKE (lower is better); filled: in the model confidence set\nblue: a model, grey: a reference, red: the oracle"
     )
     ax.grid(alpha=0.3, axis="x")
     return save_figure(fig, path)

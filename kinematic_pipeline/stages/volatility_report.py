@@ -9,15 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from kinematic_pipeline.config import Settings
-from kinematic_pipeline.stages.task_evidence import task_bars, task_predictions
+from kinematic_pipeline.stages.task_evidence import task_bars, task_oracle, task_predictions
 
 VOLATILITY_FIGURES = ("volatility_forecasts", "volatility_qlike", "volatility_targeting")  # report_titles' names
 
 
 def volatility_figures(settings: Settings, focus: str, out: Path) -> dict[str, Path]:
     """The volatility figures (``VOLATILITY_FIGURES``) written under ``out``, by name: forecast against realized and
-    the volatility-targeting equity of ``focus`` (the first ticker forecast when it is not), HAR's, GARCH's and each
-    model variant's first seed's (``shown_forecasters``), and QLIKE by forecaster; none without a reported volatility
+    the volatility-targeting equity of ``focus`` (the first ticker forecast when it is not), the oracle's (a planted
+    run's), HAR's, GARCH's and each model variant's first seed's (``shown_forecasters``), and QLIKE by forecaster; none without a reported volatility
     task with predictions."""
     task = next((t for t in settings.tasks if t.kind == "vol" and t.reported(settings)), None)
     predictions = task_predictions(settings, task) if task is not None else None
@@ -29,7 +29,7 @@ def volatility_figures(settings: Settings, focus: str, out: Path) -> dict[str, P
 
     ev, h = settings.evaluate, task.horizon
     bars = task_bars(settings, predictions)
-    scored, train_mean = scored_forecasts(predictions, bars, h, settings.folds)
+    scored, train_mean = scored_forecasts(predictions, bars, h, settings.folds, task_oracle(settings, task))
     tickers = scored["ticker"].unique().sort().to_list()
     ticker = focus if focus in tickers or not tickers else tickers[0]
     shown = draw.shown_forecasters(scored["forecaster"].unique(maintain_order=True).to_list())

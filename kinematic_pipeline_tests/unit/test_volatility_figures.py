@@ -69,9 +69,10 @@ def _labels(fig) -> list[str]:
     return [line.get_label() for ax in fig.axes for line in ax.get_lines()]
 
 
-def test_the_shown_forecasters_are_har_garch_and_each_variants_first_seed():
+def test_the_shown_forecasters_are_har_garch_and_each_variants_first_seed_after_a_planted_runs_oracle():
     names = ["vol20", "garch", *MODELS, "har", "ewma"]
     assert draw.shown_forecasters(names) == ["har", "garch", "rawgpt_fd seed 1", "splinegpt seed 1"]
+    assert draw.shown_forecasters([*names, "oracle"])[:3] == ["oracle", "har", "garch"]
 
 
 def test_forecast_against_realized_draws_exactly_the_forecasters_given(tmp_path, drawn):
