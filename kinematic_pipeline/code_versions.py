@@ -24,8 +24,9 @@ CODE_VERSIONS = {  # each stage's code version: a new one marks its assets (and 
     # 4: the predictions store the de-weighted calibrated p (float64), not the class-weighted q (issue 52)
     "evaluate": "evaluate-4",
     # 4: the training table (each model's budget, steps run, best step; issue 39); 5: the answers' first screen, short
-    # titles, the volatility task's verdict rows and figures, the timing rows' HAC test (issue 53)
-    "report": "report-5",
+    # titles, the volatility task's verdict rows and figures, the timing rows' HAC test (issue 53); 6: a planted run's
+    # oracle row, a pair with no scored day as a row, a probe's row said as one fit
+    "report": "report-6",
     "scaling": "scaling-2",  # n distinct windows under one step cap, and a 2x-steps row
 }
 

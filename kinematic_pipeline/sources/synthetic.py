@@ -27,7 +27,7 @@ A planted volatility control (``planted_vol``, ``KP_PLANTED_VOL=1``): each ticke
 N(0, exp(``VOL_LEVEL`` + h_t)), h a log-AR(1) (persistence ``VOL_PERSISTENCE``, stationary sd ``VOL_SD``) independent
 across tickers, and each day's high-low range scales with that day's sd. Next week's variance is predictable from the
 last weeks' returns, and its exact forecast from h_t (``planted_log_variance``) is the volatility task's oracle row.
-The ground truth holds the log variance exp(``VOL_LEVEL`` + h_t) of the day's return (NaN in the other universes),
+The ground truth holds the log variance ``VOL_LEVEL`` + h_t of the day's return (NaN in the other universes),
 the log close as the position, no drift, and the regime "planted_vol".
 """
 
