@@ -1,4 +1,4 @@
-"""The test suite. Under pytest-xdist (``pytest -n N``: the CI lanes' slow and e2e tests) each worker runs on one
+"""The test suite. Under pytest-xdist (``pytest -n N``: ``make test`` and the nightly lane's slow tests) each worker runs on one
 core of the cores this process may use (worker k on the k-th, modulo their number), pinned here: this package is
 imported before ``conftest.py`` and so before numpy, polars or torch size their thread pools. Two workers at every
 core each would oversubscribe 2 cores (a training step 3.7x slower beside another), and ``usable_cores`` (the
