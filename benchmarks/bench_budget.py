@@ -11,7 +11,8 @@ best validation loss by no more than the seeds' own spread, either way.
 Each run's row is kept under ``<warehouse>/reports/budget_runs/<settings fingerprint>/`` as it ends, and a later
 invocation with the same settings and code reuses it: a benchmark of hours on ``real`` stopped half-way (killed, the
 machine taken back) trains only what it had not (``--fresh``: everything again). Two invocations with disjoint
-``--variants`` at ``KP_TRAIN_THREADS=1`` use both cores of a 2-core machine. ``--reuse-warehouse`` takes each 1x run
+``--variants`` at ``KP_TRAIN_THREADS=1`` use both cores of a 2-core machine (each adds its families' rows to the
+report's table, ``merge_budget_test``). ``--reuse-warehouse`` takes each 1x run
 from the warehouse where the DAG trained it under these settings (``from_warehouse``): on a materialized ``real``
 warehouse only the 2x runs and the ablation train, and the budget judged is the production models' own.
 
@@ -451,12 +452,25 @@ def write_budget_test(settings, fold: str, rows: list, ablation: list) -> Path:
                 "commit": commit.stdout.strip() or "unknown",
             }
         )
-    path = settings.warehouse.budget_test_file
-    path.parent.mkdir(parents=True, exist_ok=True)
     nullable = ("random_best_val_loss", "pretraining_gain", "horizon_best_val_loss", "horizon_gain")
     nullable += tuple(f"{k}_{x}" for k in ("lr_fraction", "seconds") for x in ("1x", "2x"))  # a warehouse run's seconds
     frame = pl.DataFrame(records, schema_overrides={**dict.fromkeys(nullable, pl.Float64), "horizon": pl.Int64})
-    settings.warehouse.write(frame, path)  # atomic, as every warehouse file: a report never reads half of it
+    return merge_budget_test(settings.warehouse, frame)
+
+
+def merge_budget_test(wh, frame: pl.DataFrame) -> Path:
+    """Writes ``frame``'s rows into ``wh.budget_test_file`` in place of the rows of the same family, stage and fold,
+    keeping every other: two invocations side by side with disjoint ``--variants`` (the module docstring) each add
+    their families, under one lock, rather than the second overwriting the first's."""
+    from kinematic_pipeline.warehouse.day_units import day_lock
+
+    path, key = wh.budget_test_file, ["variant", "stage", "fold"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with day_lock(wh, "budget_test", "merge"):  # read, merge and write as one step
+        if path.exists():
+            kept = pl.read_parquet(path).join(frame.select(key).unique(), on=key, how="anti")
+            frame = pl.concat([kept, frame], how="diagonal_relaxed").sort([*key, "seed"])
+        wh.write(frame, path)  # atomic, as every warehouse file: a report never reads half of it
     return path
 
 

@@ -53,18 +53,24 @@ __all__ = [
     "replicated_verdict",
     "resample_draws",
     "two_level_interval",
+    "unscored_reason",
 ]
 
 
 # ------------------------------------------------------------------------------------------ paired differences
 
 
-def _differences(a, b) -> np.ndarray:
-    """(k, D) d = a - b where both are finite, NaN elsewhere; ValueError on shapes or a seed with no shared day."""
+def _paired(a, b) -> np.ndarray:
+    """(k, D) d = a - b where both are finite, NaN elsewhere; ValueError on shapes."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if a.ndim != 2 or a.shape != b.shape or a.size == 0:
         raise ValueError(f"a and b must be (seeds, days) arrays of one non-empty shape, got {a.shape} and {b.shape}")
-    d = np.where(np.isfinite(a) & np.isfinite(b), a - b, np.nan)
+    return np.where(np.isfinite(a) & np.isfinite(b), a - b, np.nan)
+
+
+def _differences(a, b) -> np.ndarray:
+    """``_paired``, and ValueError on a seed with no shared day."""
+    d = _paired(a, b)
     empty = np.flatnonzero(~np.isfinite(d).any(axis=1))
     if empty.size:
         raise ValueError(f"seed rows {empty.tolist()} have no day that both sides score")
@@ -182,13 +188,18 @@ def replicated_verdict(
     "yes" only when there are at least ``min_seeds`` seeds, every seed's difference has the sign of the mean
     (a seed at exactly 0 disagrees) and the two-level interval excludes 0; otherwise "no evidence", the first
     failing condition in that order given as ``reason`` ("fewer than 3 seeds", "1 of 3 seeds disagrees", "the
-    interval covers 0", or "no interval" when no resample is finite). Returns the ``paired_by_seed`` summary
-    (``mean_difference``, ``seed_sd``, ``per_seed_differences`` as a tuple, ...), both intervals (``ci_low``,
-    ``ci_high``: two-level; ``day_only_ci_low``, ``day_only_ci_high``: for comparison), and ``conditional_on``:
-    the interval is of these trained models, "the k trained models per side" with k filled in.
+    interval covers 0", or "no interval" when no resample is finite). A seed row with no day both sides score
+    answers "no evidence" before any of them (``unscored_reason``), its mean and intervals NaN. Returns the
+    ``paired_by_seed`` summary (``mean_difference``, ``seed_sd``, ``per_seed_differences`` as a tuple, ...),
+    both intervals (``ci_low``, ``ci_high``: two-level; ``day_only_ci_low``, ``day_only_ci_high``: for
+    comparison), and ``conditional_on``: the interval is of these trained models, "the k trained models per
+    side" with k filled in.
     """
     if min_seeds < 1:
         raise ValueError(f"min_seeds must be >= 1, got {min_seeds}")
+    d = _paired(a, b)
+    if not np.isfinite(d).any(axis=1).all():
+        return _unscored(d, block_days, n_boot)
     summary = paired_by_seed(a, b)
     low, high = two_level_interval(a, b, n_boot, block_days, seed, alpha)
     day_low, day_high = day_only_interval(a, b, n_boot, block_days, seed, alpha)
@@ -218,6 +229,32 @@ def replicated_verdict(
         "sign_agreement": summary["sign_agreement"],
         "per_seed_differences": tuple(float(x) for x in summary["per_seed"]),
         "n_days": int(np.max(summary["n_days"])),
+        "block_days": int(block_days),
+        "n_boot": int(n_boot),
+        "conditional_on": conditional_on(k),
+    }
+
+
+def unscored_reason(n: int, k: int) -> str:
+    """Why a comparison with ``n`` of its ``k`` seeds scoring no day both sides share has no numbers."""
+    return f"{n} of {k} {'seed' if k == 1 else 'seeds'} {'scores' if n == 1 else 'score'} no day that both sides score"
+
+
+def _unscored(d: np.ndarray, block_days: int, n_boot: int) -> dict:
+    """``replicated_verdict``'s row when a seed row of ``d`` (``_paired``) has no day: no evidence, and why (the
+    mean, its intervals and the agreement are undefined; each seed's difference where it has days)."""
+    k, scored = d.shape[0], np.isfinite(d).any(axis=1)
+    per_seed = [float(np.nanmean(row)) if ok else float("nan") for row, ok in zip(d, scored, strict=True)]
+    undefined = ("mean_difference", "ci_low", "ci_high", "day_only_ci_low", "day_only_ci_high", "seed_sd")
+    return {
+        "answer": "no evidence",
+        "reason": unscored_reason(int((~scored).sum()), k),
+        **dict.fromkeys(undefined, float("nan")),
+        "n_seeds": k,
+        "n_disagree": 0,
+        "sign_agreement": float("nan"),
+        "per_seed_differences": tuple(per_seed),
+        "n_days": int(np.isfinite(d).sum(axis=1).max()),
         "block_days": int(block_days),
         "n_boot": int(n_boot),
         "conditional_on": conditional_on(k),

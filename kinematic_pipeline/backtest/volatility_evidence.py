@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 from scipy.stats import norm
 
-from kinematic_pipeline.backtest.seed_replicates import conditional_on, replicated_verdict
+from kinematic_pipeline.backtest.seed_replicates import replicated_verdict
 from kinematic_pipeline.backtest.volatility_forecasts import (
     ewma_forecast,
     garch_forecast,
@@ -162,34 +162,9 @@ def tokenization_table(
             continue
         for metric in ("qlike", "rank_ic"):
             x, y = (_per_seed_days(wide, losses, v, seeds, metric) for v in (a, b))
-            if not (np.isfinite(x) & np.isfinite(y)).any(axis=1).all():
-                rows.append(_unscored_row(a, b, metric, len(seeds)))
-                continue
             verdict = replicated_verdict(x, y, n_boot=n_boot, block_days=block_days, seed=seed)
             rows.append(_comparison_row(a, b, metric, verdict))
     return pl.DataFrame(rows, schema=COMPARISON_SCHEMA)
-
-
-# why a pair has no row of numbers: an adapter kept at its prior forecasts one value for every name, so no rank IC
-UNSCORED = "a seed of one side scores no day (a forecast constant across names has no rank IC)"
-
-
-def _unscored_row(a: str, b: str, metric: str, k: int) -> dict:
-    """A pair's ``COMPARISON_SCHEMA`` row when a seed of either side scores no day: no evidence, and why."""
-    undefined = dict.fromkeys(("difference", "ci_low", "ci_high", "day_only_ci_low", "day_only_ci_high"), np.nan)
-    return {
-        "variant_a": a,
-        "variant_b": b,
-        "metric": metric,
-        **undefined,
-        "detectable": np.nan,
-        "n_seeds": k,
-        "sign_agreement": np.nan,
-        "days": 0,
-        "answer": "no evidence",
-        "reason": UNSCORED,
-        "conditional_on": conditional_on(k),
-    }
 
 
 def trained_seeds(names: Sequence[str]) -> dict[str, set[int]]:
@@ -264,6 +239,9 @@ def reference_table(
 
 
 # ------------------------------------------------------------------------------------------ the verdict's rows
+
+# why a seed of a pair may score no day: an adapter kept at its prior forecasts one value for every name
+UNSCORED = "a seed scores no day (a forecast constant across names has no rank IC)"
 
 NAMES = {"splinegpt": "spline tokens", "rawgpt_fd": "finite differences", "rawgpt": "raw values"}
 METRICS = {"qlike": ("QLIKE", "negative"), "rank_ic": ("vol-rank IC", "positive")}
@@ -340,18 +318,19 @@ def verdict_rows(tables: dict[str, pl.DataFrame], h: int) -> list[dict]:
             row["metric"],
         )
         name, good = METRICS[metric]
+        scored = bool(np.isfinite(row["difference"]))  # no: a seed scores no day (seed_replicates.unscored_reason)
         rows.append(
             {
                 "Question": f"Do {a} beat {b} on {target} ({name})?",
                 "Test": f"paired daily {name}, {row['variant_a']} - {row['variant_b']} ({good} = {a} better), per "
                 "seed; two-level bootstrap (seeds, then day blocks); 'yes' only when >= 3 seeds agree",
                 "Statistic": f"difference {row['difference']:+.4f}, seeds agreeing in sign {row['sign_agreement']:.0%}"
-                if row["days"]
-                else "undefined: no day scored",
-                "Interval or p-value": _interval(row) if row["days"] else "undefined",
+                if scored
+                else f"undefined: {UNSCORED}",
+                "Interval or p-value": _interval(row) if scored else "undefined",
                 "Trials": f"{row['n_seeds']} seeds, {row['days']} days",
                 "Answer": _answer(row, metric, b),
-                "Detectable at 80% power": f"a {name} difference of {row['detectable']:.4f}" if row["days"] else "-",
+                "Detectable at 80% power": f"a {name} difference of {row['detectable']:.4f}" if scored else "-",
             }
         )
     return rows

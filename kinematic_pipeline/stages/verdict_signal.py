@@ -184,7 +184,9 @@ def replication_text(c: Comparison, scale=lambda x: x) -> str:
     r = c.replication
     if r is None:
         return ""
-    per_seed = ", ".join(f"{scale(d):+.4f}" for d in r["per_seed_differences"])
+    per_seed = ", ".join(f"{scale(d):+.4f}" if np.isfinite(d) else "none" for d in r["per_seed_differences"])
+    if not np.isfinite(r["sign_agreement"]):  # a seed scores no day (seed_replicates.unscored_reason)
+        return f"; seeds as replicates: {per_seed} ({r['reason']})"
     text = f"; seeds as replicates: {per_seed} ({r['n_seeds'] - r['n_disagree']} of {r['n_seeds']} agree)"
     if np.isfinite(r["ci_low"]) and np.isfinite(r["ci_high"]):
         text += f", two-level interval [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}] (95%"
@@ -223,6 +225,7 @@ def seed_sharpe_replication(by_seed: dict, a: str, b: str, least: int = 3) -> di
         "per_seed_differences": tuple(float(x) for x in d),
         "n_seeds": k,
         "n_disagree": n_disagree,
+        "sign_agreement": (k - n_disagree) / k,
         "ci_low": float("nan"),
         "ci_high": float("nan"),
         "conditional_on": conditional_on(k),

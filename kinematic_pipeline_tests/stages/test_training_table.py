@@ -148,6 +148,36 @@ def test_the_budget_test_the_benchmark_writes_reaches_the_report_table(tmp_path)
     assert pretraining["From a foundation pretrained h ahead"] == "-"
 
 
+def test_two_benchmark_invocations_with_disjoint_families_both_reach_the_budget_test_file(tmp_path):
+    """The benchmark's docstring runs two invocations side by side with disjoint ``--variants``: the second's write
+    merges with the first's by family, stage and fold (it overwrote them before), and a family run again replaces
+    only its own rows."""
+    import polars as pl
+
+    settings = load_settings("ci", warehouse=tmp_path / "warehouse", env={})
+    bench = benchmark("bench_budget")
+
+    def rows(variant, loss, seeds=(1234, 1235)):
+        run = {"budget": 300, "steps": 300, "best_step": 300, "best_val_loss": loss, "seconds": 1.0, "lr_fraction": 0}
+        return [
+            {"variant": variant, "stage": "pretrain", "seed": s, "1x": run, "2x": run, "gain": 0.0}
+            | {"tolerance": 0.01, "passes": True}
+            for s in seeds
+        ]
+
+    bench.write_budget_test(settings, "2022H1", rows("splinegpt", 0.2), [])
+    bench.write_budget_test(settings, "2022H1", rows("rawgpt_fd", 0.3), [])
+    both = pl.read_parquet(settings.warehouse.budget_test_file)
+    assert both.select("variant", "seed").rows() == [("rawgpt_fd", 1234), ("rawgpt_fd", 1235)] + [
+        ("splinegpt", 1234),
+        ("splinegpt", 1235),
+    ]
+    bench.write_budget_test(settings, "2022H1", rows("splinegpt", 0.25, seeds=(1236,)), [])
+    again = pl.read_parquet(settings.warehouse.budget_test_file)
+    assert again.filter(pl.col("variant") == "splinegpt").select("seed", "best_val_loss_1x").rows() == [(1236, 0.25)]
+    assert again.filter(pl.col("variant") == "rawgpt_fd").height == 2
+
+
 def test_learnability_on_test_days_reaches_the_report_table_once_the_benchmark_wrote_it(tmp_path):
     import polars as pl
 

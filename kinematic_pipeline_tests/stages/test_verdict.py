@@ -4,6 +4,7 @@ neither."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import numpy as np
@@ -528,3 +529,20 @@ def test_a_probe_pair_is_fitted_once_and_needs_no_seeds():
         (50, 0),
     )
     assert seeded.replication["reason"] == "fewer than 3 seeds"
+
+
+def test_a_direction_row_whose_seed_scores_no_day_says_why_instead_of_raising():
+    """A GPT seed whose score is constant across names every day has no daily rank IC (all null): its row answers
+    "no evidence" with that reason and the statistic names the seed that has none (it raised before)."""
+    from kinematic_pipeline.stages.verdict_signal import replicated, replication_text
+
+    dates = [dt.date(2020, 1, 1) + dt.timedelta(days=k) for k in range(60)]
+    series = pl.DataFrame({"date": dates, "rank_ic": np.linspace(0, 0.1, 60)})
+    flat = series.with_columns(pl.lit(None, dtype=pl.Float64).alias("rank_ic"))
+    by_seed = {("splinegpt", s): series for s in (1, 2, 3)} | {("rawgpt_fd", s): series for s in (1, 3)}
+    by_seed[("rawgpt_fd", 2)] = flat
+    comparison = Comparison("t", "s", "i", 0.01, 0.001, se=0.001, unit="rank_ic", pair=("a", "b"))
+    row = replicated(comparison, by_seed, "splinegpt", "rawgpt_fd", "rank_ic", 1.0, (50, 0)).replication
+    assert row["answer"] == "no evidence" and row["reason"] == "1 of 3 seeds scores no day that both sides score"
+    text = replication_text(dataclasses.replace(comparison, replication=row))
+    assert text == f"; seeds as replicates: +0.0000, none, +0.0000 ({row['reason']})"

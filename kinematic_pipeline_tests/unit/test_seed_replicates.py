@@ -176,6 +176,22 @@ def test_one_fit_answers_as_one_fit_not_as_seeds_that_agree():
     assert sr.replicated_verdict(a, b, n_boot=1000, block_days=5, seed=0)["reason"] == "fewer than 3 seeds"
 
 
+def test_a_seed_that_scores_no_day_answers_no_evidence_and_says_why():
+    """A seed row with no day both sides score (an adapter that forecasts one value for every name has no rank IC)
+    is a reason, not an error: the row answers "no evidence" with the count, the mean and intervals undefined, and
+    each other seed's difference kept (it raised before, in every caller but the one that guarded itself)."""
+    a, b = _sides([1.0, 1.0, 1.0], n_days=50, noise=0.1)
+    a[1] = NAN
+    row = sr.replicated_verdict(a, b, n_boot=200, block_days=5, seed=0)
+    assert row["answer"] == "no evidence" and row["reason"] == "1 of 3 seeds scores no day that both sides score"
+    assert math.isnan(row["mean_difference"]) and math.isnan(row["ci_low"]) and math.isnan(row["sign_agreement"])
+    kept = row["per_seed_differences"]
+    assert math.isnan(kept[1]) and kept[0] == pytest.approx(np.mean(a[0] - b[0]), rel=1e-12)
+    assert row["n_days"] == 50 and row["n_seeds"] == 3 and row["conditional_on"] == "the 3 trained models per side"
+    assert sr.unscored_reason(1, 1) == "1 of 1 seed scores no day that both sides score"
+    assert sr.unscored_reason(3, 3) == "3 of 3 seeds score no day that both sides score"
+
+
 def test_a_yes_is_refused_when_agreeing_seeds_have_an_interval_that_covers_0():
     rng = np.random.default_rng(4)
     common = rng.normal(0.0, 1.0, 100)

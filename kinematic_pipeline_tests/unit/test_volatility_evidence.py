@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 
 from kinematic_pipeline.backtest import volatility_evidence as ve
+from kinematic_pipeline.backtest.seed_replicates import unscored_reason
 from kinematic_pipeline.backtest.volatility_forecasts import garch_forecast
 from kinematic_pipeline.folds import Fold
 from kinematic_pipeline_tests.helpers.predictions import variance_forecasts
@@ -125,7 +126,7 @@ def test_a_side_that_forecasts_one_value_for_every_name_has_no_rank_ic_row_of_nu
     scored, _ = ve.scored_forecasts(predictions.with_columns(constant.alias("log_variance")), bars, H, FOLDS)
     rows = {(r["variant_b"], r["metric"]): r for r in ve.tokenization_table(scored, n_boot=100).iter_rows(named=True)}
     flat = rows[("rawgpt", "rank_ic")]
-    assert flat["answer"] == "no evidence" and flat["reason"] == ve.UNSCORED and flat["days"] == 0
+    assert flat["answer"] == "no evidence" and flat["reason"] == unscored_reason(3, 3) and flat["days"] == 0
     assert np.isnan(flat["difference"]) and flat["n_seeds"] == 3
     assert np.isfinite(rows[("rawgpt", "qlike")]["difference"]) and rows[("rawgpt_fd", "rank_ic")]["days"] > 0
     line = next(
@@ -133,7 +134,9 @@ def test_a_side_that_forecasts_one_value_for_every_name_has_no_rank_ic_row_of_nu
         for r in ve.verdict_rows({"tokenizations": ve.tokenization_table(scored, 100)}, H)
         if "IC" in r["Question"] and "raw values" in r["Question"]
     )
-    assert line["Answer"] == f"no evidence: {ve.UNSCORED}" and line["Statistic"] == "undefined: no day scored"
+    assert (
+        line["Answer"] == f"no evidence: {unscored_reason(3, 3)}" and line["Statistic"] == f"undefined: {ve.UNSCORED}"
+    )
 
 
 def test_no_pair_no_rows(planted):
