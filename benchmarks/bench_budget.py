@@ -70,6 +70,8 @@ def scaled(settings, factor: int, stage: str):
         steps = (train.warm_start_steps or train.pretrain_steps) * factor
         return dataclasses.replace(settings, train=dataclasses.replace(train, warm_start=True, warm_start_steps=steps))
     steps = {f"{stage}_steps": getattr(train, f"{stage}_steps") * factor}
+    if stage == "pretrain":  # a variant's own budget too
+        steps["pretrain_steps_of"] = tuple((name, n * factor) for name, n in train.pretrain_steps_of)
     return dataclasses.replace(settings, train=dataclasses.replace(train, warm_start=False, **steps))
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kinematic_pipeline.config.backbones import ModelConfig
+from kinematic_pipeline.config.checks import check_alpha, check_choice
 from kinematic_pipeline.config.machine import usable_cores
 from kinematic_pipeline.folds import Fold, walk_forward
 from kinematic_pipeline.paper_conventions import BacktestConfig
@@ -36,24 +37,6 @@ SCHEDULES, COMPILES = ("wsd", "cosine"), ("none", "regional")  # train.schedule 
 # the skill intervals' block, in trading days: long enough to keep the scores' autocorrelation (volatility clusters),
 # short enough to leave a test period of a few hundred days many blocks
 SKILL_BLOCK_DAYS_RANGE = (20, 60)
-
-
-def check_choice(field_name: str, value, choices: tuple) -> None:
-    """A ValueError naming the field, the value and the choices when ``value`` is not one of ``choices``."""
-    if value not in choices:
-        raise ValueError(f"{field_name}={value!r}: expected one of {', '.join(map(repr, choices))}")
-
-
-def check_alpha(field_name: str, value: float | str) -> None:
-    """alpha is a positive number or "mle" (the marginal-likelihood estimate of alpha_estimates)."""
-    if value == "mle":
-        return
-    try:
-        ok = float(value) > 0 and float(value) < float("inf")
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise ValueError(f"{field_name}={value!r}: expected a positive number or 'mle'")
 
 
 SYNTHETIC_TICKER = "SYN{:03d}"  # the synthetic source's k-th ticker (sources/synthetic.py draws one series per name)
@@ -181,6 +164,9 @@ class TrainConfig:
     schedule: str = "wsd"
     decay_fraction: float = 0.2
     pretrain_steps: int = 30_000
+    # (variant, steps): a variant's own from-scratch pretraining budget where its objective needs another than
+    # pretrain_steps (demo: PatchTST's masked patches), each shown sufficient by benchmarks/bench_budget.py
+    pretrain_steps_of: tuple[tuple[str, int], ...] = ()
     finetune_steps: int = 6_000
     # Rolling warm starts: fold k's foundation continues fold k-1's saved (best) state and AdamW state, same variant and
     # seed, on its own training days for ``warm_start_steps`` (None: pretrain_steps), at ``warm_start_rate`` of ``lr``
@@ -229,6 +215,10 @@ class TrainConfig:
     variants: tuple[str, ...] = ("splinegpt", "rawgpt_fd", "rawgpt", "patchtst")
     shard_trace: str | None = None  # KP_TRAIN_SHARD_TRACE: a folder where each rank records what it served
 
+    def pretrain_steps_for(self, variant: str) -> int:
+        """``variant``'s from-scratch pretraining budget: its own (``pretrain_steps_of``), else ``pretrain_steps``."""
+        return dict(self.pretrain_steps_of).get(variant, self.pretrain_steps)
+
     @property
     def processes(self) -> int:
         """How many runs ``materialize`` runs at once: ``side_by_side``, else one per usable core."""
@@ -243,6 +233,10 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in self.variants:
             check_choice("train.variants", name, VARIANT_NAMES)
+        for name, steps in self.pretrain_steps_of:
+            check_choice("train.pretrain_steps_of", name, VARIANT_NAMES)
+            if steps < 1:
+                raise ValueError(f"train.pretrain_steps_of: {name} {steps!r}: expected a positive number of steps")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"train.seeds={self.seeds!r}: expected distinct integers, at least one")
         for name in ("pretrain_steps", "finetune_steps", "eval_every"):

@@ -255,6 +255,29 @@ def test_the_warm_start_budget(tmp_path):
     assert pretrain_budget(same, second) == same.train.pretrain_steps == 300
 
 
+def test_a_variant_of_its_own_budget_pretrains_from_scratch_at_it_and_warm_starts_as_the_others(tmp_path):
+    """``train.pretrain_steps_of`` (the demo's PatchTST: its masked patches need more steps than the GPTs' next
+    token): that variant's first fold trains at its own budget, every other at ``pretrain_steps``; a warm start
+    keeps ``warm_start_steps``; the budget benchmark doubles it with the rest; a bad entry names the field."""
+    from kinematic_pipeline.training.run import pretrain_budget
+    from kinematic_pipeline.variants import variant
+    from kinematic_pipeline_tests.helpers import benchmark
+
+    settings = load_settings("ci", warehouse=tmp_path, env={"KP_WARM_START_STEPS": "60"})
+    settings = dataclasses.replace(
+        settings, train=dataclasses.replace(settings.train, pretrain_steps_of=(("patchtst", 900),))
+    )
+    patch = [Foundation(variant("patchtst"), SEED, f) for f in settings.folds]
+    other = Foundation(VARIANT, SEED, settings.folds[0])
+    assert [pretrain_budget(settings, f) for f in (*patch, other)] == [900, 60, 300]
+    doubled = benchmark("bench_budget").scaled(settings, 2, "pretrain")
+    assert (pretrain_budget(doubled, patch[0]), pretrain_budget(doubled, other)) == (1800, 600)
+    assert load_settings("demo", env={}).train.pretrain_steps_for("patchtst") == 2400
+    for bad, message in ((("patchtst", 0),), "patchtst 0: expected a positive"), ((("lstm", 9),), "'lstm'"):
+        with pytest.raises(ValueError, match=f"train.pretrain_steps_of.*{message}"):
+            dataclasses.replace(settings.train, pretrain_steps_of=bad)
+
+
 @pytest.mark.slow
 def test_a_warm_start_continues_its_parents_adamw_state_at_a_fifth_of_the_rate(trained, tmp_path):
     """Issue 54 (science-6 L-G): fold k's first optimizer step runs at ``train.warm_start_rate`` of the peak, not a
