@@ -70,8 +70,7 @@ def scaled(settings, factor: int, stage: str):
         steps = (train.warm_start_steps or train.pretrain_steps) * factor
         return dataclasses.replace(settings, train=dataclasses.replace(train, warm_start=True, warm_start_steps=steps))
     steps = {f"{stage}_steps": getattr(train, f"{stage}_steps") * factor}
-    if stage == "pretrain":  # a variant's own budget too
-        steps["pretrain_steps_of"] = tuple((name, n * factor) for name, n in train.pretrain_steps_of)
+    steps["steps_of"] = tuple((v, s, n * factor if s == stage else n) for v, s, n in train.steps_of)  # a variant's own
     return dataclasses.replace(settings, train=dataclasses.replace(train, warm_start=False, **steps))
 
 
@@ -184,7 +183,7 @@ def from_warehouse(settings, policy: Policy, stage: str) -> dict | None:
     continued = (wh.foundation_dir(policy) / PARENT_FILE).exists()
     if stage != "finetune" and continued != (stage == "warm_start"):
         return None  # from scratch where the stage continues, or the other way round
-    budget = s.train.finetune_steps if stage == "finetune" else pretrain_budget(s, policy)
+    budget = s.train.steps_for(policy.variant.name, "finetune") if stage == "finetune" else pretrain_budget(s, policy)
     curves, total = read_curves(folder), budget_steps(s.train, budget)
     if not curves or curves[-1]["step"] > total:
         return None

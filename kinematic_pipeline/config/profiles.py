@@ -90,10 +90,11 @@ def _profile_demo() -> Settings:
         # foundations and 24 adapters (4 taus and 2 volatility horizons a family), one a core at one thread each
         train=TrainConfig(
             pretrain_steps=300,
-            # each family's budget passes the 2x test over two seeds (bench_budget --stages pretrain, KP_PRETRAIN_STEPS;
-            # docs/results/2026-12-04.md, stop 68): RawGPT-FD and RawGPT at 300; SplineGPT at 600 (300 failed by
-            # 1.84% against a seed spread of 0.5%); PatchTST's masked patches at 2400 (300 failed by 21%, 1200 by 7%)
-            pretrain_steps_of=(("splinegpt", 600), ("patchtst", 2400)),
+            # each family's budgets pass the 2x test over two seeds (bench_budget, KP_PRETRAIN_STEPS, KP_FINETUNE_STEPS;
+            # docs/results/2026-12-04.md, stop 68): RawGPT-FD and RawGPT at 300 / 120; SplineGPT's pretraining at 600
+            # (300 failed by 1.84% against a seed spread of 0.5%); PatchTST's masked patches at 2400 (300 failed by
+            # 21%, 1200 by 7%) and its linear probe at 480 (120 failed by 0.32%, 240 by 0.72%)
+            steps_of=(("splinegpt", "pretrain", 600), ("patchtst", "pretrain", 2400), ("patchtst", "finetune", 480)),
             # pretraining at 5e-3 (the paper's 6e-4 is for d_model 512): at 300 steps SplineGPT's validation loss is
             # 0.0174 against 0.0280 (0.0196 at 600 steps of 6e-4), and RawGPT-FD passes the 2x budget test it failed
             # (bench_budget --stages pretrain --lr, docs/results/2026-12-03.md, stop 65)

@@ -164,9 +164,9 @@ class TrainConfig:
     schedule: str = "wsd"
     decay_fraction: float = 0.2
     pretrain_steps: int = 30_000
-    # (variant, steps): a variant's own from-scratch pretraining budget where its objective needs another than
-    # pretrain_steps (demo: PatchTST's masked patches), each shown sufficient by benchmarks/bench_budget.py
-    pretrain_steps_of: tuple[tuple[str, int], ...] = ()
+    # (variant, "pretrain" | "finetune", steps): a variant's own budget of a stage (pretraining: from scratch) where it
+    # needs another than the profile's (demo: PatchTST's masked patches), each shown by benchmarks/bench_budget.py
+    steps_of: tuple[tuple[str, str, int], ...] = ()
     finetune_steps: int = 6_000
     # Rolling warm starts: fold k's foundation continues fold k-1's saved (best) state and AdamW state, same variant and
     # seed, on its own training days for ``warm_start_steps`` (None: pretrain_steps), at ``warm_start_rate`` of ``lr``
@@ -215,9 +215,10 @@ class TrainConfig:
     variants: tuple[str, ...] = ("splinegpt", "rawgpt_fd", "rawgpt", "patchtst")
     shard_trace: str | None = None  # KP_TRAIN_SHARD_TRACE: a folder where each rank records what it served
 
-    def pretrain_steps_for(self, variant: str) -> int:
-        """``variant``'s from-scratch pretraining budget: its own (``pretrain_steps_of``), else ``pretrain_steps``."""
-        return dict(self.pretrain_steps_of).get(variant, self.pretrain_steps)
+    def steps_for(self, variant: str, stage: str) -> int:
+        """``variant``'s budget of ``stage`` ("pretrain": from scratch; "finetune"): its own (``steps_of``), else
+        ``pretrain_steps`` or ``finetune_steps``."""
+        return {(v, s): n for v, s, n in self.steps_of}.get((variant, stage), getattr(self, f"{stage}_steps"))
 
     @property
     def processes(self) -> int:
@@ -233,10 +234,11 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in self.variants:
             check_choice("train.variants", name, VARIANT_NAMES)
-        for name, steps in self.pretrain_steps_of:
-            check_choice("train.pretrain_steps_of", name, VARIANT_NAMES)
+        for name, stage, steps in self.steps_of:
+            check_choice("train.steps_of", name, VARIANT_NAMES)
+            check_choice("train.steps_of", stage, ("pretrain", "finetune"))
             if steps < 1:
-                raise ValueError(f"train.pretrain_steps_of: {name} {steps!r}: expected a positive number of steps")
+                raise ValueError(f"train.steps_of: {name} {stage} {steps!r}: expected a positive number of steps")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"train.seeds={self.seeds!r}: expected distinct integers, at least one")
         for name in ("pretrain_steps", "finetune_steps", "eval_every"):

@@ -140,12 +140,15 @@ def scratch_dir(settings: Settings, variant: str, n: int) -> Path:
     return settings.warehouse / SCRATCH / variant / f"n={n}"
 
 
-def scaling_budget(cfg: TrainConfig, n: int, long: bool = False) -> TrainConfig:
-    """``cfg`` fine-tuning on n distinct windows under the profile's step cap, or as many steps as serve n windows
-    once when that is more (science-6 L-A: at the cap the largest n was served less than half its windows), twice
-    that when ``long``; its schedule and early stopping as every fine-tuning has them."""
-    steps = max(cfg.finetune_steps, math.ceil(n / cfg.batch_size))
-    return dataclasses.replace(cfg, finetune_windows=n, finetune_steps=steps * (2 if long else 1))
+def scaling_budget(cfg: TrainConfig, n: int, long: bool = False, variant: str | None = None) -> TrainConfig:
+    """``cfg`` fine-tuning on n distinct windows under the step cap (``variant``'s own where it has one:
+    ``train.steps_of``), or as many steps as serve n windows once when that is more (science-6 L-A: at the cap the
+    largest n was served less than half its windows), twice that when ``long``; its schedule and early stopping as
+    every fine-tuning has them."""
+    cap = cfg.finetune_steps if variant is None else cfg.steps_for(variant, "finetune")
+    steps = max(cap, math.ceil(n / cfg.batch_size)) * (2 if long else 1)
+    own = tuple(e for e in cfg.steps_of if e[1] != "finetune")  # ``steps`` is every variant's fine-tuning budget here
+    return dataclasses.replace(cfg, finetune_windows=n, finetune_steps=steps, steps_of=own)
 
 
 def check_foundations(settings: Settings, variants: tuple[str, ...]) -> dict[str, Path]:
@@ -184,7 +187,7 @@ def transformer_row(
 
     started = time.perf_counter()
     policy = scaling_policy(settings, variant)
-    scaled = dataclasses.replace(settings, train=scaling_budget(settings.train, n, long))
+    scaled = dataclasses.replace(settings, train=scaling_budget(settings.train, n, long, variant))
     out = scratch_dir(settings, variant, n) / "2x_steps" if long else scratch_dir(settings, variant, n)
     result = finetune(scaled, policy, out_dir=out, foundation=foundation, progress=progress)
     seen = next((r["windows"] for r in result.curves if r["best"]), 0)  # served up to the kept state

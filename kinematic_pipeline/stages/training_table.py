@@ -42,7 +42,8 @@ def training_table(settings: Settings) -> pl.DataFrame | None:
         curves = read_curves(folder)
         if not curves:
             continue
-        budget = pretrain_budget(settings, policy) if stage == "pretraining" else settings.train.finetune_steps
+        own = settings.train.steps_for(variant, "finetune")
+        budget = pretrain_budget(settings, policy) if stage == "pretraining" else own
         best = next((r for r in curves if r["best"]), curves[-1])
         last = curves[-1]["step"]
         warm = stage == "pretraining" and (folder / PARENT_FILE).exists()  # continued the previous fold's
@@ -72,11 +73,13 @@ def learnability_table(settings: Settings) -> pl.DataFrame | None:
     """Fine-tuning at matched compute: every family under the same step budget, schedule and labels, its skill over
     the head's prior (1 - the best de-weighted validation log loss so far / that of the step-0 state, which is the
     prior) at the last validation within a quarter, a half and all of the budget, and the windows it had seen then; the mean over folds and
-    seeds. Pretraining is left out: each family's own objective is not comparable across tokenizations. None when no
+    seeds; a variant with a fine-tuning budget of its own (``train.steps_of``) is left out. Pretraining is left out: each family's own objective is not comparable across tokenizations. None when no
     adapter has a learning curve."""
     budget = budget_steps(settings.train, settings.train.finetune_steps)
     runs: dict[str, list[list[dict]]] = {}
     for variant, stage, _, folder in model_runs(settings):
+        if settings.train.steps_for(variant, "finetune") != settings.train.finetune_steps:
+            continue  # a budget of its own (train.steps_of): not at the matched schedule
         curves = read_curves(folder)
         if stage == "fine-tuning" and curves and curves[0]["step"] == 0 and curves[0]["val_loss"] > 0:
             runs.setdefault(variant, []).append(curves)

@@ -52,10 +52,10 @@ def budget_steps(cfg: TrainConfig, budget: int) -> int:
 
 
 def pretrain_budget(settings: Settings, policy: Policy) -> int:
-    """The pretraining budget of the policy's foundation: its variant's from scratch (``train.pretrain_steps_for``),
+    """The pretraining budget of the policy's foundation: its variant's from scratch (``train.steps_for``),
     and ``train.warm_start_steps`` (None: the same) when it continues from the previous fold's
     (``model_pins.parent_foundation``)."""
     cfg = settings.train
     if parent_foundation(settings, policy.foundation) is None or cfg.warm_start_steps is None:
-        return cfg.pretrain_steps_for(policy.variant.name)
+        return cfg.steps_for(policy.variant.name, "pretrain")
     return cfg.warm_start_steps

@@ -357,7 +357,8 @@ def finetune(
         def module_for(total_steps: int) -> FinetuneModule:
             return FinetuneModule(classifier, policy.task, settings.train, total_steps)
 
-        fitted = _fit(settings, module_for, out_dir, data, settings.train.finetune_steps, progress, callbacks)
+        budget = settings.train.steps_for(policy.variant.name, "finetune")
+        fitted = _fit(settings, module_for, out_dir, data, budget, progress, callbacks)
         if file_sha256(foundation) != loaded:  # another run retrained it meanwhile: nothing saved, the old pair kept
             raise StalePairError(
                 f"{foundation} changed while {policy.variant.name}_adapter partition {policy.key} was fine-tuned "

@@ -255,27 +255,42 @@ def test_the_warm_start_budget(tmp_path):
     assert pretrain_budget(same, second) == same.train.pretrain_steps == 300
 
 
-def test_a_variant_of_its_own_budget_pretrains_from_scratch_at_it_and_warm_starts_as_the_others(tmp_path):
-    """``train.pretrain_steps_of`` (the demo's PatchTST: its masked patches need more steps than the GPTs' next
-    token): that variant's first fold trains at its own budget, every other at ``pretrain_steps``; a warm start
-    keeps ``warm_start_steps``; the budget benchmark doubles it with the rest; a bad entry names the field."""
+def test_a_variant_of_its_own_budget_trains_at_it_and_warm_starts_as_the_others(tmp_path):
+    """``train.steps_of`` (the demo's PatchTST: its masked patches need more steps than the GPTs' next token):
+    that variant's first fold pretrains at its own budget, every other at ``pretrain_steps``; a warm start keeps
+    ``warm_start_steps``; its fine-tuning budget is its own too; the budget benchmark doubles the stage it tests and
+    the scaling curves' cap starts from the variant's; a bad entry names the field."""
+    from kinematic_pipeline.stages.scaling import scaling_budget
     from kinematic_pipeline.training.run import pretrain_budget
     from kinematic_pipeline.variants import variant
     from kinematic_pipeline_tests.helpers import benchmark
 
     settings = load_settings("ci", warehouse=tmp_path, env={"KP_WARM_START_STEPS": "60"})
-    settings = dataclasses.replace(
-        settings, train=dataclasses.replace(settings.train, pretrain_steps_of=(("patchtst", 900),))
-    )
+    own = (("patchtst", "pretrain", 900), ("patchtst", "finetune", 250))
+    settings = dataclasses.replace(settings, train=dataclasses.replace(settings.train, steps_of=own))
     patch = [Foundation(variant("patchtst"), SEED, f) for f in settings.folds]
     other = Foundation(VARIANT, SEED, settings.folds[0])
     assert [pretrain_budget(settings, f) for f in (*patch, other)] == [900, 60, 300]
+    train = settings.train
+    assert (train.steps_for("patchtst", "finetune"), train.steps_for(VARIANT, "finetune")) == (250, 200)
     doubled = benchmark("bench_budget").scaled(settings, 2, "pretrain")
     assert (pretrain_budget(doubled, patch[0]), pretrain_budget(doubled, other)) == (1800, 600)
-    assert load_settings("demo", env={}).train.pretrain_steps_for("patchtst") == 2400
-    for bad, message in ((("patchtst", 0),), "patchtst 0: expected a positive"), ((("lstm", 9),), "'lstm'"):
-        with pytest.raises(ValueError, match=f"train.pretrain_steps_of.*{message}"):
-            dataclasses.replace(settings.train, pretrain_steps_of=bad)
+    assert doubled.train.steps_for("patchtst", "finetune") == 250  # only the stage tested is doubled
+    tuned = benchmark("bench_budget").scaled(settings, 2, "finetune").train
+    assert (tuned.steps_for("patchtst", "finetune"), tuned.steps_for(VARIANT, "finetune")) == (500, 400)
+    capped = scaling_budget(train, 64, variant="patchtst")
+    assert capped.steps_for("patchtst", "finetune") == capped.finetune_steps == 250
+    assert scaling_budget(train, 64, variant=VARIANT).steps_for("patchtst", "finetune") == 200  # one cap for all n
+    demo = load_settings("demo", env={}).train
+    assert (demo.steps_for("patchtst", "pretrain"), demo.steps_for("splinegpt", "pretrain")) == (2400, 600)
+    bad_entries = (
+        (("patchtst", "pretrain", 0), "patchtst pretrain 0: expected a positive"),
+        (("lstm", "pretrain", 9), "'lstm'"),
+        (("patchtst", "warm", 9), "'warm'"),
+    )
+    for bad, message in bad_entries:
+        with pytest.raises(ValueError, match=f"train.steps_of.*{message}"):
+            dataclasses.replace(train, steps_of=(bad,))
 
 
 @pytest.mark.slow
