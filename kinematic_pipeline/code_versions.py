@@ -25,8 +25,9 @@ CODE_VERSIONS = {  # each stage's code version: a new one marks its assets (and 
     "evaluate": "evaluate-4",
     # 4: the training table (each model's budget, steps run, best step; issue 39); 5: the answers' first screen, short
     # titles, the volatility task's verdict rows and figures, the timing rows' HAC test (issue 53); 6: a planted run's
-    # oracle row, a pair with no scored day as a row, a probe's row said as one fit
-    "report": "report-6",
+    # oracle row, a pair with no scored day as a row, a probe's row said as one fit; 7: the verdict writes the tasks'
+    # tables it computes and paper_tables reads them (computed once), a seed with no scored day answers as a reason
+    "report": "report-7",
     "scaling": "scaling-2",  # n distinct windows under one step cap, and a 2x-steps row
 }
 

@@ -42,7 +42,7 @@ from kinematic_pipeline.stages.report_titles import (
     optional_tables,
     table_headings,
 )
-from kinematic_pipeline.stages.task_evidence import task_tables
+from kinematic_pipeline.stages.task_evidence import read_task_tables
 from kinematic_pipeline.stages.training_table import (
     BUDGET_TEST_TABLE,
     LEARNABILITY_TABLE,
@@ -255,13 +255,14 @@ def materialize_paper_tables(settings: Settings) -> tuple[dict[str, pl.DataFrame
         built[LEARNABILITY_TEST_TABLE] = on_test_days
     if walk_forward_run(settings):
         built["per_fold"] = per_fold_table(settings)
-    built |= task_tables(settings)  # the run's other tasks' evidence (none for Buy/Sell/Hold alone)
+    tasks = read_task_tables(settings)  # the run's other tasks' evidence, as the verdict computed it (checked above)
+    built |= tasks
     headings = table_headings(settings)
     out = settings.warehouse.report_tables_dir
     out.mkdir(parents=True, exist_ok=True)
     sections = []
     for name, frame in built.items():
-        if name != "verdict":  # the verdict asset's own files
+        if name != "verdict" and name not in tasks:  # the verdict asset's own files
             write_text_atomic(out / f"{name}.md", markdown_table(frame) + "\n")
             settings.warehouse.write(frame, out / f"{name}.parquet")
         title, caption = headings[name]

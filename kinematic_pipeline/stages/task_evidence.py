@@ -11,11 +11,13 @@ from __future__ import annotations
 import polars as pl
 
 from kinematic_pipeline.config import Settings
+from kinematic_pipeline.report.markdown import markdown_table
 from kinematic_pipeline.run_keys import run_policies
 from kinematic_pipeline.sources import make_source
 from kinematic_pipeline.tasks.base import Task
 from kinematic_pipeline.warehouse import RAW_OHLCV
 from kinematic_pipeline.warehouse import exact_paths as exact
+from kinematic_pipeline.warehouse.atomic import write_text_atomic
 from kinematic_pipeline.warehouse.layout import UNIVERSE_PREDICTIONS
 
 RAW_BARS = {"ticker": pl.String, "date": pl.Date, **dict.fromkeys(("open", "high", "low", "close"), pl.Float64)}
@@ -75,14 +77,43 @@ def task_tables(settings: Settings) -> dict[str, pl.DataFrame]:
     }
 
 
-def task_verdict_rows(settings: Settings) -> list[dict]:
-    """The verdict's rows of the run's reported tasks (``Task.verdict_rows`` of their ``task_evidence``), in the
-    order of the run's tasks; none for Buy/Sell/Hold alone."""
+def task_verdict_rows(settings: Settings, tables: dict[str, pl.DataFrame] | None = None) -> list[dict]:
+    """The verdict's rows of the run's reported tasks (``Task.verdict_rows`` of their evidence: ``tables``, as
+    ``task_tables`` names them, else ``task_evidence`` computed here), in the order of the run's tasks; none for
+    Buy/Sell/Hold alone."""
     rows: list[dict] = []
     for task in settings.tasks:
         if task.reported(settings) and type(task).verdict_rows is not Task.verdict_rows:
-            rows += task.verdict_rows(task_evidence(settings, task))
+            if tables is None:
+                evidence = task_evidence(settings, task)
+            else:
+                named = {name: _table_name(task, name) for name in task.evidence_titles()}
+                evidence = {name: tables[full] for name, full in named.items() if full in tables}
+            rows += task.verdict_rows(evidence)
     return rows
+
+
+def write_task_tables(settings: Settings, tables: dict[str, pl.DataFrame]) -> None:
+    """``tables`` (``task_tables``) under ``reports/tables/`` (``<name>.parquet`` and ``.md``), where the verdict
+    computes them once and ``paper_tables`` reads them (``read_task_tables``); a table of the run's tasks that is not
+    among them is removed, never read stale."""
+    out = settings.warehouse.report_tables_dir
+    out.mkdir(parents=True, exist_ok=True)
+    for name in task_titles(settings):
+        for path in (out / f"{name}.parquet", out / f"{name}.md"):
+            if name not in tables:
+                path.unlink(missing_ok=True)
+        if name in tables:
+            write_text_atomic(out / f"{name}.md", markdown_table(tables[name]) + "\n")
+            settings.warehouse.write(tables[name], out / f"{name}.parquet")
+
+
+def read_task_tables(settings: Settings) -> dict[str, pl.DataFrame]:
+    """The tables ``write_task_tables`` wrote, in ``task_titles``' order (check the verdict's pin first:
+    ``verdict.read_verdict``)."""
+    out = settings.warehouse.report_tables_dir
+    paths = {name: out / f"{name}.parquet" for name in task_titles(settings)}
+    return {name: exact.read_parquet(path) for name, path in paths.items() if path.exists()}
 
 
 def task_bars(settings: Settings, predictions: pl.DataFrame) -> pl.DataFrame:

@@ -60,7 +60,7 @@ from kinematic_pipeline.stages.strategies import (
     strategy_returns,
     strategy_returns_by_seed,
 )
-from kinematic_pipeline.stages.task_evidence import task_verdict_rows
+from kinematic_pipeline.stages.task_evidence import task_tables, task_verdict_rows, write_task_tables
 from kinematic_pipeline.stages.verdict_ablations import CALIBRATION, INFORMATION, spline_vs_fd
 from kinematic_pipeline.stages.verdict_rules import (
     argmax_equilibrium,
@@ -237,7 +237,9 @@ def compute_verdict(settings: Settings) -> pl.DataFrame:
     if universe is not None and features is not None:
         universe = universe.join(features, on=["ticker", "date"], how="left")
     oracle = oracle_days_in_market(settings, read_view(settings, PREDICTIONS))
-    return with_task_rows(verdict_table(settings, curves, universe, oracle), task_verdict_rows(settings))
+    tables = task_tables(settings)  # computed once: paper_tables reads them back (task_evidence.read_task_tables)
+    write_task_tables(settings, tables)
+    return with_task_rows(verdict_table(settings, curves, universe, oracle), task_verdict_rows(settings, tables))
 
 
 def materialize_verdict(settings: Settings) -> pl.DataFrame:
@@ -252,6 +254,7 @@ def materialize_verdict(settings: Settings) -> pl.DataFrame:
     except ValueError as exc:
         row = {k: "-" for k in VERDICT_SCHEMA} | {"Question": "all", "Answer": f"not computable: {exc}"}
         table = pl.DataFrame([row], schema=VERDICT_SCHEMA)
+        write_task_tables(settings, {})  # none stale
     out = wh.report_tables_dir
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / "verdict.md", markdown_table(table) + "\n")

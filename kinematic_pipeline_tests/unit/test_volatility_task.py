@@ -158,3 +158,16 @@ def test_its_evidence_scores_the_runs_forecasts_beside_the_references_on_the_sam
     assert forecasters.filter(pl.col("forecaster") == "har")["dm_t"].is_nan().all()
     assert set(pairs["variant_b"]) == {"rawgpt_fd", "rawgpt"} and (pairs["answer"] == "no evidence").all()
     assert (pairs["reason"] == "fewer than 3 seeds").all()  # the ci profile trains two
+
+    # computed once, by the verdict: its rows from these tables, paper_tables reading them back, none left stale
+    from kinematic_pipeline.stages.task_evidence import read_task_tables, task_verdict_rows, write_task_tables
+
+    assert task_verdict_rows(settings, tables) == task_verdict_rows(settings)
+    write_task_tables(settings, tables)
+    back = read_task_tables(settings)
+    assert list(back) == list(tables) and all(back[n].equals(tables[n]) for n in tables)
+    assert "task_vol5_targeting" in tables
+    kept = {n: t for n, t in tables.items() if n != "task_vol5_targeting"}
+    write_task_tables(settings, kept)  # a later verdict without one of them (e.g. no targeting backtest)
+    assert list(read_task_tables(settings)) == list(kept)
+    assert not (wh.report_tables_dir / "task_vol5_targeting.md").exists()
