@@ -223,17 +223,11 @@ class TestDays:
 
     def score(self, settings, policy: Policy, out: Path, foundation: Path | None) -> dict:
         from kinematic_pipeline.folds import evaluation_days
-        from kinematic_pipeline.models import HEADS
-        from kinematic_pipeline.predictors.families import predictor
-        from kinematic_pipeline.stages.scaling_scores import score_universe
-        from kinematic_pipeline.training.run import load_foundation
+        from kinematic_pipeline.stages.scaling import adapter_scores
 
-        backbone = load_foundation(settings, policy, foundation or settings.warehouse.foundation_checkpoint(policy))
-        classifier = HEADS[policy.variant.head.kind].load(backbone, out, policy.task.head_width).eval()
         days = evaluation_days(settings, policy.variant.token_asset, policy.fold)
-        fitted = classifier, settings.train.class_weights
-        _, _, universe, _ = predictor(policy.variant).predictions(settings, policy, days, True, fitted)
-        scores = score_universe(settings, universe, self.rates)
+        kept = foundation or settings.warehouse.foundation_checkpoint(policy)
+        scores, _ = adapter_scores(settings, policy, out, kept, days, self.rates)
         return {"test_rank_ic": scores["rank_ic"], "test_logloss_skill": scores["logloss_skill"]}
 
 

@@ -182,8 +182,7 @@ def transformer_row(
 ) -> dict:
     """Fine-tune ``variant`` from ``foundation`` on n distinct windows (``long``: at twice the step cap) into its
     scratch folder and score it; ``universe_out``, when given, receives the universe predictions it was scored on."""
-    from kinematic_pipeline.models import HEADS
-    from kinematic_pipeline.training.run import finetune, load_foundation
+    from kinematic_pipeline.training.run import finetune
 
     started = time.perf_counter()
     policy = scaling_policy(settings, variant)
@@ -193,10 +192,7 @@ def transformer_row(
     seen = next((r["windows"] for r in result.curves if r["best"]), 0)  # served up to the kept state
     rows = sum(result.target_summary.values())
     cap = scaled.train.finetune_max_windows_per_epoch or scaled.train.max_windows_per_epoch
-    head = HEADS[lookup_variant(variant).head.kind]
-    classifier = head.load(load_foundation(settings, policy, foundation), out, policy.task.head_width).eval()
-    fitted = classifier, settings.train.class_weights  # fine-tuned here, with these
-    _, _, universe, _ = predictor(policy.variant).predictions(settings, policy, days, True, fitted)
+    scores, universe = adapter_scores(settings, policy, out, foundation, days, rates)
     if universe_out is not None:
         universe_out.append(universe)
     return {
@@ -209,9 +205,24 @@ def transformer_row(
         "train_rows": rows,
         "steps": result.steps,
         "best_step": result.best_step,
-        **score_universe(settings, universe, rates),
+        **scores,
         "seconds": time.perf_counter() - started,
     }
+
+
+def adapter_scores(
+    settings: Settings, policy: Policy, out: Path, foundation: Path, days: list, rates: dict
+) -> tuple[dict, pl.DataFrame]:
+    """The adapter fine-tuned into ``out`` from ``foundation``, scored on ``days`` as the report scores the universe
+    (``scaling_scores.score_universe``: rank IC, log-loss skill over ``rates``), and the universe predictions."""
+    from kinematic_pipeline.models import HEADS
+    from kinematic_pipeline.training.run import load_foundation
+
+    head = HEADS[policy.variant.head.kind]
+    classifier = head.load(load_foundation(settings, policy, foundation), out, policy.task.head_width).eval()
+    fitted = classifier, settings.train.class_weights  # fine-tuned there, with these
+    _, _, universe, _ = predictor(policy.variant).predictions(settings, policy, days, True, fitted)
+    return score_universe(settings, universe, rates), universe
 
 
 def probe_row(
