@@ -26,7 +26,7 @@ from kinematic_pipeline.orchestration.side_by_side import Workers, planned_chain
 from kinematic_pipeline.orchestration.timings import print_timings
 from kinematic_pipeline.pins import StalePairError
 from kinematic_pipeline.policy import Policy
-from kinematic_pipeline.report.answers import answers_section
+from kinematic_pipeline.report.answers import answers_section, first_screen
 from kinematic_pipeline.run_keys import named_task, policy_seeds, run_policies
 from kinematic_pipeline.warehouse.layout import MODELS_DIR
 
@@ -151,7 +151,9 @@ def materialize(settings: Settings, selection: str | None = None, debug: bool = 
                 _print_check_warnings(result)
     print_summary(settings)
     if settings.warehouse.report_file.exists() and (selection is None or "report" in selection):
-        print("\nAnswers:\n" + "\n".join(answers_section(settings.warehouse.report_file.read_text())))
+        lines = answers_section(settings.warehouse.report_file.read_text())
+        first = first_screen(lines) or lines
+        print(f"\nAnswers ({len(first)} of the report's {len(lines)}):\n" + "\n".join(first))
         print(f"Report: {settings.warehouse.report_file} (every table: python -m kinematic_pipeline report)")
     return 0
 

@@ -113,3 +113,30 @@ def answers_section(report: str) -> list[str]:
     start = lines.index("## Answers") + 1
     end = next((i for i in range(start, len(lines)) if lines[i].startswith("## ")), len(lines))
     return [line for line in lines[start:end] if line.startswith("- ")]
+
+
+# What ``materialize`` prints at its end (issue 56: "the three lines that answer the report's questions"): per entry,
+# the Answers line of the first of its questions the verdict holds (the volatility task's where the run has it, the
+# next-day direction's otherwise); the report's first screen keeps every line
+FIRST_SCREEN = (
+    ("Does any strategy beat Buy & Hold",),
+    ("Does a learned forecaster beat HAR and GARCH", "Does any model's score rank the next day's returns"),
+    ("Do spline tokens beat finite differences", "Do spline tokens carry more information than finite differences"),
+)
+
+
+def first_screen(lines: list[str]) -> list[str]:
+    """Of an Answers section's ``lines`` (``answers_section``), one per ``FIRST_SCREEN`` entry that any line answers:
+    the first line asking its first question found, in the entry's order of preference."""
+    out = []
+    for questions in FIRST_SCREEN:
+        found = next((line for q in questions for line in lines if q in _question(line)), None)
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def _question(line: str) -> str:
+    """The bold question of an Answers line ("- **question** answer — number"); "" when it has none."""
+    parts = line.split("**")
+    return parts[1] if len(parts) > 2 else ""

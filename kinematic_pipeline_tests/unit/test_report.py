@@ -400,3 +400,25 @@ def test_the_answers_section_is_cut_from_the_report_as_materialize_prints_it():
     )
     assert answers_section(report) == ["- **Q1?** no evidence: ...", "- **Q2?** yes: ..."]
     assert answers_section("# Report\n\n## Context\n\n- **profile**: ci") == []
+
+
+def test_materialize_ends_on_three_answers_the_volatility_tasks_where_the_run_has_it():
+    """Issue 56: the end of ``make demo`` is the three lines that answer the report's questions (strategies against
+    Buy & Hold, a forecaster against its references, spline tokens against the others), cut from the demo's Answers
+    section; a run of Buy/Sell/Hold alone answers the last two with its next-day direction rows; none matched: none."""
+    from kinematic_pipeline.report.answers import first_screen
+
+    negative = "Next-day direction (the negative control): "
+    lines = [
+        "- **Does any strategy beat Buy & Hold after costs (10 bps a side) and taxes?** yes: SPA rejects ...",
+        "- **Is the best strategy's Sharpe above the average trial's Sharpe by more than the luck of N trials?** no",
+        f"- **{negative}Does any model's score rank the next day's returns (rank IC > 0)?** yes: lightgbm_fd ...",
+        f"- **{negative}Do spline tokens carry more information than finite differences (or raw values)?** yes in 2",
+        "- **Does a learned forecaster beat HAR and GARCH on next-5-session variance (QLIKE)?** yes: lightgbm_spline",
+        "- **Do spline tokens beat finite differences on next-5-session variance (QLIKE)?** no evidence: fewer than 3",
+        "- **Do spline tokens beat finite differences on next-5-session variance (vol-rank IC)?** no evidence: ...",
+    ]
+    assert first_screen(lines) == [lines[0], lines[4], lines[5]]
+    direction_only = [line.replace(negative, "") for line in lines[:4]]
+    assert first_screen(direction_only) == [direction_only[0], direction_only[2], direction_only[3]]
+    assert first_screen(["- **Q1?** no evidence: ...", "no question here"]) == []
