@@ -226,8 +226,9 @@ def pooled_curves(settings: Settings) -> dict[str, pl.DataFrame]:
     return {rule: read_pooled(settings, files[rule]) for rule in RULES}
 
 
-def compute_verdict(settings: Settings) -> pl.DataFrame:
-    """The verdict of the run's pooled out-of-sample records (``stages.pooled``) and its universe predictions."""
+def compute_verdict(settings: Settings) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
+    """The verdict of the run's pooled out-of-sample records (``stages.pooled``) and its universe predictions, and
+    the run's other tasks' tables its rows were read from (``task_evidence.task_tables``)."""
     curves = pooled_curves(settings)
     try:
         universe = universe_predictions(settings, settings.evaluated_variants)
@@ -237,9 +238,10 @@ def compute_verdict(settings: Settings) -> pl.DataFrame:
     if universe is not None and features is not None:
         universe = universe.join(features, on=["ticker", "date"], how="left")
     oracle = oracle_days_in_market(settings, read_view(settings, PREDICTIONS))
-    tables = task_tables(settings)  # computed once: paper_tables reads them back (task_evidence.read_task_tables)
-    write_task_tables(settings, tables)
-    return with_task_rows(verdict_table(settings, curves, universe, oracle), task_verdict_rows(settings, tables))
+    tables = task_tables(settings)
+    return with_task_rows(
+        verdict_table(settings, curves, universe, oracle), task_verdict_rows(settings, tables)
+    ), tables
 
 
 def materialize_verdict(settings: Settings) -> pl.DataFrame:
@@ -248,13 +250,13 @@ def materialize_verdict(settings: Settings) -> pl.DataFrame:
     wh = settings.warehouse
     inputs = evaluation_digest(wh)
     try:
-        table = compute_verdict(settings)
+        table, tables = compute_verdict(settings)
     except StalePairError:
         raise  # stale pooled records are refused, never a table row
     except ValueError as exc:
         row = {k: "-" for k in VERDICT_SCHEMA} | {"Question": "all", "Answer": f"not computable: {exc}"}
-        table = pl.DataFrame([row], schema=VERDICT_SCHEMA)
-        write_task_tables(settings, {})  # none stale
+        table, tables = pl.DataFrame([row], schema=VERDICT_SCHEMA), {}
+    write_task_tables(settings, tables)  # computed once: paper_tables reads them back (task_evidence.read_task_tables)
     out = wh.report_tables_dir
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / "verdict.md", markdown_table(table) + "\n")
