@@ -54,6 +54,7 @@ from kinematic_pipeline.policy import Foundation, Policy  # noqa: E402
 from kinematic_pipeline.run_keys import run_task  # noqa: E402
 from kinematic_pipeline.training.budget import budget_verdict  # noqa: E402
 from kinematic_pipeline.training.curves import budget_steps, pretrain_budget, read_curves  # noqa: E402
+from kinematic_pipeline.training.modules import follows_schedule  # noqa: E402
 from kinematic_pipeline.training.run import finetune, pretrain, read_foundation, save_foundation  # noqa: E402
 from kinematic_pipeline.variants import variant as lookup_variant  # noqa: E402
 from kinematic_pipeline.warehouse.layout import MODEL_FILE  # noqa: E402
@@ -168,7 +169,8 @@ def from_warehouse(settings, policy: Policy, stage: str) -> dict | None:
     """``--reuse-warehouse``: the 1x run the DAG trained itself, read from the warehouse model's curves, when it is
     the run this stage's 1x would train: the same model config (the foundation's ``model.pt``), a first fold's
     foundation from scratch (``pretrain``) or a later one continuing from its parent (``warm_start``), an adapter
-    fine-tuned from the foundation on disk now with the settings' class weights (``finetune``), within the 1x budget.
+    fine-tuned from the foundation on disk now with the settings' class weights (``finetune``), trained under the 1x
+    budget's schedule (``modules.follows_schedule``: a model of another budget is trained here instead).
     Its weights are checked against their ``files.json``; None where the warehouse holds no such model (trained
     here). Its seconds are the DAG's (``timings``), not kept here."""
     wh, s = settings.warehouse, scaled(settings, 1, stage)
@@ -185,8 +187,9 @@ def from_warehouse(settings, policy: Policy, stage: str) -> dict | None:
         return None  # from scratch where the stage continues, or the other way round
     budget = s.train.steps_for(policy.variant.name, "finetune") if stage == "finetune" else pretrain_budget(s, policy)
     curves, total = read_curves(folder), budget_steps(s.train, budget)
-    if not curves or curves[-1]["step"] > total:
-        return None
+    at_rate = stage == "warm_start" and s.train.warm_start_rate is not None  # no warmup, a fraction of the peak
+    if not curves or curves[-1]["step"] > total or not follows_schedule(curves, s.train, total, at_rate):
+        return None  # trained under another budget or schedule (e.g. the profile's, where KP_PRETRAIN_STEPS doubles it)
     best = next((r for r in curves if r["best"]), curves[-1])
     return {
         "budget": total,

@@ -76,6 +76,25 @@ def lr_schedule(cfg: TrainConfig, total_steps: int, continued: bool = False) -> 
     return LRSchedule(total_steps, warmup_steps(cfg, total_steps), cfg.schedule, decay)
 
 
+def follows_schedule(curves: list[dict], cfg: TrainConfig, total_steps: int, continued: bool = False) -> bool:
+    """Whether a learning curve (``curves.csv``'s rows) was trained under ``lr_schedule(cfg, total_steps,
+    continued)``: each validated step's recorded rate fraction is the schedule's, replayed as ``trainer.BestState``
+    moves it (a wsd decay starts where ``cfg.patience`` validations in a row brought no better loss). A run of another
+    budget differs in its warmup or its decay's length, so its curve does not follow this one's."""
+    schedule = lr_schedule(cfg, total_steps, continued)
+    best, bad = math.inf, 0
+    for row in curves:
+        if row["step"] and not math.isclose(row["lr_fraction"], schedule(row["step"]), rel_tol=1e-9, abs_tol=1e-12):
+            return False
+        if row["val_loss"] < best:
+            best, bad = row["val_loss"], 0
+        else:
+            bad += 1
+            if cfg.patience and bad >= cfg.patience:
+                schedule.start_decay(row["step"])
+    return True
+
+
 def adamw_with_cosine(
     params: list[tuple[str, nn.Parameter]],
     lr: float,

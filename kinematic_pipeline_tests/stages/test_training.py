@@ -451,7 +451,8 @@ def test_the_budget_benchmark_reads_the_dags_own_1x_runs_as_the_runs_it_would_tr
     """``bench_budget --reuse-warehouse`` (issue 54's table on a ``real`` fold without training its 1x runs again): the
     warehouse's foundation and adapter, read from their curves, are the rows the benchmark's own 1x runs train (the
     same steps, best step, loss and rate left at the stop); a stage the warehouse's model is not (a first fold's
-    foundation as a warm start) and a model the warehouse does not hold are trained instead (None)."""
+    foundation as a warm start), a model trained under another budget and a model the warehouse does not hold are
+    trained instead (None)."""
     bench = benchmark("bench_budget")
     settings = copy_warehouse(tiny, tmp_path / "copy")
     foundation = Foundation("splinegpt", SEED, tiny.folds[0])
@@ -466,6 +467,8 @@ def test_the_budget_benchmark_reads_the_dags_own_1x_runs_as_the_runs_it_would_tr
     wh = settings.warehouse
     assert kept["source"] == str(wh.adapter_dir(adapter).relative_to(wh.root))
     assert bench.from_warehouse(settings, foundation, "warm_start") is None  # trained from scratch, not continued
+    for stage, policy in (("pretrain", foundation), ("finetune", adapter)):  # KP_*_STEPS at twice the budget
+        assert bench.from_warehouse(bench.scaled(settings, 2, stage), policy, stage) is None, stage
     assert bench.from_warehouse(settings, Foundation("rawgpt", SEED, tiny.folds[0]), "pretrain") is None
 
 

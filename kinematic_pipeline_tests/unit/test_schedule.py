@@ -15,7 +15,7 @@ import torch
 
 from kinematic_pipeline.config import TrainConfig
 from kinematic_pipeline.training.curves import read_curves
-from kinematic_pipeline.training.modules import LRSchedule, adamw_with_cosine, lr_schedule
+from kinematic_pipeline.training.modules import LRSchedule, adamw_with_cosine, follows_schedule, lr_schedule
 from kinematic_pipeline.training.trainer import build_trainer, quiet_lightning
 
 
@@ -123,6 +123,23 @@ def test_without_a_stall_wsd_decays_over_the_budgets_last_fifth_and_runs_it_all(
     trainer, curves, module = _fit(tmp_path, "wsd", stall=10**6)
     assert (module.lr_schedule.decay_start, trainer.global_step) == (160, 200)
     assert curves[-1]["step"] == 200 and curves[-1]["lr_fraction"] == 0.0 and curves[-1]["best"]
+
+
+def test_a_curve_follows_the_schedule_of_its_own_budget_only(tmp_path):
+    """``follows_schedule`` (what ``bench_budget --reuse-warehouse`` checks before it takes a warehouse model as a
+    1x run): a run's curve replays under its own budget, stall included, and under no other budget."""
+    for kind in ("wsd", "cosine"):
+        _, curves, module = _fit(tmp_path / kind, kind, stall=50)
+        assert follows_schedule(curves, module.cfg, 200), kind
+        assert not follows_schedule(curves, module.cfg, 400) and not follows_schedule(curves, module.cfg, 100), kind
+    _, curves, module = _fit(tmp_path / "again", "wsd", stall=50)
+    cfg = module.cfg
+    assert not follows_schedule(curves, dataclasses.replace(cfg, patience=4), 200)  # its decay would start later
+    bent = [dict(r) for r in curves]
+    bent[3]["lr_fraction"] *= 1.0 + 1e-6  # one validation's rate off
+    assert not follows_schedule(bent, cfg, 200)
+    _, unstalled, _ = _fit(tmp_path / "long", "wsd", stall=10**6)
+    assert follows_schedule(unstalled, cfg, 200) and not follows_schedule(unstalled, cfg, 200, continued=True)
 
 
 def _verdict_twin(one, two):
