@@ -11,16 +11,23 @@ import math
 import numpy as np
 
 STREAM_SALT = {"train": 0, "val": 1}  # independent draws for the two splits of one seed
+# The capped validation sample's draw: the fold's, one for every seed, so that the seeds' best validation losses
+# differ by their training alone (the budget test's seed spread; science: a per-seed sample made it the sample's)
+VAL_SAMPLE_SEED = 0
 
 
 def epoch_sample(n: int, cap: int | None, seed: int, epoch: int, split: str) -> np.ndarray:
     """Positions 0..n-1 drawn for one epoch, in serving order: a uniform sample without replacement of
     min(cap, n) of them (all of them, shuffled, when there is no cap). Deterministic in (seed, epoch, split);
-    another epoch or seed draws another sample."""
+    another epoch or seed draws another training sample. A capped validation sample holds the same positions for
+    every seed (``VAL_SAMPLE_SEED``'s draw), served in the seed's order."""
     rng = np.random.default_rng([int(seed), int(epoch), STREAM_SALT[split]])
     k = n if cap is None else min(int(cap), n)
     if k == n:
         return rng.permutation(n)
+    if split == "val":
+        fixed = np.random.default_rng([VAL_SAMPLE_SEED, int(epoch), STREAM_SALT[split]])
+        return fixed.choice(n, size=k, replace=False, shuffle=False)[rng.permutation(k)]
     return rng.choice(n, size=k, replace=False, shuffle=True)
 
 

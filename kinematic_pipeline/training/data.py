@@ -8,7 +8,8 @@ asset's window store (``kinematic_pipeline.window_store``: one memory-mapped fil
 on or before the last fold's training end), so a sample spread over thousands of days reads only its own
 rows; a policy's fold (``folds.py``) reads the store's days up to its own training end, and the labels of
 the days whose horizon reaches its test period are purged. The fold's training days split by date: the last
-``val_fraction`` of them validate (a sample fixed per seed, so that validation losses compare across epochs). DDP ranks
+``val_fraction`` of them validate (a capped sample fixed per fold, the same windows for every seed and epoch, so that
+validation losses compare across epochs and seeds). DDP ranks
 and DataLoader workers serve disjoint, equal parts of each epoch's sample. The DataLoader runs with ``batch_size=None``:
 the stream yields whole batches.
 """
@@ -53,7 +54,8 @@ class SampledWindows(IterableDataset):
     """Batches of windows drawn from ``rows`` of a store: ``x`` (float32 [B, 64, C]) or ``(x, y)`` when ``labels``
     (aligned with ``rows``) are given (y [B]: int64 class codes, or a task's float32 values: ``Task.stored``).
 
-    ``split`` "train" draws a new sample each epoch; "val" draws one sample per seed (epoch 0's) every epoch.
+    ``split`` "train" draws a new sample each epoch; "val" serves one sample (epoch 0's: a capped one is the same
+    windows for every seed) every epoch.
     """
 
     def __init__(
