@@ -15,7 +15,9 @@ CODE_VERSIONS = {  # each stage's code version: a new one marks its assets (and 
     "ingest": "ingest-1",
     "tokenize": "tokenize-1",
     "window_store": "window-store-2",  # 2: per-block sha256 of tokens.npy in the manifest (issue 40)
-    "models": "models-3",  # 3: a foundation records and is checked against its own backbone's config alone (issue 52)
+    # 3: a foundation records and is checked against its own backbone's config alone (issue 52); 4: a capped validation
+    # sample is the fold's, the same windows for every seed (issue 54)
+    "models": "models-4",
     # 2: the token and raw days each features file was built from, checked on read; 3: its sha256 beside it (issue 55)
     "features": "features-3",
     # 2: saved as data (coefficients, LightGBM's text model), not a pickle (issue 30); 3: a task's regression probes
