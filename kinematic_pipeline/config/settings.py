@@ -189,9 +189,7 @@ class TrainConfig:
     finetune_max_windows_per_epoch: int | None = None  # fine-tuning's cap (None: max_windows_per_epoch)
     # fine-tuning's epochs from a fixed seeded sample of this many labelled windows (the scaling curves': n is data)
     finetune_windows: int | None = None
-    max_val_windows: int | None = (
-        20_000  # validation windows at most (a sample fixed per fold, every seed's; None: all)
-    )
+    max_val_windows: int | None = 20_000  # validation windows at most (one sample a fold, every seed's; None: all)
     # Runs ``materialize`` runs at once (KP_TRAIN_SIDE_BY_SIDE; orchestration/side_by_side.py), each at process_threads.
     # None (demo, real): one a core at one thread; 1 (ci: golden numbers at every core; paper: one accelerator)
     side_by_side: int | None = 1
