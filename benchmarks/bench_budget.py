@@ -22,6 +22,13 @@ fine-tuned from the warehouse's foundation of that fold (materialize it first), 
 continues from it (the warm start, ``train.warm_start_steps`` against twice that). Pretraining loss is the family's own
 objective, the adapters' the de-weighted log loss they stop on.
 
+``--downstream`` judges each pretraining budget by what the foundation is for: each seed's adapter (the report's task
+at ``--tau``, the 1x fine-tuning budget) fine-tuned from its 1x foundation and from its 2x foundation, the same
+two-sided test over the seeds on the adapters' best validation losses (rows of stage ``pretrain_downstream``). A
+foundation's own loss can keep falling with every doubling (a corpus larger than the budget serves) while the adapter
+it gives moves less than a change of seed: then the pretraining budget is not what sets the answers. The 2x
+foundations are kept beside the runs' rows (``foundations/``) so that a later invocation fine-tunes from them.
+
 The second table is the pretraining ablation: each family's adapter fine-tuned from its foundation (the 1x run
 above) against the same fine-tuning, seed and budget from a randomly initialized backbone (the foundation's own
 initialization: the seed's draw before any pretraining step), on the first ``--ablation-seeds`` seeds, with the
@@ -34,6 +41,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -117,6 +125,66 @@ def from_horizon(settings, policy: Policy, horizon: int, tmp: Path) -> dict:
             far, policy, "finetune", 1, tmp / f"{policy.variant.name}_horizon{horizon}", folder / MODEL_FILE
         ),
     }
+
+
+def doubled_foundation(settings, foundation: Foundation, folder: Path) -> Path:
+    """The ``model.pt`` of ``foundation`` pretrained at twice the budget into ``folder`` (the benchmark's 2x run of
+    stage ``pretrain``), trained again, from an empty folder, where it is not there (a run killed half-way, a row kept
+    before the benchmark kept the weights: the run is deterministic)."""
+    if not (folder / MODEL_MANIFEST).exists():
+        run(settings, foundation, "pretrain", 2, emptied(folder))
+    return folder / MODEL_FILE
+
+
+def emptied(folder: Path) -> Path:
+    """``folder`` with nothing in it: what a run killed half-way there left is not continued from."""
+    shutil.rmtree(folder, ignore_errors=True)
+    return folder
+
+
+def downstream(settings, variant: str, fold: str, seeds: list[int], cache, tmp: Path, kept: Path, args) -> list[dict]:
+    """``--downstream``: each seed's adapter fine-tuned at the 1x budget from its 1x foundation (the ``finetune``
+    stage's 1x run, the warehouse's own under ``--reuse-warehouse``) and from its 2x foundation (kept under
+    ``kept``), judged by the two-sided test over the seeds: the rows of stage ``pretrain_downstream``."""
+    family, label = [], f"adapter from the pretraining at 1x / 2x, {fold}"
+    for s in seeds:
+        seeded = Foundation.named(settings.folds, variant, s, fold)
+        policy, one_name, name = (
+            seeded.on(run_task(settings, args.tau)),
+            f"{variant}_finetune_{fold}_{s}_1x",
+            f"{variant}_pretrain_{fold}_{s}",
+        )
+
+        def from_one(p=policy, n=one_name):
+            return first(settings, p, "finetune", tmp / n, None, args.reuse_warehouse)
+
+        def from_two(p=policy, f=seeded, n=name):
+            doubled = doubled_foundation(settings, f, kept / f"{n}_2x")
+            return run(settings, p, "finetune", 1, tmp / f"{n}_2x_adapter", doubled)
+
+        one, two = cache.get(one_name, from_one), cache.get(f"{name}_2x_adapter", from_two)
+        family.append(paired_row(variant, "pretrain_downstream", fold, s, one, two, label))
+    return judged(family, variant, label)
+
+
+def paired_row(variant: str, stage: str, fold: str, seed: int, one: dict, two: dict, label: str) -> dict:
+    """One seed's row of a family's test (its 1x and 2x runs, what doubling gained), printed as a table line."""
+    gain = (one["best_val_loss"] - two["best_val_loss"]) / abs(one["best_val_loss"])
+    print(
+        f"| {variant} | {label} | {seed} | {steps_text(one)} | {one['best_val_loss']:.5f} | {steps_text(two)} | "
+        f"{two['best_val_loss']:.5f} | {100 * gain:+.2f}% | |",
+        flush=True,
+    )
+    return {"variant": variant, "stage": stage, "fold": fold, "seed": seed, "1x": one, "2x": two, "gain": gain}
+
+
+def judged(family: list[dict], variant: str, label: str) -> list[dict]:
+    """The family's rows with the two-sided test over their seeds (``training/budget.py``), its line printed."""
+    verdict = budget_verdict([r["1x"]["best_val_loss"] for r in family], [r["2x"]["best_val_loss"] for r in family])
+    print(f"| {variant} | {label} | all | | | | | | {verdict.reason} |", flush=True)
+    for row in family:
+        row.update(passes=verdict.passes, tolerance=verdict.spread / abs(verdict.mean_1x))
+    return family
 
 
 class Runs:
@@ -276,6 +344,12 @@ def main() -> None:
         help="score the ablation's adapters (from the foundation, from a random backbone) on the fold's test days: "
         "rank IC and log-loss skill (Buy/Sell/Hold)",
     )
+    parser.add_argument(
+        "--downstream",
+        action="store_true",
+        help="judge each pretraining budget by its adapter too: fine-tuned from the 1x and from the 2x foundation "
+        "(the report's task at --tau), the same test over the seeds",
+    )
     parser.add_argument("--fresh", action="store_true", help="train every run again (default: reuse the kept ones)")
     parser.add_argument(
         "--reuse-warehouse",
@@ -316,6 +390,7 @@ def main() -> None:
     rows, ablation = [], []
     with tempfile.TemporaryDirectory() as temporary:
         tmp = Path(temporary)
+        weights = tmp if kept is None else kept / "foundations"  # the 2x foundations: --downstream's
         for variant in variants:
             for stage in args.stages:
                 on = later[0] if stage == "warm_start" else fold
@@ -331,26 +406,17 @@ def main() -> None:
                             lambda k=k, p=policy, g=stage, n=name, t=scored: (
                                 first(settings, p, g, tmp / f"{n}_1x", t, args.reuse_warehouse)
                                 if k == 1
-                                else run(settings, p, g, k, tmp / f"{n}_{k}x")
+                                else run(
+                                    settings, p, g, k, emptied((weights if g == "pretrain" else tmp) / f"{n}_{k}x")
+                                )
                             ),
                         )
                         for k in (1, 2)
                     )
-                    gain = (one["best_val_loss"] - two["best_val_loss"]) / abs(one["best_val_loss"])
-                    family.append({"variant": variant, "stage": stage, "fold": on, "seed": s, "1x": one, "2x": two})
-                    family[-1]["gain"] = gain
-                    print(
-                        f"| {variant} | {stage} {on} | {s} | {steps_text(one)} | {one['best_val_loss']:.5f} | "
-                        f"{steps_text(two)} | {two['best_val_loss']:.5f} | {100 * gain:+.2f}% | |",
-                        flush=True,
-                    )
-                verdict = budget_verdict(
-                    [r["1x"]["best_val_loss"] for r in family], [r["2x"]["best_val_loss"] for r in family]
-                )
-                print(f"| {variant} | {stage} {on} | all | | | | | | {verdict.reason} |", flush=True)
-                for row in family:
-                    row.update(passes=verdict.passes, tolerance=verdict.spread / abs(verdict.mean_1x))
-                rows += family
+                    family.append(paired_row(variant, stage, on, s, one, two, f"{stage} {on}"))
+                rows += judged(family, variant, f"{stage} {on}")
+                if stage == "pretrain" and args.downstream:
+                    rows += downstream(settings, variant, on, seeds, cache, tmp, weights, args)
                 if stage != "finetune" or args.no_ablation:
                     continue
                 for row in family[: args.ablation_seeds]:

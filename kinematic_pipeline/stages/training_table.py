@@ -102,8 +102,14 @@ def learnability_table(settings: Settings) -> pl.DataFrame | None:
 
 
 BUDGET_TEST_TABLE = "budget_test"
-# bench_budget's stages: from scratch on the first fold, an adapter, a later fold continuing from the one before
-STAGE_NAMES = {"pretrain": "pretraining", "finetune": "fine-tuning", "warm_start": "pretraining, warm-started"}
+# bench_budget's stages: from scratch on the first fold, an adapter, a later fold continuing from the one before, and
+# (--downstream) the pretraining judged by its adapter: the row's runs are fine-tunings from the 1x and 2x foundations
+STAGE_NAMES = {
+    "pretrain": "pretraining",
+    "finetune": "fine-tuning",
+    "warm_start": "pretraining, warm-started",
+    "pretrain_downstream": "pretraining, by its adapter (fine-tuned from the 1x / 2x foundation)",
+}
 
 
 def budget_test_table(settings: Settings) -> pl.DataFrame | None:

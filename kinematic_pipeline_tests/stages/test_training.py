@@ -472,6 +472,49 @@ def test_the_budget_benchmark_reads_the_dags_own_1x_runs_as_the_runs_it_would_tr
     assert bench.from_warehouse(settings, Foundation("rawgpt", SEED, tiny.folds[0]), "pretrain") is None
 
 
+def test_the_budget_benchmark_judges_a_pretraining_budget_by_the_adapters_its_foundations_give(
+    foundations, tiny, tmp_path, monkeypatch
+):
+    """``bench_budget --downstream``: each seed's adapter fine-tuned from its 1x foundation (the warehouse's) and from
+    its 2x foundation, which is kept beside the rows; the 2x adapter is pinned to the 2x foundation's very bytes, the
+    family judged by the two-sided test over its seeds, and a second invocation trains nothing again."""
+    from kinematic_pipeline.warehouse.layout import PIN_FILE
+    from kinematic_pipeline.training.budget import budget_verdict
+
+    bench = benchmark("bench_budget")
+    settings = copy_warehouse(tiny, tmp_path / "copy")
+    fold, seeds = tiny.folds[0], [SEED, SEED + 1]
+    pretrain(settings, Foundation("splinegpt", seeds[1], fold), progress=False)  # the second seed's 1x foundation
+    args = SimpleNamespace(tau=TAU, reuse_warehouse=True)
+    kept = tmp_path / "runs" / "foundations"
+
+    def judged():
+        runs = bench.Runs(tmp_path / "runs")
+        return runs, bench.downstream(settings, "splinegpt", fold.name, seeds, runs, tmp_path / "tmp", kept, args)
+
+    runs, rows = judged()
+    assert [(r["stage"], r["seed"]) for r in rows] == [("pretrain_downstream", s) for s in seeds]
+    verdict = budget_verdict([r["1x"]["best_val_loss"] for r in rows], [r["2x"]["best_val_loss"] for r in rows])
+    assert [r["passes"] for r in rows] == [verdict.passes] * 2
+    for row in rows:
+        doubled = kept / f"splinegpt_pretrain_{fold.name}_{row['seed']}_2x"
+        assert read_curves(doubled)[-1]["step"] == 2 * tiny.train.pretrain_steps  # pretrained at twice the budget
+        adapter = tmp_path / "tmp" / f"splinegpt_pretrain_{fold.name}_{row['seed']}_2x_adapter"
+        pin = json.loads((adapter / PIN_FILE).read_text())
+        assert pin["foundation_sha256"] == file_sha256(doubled / "model.pt")
+        assert row["2x"]["budget"] == row["1x"]["budget"] == tiny.train.finetune_steps  # both adapters at 1x
+    policy = Foundation("splinegpt", SEED, fold).on(BuySellHold(TAU))
+    own = bench.run(settings, policy, "finetune", 1, tmp_path / "from_the_warehouse_foundation")
+    assert own["best_val_loss"] == rows[0]["1x"]["best_val_loss"]  # the 1x adapter: from the warehouse's foundation
+
+    def trains(*_args, **_kwargs):
+        raise AssertionError("a kept run was trained again")
+
+    monkeypatch.setattr(bench, "run", trains)
+    runs, again = judged()
+    assert runs.reused == 4 and [r["2x"] for r in again] == [r["2x"] for r in rows]
+
+
 def test_a_pretraining_compiled_by_regions_trains_the_eager_models_weights(tiny, tmp_path, monkeypatch):
     """train.compile "regional": each GPT block compiled in place; the same steps from the same seed end at the eager
     run's weights (to float rounding), saved under the eager model's names, with Inductor's cache in the warehouse."""

@@ -117,6 +117,12 @@ def test_the_budget_test_the_benchmark_writes_reaches_the_report_table(tmp_path)
     rows = [  # a foundation that twice the budget improves by 5%, an adapter it improves by 0.5%
         {"variant": "splinegpt", "stage": "pretrain", "1x": run(300, 300, 300, 0.2), "2x": run(600, 600, 600, 0.19)},
         {"variant": "splinegpt", "stage": "finetune", "1x": run(200, 200, 150, 1.0), "2x": run(400, 400, 300, 0.995)},
+        {  # --downstream: the same fine-tuning from the 1x and from the 2x foundation
+            "variant": "splinegpt",
+            "stage": "pretrain_downstream",
+            "1x": run(200, 200, 150, 1.0),
+            "2x": run(200, 200, 175, 0.999),
+        },
         {  # the next fold's foundation, continuing from this fold's
             "variant": "splinegpt",
             "stage": "warm_start",
@@ -135,7 +141,13 @@ def test_the_budget_test_the_benchmark_writes_reaches_the_report_table(tmp_path)
     path = benchmark("bench_budget").write_budget_test(settings, "2022H1", rows, ablation)
     assert path == settings.warehouse.budget_test_file
 
-    pretraining, finetuning, warm = budget_test_table(settings).rows(named=True)
+    pretraining, finetuning, by_adapter, warm = budget_test_table(settings).rows(named=True)
+    assert by_adapter["Stage"] == "pretraining, by its adapter (fine-tuned from the 1x / 2x foundation)"
+    assert (by_adapter["Budget: steps (best)"], by_adapter["2x budget: steps (best)"]) == (
+        "200: 200 (150)",
+        "200: 200 (175)",
+    )
+    assert by_adapter["2x lowers it by"] == "+0.10%" and by_adapter["From a random backbone"] == "-"
     assert (warm["Stage"], warm["Fold"], warm["2x lowers it by"]) == ("pretraining, warm-started", "2022H2", "-5.00%")
     assert warm["Rate left at the stop (1x / 2x)"] == "0.00 / -"  # a run the benchmark kept before it recorded it
     assert (pretraining["Stage"], pretraining["Fold"], pretraining["Seed"]) == ("pretraining", "2022H1", 1234)
