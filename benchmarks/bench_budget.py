@@ -5,7 +5,8 @@ two-sided test of ``kinematic_pipeline/training/budget.py``: the budget passes w
 best validation loss by no more than the seeds' own spread, either way.
 
     KP_PROFILE=real KP_SOURCE=parquet KP_SOURCE_PATH=... KP_WAREHOUSE=warehouse/real \\
-        python benchmarks/bench_budget.py [--fold 2019] [--seeds 1234 1235] [--tau 0.01] [--variants ...] [--json PATH]
+        python benchmarks/bench_budget.py [--fold 2019] [--seeds 1234 1235] [--tau 0.01 | --task vol5] [--variants ...]
+            [--json PATH]
             [--ablation-seeds 3] [--test-days] [--fresh] [--reuse-warehouse]
 
 Each run's row is kept under ``<warehouse>/reports/budget_runs/<settings fingerprint>/`` as it ends, and a later
@@ -24,7 +25,7 @@ objective, the adapters' the de-weighted log loss they stop on.
 
 ``--downstream`` judges each pretraining budget by what the foundation is for: each seed's adapter (the report's task
 at ``--tau``, the 1x fine-tuning budget) fine-tuned from its 1x foundation and from its 2x foundation, the same
-two-sided test over the seeds on the adapters' best validation losses (rows of stage ``pretrain_downstream``). A
+two-sided test over the seeds on the adapters' best validation losses (rows of stage ``pretrain_downstream``; ``--task vol5``: the volatility task's adapters). A
 foundation's own loss can keep falling with every doubling (a corpus larger than the budget serves) while the adapter
 it gives moves less than a change of seed: then the pretraining budget is not what sets the answers. The 2x
 foundations are kept beside the runs' rows (``foundations/``) so that a later invocation fine-tunes from them.
@@ -59,7 +60,8 @@ from kinematic_pipeline.folds import fold_names  # noqa: E402
 from kinematic_pipeline.model_pins import PARENT_FILE, check_class_weights, check_pair  # noqa: E402
 from kinematic_pipeline.models import build_model  # noqa: E402
 from kinematic_pipeline.policy import Foundation, Policy  # noqa: E402
-from kinematic_pipeline.run_keys import run_task  # noqa: E402
+from kinematic_pipeline.run_keys import named_task, run_task  # noqa: E402
+from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold  # noqa: E402
 from kinematic_pipeline.training.budget import budget_verdict  # noqa: E402
 from kinematic_pipeline.training.curves import budget_steps, pretrain_budget, read_curves  # noqa: E402
 from kinematic_pipeline.training.modules import follows_schedule  # noqa: E402
@@ -150,8 +152,8 @@ def downstream(settings, variant: str, fold: str, seeds: list[int], cache, tmp: 
     for s in seeds:
         seeded = Foundation.named(settings.folds, variant, s, fold)
         policy, one_name, name = (
-            seeded.on(run_task(settings, args.tau)),
-            f"{variant}_finetune_{fold}_{s}_1x",
+            seeded.on(args.task),
+            f"{variant}_finetune_{fold}_{s}{args.tag}_1x",
             f"{variant}_pretrain_{fold}_{s}",
         )
 
@@ -160,9 +162,9 @@ def downstream(settings, variant: str, fold: str, seeds: list[int], cache, tmp: 
 
         def from_two(p=policy, f=seeded, n=name):
             doubled = doubled_foundation(settings, f, kept / f"{n}_2x")
-            return run(settings, p, "finetune", 1, tmp / f"{n}_2x_adapter", doubled)
+            return run(settings, p, "finetune", 1, tmp / f"{n}_2x_adapter{args.tag}", doubled)
 
-        one, two = cache.get(one_name, from_one), cache.get(f"{name}_2x_adapter", from_two)
+        one, two = cache.get(one_name, from_one), cache.get(f"{name}_2x_adapter{args.tag}", from_two)
         family.append(paired_row(variant, "pretrain_downstream", fold, s, one, two, label))
     return judged(family, variant, label)
 
@@ -307,6 +309,11 @@ def main() -> None:
     parser.add_argument("--fold", help="a walk-forward fold (default: the first)")
     parser.add_argument("--seeds", type=int, nargs="+", help="at least two (default: the profile's first two)")
     parser.add_argument("--tau", type=float, default=0.01)
+    parser.add_argument(
+        "--task",
+        help="the adapters' task: a task's key (vol5) or a tau (default: Buy/Sell/Hold at --tau); its fine-tuning "
+        "rows are kept and reported apart from another task's",
+    )
     parser.add_argument("--variants", nargs="+")
     parser.add_argument(
         "--stages",
@@ -363,6 +370,10 @@ def main() -> None:
     given = (("lr", args.lr), ("finetune_lr", args.finetune_lr), ("head_lr", args.head_lr))
     rates = {k: v for k, v in given if v is not None}
     settings = dataclasses.replace(settings, train=dataclasses.replace(settings.train, **rates))
+    args.task = named_task(settings, args.task) if args.task else run_task(settings, args.tau)
+    args.tag = "" if args.task == run_task(settings, 0.01) else f"_{args.task.key}"  # the names the rows had before
+    if args.test_days and not isinstance(args.task, BuySellHold):
+        parser.error(f"--test-days scores Buy/Sell/Hold adapters (rank IC of p_buy - p_sell), not {args.task.key}")
     kept = None if args.fresh else settings.warehouse.reports_dir / "budget_runs" / fingerprint(settings)
     cache = Runs(kept)
     test = TestDays(settings) if args.test_days else None
@@ -378,7 +389,7 @@ def main() -> None:
     seed = seeds[0]  # the ablation's
     variants = args.variants or list(settings.train.variants)
     print(
-        f"profile {settings.profile}, warehouse {settings.warehouse}, fold {fold}, seeds {seeds}, tau {args.tau}, "
+        f"profile {settings.profile}, warehouse {settings.warehouse}, fold {fold}, seeds {seeds}, task {args.task.key}, "
         f"schedule {settings.train.schedule}, "
         f"lr {settings.train.lr:g}, finetune_lr {settings.train.finetune_lr:g}, head_lr {settings.train.head_lr:g}"
     )
@@ -397,8 +408,8 @@ def main() -> None:
                 family = []
                 for s in seeds:
                     seeded = Foundation.named(settings.folds, variant, s, on)
-                    policy = seeded.on(run_task(settings, args.tau)) if stage == "finetune" else seeded
-                    name = f"{variant}_{stage}_{on}_{s}"
+                    policy = seeded.on(args.task) if stage == "finetune" else seeded
+                    name = f"{variant}_{stage}_{on}_{s}{args.tag if stage == 'finetune' else ''}"
                     scored = test if scored_on_test_days(stage, s, seeds, args) else None
                     one, two = (
                         cache.get(
@@ -421,16 +432,17 @@ def main() -> None:
                     continue
                 for row in family[: args.ablation_seeds]:
                     s = row["seed"]
-                    policy = Foundation.named(settings.folds, variant, s, on).on(run_task(settings, args.tau))
+                    policy = Foundation.named(settings.folds, variant, s, on).on(args.task)
                     cold = cache.get(
-                        f"{variant}_{on}_{s}_from_random{'_test' if test else ''}",
+                        f"{variant}_{on}_{s}{args.tag}_from_random{'_test' if test else ''}",
                         lambda p=policy: from_random(settings, p, tmp, test),
                     )
                     ablation.append({"variant": variant, "seed": s, "from foundation": row["1x"], "from random": cold})
                     if args.pretrain_horizon and lookup_variant(variant).backbone == "gpt" and s == seed:
                         h = args.pretrain_horizon
                         ablation[-1]["horizon"] = cache.get(
-                            f"{variant}_{on}_{s}_horizon{h}", lambda p=policy, h=h: from_horizon(settings, p, h, tmp)
+                            f"{variant}_{on}_{s}{args.tag}_horizon{h}",
+                            lambda p=policy, h=h: from_horizon(settings, p, h, tmp),
                         )
         print()
         print(
@@ -475,7 +487,7 @@ def main() -> None:
     if rates:
         print("learning rates other than the profile's: the report's budget table is left as it was")
         return
-    path = write_budget_test(settings, fold, rows, ablation)
+    path = write_budget_test(settings, fold, rows, ablation, args.task.key)
     print(f"wrote {path}: the report shows it from its next materialize")
 
 
@@ -484,10 +496,10 @@ def steps_text(row: dict) -> str:
     return f"{row['budget']}: {row['steps']} ({row['best_step']}), lr x{row.get('lr_fraction', float('nan')):.2f}"
 
 
-def write_budget_test(settings, fold: str, rows: list, ablation: list) -> Path:
+def write_budget_test(settings, fold: str, rows: list, ablation: list, task: str = "0.01") -> Path:
     """``<warehouse>/reports/budget_test.parquet``, the report's budget-test table: one row per family, stage and
     seed, each with its family's verdict over the seeds (``passes``) and the seeds' spread relative to the 1x mean
-    (``tolerance``)."""
+    (``tolerance``); an adapter's row (``TASK_STAGES``) names its ``task`` (its key), a foundation's none ("")."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     cold = {(row["variant"], row.get("seed", rows[0]["seed"])): row for row in ablation}  # first seed's, by default
     records = []
@@ -498,6 +510,7 @@ def write_budget_test(settings, fold: str, rows: list, ablation: list) -> Path:
             {
                 "variant": row["variant"],
                 "stage": row["stage"],
+                "task": task if row["stage"] in TASK_STAGES else "",
                 "fold": row.get("fold", fold),
                 "seed": row["seed"],
                 **{f"{k}_{x}": run.get(k) for x, run in (("1x", one), ("2x", two)) for k in RUN_FIELDS},
@@ -523,21 +536,26 @@ def write_budget_test(settings, fold: str, rows: list, ablation: list) -> Path:
 
 
 def merge_budget_test(wh, frame: pl.DataFrame) -> Path:
-    """Writes ``frame``'s rows into ``wh.budget_test_file`` in place of the rows of the same family, stage and fold,
-    keeping every other: two invocations side by side with disjoint ``--variants`` (the module docstring) each add
-    their families, under one lock, rather than the second overwriting the first's."""
+    """Writes ``frame``'s rows into ``wh.budget_test_file`` in place of the rows of the same family, stage, task and
+    fold, keeping every other: two invocations side by side with disjoint ``--variants`` (the module docstring) each
+    add their families, under one lock, rather than the second overwriting the first's; one ``--task`` another's."""
     from kinematic_pipeline.warehouse.day_units import day_lock
 
-    path, key = wh.budget_test_file, ["variant", "stage", "fold"]
+    path, key = wh.budget_test_file, ["variant", "stage", "task", "fold"]
     path.parent.mkdir(parents=True, exist_ok=True)
     with day_lock(wh, "budget_test", "merge"):  # read, merge and write as one step
         if path.exists():
-            kept = pl.read_parquet(path).join(frame.select(key).unique(), on=key, how="anti")
+            kept = pl.read_parquet(path)
+            if "task" not in kept.columns:  # written before the column: its adapters were Buy/Sell/Hold's at 0.01
+                adapter = pl.col("stage").is_in(list(TASK_STAGES))
+                kept = kept.with_columns(task=pl.when(adapter).then(pl.lit("0.01")).otherwise(pl.lit("")))
+            kept = kept.join(frame.select(key).unique(), on=key, how="anti")
             frame = pl.concat([kept, frame], how="diagonal_relaxed").sort([*key, "seed"])
         wh.write(frame, path)  # atomic, as every warehouse file: a report never reads half of it
     return path
 
 
+TASK_STAGES = ("finetune", "pretrain_downstream")  # the stages whose runs are adapters of one task
 RUN_FIELDS = ("budget", "steps", "best_step", "best_val_loss", "lr_fraction", "seconds")
 
 

@@ -128,6 +128,9 @@ def budget_test_table(settings: Settings) -> pl.DataFrame | None:
             {
                 "Model": lookup_variant(r["variant"]).display_name,
                 "Stage": STAGE_NAMES[r["stage"]],
+                # an adapter's task by its key (0.01: Buy/Sell/Hold's tau; vol5), "-" for a foundation; a table
+                # written before the column held Buy/Sell/Hold's at 0.01
+                "Task": r.get("task", "0.01" if r["stage"] in ("finetune", "pretrain_downstream") else "") or "-",
                 "Fold": r["fold"],
                 "Seed": r["seed"],
                 "Budget: steps (best)": f"{r['budget_1x']}: {r['steps_1x']} ({r['best_step_1x']})",

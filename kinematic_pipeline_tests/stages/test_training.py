@@ -478,14 +478,15 @@ def test_the_budget_benchmark_judges_a_pretraining_budget_by_the_adapters_its_fo
     """``bench_budget --downstream``: each seed's adapter fine-tuned from its 1x foundation (the warehouse's) and from
     its 2x foundation, which is kept beside the rows; the 2x adapter is pinned to the 2x foundation's very bytes, the
     family judged by the two-sided test over its seeds, and a second invocation trains nothing again."""
-    from kinematic_pipeline.warehouse.layout import PIN_FILE
+    from kinematic_pipeline.run_keys import run_task
     from kinematic_pipeline.training.budget import budget_verdict
+    from kinematic_pipeline.warehouse.layout import PIN_FILE
 
     bench = benchmark("bench_budget")
     settings = copy_warehouse(tiny, tmp_path / "copy")
     fold, seeds = tiny.folds[0], [SEED, SEED + 1]
     pretrain(settings, Foundation("splinegpt", seeds[1], fold), progress=False)  # the second seed's 1x foundation
-    args = SimpleNamespace(tau=TAU, reuse_warehouse=True)
+    args = SimpleNamespace(task=run_task(settings, TAU), tag="", reuse_warehouse=True)
     kept = tmp_path / "runs" / "foundations"
 
     def judged():

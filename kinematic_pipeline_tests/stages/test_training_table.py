@@ -143,6 +143,7 @@ def test_the_budget_test_the_benchmark_writes_reaches_the_report_table(tmp_path)
 
     pretraining, finetuning, by_adapter, warm = budget_test_table(settings).rows(named=True)
     assert by_adapter["Stage"] == "pretraining, by its adapter (fine-tuned from the 1x / 2x foundation)"
+    assert [r["Task"] for r in (pretraining, finetuning, by_adapter, warm)] == ["-", "0.01", "0.01", "-"]
     assert (by_adapter["Budget: steps (best)"], by_adapter["2x budget: steps (best)"]) == (
         "200: 200 (150)",
         "200: 200 (175)",
@@ -188,6 +189,31 @@ def test_two_benchmark_invocations_with_disjoint_families_both_reach_the_budget_
     again = pl.read_parquet(settings.warehouse.budget_test_file)
     assert again.filter(pl.col("variant") == "splinegpt").select("seed", "best_val_loss_1x").rows() == [(1236, 0.25)]
     assert again.filter(pl.col("variant") == "rawgpt_fd").height == 2
+
+
+def test_a_budget_test_of_another_task_keeps_the_first_tasks_adapter_rows(tmp_path):
+    """``bench_budget --task vol5``: its fine-tuning rows sit beside Buy/Sell/Hold's of the same family, stage and fold
+    (they replaced them before), each named by its task; a table written before the task column reads as
+    Buy/Sell/Hold's at 0.01, and a foundation's rows name no task."""
+    import polars as pl
+
+    from kinematic_pipeline.stages.training_table import budget_test_table
+
+    settings = load_settings("ci", warehouse=tmp_path / "warehouse", env={})
+    bench = benchmark("bench_budget")
+    run = {"budget": 300, "steps": 300, "best_step": 300, "best_val_loss": 0.5, "seconds": 1.0, "lr_fraction": 0}
+
+    def rows(stage):
+        row = {"variant": "splinegpt", "stage": stage, "seed": 1234, "1x": run, "2x": run, "gain": 0.0}
+        return [row | {"tolerance": 0.01, "passes": True}]
+
+    bench.write_budget_test(settings, "2022H1", [*rows("pretrain"), *rows("finetune")], [])
+    path = settings.warehouse.budget_test_file
+    pl.read_parquet(path).drop("task").write_parquet(path)  # as the benchmark wrote it before the column
+    bench.write_budget_test(settings, "2022H1", rows("finetune"), [], task="vol5")
+    table = pl.read_parquet(path).sort("stage", "task")
+    assert table.select("stage", "task").rows() == [("finetune", "0.01"), ("finetune", "vol5"), ("pretrain", "")]
+    assert sorted(r["Task"] for r in budget_test_table(settings).rows(named=True)) == ["-", "0.01", "vol5"]
 
 
 def test_learnability_on_test_days_reaches_the_report_table_once_the_benchmark_wrote_it(tmp_path):
