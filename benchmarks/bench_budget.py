@@ -23,10 +23,10 @@ fine-tuned from the warehouse's foundation of that fold (materialize it first), 
 continues from it (the warm start, ``train.warm_start_steps`` against twice that). Pretraining loss is the family's own
 objective, the adapters' the de-weighted log loss they stop on.
 
-``--downstream`` judges each pretraining budget by what the foundation is for: each seed's adapter (the report's task
-at ``--tau``, the 1x fine-tuning budget) fine-tuned from its 1x foundation and from its 2x foundation, the same
-two-sided test over the seeds on the adapters' best validation losses (rows of stage ``pretrain_downstream``; ``--task vol5``: the volatility task's adapters). A
-foundation's own loss can keep falling with every doubling (a corpus larger than the budget serves) while the adapter
+``--downstream`` judges each pretraining budget by what the foundation is for: each seed's adapter (of ``--task``,
+by default Buy/Sell/Hold at ``--tau``; the 1x fine-tuning budget) fine-tuned from its 1x foundation and from its 2x
+foundation, the same two-sided test over the seeds on the adapters' best validation losses (rows of stage
+``pretrain_downstream``). A foundation's own loss can keep falling with every doubling (a corpus larger than the budget serves) while the adapter
 it gives moves less than a change of seed: then the pretraining budget is not what sets the answers. The 2x
 foundations are kept beside the runs' rows (``foundations/``) so that a later invocation fine-tunes from them.
 
@@ -61,6 +61,7 @@ from kinematic_pipeline.model_pins import PARENT_FILE, check_class_weights, chec
 from kinematic_pipeline.models import build_model  # noqa: E402
 from kinematic_pipeline.policy import Foundation, Policy  # noqa: E402
 from kinematic_pipeline.run_keys import named_task, run_task  # noqa: E402
+from kinematic_pipeline.stages.training_table import TASK_STAGES  # noqa: E402
 from kinematic_pipeline.tasks.buy_sell_hold import BuySellHold  # noqa: E402
 from kinematic_pipeline.training.budget import budget_verdict  # noqa: E402
 from kinematic_pipeline.training.curves import budget_steps, pretrain_budget, read_curves  # noqa: E402
@@ -355,7 +356,7 @@ def main() -> None:
         "--downstream",
         action="store_true",
         help="judge each pretraining budget by its adapter too: fine-tuned from the 1x and from the 2x foundation "
-        "(the report's task at --tau), the same test over the seeds",
+        "(of --task), the same test over the seeds",
     )
     parser.add_argument("--fresh", action="store_true", help="train every run again (default: reuse the kept ones)")
     parser.add_argument(
@@ -555,7 +556,6 @@ def merge_budget_test(wh, frame: pl.DataFrame) -> Path:
     return path
 
 
-TASK_STAGES = ("finetune", "pretrain_downstream")  # the stages whose runs are adapters of one task
 RUN_FIELDS = ("budget", "steps", "best_step", "best_val_loss", "lr_fraction", "seconds")
 
 

@@ -110,6 +110,7 @@ STAGE_NAMES = {
     "warm_start": "pretraining, warm-started",
     "pretrain_downstream": "pretraining, by its adapter (fine-tuned from the 1x / 2x foundation)",
 }
+TASK_STAGES = ("finetune", "pretrain_downstream")  # the stages whose runs are adapters of one task
 
 
 def budget_test_table(settings: Settings) -> pl.DataFrame | None:
@@ -130,7 +131,7 @@ def budget_test_table(settings: Settings) -> pl.DataFrame | None:
                 "Stage": STAGE_NAMES[r["stage"]],
                 # an adapter's task by its key (0.01: Buy/Sell/Hold's tau; vol5), "-" for a foundation; a table
                 # written before the column held Buy/Sell/Hold's at 0.01
-                "Task": r.get("task", "0.01" if r["stage"] in ("finetune", "pretrain_downstream") else "") or "-",
+                "Task": r.get("task", "0.01" if r["stage"] in TASK_STAGES else "") or "-",
                 "Fold": r["fold"],
                 "Seed": r["seed"],
                 "Budget: steps (best)": f"{r['budget_1x']}: {r['steps_1x']} ({r['best_step_1x']})",
