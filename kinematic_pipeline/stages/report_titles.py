@@ -131,18 +131,22 @@ TABLE_CAPTIONS = {
     "calibrated, and each learner's log-loss skill beyond trailing_vol20 (logloss_skill_beyond_vol20: paired on "
     "exactly the ticker-days that learner scored, beyond_vol20_rows of them; ci_block_days: the block), with 95% "
     "intervals (Conventions: skill intervals).",
-    "training": "Every foundation's and every adapter's (at the report's tau) step budget (rounded up to whole "
-    "validation intervals), the steps it ran, its best step (the state kept: 0 is the initial state) and best "
-    "validation loss (pretraining: the family's own objective; fine-tuning: the de-weighted log loss it stops on); "
+    "training": "Every foundation's and every adapter's step budget (rounded up to whole validation intervals), the "
+    "steps it ran, its best step (the state kept: 0 is the initial state) and best validation loss (pretraining: the "
+    "family's own objective; fine-tuning: the loss it stops on, the de-weighted log loss at the report's tau, QLIKE "
+    "on the volatility task; Task: the adapter's, each the report reads); the learning rate's fraction left at the "
+    "stop (0: annealed); "
     "'best at the last step' marks a model the budget stopped while it was still improving (whether twice the "
     "budget helps: benchmarks/bench_budget.py).",
     "learnability": "Each family fine-tuned under the same step budget, schedule and labels; its validation skill over "
     "the head's prior (1 - the best de-weighted validation log loss so far / the prior's, the step-0 state) after a "
     "quarter, a half and all of the budget, and the training windows it had seen by then, the mean over folds and "
     "seeds (pretraining losses are each family's own objective and not comparable).",
-    "budget_test": "Each family's best validation loss at its budget and at twice it (the cosine schedule stretched to "
-    "the longer run) on one fold, measured by benchmarks/bench_budget.py at the commit shown; a family passes when "
-    "twice the budget lowers it by no more than the tolerance. Adapters: the same fine-tuning from a random backbone, "
+    "budget_test": "Each family's best validation loss at its budget and at twice it (the schedule stretched to the "
+    "longer run, both annealed to 0) on one fold over seeds, measured by benchmarks/bench_budget.py at the commit "
+    "shown; a family passes when twice the budget moves the seeds' mean by no more than their spread, either way; a "
+    "foundation is also judged by its adapter (the same fine-tuning from the 1x and the 2x foundation). Adapters: the "
+    "same fine-tuning from a random backbone, "
     "and how much lower the loss from the foundation is (does pretraining help?).",
     "learnability_test": "Each family fine-tuned once under the same step budget, schedule and labels on one fold, and "
     "every state it validated scored on the fold's test days over the universe (the test days chose nothing: the "

@@ -1,5 +1,5 @@
-"""How far each transformer trained: every foundation's and every adapter's (at the report's tau) step budget, the
-steps it ran, its best step and best validation loss, and the learning rate's fraction of its peak at its last step
+"""How far each transformer trained: every foundation's and every adapter's (of each task the report reads: the
+report's tau and, where the run has it, the volatility task's first horizon) step budget, the steps it ran, its best step and best validation loss, and the learning rate's fraction of its peak at its last step
 (0: annealed; a run the cosine stopped at a stall keeps most of it), read from the ``curves.csv`` its run wrote; a
 warm-started foundation says so, and whether it kept its parent (its best state the one it started from). A
 best step at the last validation means the budget stopped a model that was still improving (under a schedule that
@@ -15,7 +15,7 @@ import polars as pl
 from kinematic_pipeline.config import Settings
 from kinematic_pipeline.model_pins import PARENT_FILE
 from kinematic_pipeline.policy import Policy
-from kinematic_pipeline.run_keys import run_task
+from kinematic_pipeline.run_keys import policy_tasks, run_task
 from kinematic_pipeline.training.curves import budget_steps, pretrain_budget, read_curves
 from kinematic_pipeline.variants import color, display_name
 from kinematic_pipeline.variants import variant as lookup_variant
@@ -24,21 +24,28 @@ TRAINING_TABLE = "training"
 STAGES = ("pretraining", "fine-tuning")
 
 
-def model_runs(settings: Settings):
-    """(variant, stage, policy, folder) of every foundation and adapter at the report's tau, per fold and seed."""
+def model_runs(settings: Settings, every_reported_task: bool = False):
+    """(variant, stage, policy, folder) of every foundation and of every adapter at the report's tau, per fold and
+    seed; with ``every_reported_task``, the adapters of each task the report reads (``Task.reported``) after it."""
     wh = settings.warehouse
     for variant in settings.train.variants:
+        tasks = [run_task(settings, settings.evaluate.report_tau)]
+        if every_reported_task:
+            others = (t for t in policy_tasks(settings, variant) if t.reported(settings) and t.key != tasks[0].key)
+            tasks.extend(others)
         for fold in settings.folds:
             for seed in settings.train.seeds:
-                policy = Policy(variant, run_task(settings, settings.evaluate.report_tau), seed, fold)
-                yield variant, "pretraining", policy.foundation, wh.foundation_dir(policy)
-                yield variant, "fine-tuning", policy, wh.adapter_dir(policy)
+                policies = [Policy(variant, task, seed, fold) for task in tasks]
+                yield variant, "pretraining", policies[0].foundation, wh.foundation_dir(policies[0])
+                for policy in policies:
+                    yield variant, "fine-tuning", policy, wh.adapter_dir(policy)
 
 
 def training_table(settings: Settings) -> pl.DataFrame | None:
-    """One row per trained model; None when no model has a learning curve (a run of the probes alone)."""
+    """One row per trained model, an adapter's task by its key (a foundation's "-"); None when no model has a
+    learning curve (a run of the probes alone)."""
     rows = []
-    for variant, stage, policy, folder in model_runs(settings):
+    for variant, stage, policy, folder in model_runs(settings, every_reported_task=True):
         curves = read_curves(folder)
         if not curves:
             continue
@@ -52,6 +59,7 @@ def training_table(settings: Settings) -> pl.DataFrame | None:
             {
                 "Model": lookup_variant(variant).display_name,
                 "Stage": f"{stage}, warm-started{kept}" if warm else stage,
+                "Task": policy.task.key if stage == "fine-tuning" else "-",
                 "Fold": policy.fold.name or "-",
                 "Seed": policy.seed,
                 "Budget": budget_steps(settings.train, budget),

@@ -75,6 +75,31 @@ def test_the_table_gives_the_rate_left_at_the_stop_and_a_warm_start_that_kept_it
     assert rows[second.name]["LR left at the stop"] == 0.0 and rows[second.name]["Best step"] == 0
 
 
+def test_the_table_lists_the_volatility_tasks_adapters_beside_the_report_taus(tmp_path):
+    from kinematic_pipeline.policy import Policy
+    from kinematic_pipeline.run_keys import named_task
+
+    settings = load_settings("demo", warehouse=tmp_path / "warehouse", env={})
+    fold, seed, wh = settings.folds[0], settings.train.seeds[0], settings.warehouse
+    bsh = Policy("splinegpt", BuySellHold(settings.evaluate.report_tau), seed, fold)
+    vol = Policy("splinegpt", named_task(settings, "vol5"), seed, fold)
+    swept = Policy("splinegpt", named_task(settings, "vol1"), seed, fold)  # a horizon the report does not read
+    _write_curves(wh.foundation_dir(bsh), [(0, 0.9, False), (20, 0.5, True)])
+    _write_curves(wh.adapter_dir(bsh), [(0, 0.8, False), (20, 0.7, True)])
+    _write_curves(wh.adapter_dir(vol), [(0, 0.6, False), (20, 0.4, True), (40, 0.45, False)])
+    _write_curves(wh.adapter_dir(swept), [(0, 0.6, False), (20, 0.5, True)])
+
+    rows = training_table(settings).rows(named=True)
+
+    assert [(r["Stage"], r["Task"]) for r in rows] == [
+        ("pretraining", "-"),
+        ("fine-tuning", "0.01"),
+        ("fine-tuning", "vol5"),
+    ]
+    assert (rows[2]["Steps run"], rows[2]["Best step"], rows[2]["Best val loss"]) == (40, 20, 0.4)
+    assert learnability_table(settings).row(0, named=True)["Runs"] == 1  # matched compute: the report's tau only
+
+
 def test_no_trained_model_gives_no_table(tmp_path):
     assert training_table(load_settings("ci", warehouse=tmp_path / "warehouse", env={})) is None
 
