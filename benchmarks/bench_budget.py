@@ -537,12 +537,13 @@ def write_budget_test(settings, fold: str, rows: list, ablation: list, task: str
 
 
 def merge_budget_test(wh, frame: pl.DataFrame) -> Path:
-    """Writes ``frame``'s rows into ``wh.budget_test_file`` in place of the rows of the same family, stage, task and
-    fold, keeping every other: two invocations side by side with disjoint ``--variants`` (the module docstring) each
-    add their families, under one lock, rather than the second overwriting the first's; one ``--task`` another's."""
+    """Writes ``frame``'s rows into ``wh.budget_test_file`` in place of the rows of the same family, stage, task, fold
+    and 1x budget, keeping every other: two invocations side by side with disjoint ``--variants`` (the module
+    docstring) each add their families, under one lock, rather than the second overwriting the first's; one ``--task``
+    another's; a budget (``KP_FINETUNE_STEPS=600``: 600 against 1,200) the one it was measured against."""
     from kinematic_pipeline.warehouse.day_units import day_lock
 
-    path, key = wh.budget_test_file, ["variant", "stage", "task", "fold"]
+    path, key = wh.budget_test_file, ["variant", "stage", "task", "fold", "budget_1x"]
     path.parent.mkdir(parents=True, exist_ok=True)
     with day_lock(wh, "budget_test", "merge"):  # read, merge and write as one step
         if path.exists():

@@ -239,6 +239,11 @@ def test_a_budget_test_of_another_task_keeps_the_first_tasks_adapter_rows(tmp_pa
     table = pl.read_parquet(path).sort("stage", "task")
     assert table.select("stage", "task").rows() == [("finetune", "0.01"), ("finetune", "vol5"), ("pretrain", "")]
     assert sorted(r["Task"] for r in budget_test_table(settings).rows(named=True)) == ["-", "0.01", "vol5"]
+    longer = {**run, "budget": 600, "best_val_loss": 0.49}  # KP_FINETUNE_STEPS=600: 600 against 1,200
+    bench.write_budget_test(settings, "2022H1", [{**rows("finetune")[0], "1x": longer}], [], task="vol5")
+    bench.write_budget_test(settings, "2022H1", [{**rows("finetune")[0], "1x": longer}], [], task="vol5")  # again
+    vol = pl.read_parquet(path).filter(task="vol5").sort("budget_1x")
+    assert vol.select("budget_1x", "best_val_loss_1x").rows() == [(300, 0.5), (600, 0.49)]  # each budget's row kept
 
 
 def test_learnability_on_test_days_reaches_the_report_table_once_the_benchmark_wrote_it(tmp_path):
