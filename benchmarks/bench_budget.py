@@ -26,9 +26,10 @@ objective, the adapters' the de-weighted log loss they stop on.
 ``--downstream`` judges each pretraining budget by what the foundation is for: each seed's adapter (of ``--task``,
 by default Buy/Sell/Hold at ``--tau``; the 1x fine-tuning budget) fine-tuned from its 1x foundation and from its 2x
 foundation, the same two-sided test over the seeds on the adapters' best validation losses (rows of stage
-``pretrain_downstream``). A foundation's own loss can keep falling with every doubling (a corpus larger than the budget serves) while the adapter
-it gives moves less than a change of seed: then the pretraining budget is not what sets the answers. The 2x
-foundations are kept beside the runs' rows (``foundations/``) so that a later invocation fine-tunes from them.
+``pretrain_downstream``). A foundation's own loss can keep falling with every doubling (a corpus larger than the
+budget serves) while the adapter it gives moves less than a change of seed: then the pretraining budget is not what
+sets the answers. The 2x foundations are kept beside the runs' rows (``foundations/``) so that a later invocation
+fine-tunes from them.
 
 The second table is the pretraining ablation: each family's adapter fine-tuned from its foundation (the 1x run
 above) against the same fine-tuning, seed and budget from a randomly initialized backbone (the foundation's own

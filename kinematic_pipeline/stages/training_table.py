@@ -1,7 +1,8 @@
 """How far each transformer trained: every foundation's and every adapter's (of each task the report reads: the
-report's tau and, where the run has it, the volatility task's first horizon) step budget, the steps it ran, its best step and best validation loss, and the learning rate's fraction of its peak at its last step
-(0: annealed; a run the cosine stopped at a stall keeps most of it), read from the ``curves.csv`` its run wrote; a
-warm-started foundation says so, and whether it kept its parent (its best state the one it started from). A
+report's tau and, where the run has it, the volatility task's first horizon) step budget, the steps it ran, its best
+step and best validation loss, and the learning rate's fraction of its peak at its last step (0: annealed; a run
+the cosine stopped at a stall keeps most of it), read from the ``curves.csv`` its run wrote; a warm-started
+foundation says so, and whether it kept its parent (its best state the one it started from). A
 best step at the last validation means the budget stopped a model that was still improving (under a schedule that
 anneals to zero this is the usual case, so the sufficiency of a budget is measured apart:
 ``benchmarks/bench_budget.py``, the best validation loss at the budget against twice it); a best step of 0 means the
