@@ -175,7 +175,10 @@ def _profile_real() -> Settings:
             # RawGPT-FD on volatility: 2x lower by 0.3-2%); 600 against 1,200 passes for SplineGPT on both tasks and
             # RawGPT on Buy/Sell/Hold, not for RawGPT-FD on volatility (-1.35%); 1,200 against 2,400 passes for it
             # (-0.12%). One budget for every family, the largest any needs, so that no comparison of tokenizations is
-            # one of budgets (the others passed at 300 or 600 and are not re-tested at 1,200)
+            # one of budgets. 1,200 against 2,400, every family and task: 7 of 8 pass; SplineGPT on Buy/Sell/Hold
+            # fails (-0.25%, every seed lower, against a seed spread of 0.22%) and passes at 2,400 against 4,800
+            # (-0.03%). Its 2,400 for every family would add ~38 min to `real` (the adapters' steps x1.43), on the
+            # task where no family has skill (docs/results/2026-12-05.md, "Every family at 1,200")
             finetune_steps=1200,
             eval_every=25,
             patience=3,
